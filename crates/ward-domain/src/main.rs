@@ -1,1 +1,117 @@
-fn main() {}
+//! `ward-domain`: the process that hosts the extensions of one process domain (DD/OS' driver VM, NewtOS' server
+//! process, in user space).
+//!
+//! The host starts it with four descriptors and a command line (see [`args`]):
+//!
+//! | fd | what |
+//! | --- | --- |
+//! | 3 | control socket (`SOCK_SEQPACKET`): readiness, load errors, fork requests in zygote mode |
+//! | 4 | the shared region (`ward-xpc` memfd): rings and the fault record |
+//! | 5 | the input pool (mapped read-only here: the host keeps intact inputs after a crash) |
+//! | 6 | the output pool |
+//!
+//! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
+//! close every other descriptor, map the region and pools, install the fault recorders, load the extensions, run
+//! their init functions. Then, in `serve` mode, it applies the resource limits and serves calls; in `zygote` mode it
+//! waits for `fork` requests and forks a fresh, already-initialised incarnation for each (see [`zygote`]).
+
+mod args;
+mod faults;
+mod loader;
+mod serve;
+mod zygote;
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::ExitCode;
+
+use ward_xpc::pool::{MappedPool, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
+use ward_xpc::Region;
+
+use crate::args::{Args, Mode};
+use ward_xpc::control::ControlSocket;
+
+/// Descriptor numbers the host hands over.
+const FD_CONTROL: i32 = 3;
+const FD_REGION: i32 = 4;
+const FD_POOL_IN: i32 = 5;
+const FD_POOL_OUT: i32 = 6;
+
+/// Everything a serving incarnation needs, set up once (before fork in zygote mode).
+pub(crate) struct Setup {
+    pub region: Region,
+    pub pool_in: MappedPool,
+    pub pool_out: MappedPool,
+    pub library: loader::Library,
+    pub args: Args,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ward-domain: {e}");
+            eprintln!("ward-domain is started by the ward library, not by hand; see `ward --help`.");
+            return ExitCode::from(2);
+        }
+    };
+    close_other_descriptors();
+    // SAFETY: the host passed fd 3 as the control socket; nothing else in this process owns it.
+    let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(FD_CONTROL) });
+    match setup(args) {
+        Ok(setup) => match setup.args.mode {
+            Mode::Serve => {
+                if let Err(e) = faults::apply_limits(&setup.args.limits) {
+                    report_error(&control, &format!("cannot apply resource limits: {e}"));
+                    return ExitCode::from(2);
+                }
+                let _ = control.send("ready", None);
+                drop(control);
+                serve::run(setup)
+            }
+            Mode::Zygote => zygote::run(setup, control),
+        },
+        Err(message) => {
+            report_error(&control, &message);
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn setup(args: Args) -> Result<Setup, String> {
+    // SAFETY (all three): the host passed these descriptor numbers for exactly these objects and this process owns
+    // them from here on.
+    let region_fd = unsafe { OwnedFd::from_raw_fd(FD_REGION) };
+    let in_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_IN) };
+    let out_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_OUT) };
+    let region = Region::open_domain(region_fd).map_err(|e| format!("cannot map the shared region: {e}"))?;
+    let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
+    let pool_in = MappedPool::map(in_fd, POOL_IN, geometry.clone(), false)
+        .map_err(|e| format!("cannot map the input pool: {e}"))?;
+    let pool_out =
+        MappedPool::map(out_fd, POOL_OUT, geometry, true).map_err(|e| format!("cannot map the output pool: {e}"))?;
+    faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
+    let library = loader::Library::load(&args.extensions)?;
+    Ok(Setup { region, pool_in, pool_out, library, args })
+}
+
+/// Best effort: if the host is gone there is nobody to tell.
+fn report_error(control: &ControlSocket, message: &str) {
+    let mut text = format!("error {message}");
+    text.truncate(ward_xpc::control::MAX_CONTROL_MESSAGE);
+    let _ = control.send(&text, None);
+}
+
+/// Close every descriptor the host did not give us (a host may leak descriptors without `O_CLOEXEC`).
+fn close_other_descriptors() {
+    // SAFETY: close_range only closes descriptors; none above FD_POOL_OUT is owned by anything in this process yet.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, FD_POOL_OUT + 1, u32::MAX, 0) };
+    if rc != 0 {
+        // Kernels before 5.9: close them one by one.
+        // SAFETY: sysconf has no preconditions.
+        let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
+        for fd in (FD_POOL_OUT + 1)..(max.clamp(0, 65536) as i32) {
+            // SAFETY: as above; EBADF for unused numbers is harmless.
+            unsafe { libc::close(fd) };
+        }
+    }
+}

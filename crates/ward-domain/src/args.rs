@@ -1,0 +1,105 @@
+//! The command line the host library builds for `ward-domain`.
+//!
+//! `ward-domain --mode serve|zygote --spin N [--as-mb N] [--cpu-s N] [--nofile N] (--ext PATH [--init SYMBOL])...`
+
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Load, then serve calls until killed.
+    Serve,
+    /// Load, then fork a serving incarnation for every `fork` request.
+    Zygote,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    pub address_space_mb: u64,
+    pub cpu_s: u64,
+    pub open_files: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExtensionArg {
+    pub path: PathBuf,
+    pub init: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub mode: Mode,
+    pub spin: u32,
+    pub limits: Limits,
+    pub extensions: Vec<ExtensionArg>,
+}
+
+impl Args {
+    pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+        let mut mode = None;
+        let mut spin = 2000u32;
+        let mut limits = Limits::default();
+        let mut extensions: Vec<ExtensionArg> = Vec::new();
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--mode" => {
+                    mode = Some(match value()?.as_str() {
+                        "serve" => Mode::Serve,
+                        "zygote" => Mode::Zygote,
+                        other => return Err(format!("unknown mode `{other}` (serve or zygote)")),
+                    })
+                }
+                "--spin" => spin = number(&flag, &value()?)?,
+                "--as-mb" => limits.address_space_mb = number(&flag, &value()?)?,
+                "--cpu-s" => limits.cpu_s = number(&flag, &value()?)?,
+                "--nofile" => limits.open_files = number(&flag, &value()?)?,
+                "--ext" => extensions.push(ExtensionArg { path: PathBuf::from(value()?), init: None }),
+                "--init" => {
+                    let sym = value()?;
+                    let last = extensions.last_mut().ok_or("--init must follow an --ext")?;
+                    last.init = Some(sym);
+                }
+                other => return Err(format!("unknown argument `{other}`")),
+            }
+        }
+        let mode = mode.ok_or("missing --mode")?;
+        if extensions.is_empty() {
+            return Err("no --ext given".into());
+        }
+        Ok(Args { mode, spin, limits, extensions })
+    }
+}
+
+fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, String> {
+    text.parse().map_err(|_| format!("{flag} takes a number, got `{text}`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Args, String> {
+        Args::parse(s.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn parses_a_full_command_line() {
+        let a = parse("--mode zygote --spin 7 --as-mb 256 --nofile 64 --ext /a.so --init a_init --ext /b.so").unwrap();
+        assert_eq!(a.mode, Mode::Zygote);
+        assert_eq!(a.spin, 7);
+        assert_eq!(a.limits.address_space_mb, 256);
+        assert_eq!(a.limits.open_files, 64);
+        assert_eq!(a.extensions.len(), 2);
+        assert_eq!(a.extensions[0].init.as_deref(), Some("a_init"));
+        assert_eq!(a.extensions[1].init, None);
+    }
+
+    #[test]
+    fn refuses_bad_command_lines() {
+        assert!(parse("--ext /a.so").is_err());
+        assert!(parse("--mode serve").is_err());
+        assert!(parse("--mode other --ext /a.so").is_err());
+        assert!(parse("--mode serve --init x --ext /a.so").is_err());
+        assert!(parse("--mode serve --spin many --ext /a.so").is_err());
+    }
+}

@@ -1,0 +1,124 @@
+//! Recording why this process dies, and the resource limits that make runaway extensions die.
+//!
+//! A fault in extension code kills the domain process; the host sees that through its pidfd. Before dying, the
+//! handler installed here writes a [`FaultRecord`] (signal, code, faulting address, call in flight, a stack-overflow
+//! hint) into the shared region so the host can say *what* happened. The host treats the record as a hint: it comes
+//! from a process that just failed.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use ward_xpc::layout::{fault_hint, FaultRecord};
+use ward_xpc::Region;
+
+use crate::args::Limits;
+
+/// The id of the innermost call this process is executing (0 when idle). Read by the signal handler.
+pub static CURRENT_CALL: AtomicU64 = AtomicU64::new(0);
+
+static REGION: OnceLock<Region> = OnceLock::new();
+/// Lowest address of the main thread's stack mapping; faults just below it are stack overflows.
+static STACK_LOW: AtomicUsize = AtomicUsize::new(0);
+
+const FATAL_SIGNALS: [i32; 7] =
+    [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT, libc::SIGTRAP, libc::SIGSYS];
+const ALT_STACK_SIZE: usize = 256 * 1024;
+
+pub fn install(region: Region) -> std::io::Result<()> {
+    let _ = REGION.set(region);
+    STACK_LOW.store(main_stack_low(), Ordering::Relaxed);
+    // SAFETY: mapping fresh anonymous memory has no preconditions; the result is checked.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            ALT_STACK_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    let ss = libc::stack_t { ss_sp: stack, ss_flags: 0, ss_size: ALT_STACK_SIZE };
+    // SAFETY: ss describes the mapping just made, which lives for the rest of the process.
+    if unsafe { libc::sigaltstack(&ss, std::ptr::null_mut()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    for sig in FATAL_SIGNALS {
+        // SAFETY: sigaction is plain data; we fill handler, flags and an empty mask before installing it.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = record_and_die as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESETHAND;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Async-signal-safe: atomics, volatile stores into the region, and raise.
+extern "C" fn record_and_die(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    let low = STACK_LOW.load(Ordering::Relaxed);
+    let near_stack_guard = low != 0 && addr < low + 64 * 1024 && addr + 1024 * 1024 >= low;
+    let hint = if sig == libc::SIGSEGV && near_stack_guard { fault_hint::STACK_OVERFLOW } else { fault_hint::NONE };
+    if let Some(region) = REGION.get() {
+        region.write_fault_record(&FaultRecord {
+            valid: 1,
+            signo: sig,
+            code,
+            hint,
+            addr: addr as u64,
+            call_id: CURRENT_CALL.load(Ordering::Relaxed),
+        });
+    }
+    // SA_RESETHAND restored the default action. A hardware fault re-executes the instruction and dies of it when
+    // we return; a sent signal (abort, raise) must be raised again.
+    // SAFETY: raise is async-signal-safe.
+    if code <= 0 {
+        unsafe { libc::raise(sig) };
+    }
+}
+
+fn main_stack_low() -> usize {
+    // SAFETY: pthread_getattr_np fills attr for the calling thread; we destroy it after reading.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return 0;
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            return 0;
+        }
+        addr as usize
+    }
+}
+
+/// Address space, CPU time and descriptor limits from policy (0 = leave as is).
+pub fn apply_limits(limits: &Limits) -> std::io::Result<()> {
+    let set = |resource, value: u64| -> std::io::Result<()> {
+        if value == 0 {
+            return Ok(());
+        }
+        let rl = libc::rlimit { rlim_cur: value, rlim_max: value };
+        // SAFETY: rl is a valid rlimit; lowering our own limits needs no privilege.
+        if unsafe { libc::setrlimit(resource, &rl) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    set(libc::RLIMIT_AS, limits.address_space_mb.saturating_mul(1024 * 1024))?;
+    set(libc::RLIMIT_CPU, limits.cpu_s)?;
+    set(libc::RLIMIT_NOFILE, limits.open_files)?;
+    Ok(())
+}

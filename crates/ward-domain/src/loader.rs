@@ -1,0 +1,75 @@
+//! Loading the extensions with the domain's own libc (`dlopen`), running their init functions, and resolving
+//! symbols into the function table the host refers to by index.
+
+use std::ffi::{c_void, CStr, CString};
+
+use crate::args::ExtensionArg;
+
+pub struct Library {
+    handles: Vec<*mut c_void>,
+    functions: Vec<*const c_void>,
+}
+
+impl Library {
+    pub fn load(extensions: &[ExtensionArg]) -> Result<Library, String> {
+        let mut handles = Vec::new();
+        for ext in extensions {
+            let path = CString::new(ext.path.as_os_str().as_encoded_bytes())
+                .map_err(|_| format!("extension path {} contains a NUL byte", ext.path.display()))?;
+            // SAFETY: path is a valid C string; dlopen runs the extension's constructors, which is what loading means.
+            let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            if handle.is_null() {
+                return Err(format!("cannot load {}: {}", ext.path.display(), dlerror()));
+            }
+            handles.push(handle);
+            if let Some(init) = &ext.init {
+                let f = lookup(handle, init)
+                    .ok_or_else(|| format!("init function `{init}` not found in {}", ext.path.display()))?;
+                // SAFETY: policy declares `init` as `int64_t init(void)`; no arguments are read.
+                let ret = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
+                if ret.int != 0 {
+                    return Err(format!(
+                        "init function `{init}` of {} returned {}",
+                        ext.path.display(),
+                        ret.int as i64
+                    ));
+                }
+            }
+        }
+        Ok(Library { handles, functions: Vec::new() })
+    }
+
+    /// Resolve `name` in extension `ext`; returns its index in the function table.
+    pub fn resolve(&mut self, ext: u32, name: &[u8]) -> Option<u32> {
+        let handle = *self.handles.get(ext as usize)?;
+        let name = std::str::from_utf8(name).ok()?;
+        let f = lookup(handle, name)?;
+        if let Some(i) = self.functions.iter().position(|&g| g == f) {
+            return Some(i as u32);
+        }
+        self.functions.push(f);
+        Some((self.functions.len() - 1) as u32)
+    }
+
+    pub fn function(&self, id: u32) -> Option<*const c_void> {
+        self.functions.get(id as usize).copied()
+    }
+}
+
+fn lookup(handle: *mut c_void, name: &str) -> Option<*const c_void> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: handle came from a successful dlopen and c is a valid C string.
+    let f = unsafe { libc::dlsym(handle, c.as_ptr()) };
+    (!f.is_null()).then_some(f as *const c_void)
+}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns null or a valid C string owned by libc.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: non-null, NUL-terminated, valid until the next dl* call; we copy it now.
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    }
+}

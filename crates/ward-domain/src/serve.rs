@@ -1,0 +1,201 @@
+//! The serving loop of one incarnation: take requests off the request ring, run them, answer on the reply ring.
+//!
+//! Calls nest both ways: an extension calling a host callback lands in a stub ([`ward_abi::callback_stub`]) whose
+//! dispatcher sends a `Callback` record and then serves requests (nested calls from the host's callback) until the
+//! matching `CallbackReply` arrives. The state lives in a thread-local and is borrowed only between calls, never
+//! across one, so re-entry is safe.
+
+use std::cell::RefCell;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use ward_abi::{ArgPacker, RegArgs, RegRet};
+use ward_xpc::ring::{Consumer, Producer, MAX_RECORD};
+use ward_xpc::wire::{ArgKind, Message, RetKind, Status};
+use ward_xpc::pool::RichPtr;
+
+use crate::faults::CURRENT_CALL;
+use crate::Setup;
+
+struct Server {
+    setup: Setup,
+    requests: Consumer,
+    replies: Producer,
+    spin: u32,
+    next_callback_id: u64,
+}
+
+thread_local! {
+    static SERVER: RefCell<Option<Server>> = const { RefCell::new(None) };
+}
+
+pub fn run(setup: Setup) -> ExitCode {
+    let (requests, replies) = setup.region.domain_endpoints();
+    let spin = setup.args.spin;
+    SERVER.with(|s| *s.borrow_mut() = Some(Server { setup, requests, replies, spin, next_callback_id: 1 }));
+    ward_abi::set_callback_dispatch(on_callback);
+    match serve_until(None) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("ward-domain: {why}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+/// Serve requests until the `CallbackReply` with id `until` arrives (None: forever).
+fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
+    let mut record = [0u8; MAX_RECORD];
+    loop {
+        let len = next_record(&mut record)?;
+        let message = Message::parse(&record[..len]).map_err(|e| format!("bad request from the host: {e}"))?;
+        match message {
+            Message::Call { id, deferred, func, args, .. } => {
+                let (status, ret) = execute(id, func, args.as_slice(), &record[..len]);
+                if !deferred {
+                    reply(id, status, ret)?;
+                }
+            }
+            Message::Resolve { id, ext, name } => {
+                let found = with_server(|s| s.setup.library.resolve(ext, name));
+                match found {
+                    Some(f) => reply(id, Status::Ok, RegRet { int: u64::from(f), float: 0 })?,
+                    None => reply(id, Status::ResolveFailed, RegRet::default())?,
+                }
+            }
+            Message::Ping { id } => reply(id, Status::Ok, RegRet::default())?,
+            Message::CallbackReply { id, ret_int, ret_float } => {
+                if until == Some(id) {
+                    return Ok(RegRet { int: ret_int, float: ret_float });
+                }
+                return Err(format!("callback reply {id} while waiting for {until:?}"));
+            }
+            other => return Err(format!("unexpected request {other:?}")),
+        }
+    }
+}
+
+/// Wait for and copy out the next request.
+fn next_record(buf: &mut [u8]) -> Result<usize, String> {
+    loop {
+        let popped = with_server(|s| s.requests.pop(buf)).map_err(|e| format!("request ring: {e}"))?;
+        if let Some(len) = popped {
+            return Ok(len);
+        }
+        let spin = with_server(|s| s.spin);
+        with_server(|s| s.requests.wait(spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
+    }
+}
+
+fn reply(id: u64, status: Status, ret: RegRet) -> Result<(), String> {
+    let message = Message::Reply { id, status, ret_int: ret.int, ret_float: ret.float };
+    send(&message)
+}
+
+fn send(message: &Message<'_>) -> Result<(), String> {
+    let mut buf = [0u8; 256];
+    let len = message.emit(&mut buf).map_err(|e| format!("cannot encode a reply: {e}"))?;
+    with_server(|s| {
+        loop {
+            match s.replies.push(&buf[..len]) {
+                Ok(()) => break,
+                // The host drains replies as it waits; a full reply ring only means it has not caught up.
+                Err(ward_xpc::ring::RingError::Full) => {
+                    s.replies.publish();
+                    std::hint::spin_loop();
+                }
+                Err(e) => return Err(format!("reply ring: {e}")),
+            }
+        }
+        s.replies.publish();
+        Ok(())
+    })
+}
+
+/// Run one call. The arguments are translated to this process' addresses; nothing the host sent is trusted
+/// to be in range.
+fn execute(id: u64, func: u32, args: &[ward_xpc::wire::WireArg], record: &[u8]) -> (Status, RegRet) {
+    let prepared = with_server(|s| -> Result<(*const std::ffi::c_void, RegArgs), Status> {
+        let f = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
+        let mut packer = ArgPacker::new();
+        for arg in args {
+            let rich = RichPtr { pool: arg.pool, offset: arg.a, len: arg.b };
+            let pushed = match arg.kind {
+                ArgKind::Int => packer.push_int(arg.a),
+                ArgKind::F64 => packer.push_f64(f64::from_bits(arg.a)),
+                ArgKind::F32 => packer.push_f32(f32::from_bits(arg.a as u32)),
+                ArgKind::BufIn | ArgKind::Str => {
+                    let p = s.setup.pool_in.resolve(&rich).map_err(|_| Status::BadArgs)?;
+                    packer.push_int(p as u64)
+                }
+                ArgKind::BufOut | ArgKind::BufInOut => {
+                    let p = s.setup.pool_out.resolve(&rich).map_err(|_| Status::BadArgs)?;
+                    packer.push_int(p as u64)
+                }
+                ArgKind::Callback => {
+                    let stub = ward_abi::callback_stub(arg.a as usize).ok_or(Status::BadArgs)?;
+                    packer.push_int(stub as u64)
+                }
+                ArgKind::Inline => {
+                    let end = arg.a.checked_add(arg.b).ok_or(Status::BadArgs)?;
+                    if end > record.len() as u64 {
+                        return Err(Status::BadArgs);
+                    }
+                    packer.push_int(record[arg.a as usize..].as_ptr() as u64)
+                }
+                ArgKind::Unknown(_) => return Err(Status::BadArgs),
+            };
+            pushed.map_err(|_| Status::BadArgs)?;
+        }
+        Ok((f, packer.finish()))
+    });
+    let (f, regs) = match prepared {
+        Ok(p) => p,
+        Err(status) => return (status, RegRet::default()),
+    };
+    let outer = CURRENT_CALL.swap(id, Ordering::Relaxed);
+    // SAFETY: f was resolved with dlsym in an extension the host asked us to load; the host declared the signature
+    // and the arguments were translated into this process' memory above. A wrong declaration or a bug in the
+    // extension can crash this process, which is exactly what the domain is for: the host survives it.
+    let ret = unsafe { ward_abi::call_native(f, &regs) };
+    CURRENT_CALL.store(outer, Ordering::Relaxed);
+    (Status::Ok, ret)
+}
+
+/// Where every callback stub lands: forward to the host, serve nested calls until the answer comes.
+fn on_callback(slot: usize, args: &RegArgs) -> RegRet {
+    let id = with_server(|s| {
+        let id = s.next_callback_id;
+        s.next_callback_id += 1;
+        id
+    });
+    let message = Message::Callback {
+        id,
+        slot: slot as u32,
+        ret: RetKind::Void,
+        ints: args.ints,
+        floats: args.floats,
+    };
+    let result = send(&message).and_then(|()| serve_until(Some(id)));
+    match result {
+        Ok(ret) => ret,
+        Err(why) => {
+            // The host is broken or gone; an extension in the middle of a callback cannot be resumed sanely.
+            eprintln!("ward-domain: {why}");
+            std::process::exit(3);
+        }
+    }
+}
+
+fn with_server<R>(f: impl FnOnce(&mut Server) -> R) -> R {
+    SERVER.with(|s| {
+        let mut guard = s.borrow_mut();
+        match guard.as_mut() {
+            Some(server) => f(server),
+            None => {
+                eprintln!("ward-domain: serving state used before it was set up");
+                std::process::exit(3);
+            }
+        }
+    })
+}

@@ -1,0 +1,365 @@
+//! Shared memory: one `memfd` mapped `MAP_SHARED`.
+//!
+//! The host creates the file ([`SharedMemory::create`]) and passes the descriptor to the domain, which maps it with
+//! [`SharedMemory::from_fd`]. Both sides see the same pages, so everything in them may change under the reader's
+//! feet: this type therefore never hands out references into the mapping, only a raw pointer and the bounds-checked
+//! copies [`SharedMemory::write_at`] and [`SharedMemory::read_at`].
+//!
+//! Files made by [`SharedMemory::create`] are sealed against shrinking and growing after they get their size: a
+//! peer that could `ftruncate` the file would make every access of the creator beyond the new end raise `SIGBUS`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::{self, NonNull};
+
+/// Access rights of (part of) a mapping in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    ReadOnly,
+    ReadWrite,
+    None,
+}
+
+impl Protection {
+    fn bits(self) -> libc::c_int {
+        match self {
+            Protection::ReadOnly => libc::PROT_READ,
+            Protection::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+            Protection::None => libc::PROT_NONE,
+        }
+    }
+}
+
+/// Errors of [`SharedMemory`].
+#[derive(Debug, thiserror::Error)]
+pub enum ShmError {
+    /// The name holds a NUL byte.
+    #[error("memfd name {0:?} holds a NUL byte")]
+    BadName(String),
+    /// A mapping of zero bytes was asked for, or the file is empty.
+    #[error("shared memory of zero bytes")]
+    Empty,
+    /// The size does not fit the platform's types.
+    #[error("shared memory of {0} bytes is too large")]
+    TooLarge(u64),
+    /// `memfd_create` failed.
+    #[error("memfd_create failed: {0}")]
+    Create(#[source] io::Error),
+    /// `ftruncate` failed.
+    #[error("cannot size the memfd: {0}")]
+    Truncate(#[source] io::Error),
+    /// `fcntl(F_ADD_SEALS)` failed.
+    #[error("cannot seal the memfd: {0}")]
+    Seal(#[source] io::Error),
+    /// `fstat` failed.
+    #[error("cannot stat the shared memory descriptor: {0}")]
+    Stat(#[source] io::Error),
+    /// `mmap` failed.
+    #[error("cannot map the shared memory: {0}")]
+    Map(#[source] io::Error),
+    /// `mprotect` failed.
+    #[error("cannot change the protection of the shared memory: {0}")]
+    Protect(#[source] io::Error),
+    /// A range does not lie inside the mapping.
+    #[error("range of {len} bytes at offset {offset} is outside the mapping of {size} bytes")]
+    OutOfBounds {
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
+    /// A range handed to [`SharedMemory::protect`] is not page-aligned.
+    #[error("range of {len} bytes at offset {offset} is not page-aligned")]
+    Unaligned { offset: usize, len: usize },
+    /// A copy needs an access right the mapping was not made with.
+    #[error("the mapping is {0:?}")]
+    Access(Protection),
+}
+
+/// One `MAP_SHARED` mapping of a memfd. Unmapped when dropped; the descriptor is closed then too.
+#[derive(Debug)]
+pub struct SharedMemory {
+    fd: OwnedFd,
+    base: NonNull<u8>,
+    len: usize,
+    /// Protection the whole mapping was made with (sub-ranges changed by [`SharedMemory::protect`] are not tracked).
+    prot: Protection,
+}
+
+// SAFETY: the mapping belongs to the process, not to a thread: any thread may access it, and unmapping it in drop
+// from another thread is fine. This type never hands out references into the mapping, only a raw pointer and copies;
+// concurrent access from several threads is no different from the concurrent access by the peer process that every
+// user of the mapping must already tolerate.
+unsafe impl Send for SharedMemory {}
+// SAFETY: see `Send`; every `&self` method is either read-only bookkeeping or a copy through raw pointers that
+// tolerates concurrent writers (the peer process is one anyway).
+unsafe impl Sync for SharedMemory {}
+
+/// The system page size.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+fn round_up(n: usize, to: usize) -> Option<usize> {
+    n.checked_add(to - 1).map(|n| n / to * to)
+}
+
+impl SharedMemory {
+    /// Create a memfd called `name` (close-on-exec) of `len` bytes rounded up to the page, seal its size, and map it
+    /// read-write and shared.
+    pub fn create(name: &str, len: usize) -> Result<Self, ShmError> {
+        if len == 0 {
+            return Err(ShmError::Empty);
+        }
+        let len = round_up(len, page_size()).ok_or(ShmError::TooLarge(len as u64))?;
+        let size = libc::off_t::try_from(len).map_err(|_| ShmError::TooLarge(len as u64))?;
+        let cname = CString::new(name).map_err(|_| ShmError::BadName(name.to_owned()))?;
+        // SAFETY: cname is a valid NUL-terminated string that outlives the call.
+        let raw = unsafe {
+            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if raw < 0 {
+            return Err(ShmError::Create(io::Error::last_os_error()));
+        }
+        // SAFETY: memfd_create returned a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate on a descriptor we own; no memory is involved.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+            return Err(ShmError::Truncate(io::Error::last_os_error()));
+        }
+        // SAFETY: fcntl(F_ADD_SEALS) on a descriptor we own takes an int argument; no memory is involved.
+        let sealed = unsafe {
+            libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+            )
+        };
+        if sealed != 0 {
+            return Err(ShmError::Seal(io::Error::last_os_error()));
+        }
+        Self::map(fd, len, Protection::ReadWrite)
+    }
+
+    /// Map an existing memfd, all of it (its size from `fstat`), with `prot`.
+    pub fn from_fd(fd: OwnedFd, prot: Protection) -> Result<Self, ShmError> {
+        // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: st is a valid, writable `stat` for fstat to fill.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(ShmError::Stat(io::Error::last_os_error()));
+        }
+        let len = usize::try_from(st.st_size).map_err(|_| ShmError::TooLarge(st.st_size as u64))?;
+        if len == 0 {
+            return Err(ShmError::Empty);
+        }
+        Self::map(fd, len, prot)
+    }
+
+    fn map(fd: OwnedFd, len: usize, prot: Protection) -> Result<Self, ShmError> {
+        // SAFETY: a fresh mapping chosen by the kernel (null hint, no MAP_FIXED) cannot overlap anything Rust owns;
+        // fd is an open descriptor.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                prot.bits(),
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ShmError::Map(io::Error::last_os_error()));
+        }
+        let base = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| ShmError::Map(io::Error::other("mmap returned null")))?;
+        Ok(SharedMemory {
+            fd,
+            base,
+            len,
+            prot,
+        })
+    }
+
+    /// The memfd, to pass to the peer.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: empty mappings cannot be made.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start of the mapping. Valid for `len()` bytes while `self` lives; the peer may write it at any time.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), ShmError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(ShmError::OutOfBounds {
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Change the protection of the page-aligned range `[offset, offset + len)` in this process only.
+    pub fn protect(&self, offset: usize, len: usize, prot: Protection) -> Result<(), ShmError> {
+        let page = page_size();
+        // The page size is a power of two.
+        if offset & (page - 1) != 0 || len & (page - 1) != 0 {
+            return Err(ShmError::Unaligned { offset, len });
+        }
+        // The last page of a mapping whose length is not a page multiple is whole in the kernel's eyes.
+        let mapped = round_up(self.len, page).unwrap_or(self.len);
+        match offset.checked_add(len) {
+            Some(end) if end <= mapped => {}
+            _ => {
+                return Err(ShmError::OutOfBounds {
+                    offset,
+                    len,
+                    size: self.len,
+                })
+            }
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range is page-aligned and inside our own mapping (checked above), so this changes no memory
+        // that Rust owns elsewhere; no reference into the mapping exists (this type hands out none), so revoking
+        // access cannot invalidate one. Raw pointers that users hold may fault afterwards, which is the point.
+        let rc = unsafe { libc::mprotect(self.base.as_ptr().add(offset).cast(), len, prot.bits()) };
+        if rc != 0 {
+            return Err(ShmError::Protect(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Copy `src` into the mapping at `offset`.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<(), ShmError> {
+        if self.prot != Protection::ReadWrite {
+            return Err(ShmError::Access(self.prot));
+        }
+        self.check(offset, src.len())?;
+        // SAFETY: [offset, offset + src.len()) lies inside the mapping (checked), which is mapped writable and lives
+        // as long as self; src is private memory, so the ranges cannot overlap. Concurrent readers in the peer see
+        // bytes, never Rust values.
+        unsafe {
+            ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(offset), src.len())
+        };
+        Ok(())
+    }
+
+    /// Copy bytes at `offset` out of the mapping into `dst`.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), ShmError> {
+        if self.prot == Protection::None {
+            return Err(ShmError::Access(self.prot));
+        }
+        self.check(offset, dst.len())?;
+        // SAFETY: [offset, offset + dst.len()) lies inside the readable mapping (checked), alive while self is; dst
+        // is private memory, so the ranges cannot overlap. The bytes are copied once into dst and only the copy is
+        // used, so a concurrent writer can make them garbage but cannot make us read them twice.
+        unsafe {
+            ptr::copy_nonoverlapping(self.base.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+        };
+        Ok(())
+    }
+}
+
+impl Drop for SharedMemory {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe the mapping made in `map`, which nothing else unmaps; no reference into it can
+        // outlive self because this type hands none out.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_rounds_to_the_page_and_copies() {
+        let m = SharedMemory::create("ward-test", 100).unwrap();
+        assert_eq!(m.len(), page_size());
+        m.write_at(10, b"hello").unwrap();
+        let mut out = [0u8; 5];
+        m.read_at(10, &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+    }
+
+    #[test]
+    fn out_of_range_copies_fail() {
+        let m = SharedMemory::create("ward-test", 4096).unwrap();
+        assert!(matches!(
+            m.write_at(4095, b"ab"),
+            Err(ShmError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            m.write_at(usize::MAX, b"a"),
+            Err(ShmError::OutOfBounds { .. })
+        ));
+        let mut out = [0u8; 2];
+        assert!(matches!(
+            m.read_at(4095, &mut out),
+            Err(ShmError::OutOfBounds { .. })
+        ));
+        m.write_at(4096, b"").unwrap();
+    }
+
+    #[test]
+    fn zero_and_bad_names_are_refused() {
+        assert!(matches!(SharedMemory::create("x", 0), Err(ShmError::Empty)));
+        assert!(matches!(
+            SharedMemory::create("a\0b", 10),
+            Err(ShmError::BadName(_))
+        ));
+    }
+
+    #[test]
+    fn second_mapping_shares_bytes_and_size_is_sealed() {
+        let m = SharedMemory::create("ward-test", 8192).unwrap();
+        let dup = m.fd().try_clone_to_owned().unwrap();
+        // SAFETY: ftruncate on a descriptor we own; the seal must refuse it.
+        let rc = unsafe { libc::ftruncate(dup.as_raw_fd(), 4096) };
+        assert_ne!(rc, 0, "shrinking a sealed memfd must fail");
+        let ro = SharedMemory::from_fd(dup, Protection::ReadOnly).unwrap();
+        assert_eq!(ro.len(), 8192);
+        m.write_at(5000, b"shared").unwrap();
+        let mut out = [0u8; 6];
+        ro.read_at(5000, &mut out).unwrap();
+        assert_eq!(&out, b"shared");
+        assert!(matches!(
+            ro.write_at(0, b"x"),
+            Err(ShmError::Access(Protection::ReadOnly))
+        ));
+    }
+
+    #[test]
+    fn protect_checks_alignment_and_bounds() {
+        let m = SharedMemory::create("ward-test", 8192).unwrap();
+        assert!(matches!(
+            m.protect(1, 4096, Protection::ReadOnly),
+            Err(ShmError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            m.protect(4096, 8192, Protection::ReadOnly),
+            Err(ShmError::OutOfBounds { .. })
+        ));
+        m.protect(4096, 4096, Protection::ReadOnly).unwrap();
+        m.protect(4096, 4096, Protection::ReadWrite).unwrap();
+        m.write_at(4096, b"ok").unwrap();
+    }
+}

@@ -1,0 +1,1250 @@
+//! Records on the rings: a 16-byte header and a body per op. All numbers are little-endian.
+//!
+//! ```text
+//! header   len u32 @0 (total, multiple of 16) | op u8 @4 | nargs u8 @5 | ret u8 @6 | flags u8 @7 | id u64 @8
+//! Call / Deferred (op 1 / 2)   func u32 @16, pad, args @24 (nargs x 24 bytes), inline bytes, zero padding
+//!     arg                      kind u8 @0, pad, pool u32 @4, a u64 @8, b u64 @16
+//! Reply (op 3, 48 bytes)       status u32 @16, pad, ret_int u64 @24, ret_float u64 @32, pad
+//! Callback (op 4, 144 bytes)   slot u32 @16, pad, ints 6 x u64 @24, floats 8 x u64 @72, pad (ret kind in header)
+//! CallbackReply (op 5, 32)     ret_int u64 @16, ret_float u64 @24
+//! Resolve (op 6)               ext u32 @16, name_len u32 @20, name @24 (no NUL), zero padding
+//! Ping (op 7, 16 bytes)        header only
+//! Pad (op 9)                   ring filler, never parsed as a message
+//! ```
+//!
+//! # Contract
+//!
+//! [`Message::parse`] is the only way in for bytes from the other side. It never panics, on any input, and returns
+//! a [`Message`] only for a record whose length field, op, argument count, argument kinds, return kind and inline
+//! ranges are all valid, and whose length is exactly what its contents need; the message borrows the record (which
+//! the caller must already have copied out of shared memory). Reserved bytes and `flags` are ignored by `parse` and
+//! written as zero by `emit`. [`Message::emit`] writes every byte of the record, padding included, and fails rather
+//! than write a record that `parse` would refuse; `parse(emit(m)) == m` for every message that emits.
+
+use std::ops::Range;
+
+use crate::ring::{MAX_RECORD, RECORD_ALIGN};
+
+/// Length of the record header.
+pub const HEADER_LEN: usize = 16;
+/// Length of one argument.
+pub const ARG_LEN: usize = 24;
+/// Most arguments a call carries.
+pub const MAX_ARGS: usize = 14;
+/// Length of a Reply record.
+pub const REPLY_LEN: usize = 48;
+/// Length of a Callback record.
+pub const CALLBACK_LEN: usize = 144;
+/// Length of a CallbackReply record.
+pub const CALLBACK_REPLY_LEN: usize = 32;
+/// Length of a Ping record.
+pub const PING_LEN: usize = 16;
+/// Integer registers a callback carries.
+pub const CALLBACK_INTS: usize = 6;
+/// Float registers a callback carries.
+pub const CALLBACK_FLOATS: usize = 8;
+
+/// Op code of PAD records (ring filler).
+pub(crate) const OP_PAD: u8 = 9;
+
+/// Byte offsets inside a record.
+pub(crate) mod field {
+    use std::ops::Range;
+
+    pub type Field = Range<usize>;
+
+    pub const LEN: Field = 0..4;
+    pub const OP: usize = 4;
+    pub const NARGS: usize = 5;
+    pub const RET: usize = 6;
+    pub const FLAGS: usize = 7;
+    pub const ID: Field = 8..16;
+
+    pub const CALL_FUNC: Field = 16..20;
+    pub const CALL_ARGS: usize = 24;
+    /// Inside one argument.
+    pub const ARG_KIND: usize = 0;
+    pub const ARG_POOL: Field = 4..8;
+    pub const ARG_A: Field = 8..16;
+    pub const ARG_B: Field = 16..24;
+
+    pub const REPLY_STATUS: Field = 16..20;
+    pub const REPLY_RET_INT: Field = 24..32;
+    pub const REPLY_RET_FLOAT: Field = 32..40;
+
+    pub const CALLBACK_SLOT: Field = 16..20;
+    pub const CALLBACK_INTS: usize = 24;
+    pub const CALLBACK_FLOATS: usize = 72;
+
+    pub const CALLBACK_REPLY_RET_INT: Field = 16..24;
+    pub const CALLBACK_REPLY_RET_FLOAT: Field = 24..32;
+
+    pub const RESOLVE_EXT: Field = 16..20;
+    pub const RESOLVE_NAME_LEN: Field = 20..24;
+    pub const RESOLVE_NAME: usize = 24;
+}
+
+/// The one error of this module: the record is malformed, for the reason given.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("malformed record: {0}")]
+pub struct WireError(pub &'static str);
+
+/// A wire enum that keeps codes it does not know in `Unknown`.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident($ty:ty) {
+            $( $(#[$vmeta:meta])* $variant:ident = $value:literal ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )+
+            /// A code this version does not know.
+            Unknown($ty),
+        }
+
+        impl From<$ty> for $name {
+            fn from(code: $ty) -> Self {
+                match code {
+                    $( $value => $name::$variant, )+
+                    other => $name::Unknown(other),
+                }
+            }
+        }
+
+        impl From<$name> for $ty {
+            fn from(value: $name) -> Self {
+                match value {
+                    $( $name::$variant => $value, )+
+                    $name::Unknown(other) => other,
+                }
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// What a record is.
+    pub enum Op(u8) {
+        Call = 1,
+        Deferred = 2,
+        Reply = 3,
+        Callback = 4,
+        CallbackReply = 5,
+        Resolve = 6,
+        Ping = 7,
+        Pad = 9,
+    }
+}
+
+wire_enum! {
+    /// What a function (or callback) returns.
+    pub enum RetKind(u8) {
+        Void = 0,
+        Int = 1,
+        F64 = 2,
+        F32 = 3,
+    }
+}
+
+wire_enum! {
+    /// How an argument is passed.
+    #[derive(Default)]
+    pub enum ArgKind(u8) {
+        /// `a` holds the integer.
+        #[default]
+        Int = 1,
+        /// `a` holds the f64's bits.
+        F64 = 2,
+        /// `a` holds the f32's bits (low 32).
+        F32 = 3,
+        /// `(pool, a = offset, b = len)` is a rich pointer into the input pool.
+        BufIn = 4,
+        /// A rich pointer into the output pool.
+        BufOut = 5,
+        /// A rich pointer into the output pool, read and written.
+        BufInOut = 6,
+        /// A rich pointer to a string in the input pool.
+        Str = 7,
+        /// `a` is a callback stub slot.
+        Callback = 8,
+        /// `a` = offset of the bytes from the start of the record, `b` = their length.
+        Inline = 9,
+    }
+}
+
+wire_enum! {
+    /// How a request went.
+    pub enum Status(u32) {
+        Ok = 0,
+        UnknownFunction = 1,
+        BadArgs = 2,
+        ResolveFailed = 3,
+        UnknownOp = 4,
+    }
+}
+
+fn known_ret(ret: RetKind) -> bool {
+    !matches!(ret, RetKind::Unknown(_))
+}
+
+fn known_arg(kind: ArgKind) -> bool {
+    !matches!(kind, ArgKind::Unknown(_))
+}
+
+/// One argument of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WireArg {
+    pub kind: ArgKind,
+    pub pool: u32,
+    pub a: u64,
+    pub b: u64,
+}
+
+/// Up to [`MAX_ARGS`] arguments, inline (no allocation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArgList {
+    /// Entries past `len` are always `WireArg::default()`, so the derived equality is equality of the lists.
+    args: [WireArg; MAX_ARGS],
+    len: u8,
+}
+
+impl ArgList {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The arguments of `args`, or an error if there are more than [`MAX_ARGS`].
+    pub fn from_slice(args: &[WireArg]) -> Result<Self, WireError> {
+        let mut list = Self::new();
+        for &arg in args {
+            list.push(arg)?;
+        }
+        Ok(list)
+    }
+
+    /// Append an argument; an error when the list already holds [`MAX_ARGS`].
+    pub fn push(&mut self, arg: WireArg) -> Result<(), WireError> {
+        let slot = self
+            .args
+            .get_mut(usize::from(self.len))
+            .ok_or(WireError("too many arguments"))?;
+        *slot = arg;
+        self.len += 1;
+        Ok(())
+    }
+
+    pub fn as_slice(&self) -> &[WireArg] {
+        &self.args[..usize::from(self.len)]
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Offset, from the start of a call record, of the first byte after `nargs` arguments: where inline bytes start.
+pub const fn inline_base(nargs: usize) -> usize {
+    field::CALL_ARGS + nargs * ARG_LEN
+}
+
+/// Round `n` up to the record alignment.
+pub const fn round_up(n: usize) -> usize {
+    (n + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
+}
+
+fn bytes<const N: usize>(record: &[u8], at: usize) -> Result<[u8; N], WireError> {
+    at.checked_add(N)
+        .and_then(|end| record.get(at..end))
+        .and_then(|s| <[u8; N]>::try_from(s).ok())
+        .ok_or(WireError("truncated record"))
+}
+
+fn get_u32(record: &[u8], f: Range<usize>) -> Result<u32, WireError> {
+    bytes::<4>(record, f.start).map(u32::from_le_bytes)
+}
+
+fn get_u64(record: &[u8], f: Range<usize>) -> Result<u64, WireError> {
+    bytes::<8>(record, f.start).map(u64::from_le_bytes)
+}
+
+fn get_u64_at(record: &[u8], at: usize) -> Result<u64, WireError> {
+    bytes::<8>(record, at).map(u64::from_le_bytes)
+}
+
+fn get_u8(record: &[u8], at: usize) -> Result<u8, WireError> {
+    record.get(at).copied().ok_or(WireError("truncated record"))
+}
+
+// Writers for emit: callers have checked that the buffer holds the whole record, and every offset used lies inside
+// the record, so indexing cannot fail.
+fn put(buf: &mut [u8], at: usize, src: &[u8]) {
+    buf[at..at + src.len()].copy_from_slice(src);
+}
+
+fn put_u32(buf: &mut [u8], f: Range<usize>, v: u32) {
+    put(buf, f.start, &v.to_le_bytes());
+}
+
+fn put_u64(buf: &mut [u8], f: Range<usize>, v: u64) {
+    put(buf, f.start, &v.to_le_bytes());
+}
+
+/// The 16-byte header of any record, as read (nothing but its presence is checked). Useful to answer a record
+/// that does not parse (its id) with [`Status::UnknownOp`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub len: u32,
+    pub op: Op,
+    pub nargs: u8,
+    pub ret: u8,
+    pub flags: u8,
+    pub id: u64,
+}
+
+impl RecordHeader {
+    pub fn parse(record: &[u8]) -> Result<Self, WireError> {
+        Ok(RecordHeader {
+            len: get_u32(record, field::LEN)?,
+            op: Op::from(get_u8(record, field::OP)?),
+            nargs: get_u8(record, field::NARGS)?,
+            ret: get_u8(record, field::RET)?,
+            flags: get_u8(record, field::FLAGS)?,
+            id: get_u64(record, field::ID)?,
+        })
+    }
+
+    /// Write the 16 header bytes into `buf` (at least 16 bytes long).
+    pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
+        let buf = buf
+            .get_mut(..HEADER_LEN)
+            .ok_or(WireError("buffer too small"))?;
+        put_u32(buf, field::LEN, self.len);
+        buf[field::OP] = u8::from(self.op);
+        buf[field::NARGS] = self.nargs;
+        buf[field::RET] = self.ret;
+        buf[field::FLAGS] = self.flags;
+        put_u64(buf, field::ID, self.id);
+        Ok(())
+    }
+}
+
+/// A parsed record (or one to emit).
+// Held by value on purpose: a Call's argument list lives inline so that parsing and emitting never allocate.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message<'a> {
+    /// Call (op 1) or Deferred (op 2, no reply). `inline` holds exactly the bytes from the end of the arguments to
+    /// the furthest end of an `Inline` argument (whose `a` counts from the start of the record); see
+    /// [`Message::inline_arg`].
+    Call {
+        id: u64,
+        deferred: bool,
+        func: u32,
+        ret: RetKind,
+        args: ArgList,
+        inline: &'a [u8],
+    },
+    /// Op 3: the answer to a Call, Resolve or Ping.
+    Reply {
+        id: u64,
+        status: Status,
+        ret_int: u64,
+        ret_float: u64,
+    },
+    /// Op 4: the domain calls a host callback.
+    Callback {
+        id: u64,
+        slot: u32,
+        ret: RetKind,
+        ints: [u64; CALLBACK_INTS],
+        floats: [u64; CALLBACK_FLOATS],
+    },
+    /// Op 5: the host's answer to a Callback.
+    CallbackReply {
+        id: u64,
+        ret_int: u64,
+        ret_float: u64,
+    },
+    /// Op 6: look a function up by name; the reply's `ret_int` is the function id.
+    Resolve { id: u64, ext: u32, name: &'a [u8] },
+    /// Op 7.
+    Ping { id: u64 },
+}
+
+impl<'a> Message<'a> {
+    /// Parse a record (already copied out of shared memory). `record` may be longer than the record's length field;
+    /// the rest is ignored.
+    pub fn parse(record: &'a [u8]) -> Result<Message<'a>, WireError> {
+        let header = RecordHeader::parse(record)?;
+        let len = header.len as usize;
+        if len < HEADER_LEN || len & (RECORD_ALIGN - 1) != 0 {
+            return Err(WireError("length is not a positive multiple of 16"));
+        }
+        if len > MAX_RECORD {
+            return Err(WireError("record longer than MAX_RECORD"));
+        }
+        let record = record
+            .get(..len)
+            .ok_or(WireError("record shorter than its length field"))?;
+        let id = header.id;
+        let exact = |want: usize| {
+            if len == want {
+                Ok(())
+            } else {
+                Err(WireError("wrong length for its op"))
+            }
+        };
+        match header.op {
+            Op::Call | Op::Deferred => Self::parse_call(record, &header),
+            Op::Reply => {
+                exact(REPLY_LEN)?;
+                Ok(Message::Reply {
+                    id,
+                    status: Status::from(get_u32(record, field::REPLY_STATUS)?),
+                    ret_int: get_u64(record, field::REPLY_RET_INT)?,
+                    ret_float: get_u64(record, field::REPLY_RET_FLOAT)?,
+                })
+            }
+            Op::Callback => {
+                exact(CALLBACK_LEN)?;
+                let ret = RetKind::from(header.ret);
+                if !known_ret(ret) {
+                    return Err(WireError("unknown return kind"));
+                }
+                let mut ints = [0u64; CALLBACK_INTS];
+                for (i, v) in ints.iter_mut().enumerate() {
+                    *v = get_u64_at(record, field::CALLBACK_INTS + 8 * i)?;
+                }
+                let mut floats = [0u64; CALLBACK_FLOATS];
+                for (i, v) in floats.iter_mut().enumerate() {
+                    *v = get_u64_at(record, field::CALLBACK_FLOATS + 8 * i)?;
+                }
+                Ok(Message::Callback {
+                    id,
+                    slot: get_u32(record, field::CALLBACK_SLOT)?,
+                    ret,
+                    ints,
+                    floats,
+                })
+            }
+            Op::CallbackReply => {
+                exact(CALLBACK_REPLY_LEN)?;
+                Ok(Message::CallbackReply {
+                    id,
+                    ret_int: get_u64(record, field::CALLBACK_REPLY_RET_INT)?,
+                    ret_float: get_u64(record, field::CALLBACK_REPLY_RET_FLOAT)?,
+                })
+            }
+            Op::Resolve => {
+                let ext = get_u32(record, field::RESOLVE_EXT)?;
+                let name_len = get_u32(record, field::RESOLVE_NAME_LEN)? as usize;
+                // name_len < 2^32 and RESOLVE_NAME is small: no overflow on 64-bit, checked anyway.
+                let end = field::RESOLVE_NAME
+                    .checked_add(name_len)
+                    .ok_or(WireError("name too long"))?;
+                if end > len {
+                    return Err(WireError("name runs past the record"));
+                }
+                if round_up(end) != len {
+                    return Err(WireError("wrong length for its name"));
+                }
+                let name = record
+                    .get(field::RESOLVE_NAME..end)
+                    .ok_or(WireError("name runs past the record"))?;
+                Ok(Message::Resolve { id, ext, name })
+            }
+            Op::Ping => {
+                exact(PING_LEN)?;
+                Ok(Message::Ping { id })
+            }
+            Op::Pad => Err(WireError("padding record")),
+            Op::Unknown(_) => Err(WireError("unknown op")),
+        }
+    }
+
+    #[inline(always)]
+    fn parse_call(record: &'a [u8], header: &RecordHeader) -> Result<Message<'a>, WireError> {
+        let len = record.len();
+        let nargs = usize::from(header.nargs);
+        if nargs > MAX_ARGS {
+            return Err(WireError("too many arguments"));
+        }
+        let ret = RetKind::from(header.ret);
+        if !known_ret(ret) {
+            return Err(WireError("unknown return kind"));
+        }
+        let base = inline_base(nargs);
+        if base > len {
+            return Err(WireError("arguments run past the record"));
+        }
+        let func = get_u32(record, field::CALL_FUNC)?;
+        let raw = record.get(field::CALL_ARGS..base).ok_or(WireError("arguments run past the record"))?;
+        // Validate first, then build the list in one go: this is the hot path of every call, and building the
+        // array in place (rather than zeroing it and pushing) saves copies.
+        let mut inline_end = base;
+        for chunk in raw.chunks_exact(ARG_LEN) {
+            let arg = decode_arg(chunk);
+            if !known_arg(arg.kind) {
+                return Err(WireError("unknown argument kind"));
+            }
+            if arg.kind == ArgKind::Inline {
+                inline_end = inline_end.max(inline_range(&arg, base, len)?.end);
+            }
+        }
+        let args = ArgList {
+            args: std::array::from_fn(|i| {
+                raw.get(i * ARG_LEN..(i + 1) * ARG_LEN).map_or_else(WireArg::default, decode_arg)
+            }),
+            len: header.nargs,
+        };
+        if round_up(inline_end) != len {
+            return Err(WireError("wrong length for its inline bytes"));
+        }
+        let inline = record
+            .get(base..inline_end)
+            .ok_or(WireError("inline bytes run past the record"))?;
+        let deferred = header.op == Op::Deferred;
+        Ok(Message::Call {
+            id: header.id,
+            deferred,
+            func,
+            ret,
+            args,
+            inline,
+        })
+    }
+
+    /// For a Call, the bytes an `Inline` argument points at (None for other messages or out-of-range arguments).
+    pub fn inline_arg(&self, arg: &WireArg) -> Option<&'a [u8]> {
+        let Message::Call { args, inline, .. } = self else {
+            return None;
+        };
+        let base = inline_base(args.len());
+        let range = inline_range(arg, base, base + inline.len()).ok()?;
+        inline.get(range.start - base..range.end - base)
+    }
+
+    /// Op of this message.
+    pub fn op(&self) -> Op {
+        match self {
+            Message::Call {
+                deferred: false, ..
+            } => Op::Call,
+            Message::Call { deferred: true, .. } => Op::Deferred,
+            Message::Reply { .. } => Op::Reply,
+            Message::Callback { .. } => Op::Callback,
+            Message::CallbackReply { .. } => Op::CallbackReply,
+            Message::Resolve { .. } => Op::Resolve,
+            Message::Ping { .. } => Op::Ping,
+        }
+    }
+
+    /// Id of this message.
+    pub fn id(&self) -> u64 {
+        match *self {
+            Message::Call { id, .. }
+            | Message::Reply { id, .. }
+            | Message::Callback { id, .. }
+            | Message::CallbackReply { id, .. }
+            | Message::Resolve { id, .. }
+            | Message::Ping { id } => id,
+        }
+    }
+
+    /// Length of the record `emit` writes (a multiple of 16).
+    pub fn wire_len(&self) -> usize {
+        match self {
+            Message::Call { args, inline, .. } => {
+                round_up(inline_base(args.len()).saturating_add(inline.len()))
+            }
+            Message::Reply { .. } => REPLY_LEN,
+            Message::Callback { .. } => CALLBACK_LEN,
+            Message::CallbackReply { .. } => CALLBACK_REPLY_LEN,
+            Message::Resolve { name, .. } => {
+                round_up(field::RESOLVE_NAME.saturating_add(name.len()))
+            }
+            Message::Ping { .. } => PING_LEN,
+        }
+    }
+
+    /// Refuse what `parse` would refuse.
+    fn check(&self) -> Result<(), WireError> {
+        if self.wire_len() > MAX_RECORD {
+            return Err(WireError("record longer than MAX_RECORD"));
+        }
+        match self {
+            Message::Call {
+                ret, args, inline, ..
+            } => {
+                if !known_ret(*ret) {
+                    return Err(WireError("unknown return kind"));
+                }
+                let base = inline_base(args.len());
+                let end = base + inline.len();
+                let mut furthest = base;
+                for arg in args.as_slice() {
+                    if !known_arg(arg.kind) {
+                        return Err(WireError("unknown argument kind"));
+                    }
+                    if arg.kind == ArgKind::Inline {
+                        furthest = furthest.max(inline_range(arg, base, end)?.end);
+                    }
+                }
+                if furthest != end {
+                    return Err(WireError("inline bytes not covered by an Inline argument"));
+                }
+                Ok(())
+            }
+            Message::Callback { ret, .. } if !known_ret(*ret) => {
+                Err(WireError("unknown return kind"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Write the record into `buf` (at least [`Message::wire_len`] bytes); every byte of the record is written,
+    /// padding as zero. Returns the record's length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        self.check()?;
+        let len = self.wire_len();
+        let buf = buf.get_mut(..len).ok_or(WireError("buffer too small"))?;
+        buf.fill(0);
+        let (nargs, ret) = match self {
+            Message::Call { args, ret, .. } => (args.len(), u8::from(*ret)),
+            Message::Callback { ret, .. } => (0, u8::from(*ret)),
+            _ => (0, 0),
+        };
+        // check() bounds len by MAX_RECORD and nargs by MAX_ARGS.
+        RecordHeader {
+            len: len as u32,
+            op: self.op(),
+            nargs: nargs as u8,
+            ret,
+            flags: 0,
+            id: self.id(),
+        }
+        .emit(buf)?;
+        match self {
+            Message::Call {
+                func, args, inline, ..
+            } => {
+                put_u32(buf, field::CALL_FUNC, *func);
+                for (i, arg) in args.as_slice().iter().enumerate() {
+                    let at = field::CALL_ARGS + i * ARG_LEN;
+                    buf[at + field::ARG_KIND] = u8::from(arg.kind);
+                    put(buf, at + field::ARG_POOL.start, &arg.pool.to_le_bytes());
+                    put(buf, at + field::ARG_A.start, &arg.a.to_le_bytes());
+                    put(buf, at + field::ARG_B.start, &arg.b.to_le_bytes());
+                }
+                put(buf, inline_base(args.len()), inline);
+            }
+            Message::Reply {
+                status,
+                ret_int,
+                ret_float,
+                ..
+            } => {
+                put_u32(buf, field::REPLY_STATUS, u32::from(*status));
+                put_u64(buf, field::REPLY_RET_INT, *ret_int);
+                put_u64(buf, field::REPLY_RET_FLOAT, *ret_float);
+            }
+            Message::Callback {
+                slot, ints, floats, ..
+            } => {
+                put_u32(buf, field::CALLBACK_SLOT, *slot);
+                for (i, v) in ints.iter().enumerate() {
+                    put(buf, field::CALLBACK_INTS + 8 * i, &v.to_le_bytes());
+                }
+                for (i, v) in floats.iter().enumerate() {
+                    put(buf, field::CALLBACK_FLOATS + 8 * i, &v.to_le_bytes());
+                }
+            }
+            Message::CallbackReply {
+                ret_int, ret_float, ..
+            } => {
+                put_u64(buf, field::CALLBACK_REPLY_RET_INT, *ret_int);
+                put_u64(buf, field::CALLBACK_REPLY_RET_FLOAT, *ret_float);
+            }
+            Message::Resolve { ext, name, .. } => {
+                put_u32(buf, field::RESOLVE_EXT, *ext);
+                // check() bounds the name by MAX_RECORD.
+                put_u32(buf, field::RESOLVE_NAME_LEN, name.len() as u32);
+                put(buf, field::RESOLVE_NAME, name);
+            }
+            Message::Ping { .. } => {}
+        }
+        Ok(len)
+    }
+}
+
+/// Decode one argument from its bytes (`ARG_LEN` of them; shorter input decodes as zeroes, which never happens:
+/// callers pass `chunks_exact(ARG_LEN)` pieces).
+#[inline(always)]
+fn decode_arg(raw: &[u8]) -> WireArg {
+    let mut b = [0u8; ARG_LEN];
+    if let Some(src) = raw.get(..ARG_LEN) {
+        b.copy_from_slice(src);
+    }
+    let [k, _, _, _, p0, p1, p2, p3, a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7] = b;
+    WireArg {
+        kind: ArgKind::from(k),
+        pool: u32::from_le_bytes([p0, p1, p2, p3]),
+        a: u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]),
+        b: u64::from_le_bytes([b0, b1, b2, b3, b4, b5, b6, b7]),
+    }
+}
+
+/// The record range `[a, a + b)` of an Inline argument, if it lies in `[base, end)`.
+fn inline_range(arg: &WireArg, base: usize, end: usize) -> Result<Range<usize>, WireError> {
+    let start = usize::try_from(arg.a).map_err(|_| WireError("inline argument out of bounds"))?;
+    let len = usize::try_from(arg.b).map_err(|_| WireError("inline argument out of bounds"))?;
+    match start.checked_add(len) {
+        Some(stop) if start >= base && stop <= end => Ok(start..stop),
+        _ => Err(WireError("inline argument out of bounds")),
+    }
+}
+
+/// Hot path: write a Reply record (every byte) without going through [`Message`].
+pub fn emit_reply(
+    buf: &mut [u8; REPLY_LEN],
+    id: u64,
+    status: Status,
+    ret_int: u64,
+    ret_float: u64,
+) {
+    *buf = [0; REPLY_LEN];
+    put_u32(buf, field::LEN, REPLY_LEN as u32);
+    buf[field::OP] = u8::from(Op::Reply);
+    put_u64(buf, field::ID, id);
+    put_u32(buf, field::REPLY_STATUS, u32::from(status));
+    put_u64(buf, field::REPLY_RET_INT, ret_int);
+    put_u64(buf, field::REPLY_RET_FLOAT, ret_float);
+}
+
+/// Hot path: write a CallbackReply record.
+pub fn emit_callback_reply(
+    buf: &mut [u8; CALLBACK_REPLY_LEN],
+    id: u64,
+    ret_int: u64,
+    ret_float: u64,
+) {
+    *buf = [0; CALLBACK_REPLY_LEN];
+    put_u32(buf, field::LEN, CALLBACK_REPLY_LEN as u32);
+    buf[field::OP] = u8::from(Op::CallbackReply);
+    put_u64(buf, field::ID, id);
+    put_u64(buf, field::CALLBACK_REPLY_RET_INT, ret_int);
+    put_u64(buf, field::CALLBACK_REPLY_RET_FLOAT, ret_float);
+}
+
+/// Hot path: write a Ping record.
+pub fn emit_ping(buf: &mut [u8; PING_LEN], id: u64) {
+    *buf = [0; PING_LEN];
+    put_u32(buf, field::LEN, PING_LEN as u32);
+    buf[field::OP] = u8::from(Op::Ping);
+    put_u64(buf, field::ID, id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arg(kind: ArgKind, pool: u32, a: u64, b: u64) -> WireArg {
+        WireArg { kind, pool, a, b }
+    }
+
+    fn samples() -> Vec<Message<'static>> {
+        static INLINE: [u8; 21] = *b"hello, inline world!!";
+        let base2 = inline_base(3) as u64;
+        let mut msgs = vec![
+            Message::Call {
+                id: 1,
+                deferred: false,
+                func: 7,
+                ret: RetKind::Int,
+                args: ArgList::from_slice(&[
+                    arg(ArgKind::Int, 0, 42, 0),
+                    arg(ArgKind::F64, 0, 1.5f64.to_bits(), 0),
+                ])
+                .unwrap(),
+                inline: &[],
+            },
+            Message::Call {
+                id: 2,
+                deferred: true,
+                func: 8,
+                ret: RetKind::Void,
+                args: ArgList::from_slice(&[
+                    arg(ArgKind::Inline, 0, base2, 5),
+                    arg(ArgKind::BufIn, 0, 4096, 100),
+                    arg(ArgKind::Inline, 0, base2 + 7, 14),
+                ])
+                .unwrap(),
+                inline: &INLINE,
+            },
+            Message::Call {
+                id: 3,
+                deferred: false,
+                func: 0,
+                ret: RetKind::F32,
+                args: ArgList::new(),
+                inline: &[],
+            },
+            Message::Reply {
+                id: 4,
+                status: Status::Ok,
+                ret_int: u64::MAX,
+                ret_float: 2.5f64.to_bits(),
+            },
+            Message::Reply {
+                id: 5,
+                status: Status::Unknown(99),
+                ret_int: 0,
+                ret_float: 0,
+            },
+            Message::Callback {
+                id: 6,
+                slot: 3,
+                ret: RetKind::F64,
+                ints: [1, 2, 3, 4, 5, 6],
+                floats: [7, 8, 9, 10, 11, 12, 13, 14],
+            },
+            Message::CallbackReply {
+                id: 7,
+                ret_int: 1,
+                ret_float: 2,
+            },
+            Message::Resolve {
+                id: 8,
+                ext: 2,
+                name: b"ward_add",
+            },
+            Message::Resolve {
+                id: 9,
+                ext: 0,
+                name: b"",
+            },
+            Message::Resolve {
+                id: 10,
+                ext: 0,
+                name: b"exactly_eight_ok",
+            },
+            Message::Ping { id: 11 },
+        ];
+        // Every argument kind and the most arguments.
+        let kinds = [
+            ArgKind::Int,
+            ArgKind::F64,
+            ArgKind::F32,
+            ArgKind::BufIn,
+            ArgKind::BufOut,
+            ArgKind::BufInOut,
+            ArgKind::Str,
+            ArgKind::Callback,
+        ];
+        let mut all = ArgList::new();
+        for i in 0..MAX_ARGS {
+            all.push(arg(
+                kinds[i % kinds.len()],
+                i as u32,
+                i as u64 * 3,
+                i as u64 * 5,
+            ))
+            .unwrap();
+        }
+        msgs.push(Message::Call {
+            id: 12,
+            deferred: false,
+            func: 1,
+            ret: RetKind::Int,
+            args: all,
+            inline: &[],
+        });
+        msgs
+    }
+
+    #[test]
+    fn parse_emit_round_trip() {
+        for m in samples() {
+            let mut buf = [0xa5u8; MAX_RECORD + 16];
+            let n = m.emit(&mut buf).unwrap();
+            assert_eq!(n, m.wire_len());
+            assert_eq!(n % 16, 0);
+            assert_eq!(Message::parse(&buf[..n]).unwrap(), m);
+            // A longer buffer parses the same.
+            assert_eq!(Message::parse(&buf).unwrap(), m);
+            assert_eq!(buf[n], 0xa5, "emit wrote past the record");
+        }
+    }
+
+    #[test]
+    fn emit_writes_every_byte() {
+        for m in samples() {
+            let mut buf = [0xa5u8; MAX_RECORD];
+            let n = m.emit(&mut buf).unwrap();
+            assert!(!buf[..n].contains(&0xa5), "{m:?}: {:?}", &buf[..n]);
+        }
+    }
+
+    #[test]
+    fn fixed_layout_of_a_reply() {
+        let m = Message::Reply {
+            id: 0x0102_0304_0506_0708,
+            status: Status::BadArgs,
+            ret_int: 9,
+            ret_float: 10,
+        };
+        let mut buf = [0u8; REPLY_LEN];
+        m.emit(&mut buf).unwrap();
+        let mut want = [0u8; REPLY_LEN];
+        want[0] = 48;
+        want[4] = 3;
+        want[8..16].copy_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
+        want[16] = 2;
+        want[24] = 9;
+        want[32] = 10;
+        assert_eq!(buf, want);
+        let mut fast = [0xa5u8; REPLY_LEN];
+        emit_reply(&mut fast, 0x0102_0304_0506_0708, Status::BadArgs, 9, 10);
+        assert_eq!(fast, want);
+    }
+
+    #[test]
+    fn fast_emitters_match() {
+        let mut a = [0xa5u8; CALLBACK_REPLY_LEN];
+        emit_callback_reply(&mut a, 5, 6, 7);
+        let mut b = [0u8; CALLBACK_REPLY_LEN];
+        Message::CallbackReply {
+            id: 5,
+            ret_int: 6,
+            ret_float: 7,
+        }
+        .emit(&mut b)
+        .unwrap();
+        assert_eq!(a, b);
+        let mut p = [0xa5u8; PING_LEN];
+        emit_ping(&mut p, 9);
+        assert_eq!(Message::parse(&p).unwrap(), Message::Ping { id: 9 });
+    }
+
+    fn emitted(m: &Message<'_>) -> Vec<u8> {
+        let mut buf = vec![0u8; m.wire_len()];
+        m.emit(&mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn truncated_and_oversized_records_fail() {
+        for m in samples() {
+            let rec = emitted(&m);
+            for cut in 0..rec.len() {
+                assert!(Message::parse(&rec[..cut]).is_err(), "{m:?} cut at {cut}");
+            }
+        }
+        let mut big = vec![0u8; MAX_RECORD + 16];
+        big[..4].copy_from_slice(&((MAX_RECORD + 16) as u32).to_le_bytes());
+        big[4] = 1;
+        assert_eq!(
+            Message::parse(&big),
+            Err(WireError("record longer than MAX_RECORD"))
+        );
+        let mut ping = emitted(&Message::Ping { id: 1 });
+        ping[0] = 32;
+        ping.resize(32, 0);
+        assert_eq!(
+            Message::parse(&ping),
+            Err(WireError("wrong length for its op"))
+        );
+        ping[0] = 20;
+        assert!(Message::parse(&ping).is_err());
+        ping[0] = 0;
+        assert!(Message::parse(&ping).is_err());
+    }
+
+    #[test]
+    fn bad_ops_and_kinds_fail() {
+        let mut ping = emitted(&Message::Ping { id: 1 });
+        for op in [0u8, 8, 9, 10, 255] {
+            ping[4] = op;
+            assert!(Message::parse(&ping).is_err(), "op {op}");
+        }
+        let call = Message::Call {
+            id: 1,
+            deferred: false,
+            func: 1,
+            ret: RetKind::Void,
+            args: ArgList::from_slice(&[arg(ArgKind::Int, 0, 1, 0)]).unwrap(),
+            inline: &[],
+        };
+        let rec = emitted(&call);
+        for kind in [0u8, 10, 200] {
+            let mut r = rec.clone();
+            r[24] = kind;
+            assert_eq!(Message::parse(&r), Err(WireError("unknown argument kind")));
+        }
+        let mut r = rec.clone();
+        r[6] = 4;
+        assert_eq!(Message::parse(&r), Err(WireError("unknown return kind")));
+        // nargs beyond MAX_ARGS, with a length that would hold them.
+        let n = round_up(inline_base(15));
+        let mut r = vec![0u8; n];
+        r[..4].copy_from_slice(&(n as u32).to_le_bytes());
+        r[4] = 1;
+        r[5] = 15;
+        for i in 0..15 {
+            r[24 + 24 * i] = 1;
+        }
+        assert_eq!(Message::parse(&r), Err(WireError("too many arguments")));
+        // nargs that runs past the record.
+        let mut r = rec.clone();
+        r[5] = 3;
+        assert_eq!(
+            Message::parse(&r),
+            Err(WireError("arguments run past the record"))
+        );
+        // Emit refuses unknown kinds too.
+        let bad = Message::Call {
+            id: 1,
+            deferred: false,
+            func: 1,
+            ret: RetKind::Void,
+            args: ArgList::from_slice(&[arg(ArgKind::Unknown(0), 0, 1, 0)]).unwrap(),
+            inline: &[],
+        };
+        assert!(bad.emit(&mut [0u8; 64]).is_err());
+        let bad = Message::Callback {
+            id: 1,
+            slot: 0,
+            ret: RetKind::Unknown(7),
+            ints: [0; 6],
+            floats: [0; 8],
+        };
+        assert!(bad.emit(&mut [0u8; 256]).is_err());
+    }
+
+    #[test]
+    fn inline_bounds_are_checked() {
+        let base = inline_base(1) as u64; // 48
+        let good = Message::Call {
+            id: 1,
+            deferred: false,
+            func: 1,
+            ret: RetKind::Void,
+            args: ArgList::from_slice(&[arg(ArgKind::Inline, 0, base, 10)]).unwrap(),
+            inline: b"0123456789",
+        };
+        let rec = emitted(&good);
+        assert_eq!(rec.len(), 64);
+        let parsed = Message::parse(&rec).unwrap();
+        assert_eq!(
+            parsed.inline_arg(&parsed_args(&parsed)[0]),
+            Some(&b"0123456789"[..])
+        );
+        let with = |a: u64, b: u64| {
+            let mut r = rec.clone();
+            r[32..40].copy_from_slice(&a.to_le_bytes());
+            r[40..48].copy_from_slice(&b.to_le_bytes());
+            Message::parse(&r).map(|_| ())
+        };
+        // Past the record, into the arguments, overflowing, and shorter than the record needs.
+        assert_eq!(
+            with(base, 17),
+            Err(WireError("inline argument out of bounds"))
+        );
+        assert_eq!(
+            with(base - 1, 10),
+            Err(WireError("inline argument out of bounds"))
+        );
+        assert_eq!(with(0, 4), Err(WireError("inline argument out of bounds")));
+        assert_eq!(
+            with(u64::MAX, 2),
+            Err(WireError("inline argument out of bounds"))
+        );
+        assert_eq!(
+            with(base, u64::MAX),
+            Err(WireError("inline argument out of bounds"))
+        );
+        assert_eq!(
+            with(base, 0),
+            Err(WireError("wrong length for its inline bytes"))
+        );
+        assert!(with(base + 10, 6).is_ok());
+        // Emit refuses inline bytes no argument covers, and arguments outside the inline bytes.
+        let Message::Call { args, .. } = good else {
+            unreachable!()
+        };
+        let uncovered = Message::Call {
+            id: 1,
+            deferred: false,
+            func: 1,
+            ret: RetKind::Void,
+            args,
+            inline: b"0123456789ab",
+        };
+        assert!(uncovered.emit(&mut [0u8; 128]).is_err());
+        let outside = Message::Call {
+            id: 1,
+            deferred: false,
+            func: 1,
+            ret: RetKind::Void,
+            args,
+            inline: b"01234",
+        };
+        assert!(outside.emit(&mut [0u8; 128]).is_err());
+        // Inline arguments of other messages resolve to nothing.
+        assert_eq!(
+            Message::Ping { id: 1 }.inline_arg(&arg(ArgKind::Inline, 0, 16, 0)),
+            None
+        );
+    }
+
+    fn parsed_args(m: &Message<'_>) -> Vec<WireArg> {
+        match m {
+            Message::Call { args, .. } => args.as_slice().to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn resolve_lengths_are_checked() {
+        let rec = emitted(&Message::Resolve {
+            id: 1,
+            ext: 1,
+            name: b"abc",
+        });
+        assert_eq!(rec.len(), 32);
+        let mut r = rec.clone();
+        r[20..24].copy_from_slice(&9u32.to_le_bytes());
+        assert_eq!(
+            Message::parse(&r),
+            Err(WireError("name runs past the record"))
+        );
+        r[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Message::parse(&r).is_err());
+        // A name that would fit in less than the record's length.
+        let mut r = rec.clone();
+        r.resize(48, 0);
+        r[0] = 48;
+        assert_eq!(
+            Message::parse(&r),
+            Err(WireError("wrong length for its name"))
+        );
+    }
+
+    #[test]
+    fn emit_into_a_short_buffer_fails() {
+        for m in samples() {
+            let mut buf = vec![0u8; m.wire_len() - 1];
+            assert_eq!(m.emit(&mut buf), Err(WireError("buffer too small")));
+        }
+        let long = [b'x'; MAX_RECORD];
+        let m = Message::Resolve {
+            id: 1,
+            ext: 0,
+            name: &long,
+        };
+        assert_eq!(
+            m.emit(&mut vec![0u8; 2 * MAX_RECORD]),
+            Err(WireError("record longer than MAX_RECORD"))
+        );
+    }
+
+    #[test]
+    fn arg_list_holds_at_most_max_args() {
+        let mut l = ArgList::new();
+        for _ in 0..MAX_ARGS {
+            l.push(WireArg::default()).unwrap();
+        }
+        assert!(l.push(WireArg::default()).is_err());
+        assert_eq!(l.len(), MAX_ARGS);
+        assert_eq!(
+            ArgList::from_slice(&[WireArg::default(); MAX_ARGS + 1]),
+            Err(WireError("too many arguments"))
+        );
+    }
+
+    #[test]
+    fn enums_keep_unknown_codes() {
+        assert_eq!(Op::from(1), Op::Call);
+        assert_eq!(Op::from(8), Op::Unknown(8));
+        assert_eq!(u8::from(Op::Unknown(8)), 8);
+        assert_eq!(u8::from(Op::Pad), OP_PAD);
+        assert_eq!(Status::from(4), Status::UnknownOp);
+        assert_eq!(Status::from(5), Status::Unknown(5));
+        assert_eq!(ArgKind::from(9), ArgKind::Inline);
+        assert_eq!(RetKind::from(3), RetKind::F32);
+        assert_eq!(WireArg::default().kind, ArgKind::Int);
+    }
+
+    struct XorShift(u64);
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    #[test]
+    fn random_records_never_panic() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut parsed = 0;
+        for _ in 0..100_000 {
+            let size = rng.below(600) as usize;
+            let mut rec: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
+            // Mostly plausible headers, so the body parsers get exercised too.
+            if size >= 16 && rng.below(4) != 0 {
+                let len = if rng.below(2) == 0 {
+                    size & !15
+                } else {
+                    rng.below(size as u64 + 32) as usize
+                };
+                rec[..4].copy_from_slice(&(len as u32).to_le_bytes());
+                rec[4] = rng.below(11) as u8;
+                rec[5] = rng.below(16) as u8;
+                rec[6] = rng.below(5) as u8;
+                let nargs = usize::from(rec[5]).min((size.saturating_sub(24)) / 24);
+                for i in 0..nargs {
+                    let at = 24 + 24 * i;
+                    rec[at] = rng.below(11) as u8;
+                    if rec[at] == 9 {
+                        let base = inline_base(usize::from(rec[5])) as u64;
+                        let a = base + rng.below(64);
+                        rec[at + 8..at + 16].copy_from_slice(&a.to_le_bytes());
+                        rec[at + 16..at + 24].copy_from_slice(&rng.below(64).to_le_bytes());
+                    }
+                }
+                if rec[4] == 6 && size >= 24 {
+                    let name_len = rng.below(size as u64) as u32;
+                    rec[20..24].copy_from_slice(&name_len.to_le_bytes());
+                }
+            }
+            let _ = RecordHeader::parse(&rec);
+            if let Ok(m) = Message::parse(&rec) {
+                parsed += 1;
+                // Whatever parses re-emits to the same message.
+                let mut out = vec![0u8; m.wire_len()];
+                let n = m.emit(&mut out).expect("a parsed message emits");
+                assert_eq!(Message::parse(&out[..n]).unwrap(), m);
+                if let Message::Call { args, .. } = m {
+                    for a in args.as_slice() {
+                        if a.kind == ArgKind::Inline {
+                            assert!(m.inline_arg(a).is_some());
+                        }
+                    }
+                }
+            }
+        }
+        assert!(parsed > 100, "the fuzz loop parsed only {parsed} records");
+    }
+}

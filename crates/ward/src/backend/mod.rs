@@ -1,0 +1,127 @@
+//! Backends: how a domain is isolated and how a call reaches it. The core (policy, recovery, tracker, shadow log)
+//! drives a backend through [`Backend`]; a backend knows nothing of extension classes.
+
+pub(crate) mod direct;
+pub(crate) mod process;
+
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ward_abi::{RegArgs, RegRet};
+
+use crate::call::RetType;
+use crate::events::RestartVia;
+use crate::fault::FaultKind;
+use crate::tracker::Tracker;
+
+/// One extension of a domain, as the backend loads it.
+#[derive(Debug, Clone)]
+pub(crate) struct ExtensionSpec {
+    pub path: PathBuf,
+    /// Called with no arguments after loading; nonzero fails the load.
+    pub init: Option<String>,
+}
+
+/// Why a backend operation did not complete.
+#[derive(Debug)]
+pub(crate) enum BackendError {
+    /// The domain failed; the core recovers it.
+    Fault(FaultKind),
+    /// The request was wrong (unknown symbol, arguments that do not fit); the domain is fine.
+    Usage(String),
+    /// The symbol does not exist in that extension.
+    UnknownSymbol,
+    /// The call's deadline passed; the core stops the domain and reports a timeout.
+    TimedOut,
+}
+
+/// A value on its way into a domain, already translated by the core (handles to objects, callbacks to slots).
+#[derive(Debug)]
+pub(crate) enum WireValue<'a> {
+    Int(u64),
+    F64(f64),
+    F32(f32),
+    In(&'a [u8]),
+    Out(usize),
+    InOut(&'a [u8]),
+    /// NUL-terminated bytes.
+    Str(&'a [u8]),
+    Callback(usize),
+}
+
+/// What happened next in a call.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// The call returned.
+    Done(RegRet),
+    /// The extension called back into the host; answer with [`Backend::answer_callback`].
+    Callback { token: u64, slot: usize, regs: RegArgs },
+}
+
+/// A call started in a domain: what the backend needs to finish it.
+pub(crate) trait Frame: Send {
+    fn id(&self) -> u64;
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+}
+
+pub(crate) trait Backend: Send {
+    /// Resolve a symbol of extension `ext` (its index in load order) for the current incarnation.
+    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError>;
+
+    /// For a backend that runs extensions in this process with no boundary: the function's address, which the core
+    /// calls directly. None for isolating backends.
+    fn direct_address(&self, func: u32) -> Option<*const c_void>;
+
+    /// Start a call: marshal the arguments into the domain and send it.
+    fn begin(
+        &mut self,
+        tracker: &mut Tracker,
+        func: u32,
+        args: &[WireValue<'_>],
+        ret: RetType,
+        deadline: Instant,
+    ) -> Result<Box<dyn Frame>, BackendError>;
+
+    /// Wait for the next step of the innermost call.
+    fn wait(&mut self, frame: &dyn Frame, deadline: Instant) -> Result<Step, BackendError>;
+
+    /// Answer a callback of the innermost call.
+    fn answer_callback(&mut self, token: u64, ret: RegRet) -> Result<(), BackendError>;
+
+    /// Finish a call that returned: copy output buffers back (in argument order, one per `Out`/`InOut`), release
+    /// what it lent.
+    fn finish(&mut self, tracker: &mut Tracker, frame: Box<dyn Frame>, outputs: &mut [&mut [u8]]);
+
+    /// Abandon a call whose domain failed (its loans are released by the tracker).
+    fn abandon(&mut self, frame: Box<dyn Frame>);
+
+    /// Queue a call with no reply awaited; `args` are scalars or small inputs carried in the record.
+    fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError>;
+
+    /// Send queued deferred calls.
+    fn flush(&mut self) -> Result<(), BackendError>;
+
+    /// Check the domain answers within the deadline.
+    fn ping(&mut self, deadline: Instant) -> Result<(), BackendError>;
+
+    /// Stop the domain (it failed, or is being torn down) and wait until it is gone.
+    fn stop(&mut self);
+
+    /// Start a fresh incarnation with the extensions loaded and initialised. Descriptors and other per-incarnation
+    /// resources are recorded in `tracker`.
+    fn restart(&mut self, tracker: &mut Tracker) -> Result<RestartVia, String>;
+
+    /// Load one more extension; it takes effect at the next restart (the core restarts and replays).
+    fn add_extension(&mut self, spec: ExtensionSpec);
+
+    /// The process id of the running incarnation, for a backend that has one.
+    fn pid(&self) -> Option<i32> {
+        None
+    }
+
+    /// Calls into this backend are cheap enough that the core should skip per-call bookkeeping it can.
+    fn is_direct(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,687 @@
+//! The `process` backend (DD/OS, NewtOS): extensions run in a `ward-domain` process with their own libc; calls
+//! cross shared-memory rings, buffers cross in shared pools addressed by rich pointers.
+//!
+//! Per domain there is one shared region (two rings) and two pools, created once and kept across incarnations:
+//! the input pool is read-only in the domain, so after a crash the host still holds intact inputs; every lent
+//! buffer ends at a guard page. A warm zygote (loaded and initialised, never serving) forks each incarnation; when
+//! the zygote is disabled or gone, a fresh process is spawned instead.
+//!
+//! Nothing the domain writes is trusted: replies are copied out of the ring and parsed into a private copy, a
+//! reply whose id is not the innermost call in flight is a protocol violation, and so is a malformed record.
+
+mod spawn;
+
+use std::ffi::c_void;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ward_abi::{RegArgs, RegRet};
+use ward_xpc::control::ControlSocket;
+use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
+use ward_xpc::pool::{HostPool, Lease, PoolGeometry, RichPtr, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
+use ward_xpc::ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};
+use ward_xpc::wire::{ArgKind, ArgList, Message, RetKind, Status, WireArg};
+use ward_xpc::Region;
+
+pub(crate) use spawn::find_program;
+
+use super::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
+use crate::call::RetType;
+use crate::events::RestartVia;
+use crate::fault::{FaultKind, SignalCause};
+use crate::monitor::{DeathWatch, Monitor, WatchGuard};
+use crate::policy::Limits;
+use crate::tracker::{RecordId, ResourceKind, Tracker};
+
+/// How long to wait for a zygote's answer (a fork, an exit status) before giving up on it.
+const ZYGOTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a killed process may take to be gone.
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Deferred records are published at least this often, so a long batch keeps the domain busy.
+const DEFER_BATCH: u32 = 64;
+
+pub(crate) struct ProcessConfig {
+    pub program: PathBuf,
+    pub extensions: Vec<ExtensionSpec>,
+    pub limits: Limits,
+    pub spin: u32,
+    pub zygote: bool,
+}
+
+struct Pools {
+    input: HostPool,
+    output: HostPool,
+}
+
+type SharedPools = Arc<Mutex<Pools>>;
+
+fn lock(pools: &SharedPools) -> std::sync::MutexGuard<'_, Pools> {
+    pools.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Zygote {
+    child: Child,
+    pidfd: OwnedFd,
+    control: ControlSocket,
+}
+
+/// Where an incarnation's exit status comes from.
+enum Parent {
+    /// Forked by the zygote, which reports `exit ...` on its control socket.
+    Zygote,
+    /// Spawned by us.
+    Us(Child),
+}
+
+struct Incarnation {
+    pid: i32,
+    // Field order matters: the watch must be removed before the pidfd closes.
+    _watch: WatchGuard,
+    pidfd: Arc<OwnedFd>,
+    death: Arc<DeathWatch>,
+    parent: Parent,
+    /// Set once we know how it ended.
+    ended: Option<FaultKind>,
+}
+
+pub(crate) struct ProcessBackend {
+    cfg: ProcessConfig,
+    monitor: Arc<Monitor>,
+    region: Region,
+    requests: Producer,
+    replies: Consumer,
+    pools: SharedPools,
+    zygote: Option<Zygote>,
+    live: Option<Incarnation>,
+    next_id: u64,
+    /// Ids of calls sent and not answered, innermost last (calls nest strictly).
+    in_flight: Vec<u64>,
+    deferred_unpublished: u32,
+    record: Box<[u8]>,
+}
+
+struct ProcessFrame {
+    id: u64,
+    loans: Vec<Loan>,
+}
+
+impl Frame for ProcessFrame {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// A buffer lent for one call.
+struct Loan {
+    record: RecordId,
+    pool: u32,
+    rich: RichPtr,
+    /// Copied back into the host after the call.
+    output: bool,
+}
+
+impl ProcessBackend {
+    pub fn start(cfg: ProcessConfig, monitor: Arc<Monitor>, tracker: &mut Tracker) -> Result<ProcessBackend, String> {
+        let region = Region::create(DEFAULT_RING_CAPACITY).map_err(|e| format!("cannot create the rings: {e}"))?;
+        let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
+        let input =
+            HostPool::create(POOL_IN, geometry.clone()).map_err(|e| format!("cannot create the input pool: {e}"))?;
+        let output = HostPool::create(POOL_OUT, geometry).map_err(|e| format!("cannot create the output pool: {e}"))?;
+        let (requests, replies) = region.host_endpoints();
+        let mut b = ProcessBackend {
+            cfg,
+            monitor,
+            region,
+            requests,
+            replies,
+            pools: Arc::new(Mutex::new(Pools { input, output })),
+            zygote: None,
+            live: None,
+            next_id: 1,
+            in_flight: Vec::new(),
+            deferred_unpublished: 0,
+            record: vec![0u8; MAX_RECORD].into_boxed_slice(),
+        };
+        b.restart(tracker)?;
+        Ok(b)
+    }
+
+    /// The live incarnation's process id (for tests and diagnostics).
+    fn launch(&self, mode: spawn::Mode) -> Result<spawn::Started, String> {
+        let program = self.cfg.program.clone();
+        let limits = self.cfg.limits.clone();
+        let extensions = self.cfg.extensions.clone();
+        let spin = self.cfg.spin;
+        let fds = {
+            let pools = lock(&self.pools);
+            (
+                self.region.memory().fd().try_clone_to_owned(),
+                pools.input.memory().fd().try_clone_to_owned(),
+                pools.output.memory().fd().try_clone_to_owned(),
+            )
+        };
+        let (region, pool_in, pool_out) = match fds {
+            (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+            _ => return Err("cannot duplicate the shared memory descriptors".into()),
+        };
+        self.monitor
+            .on_thread(move || {
+                spawn::spawn(&spawn::Launch {
+                    program: &program,
+                    mode,
+                    spin,
+                    limits: &limits,
+                    extensions: &extensions,
+                    region: region.as_fd(),
+                    pool_in: pool_in.as_fd(),
+                    pool_out: pool_out.as_fd(),
+                })
+            })
+            .map_err(|e| e.to_string())?
+    }
+
+    fn kill_zygote(&mut self) {
+        if let Some(mut z) = self.zygote.take() {
+            spawn::kill(z.pidfd.as_fd());
+            let _ = z.child.wait();
+        }
+    }
+
+    fn zygote_alive(&self) -> bool {
+        self.zygote.as_ref().is_some_and(|z| !spawn::wait_dead(z.pidfd.as_fd(), Duration::ZERO))
+    }
+
+    /// Fork an incarnation from the zygote (starting one if needed).
+    fn fork_from_zygote(&mut self) -> Result<(i32, OwnedFd), String> {
+        if !self.zygote_alive() {
+            self.kill_zygote();
+            let started = self.launch(spawn::Mode::Zygote)?;
+            self.zygote = Some(Zygote { child: started.child, pidfd: started.pidfd, control: started.control });
+        }
+        let z = self.zygote.as_ref().ok_or("no zygote")?;
+        z.control.send("fork", None).map_err(|e| format!("zygote: {e}"))?;
+        match z.control.recv(Some(ZYGOTE_TIMEOUT)) {
+            Ok(Some(m)) => {
+                let pid = m.text.strip_prefix("forked ").and_then(|p| p.parse::<i32>().ok());
+                match (pid, m.fd) {
+                    (Some(pid), Some(fd)) => Ok((pid, fd)),
+                    _ => Err(format!("zygote answered `{}`", m.text)),
+                }
+            }
+            _ => Err("the zygote did not answer a fork request".into()),
+        }
+    }
+
+    /// How the live incarnation ended (it has ended). Asks its parent for the status, reads the fault record.
+    fn collect_death(&mut self) -> FaultKind {
+        let Some(live) = self.live.as_mut() else { return FaultKind::Vanished };
+        if let Some(k) = &live.ended {
+            return k.clone();
+        }
+        let status = match &mut live.parent {
+            Parent::Us(child) => match child.wait() {
+                Ok(s) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    match (s.signal(), s.code()) {
+                        (Some(sig), _) => Some(Ended::Signal(sig)),
+                        (None, Some(code)) => Some(Ended::Code(code)),
+                        _ => None,
+                    }
+                }
+                Err(_) => None,
+            },
+            Parent::Zygote => self.zygote.as_ref().and_then(|z| read_exit(&z.control)),
+        };
+        let record = self.region.read_fault_record();
+        let kind = match status {
+            Some(Ended::Signal(sig)) => {
+                // The record comes from the process that just failed: use it only when it agrees with the signal
+                // its parent saw.
+                let trusted = record.valid == 1 && record.signo == sig;
+                let addr = trusted.then_some(record.addr);
+                let hint = trusted && record.hint == fault_hint::STACK_OVERFLOW;
+                FaultKind::Signal { signo: sig, cause: SignalCause::classify(sig, addr, hint), addr }
+            }
+            Some(Ended::Code(code)) => FaultKind::Exited { status: code },
+            None => FaultKind::Vanished,
+        };
+        if let Some(live) = self.live.as_mut() {
+            live.ended = Some(kind.clone());
+        }
+        kind
+    }
+
+    fn live_is_dead(&self) -> bool {
+        self.live.as_ref().is_none_or(|l| l.death.is_dead())
+    }
+
+    fn fault_if_dead(&mut self) -> Result<(), BackendError> {
+        if self.live_is_dead() {
+            return Err(BackendError::Fault(self.collect_death()));
+        }
+        Ok(())
+    }
+
+    /// Push one record; if the ring is full, publish and wait for the domain to make room.
+    fn push(&mut self, len: usize) -> Result<(), BackendError> {
+        loop {
+            match self.requests.push(&self.record[..len]) {
+                Ok(()) => return Ok(()),
+                Err(RingError::Full) => {
+                    self.requests.publish();
+                    self.fault_if_dead()?;
+                    std::hint::spin_loop();
+                }
+                Err(e) => return Err(BackendError::Fault(FaultKind::Protocol { what: format!("request ring: {e}") })),
+            }
+        }
+    }
+
+    fn encode(&mut self, message: &Message<'_>) -> Result<usize, BackendError> {
+        message.emit(&mut self.record).map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))
+    }
+
+    fn lend(
+        &mut self,
+        tracker: &mut Tracker,
+        pool_id: u32,
+        bytes: Option<&[u8]>,
+        len: usize,
+        output: bool,
+    ) -> Result<Loan, BackendError> {
+        let mut pools = lock(&self.pools);
+        let pool = if pool_id == POOL_IN { &mut pools.input } else { &mut pools.output };
+        let lease = pool.alloc(len).map_err(|e| BackendError::Usage(format!("cannot lend a {len}-byte buffer: {e}")))?;
+        if let Some(b) = bytes {
+            pool.write(&lease, b).map_err(|e| BackendError::Usage(format!("cannot fill a lent buffer: {e}")))?;
+        }
+        let rich = lease.rich;
+        drop(pools);
+        let pools = self.pools.clone();
+        let record = tracker.track(ResourceKind::PoolBuffer, move || free(&pools, pool_id, lease));
+        Ok(Loan { record, pool: pool_id, rich, output })
+    }
+
+    fn wire_args(
+        &mut self,
+        tracker: &mut Tracker,
+        args: &[WireValue<'_>],
+        loans: &mut Vec<Loan>,
+    ) -> Result<ArgList, BackendError> {
+        let mut list = ArgList::new();
+        for a in args {
+            let wire = match a {
+                WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
+                WireValue::F64(v) => WireArg { kind: ArgKind::F64, pool: 0, a: v.to_bits(), b: 0 },
+                WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
+                WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
+                WireValue::In(b) | WireValue::Str(b) => {
+                    let loan = self.lend(tracker, POOL_IN, Some(b), b.len(), false)?;
+                    let kind = if matches!(a, WireValue::Str(_)) { ArgKind::Str } else { ArgKind::BufIn };
+                    let w = WireArg { kind, pool: loan.pool, a: loan.rich.offset, b: loan.rich.len };
+                    loans.push(loan);
+                    w
+                }
+                WireValue::Out(len) => {
+                    let loan = self.lend(tracker, POOL_OUT, None, *len, true)?;
+                    let w = WireArg { kind: ArgKind::BufOut, pool: loan.pool, a: loan.rich.offset, b: loan.rich.len };
+                    loans.push(loan);
+                    w
+                }
+                WireValue::InOut(b) => {
+                    let loan = self.lend(tracker, POOL_OUT, Some(b), b.len(), true)?;
+                    let w =
+                        WireArg { kind: ArgKind::BufInOut, pool: loan.pool, a: loan.rich.offset, b: loan.rich.len };
+                    loans.push(loan);
+                    w
+                }
+            };
+            list.push(wire).map_err(|_| BackendError::Usage("too many arguments (at most 14)".into()))?;
+        }
+        Ok(list)
+    }
+
+    /// Copy the next reply-ring record into `self.record` and parse it. Only replies and callbacks may come.
+    fn next_from_domain(&mut self, deadline: Instant) -> Result<Incoming, BackendError> {
+        loop {
+            match self.replies.pop(&mut self.record) {
+                Err(e) => return Err(protocol(format!("reply ring: {e}"))),
+                Ok(Some(len)) => {
+                    let message = Message::parse(&self.record[..len])
+                        .map_err(|e| protocol(format!("malformed record from the domain: {e}")))?;
+                    return match message {
+                        Message::Reply { id, status, ret_int, ret_float } => {
+                            Ok(Incoming::Reply { id, status, ret: RegRet { int: ret_int, float: ret_float } })
+                        }
+                        Message::Callback { id, slot, ints, floats, .. } => {
+                            Ok(Incoming::Callback { id, slot: slot as usize, regs: RegArgs { ints, floats } })
+                        }
+                        other => Err(protocol(format!("unexpected {} record from the domain", op_name(&other)))),
+                    };
+                }
+                Ok(None) => {
+                    self.fault_if_dead()?;
+                    let death = match &self.live {
+                        Some(l) => l.death.clone(),
+                        None => return Err(BackendError::Fault(FaultKind::Vanished)),
+                    };
+                    let outcome = self
+                        .replies
+                        .wait(self.cfg.spin, Some(deadline), &|| death.is_dead())
+                        .map_err(|e| protocol(format!("reply ring: {e}")))?;
+                    if outcome == WaitOutcome::TimedOut && self.replies.is_empty().unwrap_or(true) {
+                        return Err(BackendError::TimedOut);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Expect the reply to the innermost call in flight.
+    fn check_reply(&mut self, id: u64, status: Status) -> Result<(), BackendError> {
+        match self.in_flight.last() {
+            Some(&expected) if expected == id => {
+                self.in_flight.pop();
+            }
+            _ => return Err(protocol(format!("reply for call {id:#x}, which is not in flight"))),
+        }
+        match status {
+            Status::Ok => Ok(()),
+            Status::UnknownFunction => Err(protocol("the domain does not know a function it resolved".into())),
+            Status::BadArgs => Err(protocol("the domain rejected arguments the host built".into())),
+            Status::ResolveFailed => Err(BackendError::UnknownSymbol),
+            Status::UnknownOp | Status::Unknown(_) => Err(protocol(format!("unexpected status {status:?}"))),
+        }
+    }
+}
+
+enum Ended {
+    Signal(i32),
+    Code(i32),
+}
+
+enum Incoming {
+    Reply { id: u64, status: Status, ret: RegRet },
+    Callback { id: u64, slot: usize, regs: RegArgs },
+}
+
+fn protocol(what: String) -> BackendError {
+    BackendError::Fault(FaultKind::Protocol { what })
+}
+
+fn op_name(m: &Message<'_>) -> &'static str {
+    match m {
+        Message::Call { .. } => "call",
+        Message::Reply { .. } => "reply",
+        Message::Callback { .. } => "callback",
+        Message::CallbackReply { .. } => "callback-reply",
+        Message::Resolve { .. } => "resolve",
+        Message::Ping { .. } => "ping",
+    }
+}
+
+fn free(pools: &SharedPools, pool_id: u32, lease: Lease) {
+    let mut p = lock(pools);
+    if pool_id == POOL_IN {
+        p.input.free(lease);
+    } else {
+        p.output.free(lease);
+    }
+}
+
+/// Read `exit code N` / `exit signal N` from a zygote.
+fn read_exit(control: &ControlSocket) -> Option<Ended> {
+    let m = control.recv(Some(ZYGOTE_TIMEOUT)).ok()??;
+    let rest = m.text.strip_prefix("exit ")?;
+    if let Some(n) = rest.strip_prefix("signal ") {
+        return n.parse().ok().map(Ended::Signal);
+    }
+    rest.strip_prefix("code ")?.parse().ok().map(Ended::Code)
+}
+
+impl Backend for ProcessBackend {
+    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
+        self.fault_if_dead()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let len = self.encode(&Message::Resolve { id, ext: ext as u32, name: symbol.as_bytes() })?;
+        self.push(len)?;
+        self.requests.publish();
+        self.in_flight.push(id);
+        let deadline = Instant::now() + ZYGOTE_TIMEOUT;
+        match self.next_from_domain(deadline) {
+            Ok(Incoming::Reply { id, status, ret }) => {
+                self.check_reply(id, status)?;
+                u32::try_from(ret.int).map_err(|_| protocol("function id out of range".into()))
+            }
+            Ok(Incoming::Callback { .. }) => Err(protocol("callback while resolving a symbol".into())),
+            Err(BackendError::TimedOut) => {
+                Err(BackendError::Fault(FaultKind::Timeout { deadline: ZYGOTE_TIMEOUT }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn direct_address(&self, _: u32) -> Option<*const c_void> {
+        None
+    }
+
+    fn add_extension(&mut self, spec: ExtensionSpec) {
+        self.cfg.extensions.push(spec);
+        // The zygote has the old set loaded; the next restart makes a new one.
+        self.kill_zygote();
+    }
+
+    fn pid(&self) -> Option<i32> {
+        self.live.as_ref().map(|l| l.pid)
+    }
+
+    fn begin(
+        &mut self,
+        tracker: &mut Tracker,
+        func: u32,
+        args: &[WireValue<'_>],
+        ret: RetType,
+        _deadline: Instant,
+    ) -> Result<Box<dyn Frame>, BackendError> {
+        self.fault_if_dead()?;
+        let mut loans = Vec::new();
+        let list = match self.wire_args(tracker, args, &mut loans) {
+            Ok(l) => l,
+            Err(e) => {
+                for loan in loans {
+                    tracker.release(loan.record);
+                }
+                return Err(e);
+            }
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = Message::Call { id, deferred: false, func, ret: ret_kind(ret), args: list, inline: &[] };
+        let len = self.encode(&message)?;
+        self.push(len)?;
+        self.requests.publish();
+        self.deferred_unpublished = 0;
+        self.in_flight.push(id);
+        Ok(Box::new(ProcessFrame { id, loans }))
+    }
+
+    fn wait(&mut self, frame: &dyn Frame, deadline: Instant) -> Result<Step, BackendError> {
+        match self.next_from_domain(deadline)? {
+            Incoming::Reply { id, status, ret } => {
+                if id != frame.id() {
+                    return Err(protocol(format!("reply for call {id:#x}, which is not in flight")));
+                }
+                self.check_reply(id, status)?;
+                Ok(Step::Done(ret))
+            }
+            Incoming::Callback { id, slot, regs } => Ok(Step::Callback { token: id, slot, regs }),
+        }
+    }
+
+    fn answer_callback(&mut self, token: u64, ret: RegRet) -> Result<(), BackendError> {
+        self.fault_if_dead()?;
+        let len = self.encode(&Message::CallbackReply { id: token, ret_int: ret.int, ret_float: ret.float })?;
+        self.push(len)?;
+        self.requests.publish();
+        Ok(())
+    }
+
+    fn finish(&mut self, tracker: &mut Tracker, frame: Box<dyn Frame>, outputs: &mut [&mut [u8]]) {
+        // This backend only ever hands out ProcessFrames.
+        let Ok(frame) = frame.into_any().downcast::<ProcessFrame>() else { return };
+        let mut outputs = outputs.iter_mut();
+        let pools = lock(&self.pools);
+        for loan in &frame.loans {
+            if loan.output {
+                if let Some(dst) = outputs.next() {
+                    let len = dst.len().min(loan.rich.len as usize);
+                    let _ = pools.output.memory().read_at(loan.rich.offset as usize, &mut dst[..len]);
+                }
+            }
+        }
+        drop(pools);
+        for loan in frame.loans {
+            tracker.release(loan.record);
+        }
+    }
+
+    fn abandon(&mut self, frame: Box<dyn Frame>) {
+        // The loans are released by the tracker with everything else of the failed incarnation.
+        drop(frame);
+    }
+
+    fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError> {
+        self.fault_if_dead()?;
+        let mut list = ArgList::new();
+        let mut inline: Vec<u8> = Vec::new();
+        // Inline bytes follow the header (16), func word (8) and the argument array.
+        let inline_base = 24 + 24 * args.len();
+        for a in args {
+            let wire = match a {
+                WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
+                WireValue::F64(v) => WireArg { kind: ArgKind::F64, pool: 0, a: v.to_bits(), b: 0 },
+                WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
+                WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
+                WireValue::In(b) | WireValue::Str(b) => {
+                    let offset = inline_base + inline.len();
+                    inline.extend_from_slice(b);
+                    while inline.len() % 8 != 0 {
+                        inline.push(0);
+                    }
+                    WireArg { kind: ArgKind::Inline, pool: 0, a: offset as u64, b: b.len() as u64 }
+                }
+                WireValue::Out(_) | WireValue::InOut(_) => {
+                    return Err(BackendError::Usage("a deferred call cannot have output buffers".into()))
+                }
+            };
+            list.push(wire).map_err(|_| BackendError::Usage("too many arguments (at most 14)".into()))?;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let message = Message::Call { id, deferred: true, func, ret: RetKind::Void, args: list, inline: &inline };
+        if message.wire_len() > MAX_RECORD {
+            return Err(BackendError::Usage(format!(
+                "deferred call inputs too large ({} bytes; at most about {} fit in one record)",
+                inline.len(),
+                MAX_RECORD - inline_base
+            )));
+        }
+        let len = self.encode(&message)?;
+        self.push(len)?;
+        self.deferred_unpublished += 1;
+        if self.deferred_unpublished >= DEFER_BATCH {
+            self.requests.publish();
+            self.deferred_unpublished = 0;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), BackendError> {
+        self.requests.publish();
+        self.deferred_unpublished = 0;
+        self.fault_if_dead()
+    }
+
+    fn ping(&mut self, deadline: Instant) -> Result<(), BackendError> {
+        self.fault_if_dead()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let len = self.encode(&Message::Ping { id })?;
+        self.push(len)?;
+        self.requests.publish();
+        self.in_flight.push(id);
+        match self.next_from_domain(deadline)? {
+            Incoming::Reply { id, status, .. } => self.check_reply(id, status),
+            Incoming::Callback { .. } => Err(protocol("callback in answer to a heartbeat".into())),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(live) = &self.live {
+            if !live.death.is_dead() {
+                spawn::kill(live.pidfd.as_fd());
+            }
+            spawn::wait_dead(live.pidfd.as_fd(), KILL_TIMEOUT);
+            // Reap it and learn its status (so a zygote's `exit` message is consumed before the next fork).
+            self.collect_death();
+        }
+        self.live = None;
+        self.in_flight.clear();
+        self.deferred_unpublished = 0;
+    }
+
+    fn restart(&mut self, tracker: &mut Tracker) -> Result<RestartVia, String> {
+        self.stop();
+        // The old incarnation is gone: its rings start over, and the host starts from positions zero too.
+        self.region.reset();
+        let (requests, replies) = self.region.host_endpoints();
+        self.requests = requests;
+        self.replies = replies;
+        let (pid, pidfd, parent, via) = if self.cfg.zygote {
+            match self.fork_from_zygote() {
+                Ok((pid, fd)) => (pid, fd, Parent::Zygote, RestartVia::Zygote),
+                Err(first) => {
+                    // A zygote that misbehaves is replaced once; a second failure is reported.
+                    self.kill_zygote();
+                    let (pid, fd) = self.fork_from_zygote().map_err(|e| format!("{first}; then {e}"))?;
+                    (pid, fd, Parent::Zygote, RestartVia::Zygote)
+                }
+            }
+        } else {
+            let started = self.launch(spawn::Mode::Serve)?;
+            let pid = started.child.id() as i32;
+            (pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
+        };
+        let death = DeathWatch::new(self.region.clone());
+        let watch = self.monitor.watch(pidfd.as_fd(), death.clone()).map_err(|e| format!("cannot watch: {e}"))?;
+        let pidfd = Arc::new(pidfd);
+        let held = pidfd.clone();
+        tracker.track(ResourceKind::Descriptor, move || drop(held));
+        self.live = Some(Incarnation { pid, _watch: watch, pidfd, death, parent, ended: None });
+        Ok(via)
+    }
+}
+
+impl Drop for ProcessBackend {
+    fn drop(&mut self) {
+        self.stop();
+        self.kill_zygote();
+    }
+}
+
+fn ret_kind(ret: RetType) -> RetKind {
+    match ret {
+        RetType::Void => RetKind::Void,
+        RetType::I64 | RetType::Handle => RetKind::Int,
+        RetType::F64 => RetKind::F64,
+        RetType::F32 => RetKind::F32,
+    }
+}

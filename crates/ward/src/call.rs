@@ -1,0 +1,145 @@
+//! The generic call API: arguments, return types and values of plain C functions.
+
+use std::ffi::CStr;
+
+use crate::callback::Callback;
+
+/// One argument of a call into an extension.
+///
+/// Scalars travel in registers. Buffers are copied call-by-value-result: the extension sees a copy (in a process
+/// domain, in a shared pool, ending at a guard page) and an `Out`/`InOut` buffer is copied back only when the call
+/// succeeds, so a failed call leaves the host's buffer as it was.
+#[derive(Debug)]
+pub enum Arg<'a> {
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    F32(f32),
+    /// An address passed as it is. It means something only in the host's address space; a process domain cannot
+    /// reach it (by design).
+    Ptr(usize),
+    /// Input bytes: the extension reads them and must not change them.
+    In(&'a [u8]),
+    /// Output bytes: the extension writes them.
+    Out(&'a mut [u8]),
+    /// Bytes the extension reads and writes.
+    InOut(&'a mut [u8]),
+    /// A NUL-terminated string.
+    Str(&'a CStr),
+    /// A handle an earlier call returned as [`RetType::Handle`]: translated to the current incarnation's object.
+    Handle(u64),
+    /// A host function the extension may call back, registered with [`crate::Supervisor::register_callback`].
+    Callback(&'a Callback),
+}
+
+/// How to read a function's return value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetType {
+    Void,
+    I64,
+    F64,
+    F32,
+    /// A pointer to an object the extension created (an instance). ward hands the host a stable handle instead
+    /// and remaps it after a restart, so the host keeps using the handle it has.
+    Handle,
+}
+
+/// A scalar type, for callback signatures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValType {
+    I64,
+    F64,
+    F32,
+}
+
+/// A returned value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    Void,
+    I64(i64),
+    F64(f64),
+    F32(f32),
+    Handle(u64),
+}
+
+impl Value {
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F64(v) => Some(v),
+            Value::F32(v) => Some(f64::from(v)),
+            _ => None,
+        }
+    }
+
+    pub fn as_handle(&self) -> Option<u64> {
+        match *self {
+            Value::Handle(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Decode registers as the given return type.
+    pub(crate) fn from_regs(ret: RetType, regs: ward_abi::RegRet) -> Value {
+        match ret {
+            RetType::Void => Value::Void,
+            RetType::I64 => Value::I64(regs.as_i64()),
+            RetType::F64 => Value::F64(regs.as_f64()),
+            RetType::F32 => Value::F32(regs.as_f32()),
+            RetType::Handle => Value::Handle(regs.int),
+        }
+    }
+
+    /// Encode as return registers (a callback's result).
+    pub(crate) fn to_regs(self) -> ward_abi::RegRet {
+        match self {
+            Value::Void => ward_abi::RegRet::default(),
+            Value::I64(v) => ward_abi::RegRet { int: v as u64, float: 0 },
+            Value::Handle(v) => ward_abi::RegRet { int: v, float: 0 },
+            Value::F64(v) => ward_abi::RegRet { int: 0, float: v.to_bits() },
+            Value::F32(v) => ward_abi::RegRet { int: 0, float: u64::from(v.to_bits()) },
+        }
+    }
+}
+
+/// A callback's signature: the extension calls it as `ret f(args...)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signature {
+    pub args: Vec<ValType>,
+    pub ret: RetType,
+}
+
+impl Signature {
+    pub fn new(args: &[ValType], ret: RetType) -> Signature {
+        Signature { args: args.to_vec(), ret }
+    }
+
+    /// Decode the registers a callback stub captured into values, in argument order.
+    pub(crate) fn decode(&self, regs: &ward_abi::RegArgs) -> Vec<Value> {
+        let (mut i, mut f) = (0usize, 0usize);
+        let mut out = Vec::with_capacity(self.args.len());
+        for t in &self.args {
+            match t {
+                ValType::I64 => {
+                    out.push(Value::I64(regs.ints.get(i).copied().unwrap_or(0) as i64));
+                    i += 1;
+                }
+                ValType::F64 => {
+                    out.push(Value::F64(f64::from_bits(regs.floats.get(f).copied().unwrap_or(0))));
+                    f += 1;
+                }
+                ValType::F32 => {
+                    out.push(Value::F32(f32::from_bits(regs.floats.get(f).copied().unwrap_or(0) as u32)));
+                    f += 1;
+                }
+            }
+        }
+        out
+    }
+}

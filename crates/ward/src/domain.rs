@@ -1,0 +1,767 @@
+//! A domain and its recovery manager: the call path (translate, send, serve callbacks, copy back), and what
+//! happens when the domain fails (DESIGN.md §4): classify, stop, release, restart, replay, retry or fail, within
+//! the policy's restart limits.
+//!
+//! One domain may hold several extensions (a group). Calls into a domain are serialised by a re-entrant lock: the
+//! thread inside a call may call the domain again from a callback (nested calls), other threads wait their turn
+//! and, if the domain fails meanwhile, find it already recovered.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
+
+use crate::backend::{Backend, BackendError, ExtensionSpec, Step, WireValue};
+use crate::call::{Arg, RetType, Value};
+use crate::error::Error;
+use crate::events::{Event, EventBus};
+use crate::fault::{Fault, FaultKind};
+use crate::policy::{ExtensionPolicy, FunctionPolicy, OnFault};
+use crate::shadow::{HandleMap, OwnedArg, ShadowEntry, ShadowLog};
+use crate::tracker::{RecordId, ResourceKind, Tracker};
+
+/// Counters of one domain.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DomainStats {
+    /// The running incarnation (1 is the first).
+    pub incarnation: u64,
+    /// Restarts so far.
+    pub restarts: u64,
+    /// Faults so far.
+    pub faults: u64,
+    /// Calls recorded in the shadow log.
+    pub shadow_log: usize,
+    /// Resources the tracker holds for the domain now.
+    pub tracked: usize,
+    /// Live instance handles.
+    pub handles: usize,
+    /// Set when the domain is disabled (past its restart limit).
+    pub disabled: bool,
+}
+
+struct Symbol {
+    ext: usize,
+    name: String,
+    /// The backend's id for this incarnation; None until resolved.
+    func: Option<u32>,
+    policy: FunctionPolicy,
+}
+
+struct State {
+    backend: Box<dyn Backend>,
+    /// Per extension of the domain: its name and policy.
+    extensions: Vec<(String, ExtensionPolicy)>,
+    symbols: Vec<Symbol>,
+    symbol_index: HashMap<(usize, String), usize>,
+    tracker: Tracker,
+    shadow: ShadowLog,
+    handles: Arc<Mutex<HandleMap>>,
+    /// Tracker records of live instances, by host handle.
+    instances: HashMap<u64, RecordId>,
+    /// Callback slots lent to this incarnation, with their tracker records.
+    lent_callbacks: HashMap<usize, RecordId>,
+    incarnation: u64,
+    restart_times: VecDeque<Instant>,
+    consecutive_faults: u32,
+    stats: DomainStats,
+    disabled: Option<Fault>,
+    /// True while recovery runs (a fault during replay must not recurse into another recovery).
+    recovering: bool,
+}
+
+pub(crate) struct Domain {
+    pub name: String,
+    pub isolation: crate::policy::Isolation,
+    policy: ExtensionPolicy,
+    events: Arc<EventBus>,
+    lock: ReentrantMutex<RefCell<State>>,
+}
+
+/// What one attempt of a call came to.
+enum Outcome {
+    Done(Value),
+    Failed(FaultKind),
+    /// The domain was recovered while this call waited for a nested callback to finish: it must be retried or
+    /// reported, but recovery already happened.
+    Stale,
+    Error(Error),
+}
+
+type Guard<'a> = ReentrantMutexGuard<'a, RefCell<State>>;
+
+impl Domain {
+    pub fn new(
+        name: String,
+        isolation: crate::policy::Isolation,
+        policy: ExtensionPolicy,
+        events: Arc<EventBus>,
+        backend: Box<dyn Backend>,
+        tracker: Tracker,
+    ) -> Domain {
+        let state = State {
+            backend,
+            extensions: Vec::new(),
+            symbols: Vec::new(),
+            symbol_index: HashMap::new(),
+            tracker,
+            shadow: ShadowLog::default(),
+            handles: Arc::new(Mutex::new(HandleMap::default())),
+            instances: HashMap::new(),
+            lent_callbacks: HashMap::new(),
+            incarnation: 1,
+            restart_times: VecDeque::new(),
+            consecutive_faults: 0,
+            stats: DomainStats { incarnation: 1, ..DomainStats::default() },
+            disabled: None,
+            recovering: false,
+        };
+        Domain { name, isolation, policy, events, lock: ReentrantMutex::new(RefCell::new(state)) }
+    }
+
+    /// Register an extension of this domain (already loaded by the backend); returns its index.
+    pub fn register_extension(&self, name: String, policy: ExtensionPolicy) -> usize {
+        let g = self.lock.lock();
+        let mut st = g.borrow_mut();
+        st.extensions.push((name, policy));
+        st.extensions.len() - 1
+    }
+
+    /// Add an extension to a running group domain: the backend reloads with it, the shadow log is replayed.
+    pub fn add_extension(&self, spec: ExtensionSpec, name: String, policy: ExtensionPolicy) -> Result<usize, Error> {
+        let g = self.lock.lock();
+        {
+            let mut st = g.borrow_mut();
+            st.backend.add_extension(spec);
+            st.backend.stop();
+        }
+        let index = {
+            let mut st = g.borrow_mut();
+            st.extensions.push((name, policy));
+            st.extensions.len() - 1
+        };
+        self.restart_and_replay(&g).map_err(|reason| Error::Spawn { domain: self.name.clone(), reason })?;
+        Ok(index)
+    }
+
+    /// Find or resolve a symbol; returns its index in the symbol table.
+    pub fn symbol(&self, ext: usize, name: &str) -> Result<usize, Error> {
+        let g = self.lock.lock();
+        let existing = g.borrow().symbol_index.get(&(ext, name.to_string())).copied();
+        if let Some(i) = existing {
+            return Ok(i);
+        }
+        let index = {
+            let mut st = g.borrow_mut();
+            let policy = st.extensions.get(ext).map(|e| e.1.function(name)).unwrap_or_default();
+            st.symbols.push(Symbol { ext, name: name.to_string(), func: None, policy });
+            let i = st.symbols.len() - 1;
+            st.symbol_index.insert((ext, name.to_string()), i);
+            i
+        };
+        // Resolve now so an unknown symbol is reported at once, not at the first call.
+        match self.resolved(&g, index) {
+            Ok(_) => Ok(index),
+            Err(e) => {
+                let mut st = g.borrow_mut();
+                st.symbol_index.remove(&(ext, name.to_string()));
+                Err(e)
+            }
+        }
+    }
+
+    pub fn stats(&self) -> DomainStats {
+        let g = self.lock.lock();
+        let st = g.borrow();
+        let mut s = st.stats.clone();
+        s.shadow_log = st.shadow.len();
+        s.tracked = st.tracker.len();
+        s.handles = st.handles.lock().map(|h| h.len()).unwrap_or(0);
+        s.disabled = st.disabled.is_some();
+        s
+    }
+
+    pub fn pid(&self) -> Option<i32> {
+        let g = self.lock.lock();
+        let st = g.borrow();
+        st.backend.pid()
+    }
+
+    /// Resolve a symbol for the current incarnation if needed.
+    fn resolved(&self, g: &Guard<'_>, sym: usize) -> Result<u32, Error> {
+        let mut st = g.borrow_mut();
+        let (ext, name, func) = match st.symbols.get(sym) {
+            Some(s) => (s.ext, s.name.clone(), s.func),
+            None => return Err(Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() }),
+        };
+        if let Some(f) = func {
+            return Ok(f);
+        }
+        match st.backend.resolve(ext, &name) {
+            Ok(f) => {
+                st.symbols[sym].func = Some(f);
+                Ok(f)
+            }
+            Err(BackendError::UnknownSymbol) => {
+                let extension = st.extensions.get(ext).map(|e| e.0.clone()).unwrap_or_default();
+                Err(Error::UnknownSymbol { extension, symbol: name })
+            }
+            Err(BackendError::Usage(reason)) => Err(Error::BadArguments { call: name, reason }),
+            Err(BackendError::TimedOut) => Err(self.fault_error(&st, FaultKind::Vanished, Some(name))),
+            Err(BackendError::Fault(kind)) => Err(self.fault_error(&st, kind, Some(name))),
+        }
+    }
+
+    fn fault_error(&self, st: &State, kind: FaultKind, call: Option<String>) -> Error {
+        Error::Fault(Fault { kind, domain: self.name.clone(), call, incarnation: st.incarnation })
+    }
+
+    fn disabled_error(&self, st: &State) -> Option<Error> {
+        st.disabled.as_ref().map(|f| Error::Disabled {
+            domain: self.name.clone(),
+            restarts: st.stats.restarts as u32,
+            last: f.cause(),
+        })
+    }
+
+    /// Call a function: the whole protocol of DESIGN.md §3 and §4.
+    pub fn call(&self, sym: usize, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
+        let g = self.lock.lock();
+        let (name, fpolicy, timeout) = {
+            let st = g.borrow();
+            if let Some(e) = self.disabled_error(&st) {
+                return Err(e);
+            }
+            let s = st.symbols.get(sym).ok_or_else(|| Error::BadArguments {
+                call: format!("#{sym}"),
+                reason: "no such function".into(),
+            })?;
+            let ext_policy = &st.extensions[s.ext].1;
+            (s.name.clone(), s.policy.clone(), fpolicy_deadline(&s.policy, ext_policy))
+        };
+        let retry_allowed = fpolicy.retryable && self.policy.on_fault == OnFault::Retry;
+        let mut retries = 0u32;
+        loop {
+            let outcome = self.attempt(&g, sym, args, ret, timeout, false);
+            let kind = match outcome {
+                Outcome::Done(value) => {
+                    let value = self.after_success(&g, sym, &fpolicy, args, ret, value);
+                    if retries > 0 {
+                        self.events.emit(Event::Retried { domain: self.name.clone(), call: name.clone(), ok: true });
+                    }
+                    return Ok(value);
+                }
+                Outcome::Error(e) => return Err(e),
+                Outcome::Failed(kind) => (kind, false),
+                Outcome::Stale => (FaultKind::Protocol { what: "the domain restarted during a nested call".into() }, true),
+            };
+            let (kind, stale) = kind;
+            let fault = {
+                let st = g.borrow();
+                Fault { kind, domain: self.name.clone(), call: Some(name.clone()), incarnation: st.incarnation }
+            };
+            // A stale call's domain was already recovered by the nested call that saw the fault.
+            if !stale {
+                if let Err(e) = self.recover(&g, fault.clone()) {
+                    if retries > 0 {
+                        self.events.emit(Event::Retried { domain: self.name.clone(), call: name.clone(), ok: false });
+                    }
+                    return Err(e);
+                }
+            }
+            if retry_allowed && retries < self.policy.max_retries {
+                retries += 1;
+                continue;
+            }
+            if retries > 0 {
+                self.events.emit(Event::Retried { domain: self.name.clone(), call: name.clone(), ok: false });
+            }
+            return Err(Error::Fault(fault));
+        }
+    }
+
+    /// Bookkeeping after a successful call: handles, shadow log, destroyed instances.
+    fn after_success(
+        &self,
+        g: &Guard<'_>,
+        sym: usize,
+        fpolicy: &FunctionPolicy,
+        args: &[Arg<'_>],
+        ret: RetType,
+        value: Value,
+    ) -> Value {
+        let mut st = g.borrow_mut();
+        st.consecutive_faults = 0;
+        let mut value = value;
+        let mut created = None;
+        if let Value::Handle(object) = value {
+            if object != 0 {
+                let handle = st.handles.lock().unwrap_or_else(|e| e.into_inner()).create(object);
+                let handles = st.handles.clone();
+                let record = st.tracker.track(ResourceKind::Instance, move || {
+                    // The object died with its incarnation; replay may bring it back.
+                    if let Ok(mut h) = handles.lock() {
+                        h.rebind(handle, 0);
+                    }
+                });
+                st.instances.insert(handle, record);
+                created = Some(handle);
+                value = Value::Handle(handle);
+            }
+        }
+        if fpolicy.destroys {
+            if let Some(h) = args.iter().find_map(|a| if let Arg::Handle(h) = a { Some(*h) } else { None }) {
+                st.shadow.forget_handle(h);
+                st.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(h);
+                if let Some(record) = st.instances.remove(&h) {
+                    st.tracker.forget(record);
+                }
+            }
+        }
+        if fpolicy.state {
+            let entry = ShadowEntry { symbol: sym, args: args.iter().map(OwnedArg::from_arg).collect(), ret, created };
+            st.shadow.record(entry);
+        }
+        value
+    }
+
+    /// One try of a call on the current incarnation.
+    fn attempt(
+        &self,
+        g: &Guard<'_>,
+        sym: usize,
+        args: &mut [Arg<'_>],
+        ret: RetType,
+        timeout: Duration,
+        replaying: bool,
+    ) -> Outcome {
+        let func = match self.resolved(g, sym) {
+            Ok(f) => f,
+            Err(Error::Fault(f)) => return Outcome::Failed(f.kind),
+            Err(e) => return Outcome::Error(e),
+        };
+        let name = g.borrow().symbols[sym].name.clone();
+        if g.borrow().backend.is_direct() {
+            return self.attempt_direct(g, func, args, ret, &name);
+        }
+        let incarnation = g.borrow().incarnation;
+        let frame = {
+            let mut st = g.borrow_mut();
+            let wire = match self.translate(&mut st, args, &name, replaying) {
+                Ok(w) => w,
+                Err(e) => return Outcome::Error(e),
+            };
+            let st = &mut *st;
+            match st.backend.begin(&mut st.tracker, func, &wire, ret, Instant::now() + timeout) {
+                Ok(f) => f,
+                Err(e) => return backend_outcome(e, &name),
+            }
+        };
+        let mut deadline = Instant::now() + timeout;
+        loop {
+            let step = g.borrow_mut().backend.wait(&*frame, deadline);
+            match step {
+                Ok(Step::Done(regs)) => {
+                    let mut st = g.borrow_mut();
+                    let mut outputs: Vec<&mut [u8]> = args
+                        .iter_mut()
+                        .filter_map(|a| match a {
+                            Arg::Out(b) | Arg::InOut(b) => Some(&mut **b),
+                            _ => None,
+                        })
+                        .collect();
+                    let st = &mut *st;
+                    st.backend.finish(&mut st.tracker, frame, &mut outputs);
+                    return Outcome::Done(Value::from_regs(ret, regs));
+                }
+                Ok(Step::Callback { token, slot, regs }) => {
+                    if !g.borrow().lent_callbacks.contains_key(&slot) {
+                        g.borrow_mut().backend.abandon(frame);
+                        return Outcome::Failed(FaultKind::Protocol {
+                            what: format!("call of callback slot {slot}, which this domain was never given"),
+                        });
+                    }
+                    // No borrow is held while host code runs: it may call this domain again.
+                    let answer = crate::callback::invoke(slot, &regs);
+                    let mut st = g.borrow_mut();
+                    if st.incarnation != incarnation {
+                        st.backend.abandon(frame);
+                        return Outcome::Stale;
+                    }
+                    let Some(answer) = answer else {
+                        st.backend.abandon(frame);
+                        return Outcome::Failed(FaultKind::Protocol {
+                            what: format!("call of callback slot {slot}, which is no longer registered"),
+                        });
+                    };
+                    if let Err(e) = st.backend.answer_callback(token, answer) {
+                        st.backend.abandon(frame);
+                        return backend_outcome(e, &name);
+                    }
+                    deadline = Instant::now() + timeout;
+                }
+                Err(e) => {
+                    g.borrow_mut().backend.abandon(frame);
+                    return backend_outcome_timeout(e, timeout);
+                }
+            }
+        }
+    }
+
+    /// The `none` backend: the function is called right here, host pointers and all.
+    fn attempt_direct(&self, g: &Guard<'_>, func: u32, args: &mut [Arg<'_>], ret: RetType, name: &str) -> Outcome {
+        let (addr, regs) = {
+            let st = g.borrow();
+            let Some(addr) = st.backend.direct_address(func) else {
+                return Outcome::Error(Error::BadArguments { call: name.into(), reason: "not resolved".into() });
+            };
+            let mut packer = ward_abi::ArgPacker::new();
+            for a in args.iter_mut() {
+                let pushed = match a {
+                    Arg::I64(v) => packer.push_int(*v as u64),
+                    Arg::U64(v) => packer.push_int(*v),
+                    Arg::F64(v) => packer.push_f64(*v),
+                    Arg::F32(v) => packer.push_f32(*v),
+                    Arg::Ptr(p) => packer.push_int(*p as u64),
+                    Arg::In(b) => packer.push_int(b.as_ptr() as u64),
+                    Arg::Out(b) | Arg::InOut(b) => packer.push_int(b.as_mut_ptr() as u64),
+                    Arg::Str(s) => packer.push_int(s.as_ptr() as u64),
+                    Arg::Handle(h) => match st.handles.lock().unwrap_or_else(|e| e.into_inner()).object(*h) {
+                        Some(o) => packer.push_int(o),
+                        None => return Outcome::Error(Error::UnknownHandle { call: name.into(), handle: *h }),
+                    },
+                    Arg::Callback(c) => packer.push_int(c.stub() as u64),
+                };
+                if let Err(e) = pushed {
+                    return Outcome::Error(Error::BadArguments { call: name.into(), reason: e.to_string() });
+                }
+            }
+            (addr, packer.finish())
+        };
+        // SAFETY: `addr` was resolved with dlsym in an extension loaded into this process on purpose (isolation
+        // `none` means exactly this); the caller declared the signature through `args` and `ret`, and every pointer
+        // argument borrows live host memory for the duration of the call.
+        let regs = unsafe { ward_abi::call_native(addr, &regs) };
+        Outcome::Done(Value::from_regs(ret, regs))
+    }
+
+    /// Host arguments to what crosses into the domain: handles to objects, callbacks to lent slots.
+    fn translate<'a>(
+        &self,
+        st: &mut State,
+        args: &'a [Arg<'_>],
+        name: &str,
+        replaying: bool,
+    ) -> Result<Vec<WireValue<'a>>, Error> {
+        let mut out = Vec::with_capacity(args.len());
+        for a in args {
+            out.push(match a {
+                Arg::I64(v) => WireValue::Int(*v as u64),
+                Arg::U64(v) => WireValue::Int(*v),
+                Arg::Ptr(v) => WireValue::Int(*v as u64),
+                Arg::F64(v) => WireValue::F64(*v),
+                Arg::F32(v) => WireValue::F32(*v),
+                Arg::In(b) => WireValue::In(b),
+                Arg::Out(b) => WireValue::Out(b.len()),
+                Arg::InOut(b) => WireValue::InOut(b),
+                Arg::Str(s) => WireValue::Str(s.to_bytes_with_nul()),
+                Arg::Handle(h) => {
+                    let object = st.handles.lock().unwrap_or_else(|e| e.into_inner()).object(*h);
+                    match object {
+                        None => return Err(Error::UnknownHandle { call: name.into(), handle: *h }),
+                        Some(0) if !replaying => {
+                            return Err(Error::BadArguments {
+                                call: name.into(),
+                                reason: format!(
+                                    "handle {h:#x} refers to an object lost when the extension restarted; mark the \
+                                     function that creates it `state = true` in the policy so it is replayed"
+                                ),
+                            })
+                        }
+                        Some(o) => WireValue::Int(o),
+                    }
+                }
+                Arg::Callback(c) => {
+                    let slot = c.slot();
+                    if !st.lent_callbacks.contains_key(&slot) {
+                        let held = (*c).clone();
+                        let record = st.tracker.track(ResourceKind::Callback, move || drop(held));
+                        st.lent_callbacks.insert(slot, record);
+                    }
+                    WireValue::Callback(slot)
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// Queue a call with no reply awaited.
+    pub fn defer(&self, sym: usize, args: &[Arg<'_>]) -> Result<(), Error> {
+        let g = self.lock.lock();
+        if let Some(e) = self.disabled_error(&g.borrow()) {
+            return Err(e);
+        }
+        let name = g.borrow().symbols.get(sym).map(|s| s.name.clone()).unwrap_or_default();
+        if g.borrow().backend.is_direct() {
+            // No boundary to batch across: run it now.
+            let mut owned: Vec<Arg<'_>> = args.iter().map(reborrow).collect();
+            return match self.attempt(&g, sym, &mut owned, RetType::Void, self.policy.deadline, false) {
+                Outcome::Error(e) => Err(e),
+                _ => Ok(()),
+            };
+        }
+        for _ in 0..2 {
+            let func = match self.resolved(&g, sym) {
+                Ok(f) => f,
+                Err(Error::Fault(f)) => {
+                    self.recover(&g, f)?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let result = {
+                let mut st = g.borrow_mut();
+                let wire = self.translate(&mut st, args, &name, false)?;
+                st.backend.defer(func, &wire)
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(BackendError::Usage(reason)) => return Err(Error::BadArguments { call: name, reason }),
+                Err(e) => {
+                    let kind = match backend_outcome_timeout(e, self.policy.deadline) {
+                        Outcome::Failed(k) => k,
+                        _ => FaultKind::Vanished,
+                    };
+                    let fault = self.make_fault(&g, kind, Some(name.clone()));
+                    // The call had not been queued: queue it again on the new incarnation.
+                    self.recover(&g, fault)?;
+                }
+            }
+        }
+        Err(Error::BadArguments { call: name, reason: "the domain failed twice while queueing".into() })
+    }
+
+    /// Send queued deferred calls.
+    pub fn flush(&self) -> Result<(), Error> {
+        let g = self.lock.lock();
+        let r = g.borrow_mut().backend.flush();
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let kind = match backend_outcome_timeout(e, self.policy.deadline) {
+                    Outcome::Failed(k) => k,
+                    _ => FaultKind::Vanished,
+                };
+                let fault = self.make_fault(&g, kind, None);
+                self.recover(&g, fault.clone())?;
+                Err(Error::Fault(fault))
+            }
+        }
+    }
+
+    /// Heartbeat: when the domain is idle, check it answers within `interval`. Busy domains are skipped (their
+    /// calls have deadlines of their own).
+    pub fn heartbeat(&self, interval: Duration) {
+        let Some(g) = self.lock.try_lock() else { return };
+        if g.borrow().disabled.is_some() || g.borrow().recovering {
+            return;
+        }
+        let r = g.borrow_mut().backend.ping(Instant::now() + interval);
+        let kind = match r {
+            Ok(()) => return,
+            Err(BackendError::TimedOut) => FaultKind::HeartbeatMissed { interval },
+            Err(BackendError::Fault(k)) => k,
+            Err(_) => return,
+        };
+        let fault = self.make_fault(&g, kind, None);
+        let _ = self.recover(&g, fault);
+    }
+
+    fn make_fault(&self, g: &Guard<'_>, kind: FaultKind, call: Option<String>) -> Fault {
+        Fault { kind, domain: self.name.clone(), call, incarnation: g.borrow().incarnation }
+    }
+
+    /// The recovery manager. Err when the domain ends up disabled.
+    fn recover(&self, g: &Guard<'_>, fault: Fault) -> Result<(), Error> {
+        if g.borrow().recovering {
+            // A fault during replay: the outer recovery loop handles it.
+            return Err(Error::Fault(fault));
+        }
+        let started = Instant::now();
+        self.events.emit(Event::Fault { fault: fault.clone() });
+        let mut fault = fault;
+        loop {
+            let released = {
+                let mut st = g.borrow_mut();
+                st.stats.faults += 1;
+                st.backend.stop();
+                let released = st.tracker.release_all();
+                st.instances.clear();
+                st.lent_callbacks.clear();
+                // Past the restart intensity (at most N restarts in T), the domain is disabled.
+                let now = Instant::now();
+                let period = self.policy.restart_period;
+                while st.restart_times.front().is_some_and(|t| now.duration_since(*t) > period) {
+                    st.restart_times.pop_front();
+                }
+                if st.restart_times.len() >= self.policy.max_restarts as usize {
+                    st.disabled = Some(fault.clone());
+                    let restarts = st.stats.restarts as u32;
+                    drop(st);
+                    self.events.emit(Event::Disabled { domain: self.name.clone(), restarts, fault: fault.clone() });
+                    return Err(self.disabled_error(&g.borrow()).unwrap_or(Error::Fault(fault)));
+                }
+                st.restart_times.push_back(now);
+                st.consecutive_faults += 1;
+                released
+            };
+            let backoff = self.policy.backoff(g.borrow().consecutive_faults);
+            if !backoff.is_zero() {
+                self.events.emit(Event::BackingOff { domain: self.name.clone(), delay: backoff });
+                // A policy delay between restarts of a repeatedly failing extension, not synchronisation.
+                std::thread::sleep(backoff);
+            }
+            g.borrow_mut().recovering = true;
+            let result = self.restart_and_replay(g);
+            g.borrow_mut().recovering = false;
+            match result {
+                Ok((via, replayed)) => {
+                    let incarnation = g.borrow().incarnation;
+                    self.events.emit(Event::Recovered {
+                        domain: self.name.clone(),
+                        incarnation,
+                        via,
+                        released,
+                        replayed,
+                        took: started.elapsed(),
+                    });
+                    return Ok(());
+                }
+                Err(reason) => {
+                    // Restarting or replaying failed: that is a fault of the new incarnation; go round again
+                    // (the restart limit ends this).
+                    fault = Fault {
+                        kind: FaultKind::Protocol { what: format!("recovery failed: {reason}") },
+                        domain: self.name.clone(),
+                        call: fault.call.clone(),
+                        incarnation: g.borrow().incarnation,
+                    };
+                    self.events.emit(Event::Fault { fault: fault.clone() });
+                }
+            }
+        }
+    }
+
+    /// Start a new incarnation and replay the shadow log into it.
+    fn restart_and_replay(&self, g: &Guard<'_>) -> Result<(crate::events::RestartVia, usize), String> {
+        let via = {
+            let mut st = g.borrow_mut();
+            let st = &mut *st;
+            let via = st.backend.restart(&mut st.tracker)?;
+            st.incarnation += 1;
+            st.stats.incarnation = st.incarnation;
+            st.stats.restarts += 1;
+            for s in &mut st.symbols {
+                s.func = None;
+            }
+            via
+        };
+        let entries: Vec<ShadowEntry> = g.borrow().shadow.entries().to_vec();
+        for entry in &entries {
+            self.replay(g, entry)?;
+        }
+        Ok((via, entries.len()))
+    }
+
+    fn replay(&self, g: &Guard<'_>, entry: &ShadowEntry) -> Result<(), String> {
+        let mut scratch: Vec<Vec<u8>> = entry
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                OwnedArg::Out(n) => Some(vec![0u8; *n]),
+                OwnedArg::InOut(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut scratch_iter = scratch.iter_mut();
+        let mut args: Vec<Arg<'_>> = Vec::with_capacity(entry.args.len());
+        for a in &entry.args {
+            args.push(match a {
+                OwnedArg::I64(v) => Arg::I64(*v),
+                OwnedArg::U64(v) => Arg::U64(*v),
+                OwnedArg::F64(v) => Arg::F64(*v),
+                OwnedArg::F32(v) => Arg::F32(*v),
+                OwnedArg::Ptr(v) => Arg::Ptr(*v),
+                OwnedArg::In(b) => Arg::In(b),
+                OwnedArg::Str(s) => Arg::Str(s),
+                OwnedArg::Handle(h) => Arg::Handle(*h),
+                OwnedArg::Callback(c) => Arg::Callback(c),
+                OwnedArg::Out(_) => Arg::Out(scratch_iter.next().map(|v| v.as_mut_slice()).unwrap_or_default()),
+                OwnedArg::InOut(_) => Arg::InOut(scratch_iter.next().map(|v| v.as_mut_slice()).unwrap_or_default()),
+            });
+        }
+        let name = g.borrow().symbols.get(entry.symbol).map(|s| s.name.clone()).unwrap_or_default();
+        let timeout = self.policy.deadline_for(&name);
+        match self.attempt(g, entry.symbol, &mut args, entry.ret, timeout, true) {
+            Outcome::Done(value) => {
+                if let (Some(handle), Value::Handle(object)) = (entry.created, value) {
+                    let mut st = g.borrow_mut();
+                    st.handles.lock().unwrap_or_else(|e| e.into_inner()).rebind(handle, object);
+                    let handles = st.handles.clone();
+                    let record = st.tracker.track(ResourceKind::Instance, move || {
+                        if let Ok(mut h) = handles.lock() {
+                            h.rebind(handle, 0);
+                        }
+                    });
+                    st.instances.insert(handle, record);
+                }
+                Ok(())
+            }
+            Outcome::Failed(kind) => {
+                let f = Fault { kind, domain: self.name.clone(), call: Some(name.clone()), incarnation: 0 };
+                Err(format!("replaying {name}: {}", f.cause()))
+            }
+            Outcome::Stale => Err(format!("replaying {name}: the domain restarted")),
+            Outcome::Error(e) => Err(format!("replaying {name}: {e}")),
+        }
+    }
+}
+
+fn fpolicy_deadline(f: &FunctionPolicy, ext: &ExtensionPolicy) -> Duration {
+    f.deadline.unwrap_or(ext.deadline)
+}
+
+fn backend_outcome(e: BackendError, name: &str) -> Outcome {
+    match e {
+        BackendError::Fault(k) => Outcome::Failed(k),
+        BackendError::TimedOut => Outcome::Failed(FaultKind::Vanished),
+        BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call: name.into(), reason }),
+        BackendError::UnknownSymbol => {
+            Outcome::Error(Error::UnknownSymbol { extension: String::new(), symbol: name.into() })
+        }
+    }
+}
+
+fn backend_outcome_timeout(e: BackendError, timeout: Duration) -> Outcome {
+    match e {
+        BackendError::TimedOut => Outcome::Failed(FaultKind::Timeout { deadline: timeout }),
+        other => backend_outcome(other, ""),
+    }
+}
+
+/// A shared re-borrow of an argument (deferred calls only read their arguments).
+fn reborrow<'a>(a: &'a Arg<'_>) -> Arg<'a> {
+    match a {
+        Arg::I64(v) => Arg::I64(*v),
+        Arg::U64(v) => Arg::U64(*v),
+        Arg::F64(v) => Arg::F64(*v),
+        Arg::F32(v) => Arg::F32(*v),
+        Arg::Ptr(v) => Arg::Ptr(*v),
+        Arg::In(b) => Arg::In(b),
+        Arg::Out(b) | Arg::InOut(b) => Arg::In(b),
+        Arg::Str(s) => Arg::Str(s),
+        Arg::Handle(h) => Arg::Handle(*h),
+        Arg::Callback(c) => Arg::Callback(c),
+    }
+}

@@ -1,0 +1,76 @@
+//! Recovery events: every fault, restart, replay, retry and disablement goes to `tracing` and to every subscriber.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::fault::Fault;
+use crate::tracker::Released;
+
+/// How a new incarnation was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartVia {
+    /// Forked from the warm zygote.
+    Zygote,
+    /// A new `ward-domain` process was spawned and loaded the extensions.
+    Spawn,
+    /// The extension was loaded again in this process.
+    Reload,
+}
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A domain failed.
+    Fault { fault: Fault },
+    /// A failed domain is running again: resources released, new incarnation, shadow log replayed.
+    Recovered {
+        domain: String,
+        incarnation: u64,
+        via: RestartVia,
+        released: Released,
+        replayed: usize,
+        /// From the fault's detection to ready (replay included).
+        took: Duration,
+    },
+    /// The call in flight was retried on the new incarnation.
+    Retried { domain: String, call: String, ok: bool },
+    /// Waiting before a restart (repeated faults).
+    BackingOff { domain: String, delay: Duration },
+    /// Past the restart limit: the domain is disabled, calls fail fast.
+    Disabled { domain: String, restarts: u32, fault: Fault },
+}
+
+/// Events a subscriber has not read are kept up to this many; older ones are dropped (a host that never reads
+/// must not grow without bound).
+const QUEUE: usize = 4096;
+
+#[derive(Default)]
+pub(crate) struct EventBus {
+    subscribers: Mutex<Vec<SyncSender<Event>>>,
+}
+
+impl EventBus {
+    pub fn subscribe(&self) -> Receiver<Event> {
+        let (tx, rx) = sync_channel(QUEUE);
+        self.subscribers.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
+        rx
+    }
+
+    pub fn emit(&self, event: Event) {
+        match &event {
+            Event::Fault { fault } => tracing::warn!(domain = %fault.domain, "fault: {fault}"),
+            Event::Recovered { domain, incarnation, via, replayed, took, .. } => tracing::info!(
+                domain = %domain, incarnation, ?via, replayed, took_us = took.as_micros() as u64, "recovered"
+            ),
+            Event::Retried { domain, call, ok } => tracing::info!(domain = %domain, call = %call, ok, "retried"),
+            Event::BackingOff { domain, delay } => {
+                tracing::info!(domain = %domain, delay_us = delay.as_micros() as u64, "backing off")
+            }
+            Event::Disabled { domain, restarts, fault } => {
+                tracing::error!(domain = %domain, restarts, "disabled after repeated faults; last: {fault}")
+            }
+        }
+        let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subs.retain(|tx| !matches!(tx.try_send(event.clone()), Err(TrySendError::Disconnected(_))));
+    }
+}

@@ -1,0 +1,179 @@
+//! The fault taxonomy: every way an extension can fail ends as one [`Fault`] with its cause.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What went wrong, as the supervisor saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The domain died of a signal (or, in-process, took one).
+    Signal { signo: i32, cause: SignalCause, addr: Option<u64> },
+    /// The domain process called `exit` (or returned from main).
+    Exited { status: i32 },
+    /// A call ran past its deadline; the domain was stopped.
+    Timeout { deadline: Duration },
+    /// The domain did not answer a heartbeat within its interval.
+    HeartbeatMissed { interval: Duration },
+    /// The domain broke the protocol: a malformed record, a reply for a call not in flight, a pointer outside its
+    /// pool. The host trusts no byte the domain writes.
+    Protocol { what: String },
+    /// The domain ended and nothing says how.
+    Vanished,
+}
+
+/// What a fatal signal most likely means, from the signal, its code, the address and the domain's own hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalCause {
+    NullDereference,
+    StackOverflow,
+    InvalidAccess,
+    Abort,
+    Killed,
+    IllegalInstruction,
+    Arithmetic,
+    Bus,
+    Trap,
+    Other,
+}
+
+impl SignalCause {
+    pub fn classify(signo: i32, addr: Option<u64>, stack_overflow_hint: bool) -> SignalCause {
+        match signo {
+            libc::SIGSEGV if stack_overflow_hint => SignalCause::StackOverflow,
+            libc::SIGSEGV if addr.is_some_and(|a| a < 64 * 1024) => SignalCause::NullDereference,
+            libc::SIGSEGV => SignalCause::InvalidAccess,
+            libc::SIGABRT => SignalCause::Abort,
+            libc::SIGKILL => SignalCause::Killed,
+            libc::SIGILL => SignalCause::IllegalInstruction,
+            libc::SIGFPE => SignalCause::Arithmetic,
+            libc::SIGBUS => SignalCause::Bus,
+            libc::SIGTRAP => SignalCause::Trap,
+            _ => SignalCause::Other,
+        }
+    }
+
+    pub fn describe(&self) -> &'static str {
+        match self {
+            SignalCause::NullDereference => "null dereference",
+            SignalCause::StackOverflow => "stack overflow",
+            SignalCause::InvalidAccess => "invalid memory access",
+            SignalCause::Abort => "abort",
+            SignalCause::Killed => "killed",
+            SignalCause::IllegalInstruction => "illegal instruction",
+            SignalCause::Arithmetic => "arithmetic error",
+            SignalCause::Bus => "bus error",
+            SignalCause::Trap => "trap",
+            SignalCause::Other => "fatal signal",
+        }
+    }
+}
+
+/// One fault of one domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub kind: FaultKind,
+    /// The domain (extension name, or group name for a shared domain).
+    pub domain: String,
+    /// The function whose call was in flight, if any.
+    pub call: Option<String>,
+    /// Which incarnation of the domain failed (1 is the first).
+    pub incarnation: u64,
+}
+
+impl Fault {
+    /// A short machine-friendly name of the kind: `signal`, `exit`, `timeout`, `heartbeat`, `protocol`, `vanished`.
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            FaultKind::Signal { .. } => "signal",
+            FaultKind::Exited { .. } => "exit",
+            FaultKind::Timeout { .. } => "timeout",
+            FaultKind::HeartbeatMissed { .. } => "heartbeat",
+            FaultKind::Protocol { .. } => "protocol",
+            FaultKind::Vanished => "vanished",
+        }
+    }
+
+    /// The human cause without the call: "null dereference (SIGSEGV at 0x0)".
+    pub fn cause(&self) -> String {
+        match &self.kind {
+            FaultKind::Signal { signo, cause, addr } => match addr {
+                Some(a) if matches!(signo, &libc::SIGSEGV | &libc::SIGBUS) => {
+                    format!("{} ({} at {a:#x})", cause.describe(), signal_name(*signo))
+                }
+                _ => format!("{} ({})", cause.describe(), signal_name(*signo)),
+            },
+            FaultKind::Exited { status } => format!("exit({status})"),
+            FaultKind::Timeout { deadline } => format!("hang (no reply within {})", fmt_duration(*deadline)),
+            FaultKind::HeartbeatMissed { interval } => {
+                format!("missed heartbeat (no answer within {})", fmt_duration(*interval))
+            }
+            FaultKind::Protocol { what } => format!("protocol violation: {what}"),
+            FaultKind::Vanished => "domain vanished".into(),
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.cause())?;
+        if let Some(call) = &self.call {
+            write!(f, " in call {call}")?;
+        }
+        write!(f, " (domain {}, incarnation {})", self.domain, self.incarnation)
+    }
+}
+
+pub fn signal_name(signo: i32) -> String {
+    let name = match signo {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => return format!("signal {signo}"),
+    };
+    name.into()
+}
+
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    if d.as_secs() >= 1 && d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else if d.as_millis() >= 1 {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{} us", d.as_micros())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_signals() {
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0), false), SignalCause::NullDereference);
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), false), SignalCause::InvalidAccess);
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), true), SignalCause::StackOverflow);
+        assert_eq!(SignalCause::classify(libc::SIGABRT, None, false), SignalCause::Abort);
+        assert_eq!(SignalCause::classify(libc::SIGKILL, None, false), SignalCause::Killed);
+        assert_eq!(SignalCause::classify(libc::SIGFPE, None, false), SignalCause::Arithmetic);
+    }
+
+    #[test]
+    fn describes_a_fault_with_its_call() {
+        let f = Fault {
+            kind: FaultKind::Signal { signo: libc::SIGSEGV, cause: SignalCause::NullDereference, addr: Some(0) },
+            domain: "faulty".into(),
+            call: Some("faulty_compute".into()),
+            incarnation: 1,
+        };
+        assert_eq!(f.to_string(), "null dereference (SIGSEGV at 0x0) in call faulty_compute (domain faulty, incarnation 1)");
+        assert_eq!(f.kind_name(), "signal");
+    }
+}

@@ -1,0 +1,1842 @@
+//! Policy: how each extension is isolated, supervised and recovered.
+//!
+//! A policy file is TOML with three kinds of sections:
+//!
+//! - `[defaults]`: any extension setting; applies to every extension.
+//! - `[extension.NAME]`: settings of one extension. `NAME` is the extension's
+//!   name: the file stem without a leading `lib` and the `.so`
+//!   (`libfaulty.so` is `faulty`). Its `function.FN` sub-tables describe
+//!   single functions.
+//! - `[group.NAME]`: domain-level settings of a group of extensions that
+//!   share one protection domain (isolation, deadline, heartbeat, restart
+//!   intensity, backoff, `on_limit`, `zygote`, `wait`, `spin`, `limits`).
+//!
+//! The effective policy of an extension is the built-in default, overridden
+//! by `[defaults]`, overridden by `[extension.NAME]`
+//! ([`Policy::for_extension`]). The effective policy of a group's domain is
+//! the built-in default, overridden by `[defaults]`, overridden by
+//! `[group.NAME]` ([`Policy::for_group`]).
+//!
+//! ```toml
+//! [defaults]                 # any extension field
+//! isolation = "process"      # none | process | mpk | auto
+//! deadline_ms = 10000        # how long one call may take
+//! heartbeat_ms = 1000        # 0 = off
+//! max_restarts = 10          # restart intensity: at most max_restarts ...
+//! restart_period_s = 60      # ... within restart_period_s (integer or float)
+//! backoff_initial_ms = 1     # pause before the 2nd consecutive restart (integer or float)
+//! backoff_max_ms = 1000      # the pause doubles (backoff_factor) up to this
+//! backoff_factor = 2.0
+//! on_fault = "retry"         # the call in flight when the extension fails: retry | fail
+//! max_retries = 1
+//! on_limit = "disable"       # past the restart limit: disable | fail
+//! zygote = true              # restart from a pre-forked, pre-loaded process
+//! wait = "adaptive"          # adaptive | poll | sleep
+//! spin = 2000                # spin iterations before sleeping (adaptive)
+//! init = "well_init"         # called after load (no args, returns int64; nonzero = load failure)
+//! [defaults.limits]
+//! address_space_mb = 1024    # 0 = unlimited
+//! cpu_s = 0                  # 0 = unlimited
+//! open_files = 256
+//!
+//! [extension.faulty]
+//! group = "demo"
+//! deadline_ms = 500
+//! [extension.faulty.limits]
+//! open_files = 64
+//! [extension.faulty.function.faulty_counter_add]
+//! state = true               # state-establishing: logged, replayed after a restart
+//! retryable = true           # may be re-issued after a fault
+//! deadline_ms = 100          # default: the extension's
+//! destroys = false           # releases the handle passed as its first Handle argument
+//!
+//! [group.demo]               # domain-level fields for a group
+//! zygote = false
+//! ```
+//!
+//! Every key is checked: an unknown key or a value out of range is refused
+//! with [`PolicyError::Invalid`], which names the file, line and column and
+//! says what is accepted. Accepted values:
+//!
+//! - durations (`*_ms`, `*_s`): non-negative integers or floats, at most
+//!   100 years; `deadline_ms` and `restart_period_s` must be positive;
+//! - `backoff_factor`: at least 1.0; `max_retries`: at most 100; `spin`: at
+//!   most 10 000 000; `limits.open_files`: at least 1;
+//! - extension and group names: non-empty, of `[A-Za-z0-9_.-]`; function
+//!   names and `init`: C function names.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+// ---------------------------------------------------------------------------
+// Keyword enums
+// ---------------------------------------------------------------------------
+
+/// Implements `as_str`, `ALL`, `FromStr` and `Display` for an enum whose
+/// values are written as keywords.
+macro_rules! keywords {
+    ($ty:ident, $what:literal, { $($variant:ident => $text:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every value, in the order the documentation lists them.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The keyword naming this value in policy files and on the command line.
+            pub fn as_str(&self) -> &'static str {
+                match self {
+                    $($ty::$variant => $text),+
+                }
+            }
+
+            /// The accepted keywords, quoted and separated by commas.
+            fn keywords() -> String {
+                quoted_list(Self::ALL.iter().map(|v| v.as_str()))
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, String> {
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| {
+                        format!(
+                            "unknown {} {:?}: expected one of {}",
+                            $what,
+                            s,
+                            Self::keywords()
+                        )
+                    })
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// How an extension is isolated from the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// In the host process, unprotected.
+    None,
+    /// In a separate domain process.
+    Process,
+    /// In the host process, behind memory protection keys.
+    Mpk,
+    /// `Mpk` where the hardware supports it, else `Process`.
+    Auto,
+}
+
+keywords!(Isolation, "isolation", {
+    None => "none",
+    Process => "process",
+    Mpk => "mpk",
+    Auto => "auto",
+});
+
+/// How a caller waits for the reply of its domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Spin a while ([`ExtensionPolicy::spin`]), then sleep.
+    Adaptive,
+    /// Spin only.
+    Poll,
+    /// Sleep at once.
+    Sleep,
+}
+
+keywords!(WaitMode, "wait mode", {
+    Adaptive => "adaptive",
+    Poll => "poll",
+    Sleep => "sleep",
+});
+
+/// What the call in flight gets when its extension fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnFault {
+    /// Re-issued after the restart, if the function is retryable and
+    /// retries are left; else it fails.
+    Retry,
+    /// Fails at once.
+    Fail,
+}
+
+keywords!(OnFault, "on_fault value", {
+    Retry => "retry",
+    Fail => "fail",
+});
+
+/// What happens past the restart limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLimit {
+    /// The extension is disabled: every later call fails.
+    Disable,
+    /// The failure is reported to the host as fatal.
+    Fail,
+}
+
+keywords!(OnLimit, "on_limit value", {
+    Disable => "disable",
+    Fail => "fail",
+});
+
+// ---------------------------------------------------------------------------
+// Effective policies
+// ---------------------------------------------------------------------------
+
+/// Resource limits of a domain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Address space in MiB; 0 = unlimited.
+    pub address_space_mb: u64,
+    /// CPU time in seconds; 0 = unlimited.
+    pub cpu_s: u64,
+    /// Open file descriptors; at least 1.
+    pub open_files: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            address_space_mb: 1024,
+            cpu_s: 0,
+            open_files: 256,
+        }
+    }
+}
+
+/// The policy of one function of an extension.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionPolicy {
+    /// State-establishing: logged in the shadow log, replayed after restart.
+    pub state: bool,
+    /// May be re-issued after a fault.
+    pub retryable: bool,
+    /// Deadline of one call; `None`: the extension's.
+    pub deadline: Option<Duration>,
+    /// Releases the handle passed as its first Handle argument: its
+    /// shadow-log entries are dropped.
+    pub destroys: bool,
+}
+
+impl Default for FunctionPolicy {
+    fn default() -> Self {
+        FunctionPolicy {
+            state: false,
+            retryable: true,
+            deadline: None,
+            destroys: false,
+        }
+    }
+}
+
+/// The effective policy of one extension (or of one group's domain).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtensionPolicy {
+    /// How the extension is isolated.
+    pub isolation: Isolation,
+    /// The group whose domain the extension shares; `None`: its own domain.
+    pub group: Option<String>,
+    /// Deadline of one call.
+    pub deadline: Duration,
+    /// Heartbeat interval of the domain; `None`: off.
+    pub heartbeat: Option<Duration>,
+    /// Restart intensity: at most this many restarts ...
+    pub max_restarts: u32,
+    /// ... within this period.
+    pub restart_period: Duration,
+    /// Backoff before the second consecutive restart.
+    pub backoff_initial: Duration,
+    /// Largest backoff.
+    pub backoff_max: Duration,
+    /// Growth of the backoff from one restart to the next (at least 1.0).
+    pub backoff_factor: f64,
+    /// What the call in flight gets when the extension fails.
+    pub on_fault: OnFault,
+    /// How many times one call is retried (at most 100).
+    pub max_retries: u32,
+    /// What happens past the restart limit.
+    pub on_limit: OnLimit,
+    /// Restart from a pre-forked, pre-loaded process.
+    pub zygote: bool,
+    /// How callers wait for replies.
+    pub wait: WaitMode,
+    /// Spin iterations before sleeping in adaptive mode.
+    pub spin: u32,
+    /// Function called (no arguments, returns int64; nonzero = load
+    /// failure) after load.
+    pub init: Option<String>,
+    /// Resource limits of the domain.
+    pub limits: Limits,
+    /// Policies of single functions, by name.
+    pub functions: BTreeMap<String, FunctionPolicy>,
+}
+
+impl Default for ExtensionPolicy {
+    fn default() -> Self {
+        ExtensionPolicy {
+            isolation: Isolation::Process,
+            group: None,
+            deadline: Duration::from_secs(10),
+            heartbeat: None,
+            max_restarts: 10,
+            restart_period: Duration::from_secs(60),
+            backoff_initial: Duration::from_millis(1),
+            backoff_max: Duration::from_secs(1),
+            backoff_factor: 2.0,
+            on_fault: OnFault::Retry,
+            max_retries: 1,
+            on_limit: OnLimit::Disable,
+            zygote: true,
+            wait: WaitMode::Adaptive,
+            spin: 2000,
+            init: None,
+            limits: Limits::default(),
+            functions: BTreeMap::new(),
+        }
+    }
+}
+
+impl ExtensionPolicy {
+    /// The policy of one function: its own section if any, else the default
+    /// (state false, retryable true, deadline None, destroys false).
+    pub fn function(&self, name: &str) -> FunctionPolicy {
+        self.functions.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The deadline of a call to this function: its own, else the extension's.
+    pub fn deadline_for(&self, name: &str) -> Duration {
+        self.functions
+            .get(name)
+            .and_then(|f| f.deadline)
+            .unwrap_or(self.deadline)
+    }
+
+    /// Backoff before the n-th consecutive restart (n starts at 1): 0 for
+    /// n = 1, then `backoff_initial * backoff_factor^(n-2)`, capped at
+    /// `backoff_max`. `n = 0` is taken as 1.
+    pub fn backoff(&self, n: u32) -> Duration {
+        if n <= 1 {
+            return Duration::ZERO;
+        }
+        let max = self.backoff_max;
+        let exponent = i32::try_from(n - 2).unwrap_or(i32::MAX);
+        let nanos = self.backoff_initial.as_nanos() as f64 * self.backoff_factor.powi(exponent);
+        // Compare in nanoseconds; NaN (never produced by a valid factor) and
+        // infinity fall back to the cap.
+        if nanos.is_nan() || nanos >= max.as_nanos() as f64 {
+            return max;
+        }
+        // Below the cap, hence below u64::MAX nanoseconds (durations are
+        // bounded by MAX_DURATION_S when parsed); saturate all the same.
+        Duration::from_nanos(nanos.round() as u64).min(max)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Overrides
+// ---------------------------------------------------------------------------
+
+/// Resource limits set by one section; every field optional.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LimitsOverride {
+    /// See [`Limits::address_space_mb`].
+    pub address_space_mb: Option<u64>,
+    /// See [`Limits::cpu_s`].
+    pub cpu_s: Option<u64>,
+    /// See [`Limits::open_files`].
+    pub open_files: Option<u64>,
+}
+
+/// The policy of one function as set by one section; every field optional.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FunctionOverride {
+    /// See [`FunctionPolicy::state`].
+    pub state: Option<bool>,
+    /// See [`FunctionPolicy::retryable`].
+    pub retryable: Option<bool>,
+    /// See [`FunctionPolicy::deadline`].
+    pub deadline: Option<Duration>,
+    /// See [`FunctionPolicy::destroys`].
+    pub destroys: Option<bool>,
+}
+
+/// The settings of one section (`[defaults]`, `[extension.NAME]` or
+/// `[group.NAME]`); every field optional. See [`ExtensionPolicy`] for the
+/// meaning of each.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExtensionOverride {
+    pub isolation: Option<Isolation>,
+    pub group: Option<String>,
+    pub deadline: Option<Duration>,
+    /// `Some(None)`: heartbeat explicitly off.
+    pub heartbeat: Option<Option<Duration>>,
+    pub max_restarts: Option<u32>,
+    pub restart_period: Option<Duration>,
+    pub backoff_initial: Option<Duration>,
+    pub backoff_max: Option<Duration>,
+    pub backoff_factor: Option<f64>,
+    pub on_fault: Option<OnFault>,
+    pub max_retries: Option<u32>,
+    pub on_limit: Option<OnLimit>,
+    pub zygote: Option<bool>,
+    pub wait: Option<WaitMode>,
+    pub spin: Option<u32>,
+    pub init: Option<String>,
+    pub limits: LimitsOverride,
+    pub functions: BTreeMap<String, FunctionOverride>,
+}
+
+/// Overwrites `$dst.$field` with `$src.$field` where the latter is set.
+macro_rules! overlay {
+    ($dst:expr, $src:expr, $($field:ident),+ $(,)?) => {
+        $(
+            if let Some(value) = &$src.$field {
+                $dst.$field = value.clone();
+            }
+        )+
+    };
+}
+
+impl ExtensionOverride {
+    /// Applies the fields this section sets to `policy`.
+    fn apply(&self, policy: &mut ExtensionPolicy) {
+        overlay!(
+            policy,
+            self,
+            isolation,
+            deadline,
+            heartbeat,
+            max_restarts,
+            restart_period,
+            backoff_initial,
+            backoff_max,
+            backoff_factor,
+            on_fault,
+            max_retries,
+            on_limit,
+            zygote,
+            wait,
+            spin,
+        );
+        if let Some(group) = &self.group {
+            policy.group = Some(group.clone());
+        }
+        if let Some(init) = &self.init {
+            policy.init = Some(init.clone());
+        }
+        overlay!(
+            policy.limits,
+            self.limits,
+            address_space_mb,
+            cpu_s,
+            open_files
+        );
+        for (name, section) in &self.functions {
+            let function = policy.functions.entry(name.clone()).or_default();
+            overlay!(function, section, state, retryable, destroys);
+            if let Some(deadline) = section.deadline {
+                function.deadline = Some(deadline);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Policy
+// ---------------------------------------------------------------------------
+
+/// A whole policy: defaults, per-extension overrides, per-group sections.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Policy {
+    /// The `[defaults]` section.
+    pub defaults: ExtensionOverride,
+    /// The `[extension.NAME]` sections, by extension name.
+    pub extensions: BTreeMap<String, ExtensionOverride>,
+    /// The `[group.NAME]` sections, by group name. Only domain-level fields
+    /// are ever set in these.
+    pub groups: BTreeMap<String, ExtensionOverride>,
+}
+
+impl Policy {
+    /// Parses and checks a policy. `origin` names the text in messages
+    /// (usually the file name).
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Policy, PolicyError> {
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| invalid(text, origin, &e))?;
+        Ok(raw.into_policy())
+    }
+
+    /// Reads, parses and checks a policy file.
+    pub fn from_file(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Policy::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// Effective policy of the extension with this name: built-in defaults
+    /// <- `[defaults]` <- `[extension.NAME]`.
+    pub fn for_extension(&self, name: &str) -> ExtensionPolicy {
+        let mut policy = ExtensionPolicy::default();
+        self.defaults.apply(&mut policy);
+        if let Some(section) = self.extensions.get(name) {
+            section.apply(&mut policy);
+        }
+        policy
+    }
+
+    /// Effective domain-level policy of a group: built-in defaults <-
+    /// `[defaults]` <- `[group.NAME]`. Isolation, deadline, heartbeat,
+    /// restart intensity, backoff, `on_limit`, `zygote`, `wait`, `spin` and
+    /// `limits` apply per domain; the other fields are those of
+    /// `[defaults]`. `group` is `Some(group)`.
+    pub fn for_group(&self, group: &str) -> ExtensionPolicy {
+        let mut policy = ExtensionPolicy::default();
+        self.defaults.apply(&mut policy);
+        if let Some(section) = self.groups.get(group) {
+            section.apply(&mut policy);
+        }
+        policy.group = Some(group.to_string());
+        policy
+    }
+
+    /// Sets the isolation of `[defaults]`.
+    pub fn set_default_isolation(&mut self, iso: Isolation) {
+        self.defaults.isolation = Some(iso);
+    }
+
+    /// The `[defaults]` section, to set fields on.
+    pub fn defaults_mut(&mut self) -> &mut ExtensionOverride {
+        &mut self.defaults
+    }
+
+    /// The `[extension.NAME]` section, created empty if missing.
+    pub fn extension_mut(&mut self, name: &str) -> &mut ExtensionOverride {
+        self.extensions.entry(name.to_string()).or_default()
+    }
+
+    /// The `[group.NAME]` section, created empty if missing.
+    pub fn group_mut(&mut self, name: &str) -> &mut ExtensionOverride {
+        self.groups.entry(name.to_string()).or_default()
+    }
+}
+
+/// Why a policy could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("cannot read policy file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The text is not a valid policy. `line` and `column` start at 1
+    /// (0 when unknown); `reason` names the key and what is accepted.
+    #[error("{origin}:{line}:{column}: {reason}")]
+    Invalid {
+        origin: String,
+        line: usize,
+        column: usize,
+        reason: String,
+    },
+}
+
+/// Turns toml's error into [`PolicyError::Invalid`].
+fn invalid(text: &str, origin: &str, error: &toml::de::Error) -> PolicyError {
+    let (line, column) = match error.span() {
+        Some(span) => line_column(text, span.start),
+        None => (0, 0),
+    };
+    // toml's message may continue on further lines ("invalid table
+    // header" / "duplicate key ..."); keep it on one line.
+    let mut reason = error
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if reason.is_empty() {
+        reason.push_str("invalid policy");
+    }
+    // serde's word for a TOML table.
+    if let Some(head) = reason.strip_suffix(", expected a map") {
+        reason = format!("{head}, expected a table");
+    }
+    if let Some(hint) = hint(&reason) {
+        reason.push_str(&hint);
+    }
+    PolicyError::Invalid {
+        origin: origin.to_string(),
+        line,
+        column,
+        reason,
+    }
+}
+
+/// Line and column (both from 1; the column counts characters) of a byte
+/// offset in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+/// Fields of `[extension.NAME]` (and `[defaults]`) that a `[group.NAME]`
+/// section cannot set, being per extension.
+const EXTENSION_ONLY_FIELDS: &[&str] = &["group", "on_fault", "max_retries", "init", "function"];
+
+/// For serde's "unknown field `x`, expected one of `a`, `b`" message, what
+/// to do: set a per-extension field elsewhere, or the closest expected field.
+fn hint(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, expected) = rest.split_once('`')?;
+    let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let in_group_section = candidates.contains(&"zygote") && !candidates.contains(&"function");
+    if in_group_section && EXTENSION_ONLY_FIELDS.contains(&unknown) {
+        return Some(format!(
+            "; `{unknown}` is set per extension: put it in [extension.NAME] or [defaults]"
+        ));
+    }
+    let (distance, best) = candidates
+        .iter()
+        .map(|candidate| (edit_distance(unknown, candidate), candidate))
+        .min_by_key(|(distance, _)| *distance)?;
+    let limit = (unknown.chars().count() / 3).clamp(1, 3);
+    (distance <= limit).then(|| format!("; did you mean `{best}`?"))
+}
+
+/// Levenshtein distance between two short strings.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+// ---------------------------------------------------------------------------
+// The file format
+// ---------------------------------------------------------------------------
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a policy document")]
+struct RawPolicy {
+    #[serde(default)]
+    defaults: RawExtension,
+    #[serde(default)]
+    extension: BTreeMap<ExtensionName, RawExtension>,
+    #[serde(default)]
+    group: BTreeMap<GroupName, RawGroup>,
+}
+
+impl RawPolicy {
+    fn into_policy(self) -> Policy {
+        Policy {
+            defaults: self.defaults.into_override(),
+            extensions: self
+                .extension
+                .into_iter()
+                .map(|(name, section)| (name.0, section.into_override()))
+                .collect(),
+            groups: self
+                .group
+                .into_iter()
+                .map(|(name, section)| (name.0, section.into_override()))
+                .collect(),
+        }
+    }
+}
+
+/// `[defaults]` and `[extension.NAME]`.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table of extension settings")]
+struct RawExtension {
+    #[serde(default, deserialize_with = "de_isolation")]
+    isolation: Option<Isolation>,
+    #[serde(default, deserialize_with = "de_group")]
+    group: Option<String>,
+    #[serde(default, deserialize_with = "de_deadline_ms")]
+    deadline_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_heartbeat_ms")]
+    heartbeat_ms: Option<Option<Duration>>,
+    #[serde(default, deserialize_with = "de_max_restarts")]
+    max_restarts: Option<u32>,
+    #[serde(default, deserialize_with = "de_restart_period_s")]
+    restart_period_s: Option<Duration>,
+    #[serde(default, deserialize_with = "de_backoff_initial_ms")]
+    backoff_initial_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_backoff_max_ms")]
+    backoff_max_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_backoff_factor")]
+    backoff_factor: Option<f64>,
+    #[serde(default, deserialize_with = "de_on_fault")]
+    on_fault: Option<OnFault>,
+    #[serde(default, deserialize_with = "de_max_retries")]
+    max_retries: Option<u32>,
+    #[serde(default, deserialize_with = "de_on_limit")]
+    on_limit: Option<OnLimit>,
+    #[serde(default, deserialize_with = "de_zygote")]
+    zygote: Option<bool>,
+    #[serde(default, deserialize_with = "de_wait")]
+    wait: Option<WaitMode>,
+    #[serde(default, deserialize_with = "de_spin")]
+    spin: Option<u32>,
+    #[serde(default, deserialize_with = "de_init")]
+    init: Option<String>,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    function: BTreeMap<FunctionName, RawFunction>,
+}
+
+impl RawExtension {
+    fn into_override(self) -> ExtensionOverride {
+        ExtensionOverride {
+            isolation: self.isolation,
+            group: self.group,
+            deadline: self.deadline_ms,
+            heartbeat: self.heartbeat_ms,
+            max_restarts: self.max_restarts,
+            restart_period: self.restart_period_s,
+            backoff_initial: self.backoff_initial_ms,
+            backoff_max: self.backoff_max_ms,
+            backoff_factor: self.backoff_factor,
+            on_fault: self.on_fault,
+            max_retries: self.max_retries,
+            on_limit: self.on_limit,
+            zygote: self.zygote,
+            wait: self.wait,
+            spin: self.spin,
+            init: self.init,
+            limits: self.limits.into_override(),
+            functions: self
+                .function
+                .into_iter()
+                .map(|(name, section)| (name.0, section.into_override()))
+                .collect(),
+        }
+    }
+}
+
+/// `[group.NAME]`: the domain-level fields only.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table of group settings")]
+struct RawGroup {
+    #[serde(default, deserialize_with = "de_isolation")]
+    isolation: Option<Isolation>,
+    #[serde(default, deserialize_with = "de_deadline_ms")]
+    deadline_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_heartbeat_ms")]
+    heartbeat_ms: Option<Option<Duration>>,
+    #[serde(default, deserialize_with = "de_max_restarts")]
+    max_restarts: Option<u32>,
+    #[serde(default, deserialize_with = "de_restart_period_s")]
+    restart_period_s: Option<Duration>,
+    #[serde(default, deserialize_with = "de_backoff_initial_ms")]
+    backoff_initial_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_backoff_max_ms")]
+    backoff_max_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_backoff_factor")]
+    backoff_factor: Option<f64>,
+    #[serde(default, deserialize_with = "de_on_limit")]
+    on_limit: Option<OnLimit>,
+    #[serde(default, deserialize_with = "de_zygote")]
+    zygote: Option<bool>,
+    #[serde(default, deserialize_with = "de_wait")]
+    wait: Option<WaitMode>,
+    #[serde(default, deserialize_with = "de_spin")]
+    spin: Option<u32>,
+    #[serde(default)]
+    limits: RawLimits,
+}
+
+impl RawGroup {
+    fn into_override(self) -> ExtensionOverride {
+        ExtensionOverride {
+            isolation: self.isolation,
+            deadline: self.deadline_ms,
+            heartbeat: self.heartbeat_ms,
+            max_restarts: self.max_restarts,
+            restart_period: self.restart_period_s,
+            backoff_initial: self.backoff_initial_ms,
+            backoff_max: self.backoff_max_ms,
+            backoff_factor: self.backoff_factor,
+            on_limit: self.on_limit,
+            zygote: self.zygote,
+            wait: self.wait,
+            spin: self.spin,
+            limits: self.limits.into_override(),
+            ..ExtensionOverride::default()
+        }
+    }
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table of resource limits")]
+struct RawLimits {
+    #[serde(default, deserialize_with = "de_address_space_mb")]
+    address_space_mb: Option<u64>,
+    #[serde(default, deserialize_with = "de_cpu_s")]
+    cpu_s: Option<u64>,
+    #[serde(default, deserialize_with = "de_open_files")]
+    open_files: Option<u64>,
+}
+
+impl RawLimits {
+    fn into_override(self) -> LimitsOverride {
+        LimitsOverride {
+            address_space_mb: self.address_space_mb,
+            cpu_s: self.cpu_s,
+            open_files: self.open_files,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table of function settings")]
+struct RawFunction {
+    #[serde(default, deserialize_with = "de_state")]
+    state: Option<bool>,
+    #[serde(default, deserialize_with = "de_retryable")]
+    retryable: Option<bool>,
+    #[serde(default, deserialize_with = "de_deadline_ms")]
+    deadline_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_destroys")]
+    destroys: Option<bool>,
+}
+
+impl RawFunction {
+    fn into_override(self) -> FunctionOverride {
+        FunctionOverride {
+            state: self.state,
+            retryable: self.retryable,
+            deadline: self.deadline_ms,
+            destroys: self.destroys,
+        }
+    }
+}
+
+// --- Section names ----------------------------------------------------------
+
+/// Defines a table-key newtype checked by `$check` when deserialized, so a
+/// bad name is reported at the key.
+macro_rules! checked_name {
+    ($ty:ident, $check:expr) => {
+        #[derive(PartialEq, Eq, PartialOrd, Ord)]
+        struct $ty(String);
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                let check: fn(&str) -> Result<(), String> = $check;
+                check(&name).map_err(de::Error::custom)?;
+                Ok($ty(name))
+            }
+        }
+    };
+}
+
+checked_name!(ExtensionName, |s| check_name("extension name", s));
+checked_name!(GroupName, |s| check_name("group name", s));
+checked_name!(FunctionName, |s| check_identifier("function name", s));
+
+/// A group or extension name: non-empty, of `[A-Za-z0-9_.-]`.
+fn check_name(what: &str, name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} must be non-empty and made of letters, digits, '_', '.' and '-', got {name:?}"
+        ))
+    }
+}
+
+/// A C function name: `[A-Za-z_][A-Za-z0-9_]*`.
+fn check_identifier(what: &str, name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} must be a C function name (letters, digits and '_', not starting with a digit), got {name:?}"
+        ))
+    }
+}
+
+// --- Values -----------------------------------------------------------------
+
+/// Any TOML value, as far as messages about it need to know.
+enum Scalar {
+    Int(i128),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    /// An array, table or date-time, described ("an array").
+    Other(&'static str),
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Int(v) => write!(f, "{v}"),
+            // Debug keeps the fraction visible: "10.0", not "10".
+            Scalar::Float(v) => write!(f, "{v:?}"),
+            Scalar::Bool(v) => write!(f, "{v}"),
+            Scalar::Str(v) => write!(f, "{v:?}"),
+            Scalar::Other(what) => f.write_str(what),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ScalarVisitor)
+    }
+}
+
+struct ScalarVisitor;
+
+/// The field name under which toml hands a date-time to a visitor.
+const TOML_DATETIME_FIELD: &str = "$__toml_private_datetime";
+
+impl<'de> Visitor<'de> for ScalarVisitor {
+    type Value = Scalar;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+        Ok(Scalar::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+        Ok(Scalar::Int(v.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+        Ok(Scalar::Int(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+        Ok(Scalar::Float(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+        Ok(Scalar::Str(v.to_string()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
+        Ok(Scalar::Str(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Scalar::Other("an array"))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+        let mut what = "a table";
+        if let Some(key) = map.next_key::<String>()? {
+            if key == TOML_DATETIME_FIELD {
+                what = "a date-time";
+            }
+            map.next_value::<IgnoredAny>()?;
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        }
+        Ok(Scalar::Other(what))
+    }
+}
+
+/// Reads one value and checks it with `check`; a refusal becomes a serde
+/// error, to which toml attaches the value's position.
+fn checked<'de, D, T>(
+    d: D,
+    check: impl FnOnce(&Scalar) -> Result<T, String>,
+) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let value = Scalar::deserialize(d)?;
+    check(&value).map(Some).map_err(de::Error::custom)
+}
+
+/// "`key` must be `expected`, got `value`".
+fn refuse(key: &str, expected: &str, value: &Scalar) -> String {
+    format!("{key} must be {expected}, got {value}")
+}
+
+/// Longest duration accepted anywhere: 100 years.
+const MAX_DURATION_S: u64 = 100 * 365 * 24 * 60 * 60;
+
+/// Unit of a duration key.
+#[derive(Clone, Copy)]
+enum Unit {
+    Milliseconds,
+    Seconds,
+}
+
+impl Unit {
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Milliseconds => "milliseconds",
+            Unit::Seconds => "seconds",
+        }
+    }
+
+    fn nanos(self) -> u64 {
+        match self {
+            Unit::Milliseconds => 1_000_000,
+            Unit::Seconds => 1_000_000_000,
+        }
+    }
+
+    /// `MAX_DURATION_S` in this unit.
+    fn max(self) -> u64 {
+        MAX_DURATION_S * (1_000_000_000 / self.nanos())
+    }
+}
+
+/// A duration written as an integer or float count of `unit`. Zero is
+/// accepted only if `zero` is `Some(note)`, the note saying what zero means.
+fn duration(key: &str, unit: Unit, zero: Option<&str>, value: &Scalar) -> Result<Duration, String> {
+    let expected = match zero {
+        Some(note) => format!("a non-negative number of {}{note}", unit.name()),
+        None => format!("a positive number of {}", unit.name()),
+    };
+    let nanos: u128 = match value {
+        Scalar::Int(v) if *v >= 0 => v.unsigned_abs() * u128::from(unit.nanos()),
+        Scalar::Float(v) if v.is_finite() && *v >= 0.0 => {
+            // Bounded below; the upper bound is checked next.
+            let nanos = (v * unit.nanos() as f64).round();
+            if nanos > u128::from(u64::MAX) as f64 {
+                u128::MAX
+            } else {
+                nanos as u128
+            }
+        }
+        _ => return Err(refuse(key, &expected, value)),
+    };
+    if nanos > u128::from(MAX_DURATION_S) * 1_000_000_000 {
+        let expected = format!("{expected} of at most {} (100 years)", unit.max());
+        return Err(refuse(key, &expected, value));
+    }
+    if nanos == 0 && zero.is_none() {
+        return Err(refuse(key, &expected, value));
+    }
+    // At most MAX_DURATION_S seconds, so it fits.
+    Ok(Duration::from_nanos(
+        u64::try_from(nanos).unwrap_or(u64::MAX),
+    ))
+}
+
+/// A whole number within `min..=max`.
+fn whole(key: &str, min: u64, max: u64, expected: &str, value: &Scalar) -> Result<u64, String> {
+    match value {
+        Scalar::Int(v) if *v >= i128::from(min) && *v <= i128::from(max) => {
+            u64::try_from(*v).map_err(|_| refuse(key, expected, value))
+        }
+        _ => Err(refuse(key, expected, value)),
+    }
+}
+
+fn boolean(key: &str, value: &Scalar) -> Result<bool, String> {
+    match value {
+        Scalar::Bool(v) => Ok(*v),
+        _ => Err(refuse(key, "true or false", value)),
+    }
+}
+
+/// One of the keywords of `T`.
+fn keyword<T>(key: &str, value: &Scalar, all: fn() -> String) -> Result<T, String>
+where
+    T: FromStr,
+{
+    let expected = format!("one of {}", all());
+    match value {
+        Scalar::Str(s) => s.parse().map_err(|_| refuse(key, &expected, value)),
+        _ => Err(refuse(key, &expected, value)),
+    }
+}
+
+fn quoted_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    items
+        .map(|s| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn de_isolation<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Isolation>, D::Error> {
+    checked(d, |v| keyword("isolation", v, Isolation::keywords))
+}
+
+fn de_on_fault<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OnFault>, D::Error> {
+    checked(d, |v| keyword("on_fault", v, OnFault::keywords))
+}
+
+fn de_on_limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<OnLimit>, D::Error> {
+    checked(d, |v| keyword("on_limit", v, OnLimit::keywords))
+}
+
+fn de_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<WaitMode>, D::Error> {
+    checked(d, |v| keyword("wait", v, WaitMode::keywords))
+}
+
+fn de_group<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    checked(d, |v| match v {
+        Scalar::Str(s) => check_name("group", s).map(|()| s.clone()),
+        _ => Err(refuse(
+            "group",
+            "a group name (a string of letters, digits, '_', '.' and '-')",
+            v,
+        )),
+    })
+}
+
+fn de_init<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    checked(d, |v| match v {
+        Scalar::Str(s) => check_identifier("init", s).map(|()| s.clone()),
+        _ => Err(refuse("init", "the name of a C function (a string)", v)),
+    })
+}
+
+fn de_deadline_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    checked(d, |v| duration("deadline_ms", Unit::Milliseconds, None, v))
+}
+
+fn de_heartbeat_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Duration>>, D::Error> {
+    checked(d, |v| {
+        duration("heartbeat_ms", Unit::Milliseconds, Some(" (0 = off)"), v)
+            .map(|t| (!t.is_zero()).then_some(t))
+    })
+}
+
+fn de_restart_period_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    checked(d, |v| duration("restart_period_s", Unit::Seconds, None, v))
+}
+
+fn de_backoff_initial_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    checked(d, |v| {
+        duration("backoff_initial_ms", Unit::Milliseconds, Some(""), v)
+    })
+}
+
+fn de_backoff_max_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    checked(d, |v| {
+        duration("backoff_max_ms", Unit::Milliseconds, Some(""), v)
+    })
+}
+
+fn de_backoff_factor<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    checked(d, |v| {
+        let factor = match v {
+            Scalar::Int(i) => *i as f64,
+            Scalar::Float(f) => *f,
+            _ => f64::NAN,
+        };
+        if factor.is_finite() && factor >= 1.0 {
+            Ok(factor)
+        } else {
+            Err(refuse("backoff_factor", "a number of at least 1.0", v))
+        }
+    })
+}
+
+fn de_max_restarts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    const EXPECTED: &str = "a whole number from 0 to 4294967295";
+    checked(d, |v| {
+        whole("max_restarts", 0, u32::MAX.into(), EXPECTED, v).map(|n| n as u32)
+    })
+}
+
+fn de_max_retries<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    checked(d, |v| {
+        whole("max_retries", 0, 100, "a whole number from 0 to 100", v).map(|n| n as u32)
+    })
+}
+
+fn de_spin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    checked(d, |v| {
+        whole(
+            "spin",
+            0,
+            10_000_000,
+            "a whole number from 0 to 10000000",
+            v,
+        )
+        .map(|n| n as u32)
+    })
+}
+
+fn de_zygote<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    checked(d, |v| boolean("zygote", v))
+}
+
+fn de_state<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    checked(d, |v| boolean("state", v))
+}
+
+fn de_retryable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    checked(d, |v| boolean("retryable", v))
+}
+
+fn de_destroys<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    checked(d, |v| boolean("destroys", v))
+}
+
+/// Largest address-space limit whose size in bytes fits a u64.
+const MAX_ADDRESS_SPACE_MB: u64 = u64::MAX >> 20;
+
+fn de_address_space_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    checked(d, |v| {
+        let expected =
+            format!("a whole number of MiB from 0 (unlimited) to {MAX_ADDRESS_SPACE_MB}");
+        whole("address_space_mb", 0, MAX_ADDRESS_SPACE_MB, &expected, v)
+    })
+}
+
+fn de_cpu_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    checked(d, |v| {
+        whole(
+            "cpu_s",
+            0,
+            u64::MAX,
+            "a non-negative whole number of seconds (0 = unlimited)",
+            v,
+        )
+    })
+}
+
+fn de_open_files<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    checked(d, |v| {
+        whole("open_files", 1, u64::MAX, "a whole number of at least 1", v)
+    })
+}
+
+// ---------------------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example of the module documentation.
+    const EXAMPLE: &str = r#"
+[defaults]                 # any extension field
+isolation = "process"      # none | process | mpk | auto
+deadline_ms = 10000
+heartbeat_ms = 1000        # 0 = off
+max_restarts = 10
+restart_period_s = 60      # integer or float
+backoff_initial_ms = 1     # integer or float
+backoff_max_ms = 1000
+backoff_factor = 2.0
+on_fault = "retry"         # retry | fail
+max_retries = 1
+on_limit = "disable"       # disable | fail
+zygote = true
+wait = "adaptive"          # adaptive | poll | sleep
+spin = 2000
+init = "well_init"
+[defaults.limits]
+address_space_mb = 1024    # 0 = unlimited
+cpu_s = 0
+open_files = 256
+
+[extension.faulty]
+group = "demo"
+deadline_ms = 500
+[extension.faulty.limits]
+open_files = 64
+[extension.faulty.function.faulty_counter_add]
+state = true
+retryable = true
+deadline_ms = 100
+destroys = false
+
+[group.demo]
+zygote = false
+"#;
+
+    fn parse(text: &str) -> Policy {
+        match Policy::from_toml_str(text, "test.toml") {
+            Ok(policy) => policy,
+            Err(e) => panic!("policy refused: {e}"),
+        }
+    }
+
+    /// The line, column and reason of an `Invalid` error.
+    fn refused(text: &str) -> (usize, usize, String) {
+        match Policy::from_toml_str(text, "test.toml") {
+            Err(PolicyError::Invalid {
+                origin,
+                line,
+                column,
+                reason,
+            }) => {
+                assert_eq!(origin, "test.toml");
+                (line, column, reason)
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn empty_text_gives_built_in_defaults() {
+        let policy = parse("");
+        assert_eq!(policy, Policy::default());
+        let p = policy.for_extension("anything");
+        assert_eq!(p, ExtensionPolicy::default());
+        assert_eq!(p.isolation, Isolation::Process);
+        assert_eq!(p.group, None);
+        assert_eq!(p.deadline, Duration::from_secs(10));
+        assert_eq!(p.heartbeat, None);
+        assert_eq!(p.max_restarts, 10);
+        assert_eq!(p.restart_period, Duration::from_secs(60));
+        assert_eq!(p.backoff_initial, Duration::from_millis(1));
+        assert_eq!(p.backoff_max, Duration::from_secs(1));
+        assert_eq!(p.backoff_factor, 2.0);
+        assert_eq!(p.on_fault, OnFault::Retry);
+        assert_eq!(p.max_retries, 1);
+        assert_eq!(p.on_limit, OnLimit::Disable);
+        assert!(p.zygote);
+        assert_eq!(p.wait, WaitMode::Adaptive);
+        assert_eq!(p.spin, 2000);
+        assert_eq!(p.init, None);
+        assert_eq!(
+            p.limits,
+            Limits {
+                address_space_mb: 1024,
+                cpu_s: 0,
+                open_files: 256
+            }
+        );
+        assert!(p.functions.is_empty());
+    }
+
+    #[test]
+    fn full_example_parses_to_expected_values() {
+        let policy = parse(EXAMPLE);
+        let d = &policy.defaults;
+        assert_eq!(d.isolation, Some(Isolation::Process));
+        assert_eq!(d.deadline, Some(Duration::from_millis(10_000)));
+        assert_eq!(d.heartbeat, Some(Some(Duration::from_millis(1000))));
+        assert_eq!(d.max_restarts, Some(10));
+        assert_eq!(d.restart_period, Some(Duration::from_secs(60)));
+        assert_eq!(d.backoff_initial, Some(Duration::from_millis(1)));
+        assert_eq!(d.backoff_max, Some(Duration::from_millis(1000)));
+        assert_eq!(d.backoff_factor, Some(2.0));
+        assert_eq!(d.on_fault, Some(OnFault::Retry));
+        assert_eq!(d.max_retries, Some(1));
+        assert_eq!(d.on_limit, Some(OnLimit::Disable));
+        assert_eq!(d.zygote, Some(true));
+        assert_eq!(d.wait, Some(WaitMode::Adaptive));
+        assert_eq!(d.spin, Some(2000));
+        assert_eq!(d.init.as_deref(), Some("well_init"));
+        assert_eq!(
+            d.limits,
+            LimitsOverride {
+                address_space_mb: Some(1024),
+                cpu_s: Some(0),
+                open_files: Some(256)
+            }
+        );
+
+        let faulty = policy.for_extension("faulty");
+        assert_eq!(faulty.group.as_deref(), Some("demo"));
+        assert_eq!(faulty.deadline, Duration::from_millis(500));
+        assert_eq!(faulty.heartbeat, Some(Duration::from_secs(1)));
+        assert_eq!(faulty.init.as_deref(), Some("well_init"));
+        assert_eq!(faulty.limits.open_files, 64);
+        assert_eq!(faulty.limits.address_space_mb, 1024);
+        assert_eq!(
+            faulty.function("faulty_counter_add"),
+            FunctionPolicy {
+                state: true,
+                retryable: true,
+                deadline: Some(Duration::from_millis(100)),
+                destroys: false
+            }
+        );
+        assert!(!policy.for_group("demo").zygote);
+        assert_eq!(policy.groups.len(), 1);
+        assert_eq!(policy.extensions.len(), 1);
+    }
+
+    #[test]
+    fn extension_overrides_defaults() {
+        let policy = parse(
+            r#"
+[defaults]
+isolation = "mpk"
+deadline_ms = 2000
+max_retries = 3
+[defaults.limits]
+cpu_s = 5
+open_files = 100
+
+[extension.a]
+isolation = "none"
+on_fault = "fail"
+heartbeat_ms = 0
+[extension.a.limits]
+open_files = 10
+"#,
+        );
+        let a = policy.for_extension("a");
+        assert_eq!(a.isolation, Isolation::None);
+        assert_eq!(a.on_fault, OnFault::Fail);
+        assert_eq!(a.heartbeat, None);
+        assert_eq!(a.deadline, Duration::from_secs(2));
+        assert_eq!(a.max_retries, 3);
+        assert_eq!(a.limits.cpu_s, 5);
+        assert_eq!(a.limits.open_files, 10);
+        assert_eq!(a.limits.address_space_mb, 1024);
+
+        let b = policy.for_extension("b");
+        assert_eq!(b.isolation, Isolation::Mpk);
+        assert_eq!(b.on_fault, OnFault::Retry);
+        assert_eq!(b.limits.open_files, 100);
+    }
+
+    #[test]
+    fn function_policy_lookup_and_default_function_policy() {
+        let policy = parse(
+            r#"
+[defaults.function.shared_close]
+destroys = true
+retryable = false
+
+[extension.e]
+deadline_ms = 300
+[extension.e.function.e_open]
+state = true
+[extension.e.function.e_slow]
+deadline_ms = 2500.5
+[extension.e.function.shared_close]
+retryable = true
+"#,
+        );
+        let e = policy.for_extension("e");
+        let open = e.function("e_open");
+        assert!(open.state);
+        assert!(open.retryable);
+        assert_eq!(open.deadline, None);
+        assert!(!open.destroys);
+        assert_eq!(e.deadline_for("e_open"), Duration::from_millis(300));
+        assert_eq!(e.deadline_for("e_slow"), Duration::from_micros(2_500_500));
+        let close = e.function("shared_close");
+        assert!(close.destroys && close.retryable && !close.state);
+
+        let unknown = e.function("not_listed");
+        assert_eq!(unknown, FunctionPolicy::default());
+        assert_eq!(
+            unknown,
+            FunctionPolicy {
+                state: false,
+                retryable: true,
+                deadline: None,
+                destroys: false
+            }
+        );
+        assert_eq!(e.deadline_for("not_listed"), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn group_policy_applies_defaults_then_group_section() {
+        let policy = parse(
+            r#"
+[defaults]
+max_restarts = 4
+wait = "poll"
+on_fault = "fail"
+
+[extension.x]
+group = "g1"
+zygote = false
+
+[group.g1]
+isolation = "auto"
+restart_period_s = 2.5
+wait = "sleep"
+heartbeat_ms = 250
+[group.g1.limits]
+address_space_mb = 0
+"#,
+        );
+        let g = policy.for_group("g1");
+        assert_eq!(g.group.as_deref(), Some("g1"));
+        assert_eq!(g.isolation, Isolation::Auto);
+        assert_eq!(g.restart_period, Duration::from_millis(2500));
+        assert_eq!(g.wait, WaitMode::Sleep);
+        assert_eq!(g.heartbeat, Some(Duration::from_millis(250)));
+        assert_eq!(g.limits.address_space_mb, 0);
+        assert_eq!(g.max_restarts, 4);
+        assert_eq!(g.on_fault, OnFault::Fail);
+        // Extension sections do not leak into the group's domain policy.
+        assert!(g.zygote);
+
+        let other = policy.for_group("g2");
+        assert_eq!(other.group.as_deref(), Some("g2"));
+        assert_eq!(other.wait, WaitMode::Poll);
+    }
+
+    #[test]
+    fn group_section_refuses_extension_only_fields() {
+        let (line, _, reason) = refused("[group.g]\nzygote = true\non_fault = \"fail\"\n");
+        assert_eq!(line, 3);
+        assert!(reason.starts_with("unknown field `on_fault`"), "{reason}");
+        assert!(
+            reason.ends_with("put it in [extension.NAME] or [defaults]"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn backoff_sequence_and_cap() {
+        let p = ExtensionPolicy::default();
+        let ms = Duration::from_millis;
+        assert_eq!(p.backoff(0), Duration::ZERO);
+        assert_eq!(p.backoff(1), Duration::ZERO);
+        assert_eq!(p.backoff(2), ms(1));
+        assert_eq!(p.backoff(3), ms(2));
+        assert_eq!(p.backoff(4), ms(4));
+        assert_eq!(p.backoff(11), ms(512));
+        assert_eq!(p.backoff(12), ms(1000));
+        assert_eq!(p.backoff(13), ms(1000));
+        assert_eq!(p.backoff(u32::MAX), ms(1000));
+
+        let constant = ExtensionPolicy {
+            backoff_factor: 1.0,
+            backoff_initial: ms(7),
+            ..ExtensionPolicy::default()
+        };
+        assert_eq!(constant.backoff(2), ms(7));
+        assert_eq!(constant.backoff(1000), ms(7));
+
+        let above_cap = ExtensionPolicy {
+            backoff_initial: ms(5000),
+            ..ExtensionPolicy::default()
+        };
+        assert_eq!(above_cap.backoff(2), ms(1000));
+
+        let triple = ExtensionPolicy {
+            backoff_factor: 3.0,
+            backoff_initial: ms(10),
+            backoff_max: ms(100),
+            ..ExtensionPolicy::default()
+        };
+        let seq: Vec<_> = (1..=6).map(|n| triple.backoff(n)).collect();
+        assert_eq!(seq, [ms(0), ms(10), ms(30), ms(90), ms(100), ms(100)]);
+    }
+
+    #[test]
+    fn unknown_key_at_top_level_gives_its_line() {
+        let (line, column, reason) = refused("\n[defaults]\nspin = 1\n\n[defualts]\n");
+        assert_eq!((line, column), (5, 2));
+        assert!(reason.starts_with("unknown field `defualts`"), "{reason}");
+        assert!(reason.contains("did you mean `defaults`?"), "{reason}");
+    }
+
+    #[test]
+    fn unknown_key_in_extension_gives_its_line() {
+        let (line, column, reason) =
+            refused("[extension.faulty]\ngroup = \"demo\"\n  dedline_ms = 500\n");
+        assert_eq!((line, column), (3, 3));
+        assert!(
+            reason.starts_with("unknown field `dedline_ms`, expected one of"),
+            "{reason}"
+        );
+        assert!(reason.contains("`deadline_ms`"), "{reason}");
+        assert!(reason.ends_with("did you mean `deadline_ms`?"), "{reason}");
+    }
+
+    #[test]
+    fn unknown_key_in_limits_gives_its_line() {
+        let (line, _, reason) =
+            refused("[extension.e]\n[extension.e.limits]\nopen_files = 3\nopen_file = 4\n");
+        assert_eq!(line, 4);
+        assert!(reason.starts_with("unknown field `open_file`"), "{reason}");
+        let (line, _, _) = refused("[defaults.limits]\n\nstack_mb = 8\n");
+        assert_eq!(line, 3);
+    }
+
+    #[test]
+    fn unknown_key_in_function_section_gives_its_line() {
+        let (line, _, reason) = refused(
+            "[extension.e]\ndeadline_ms = 5\n[extension.e.function.f]\nstate = true\nidempotent = true\n",
+        );
+        assert_eq!(line, 5);
+        assert!(reason.starts_with("unknown field `idempotent`"), "{reason}");
+        assert!(reason.contains("`retryable`"), "{reason}");
+    }
+
+    #[test]
+    fn bad_isolation_string_lists_valid_values() {
+        let (line, column, reason) = refused("[defaults]\nisolation = \"vm\"\n");
+        assert_eq!((line, column), (2, 13));
+        assert_eq!(
+            reason,
+            r#"isolation must be one of "none", "process", "mpk", "auto", got "vm""#
+        );
+        let err = "vm".parse::<Isolation>().unwrap_err();
+        for valid in ["none", "process", "mpk", "auto"] {
+            assert!(err.contains(valid), "{err}");
+        }
+    }
+
+    #[test]
+    fn deadline_ms_zero_refused_with_its_line() {
+        let (line, _, reason) = refused("[extension.e]\ngroup = \"g\"\ndeadline_ms = 0\n");
+        assert_eq!(line, 3);
+        assert_eq!(
+            reason,
+            "deadline_ms must be a positive number of milliseconds, got 0"
+        );
+        let (line, _, reason) = refused("[extension.e.function.f]\n\ndeadline_ms = 0.0\n");
+        assert_eq!(line, 3);
+        assert!(
+            reason.starts_with("deadline_ms must be a positive"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_refused() {
+        let (line, _, reason) = refused("[defaults]\ndeadline_ms = \"10s\"\n");
+        assert_eq!(line, 2);
+        assert_eq!(
+            reason,
+            "deadline_ms must be a positive number of milliseconds, got \"10s\""
+        );
+        let (line, _, reason) = refused("[defaults]\nspin = 1\nzygote = \"yes\"\n");
+        assert_eq!(line, 3);
+        assert_eq!(reason, "zygote must be true or false, got \"yes\"");
+        let (_, _, reason) = refused("[defaults]\nmax_restarts = 10.0\n");
+        assert!(reason.ends_with("got 10.0"), "{reason}");
+        let (_, _, reason) = refused("[defaults]\nwait = [1]\n");
+        assert!(reason.ends_with("got an array"), "{reason}");
+        let (_, _, reason) = refused("[defaults]\non_limit = 1979-05-27\n");
+        assert!(reason.ends_with("got a date-time"), "{reason}");
+        let (line, _, reason) = refused("[defaults]\nlimits = 3\n");
+        assert_eq!(line, 2);
+        assert!(reason.contains("resource limits"), "{reason}");
+    }
+
+    #[test]
+    fn bad_values_refused() {
+        let cases = [
+            ("heartbeat_ms = -1", "heartbeat_ms must be a non-negative"),
+            (
+                "restart_period_s = nan",
+                "restart_period_s must be a positive",
+            ),
+            (
+                "restart_period_s = 0",
+                "restart_period_s must be a positive",
+            ),
+            ("backoff_initial_ms = -0.5", "backoff_initial_ms must be"),
+            ("backoff_max_ms = inf", "backoff_max_ms must be"),
+            ("deadline_ms = 1e300", "of at most"),
+            (
+                "backoff_factor = 0.5",
+                "backoff_factor must be a number of at least 1.0",
+            ),
+            (
+                "max_retries = 101",
+                "max_retries must be a whole number from 0 to 100",
+            ),
+            ("max_restarts = -1", "max_restarts must be a whole number"),
+            (
+                "spin = 10000001",
+                "spin must be a whole number from 0 to 10000000",
+            ),
+            ("group = \"\"", "group must be non-empty"),
+            ("group = \"a/b\"", "group must be non-empty"),
+            ("init = \"9lives\"", "init must be a C function name"),
+            ("on_fault = \"ignore\"", r#"one of "retry", "fail""#),
+            (
+                "limits.open_files = 0",
+                "open_files must be a whole number of at least 1",
+            ),
+            ("limits.cpu_s = -3", "cpu_s must be"),
+        ];
+        for (line, expected) in cases {
+            let (n, _, reason) = refused(&format!("[defaults]\n{line}\n"));
+            assert_eq!(n, 2, "{line}");
+            assert!(reason.contains(expected), "{line}: {reason}");
+        }
+    }
+
+    #[test]
+    fn bad_section_names_refused_at_the_name() {
+        let (line, column, reason) = refused("[extension.ok]\n[extension.\"bad name\"]\n");
+        assert_eq!((line, column), (2, 12));
+        assert!(reason.starts_with("extension name must be"), "{reason}");
+        let (line, _, reason) = refused("\n[group.\"\"]\n");
+        assert_eq!(line, 2);
+        assert!(reason.starts_with("group name must be"), "{reason}");
+        let (line, _, reason) = refused("[extension.e.function.\"a-b\"]\n");
+        assert_eq!(line, 1);
+        assert!(reason.starts_with("function name must be"), "{reason}");
+        // Dots and dashes are fine in extension and group names.
+        let policy = parse("[extension.\"my-ext.v2\"]\n[group.g-1]\n");
+        assert!(policy.extensions.contains_key("my-ext.v2"));
+        assert!(policy.groups.contains_key("g-1"));
+    }
+
+    #[test]
+    fn float_and_integer_durations() {
+        let policy = parse(
+            "[defaults]\nrestart_period_s = 1.5\nbackoff_initial_ms = 0.25\nbackoff_max_ms = 0\n",
+        );
+        let p = policy.for_extension("x");
+        assert_eq!(p.restart_period, Duration::from_millis(1500));
+        assert_eq!(p.backoff_initial, Duration::from_micros(250));
+        assert_eq!(p.backoff_max, Duration::ZERO);
+        assert_eq!(p.backoff(5), Duration::ZERO);
+    }
+
+    #[test]
+    fn syntax_error_gives_its_line() {
+        let (line, _, reason) = refused("[defaults]\nspin = \n");
+        assert_eq!(line, 2);
+        assert!(!reason.contains('\n') && !reason.is_empty(), "{reason}");
+        let (line, _, reason) = refused("[defaults]\n\n[defaults]\n");
+        assert_eq!(line, 3);
+        assert!(reason.contains("duplicate key `defaults`"), "{reason}");
+        let (_, _, reason) = refused("extension = 3\n");
+        assert!(reason.ends_with("expected a table"), "{reason}");
+    }
+
+    #[test]
+    fn from_file_missing_path_names_the_path() {
+        let path = std::env::temp_dir().join("ward-policy-test-does-not-exist/policy.toml");
+        let err = Policy::from_file(&path).unwrap_err();
+        assert!(matches!(&err, PolicyError::Read { path: p, .. } if *p == path));
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn from_file_reads_and_names_origin() {
+        let dir = std::env::temp_dir().join(format!("ward-policy-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, EXAMPLE).unwrap();
+        assert_eq!(Policy::from_file(&good).unwrap(), parse(EXAMPLE));
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "[defaults]\nspin = -1\n").unwrap();
+        let message = Policy::from_file(&bad).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!("{}:2:", bad.display())),
+            "{message}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn display_of_invalid_starts_with_origin_line_column() {
+        let err = Policy::from_toml_str("[defaults]\ndeadline_ms = 0\n", "ward.toml").unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("ward.toml:2:15: "), "{text}");
+        assert_eq!(
+            text,
+            "ward.toml:2:15: deadline_ms must be a positive number of milliseconds, got 0"
+        );
+        let err = PolicyError::Invalid {
+            origin: "o".into(),
+            line: 0,
+            column: 0,
+            reason: "r".into(),
+        };
+        assert_eq!(err.to_string(), "o:0:0: r");
+    }
+
+    #[test]
+    fn builder_overrides() {
+        let mut policy = Policy::default();
+        policy.set_default_isolation(Isolation::None);
+        policy.extension_mut("a").deadline = Some(Duration::from_millis(20));
+        policy.extension_mut("a").functions.insert(
+            "a_open".into(),
+            FunctionOverride {
+                state: Some(true),
+                ..FunctionOverride::default()
+            },
+        );
+        policy.group_mut("g").zygote = Some(false);
+        let a = policy.for_extension("a");
+        assert_eq!(a.isolation, Isolation::None);
+        assert_eq!(a.deadline, Duration::from_millis(20));
+        assert!(a.function("a_open").state);
+        assert_eq!(policy.for_extension("b").deadline, Duration::from_secs(10));
+        assert!(!policy.for_group("g").zygote);
+        assert_eq!(policy.extensions.len(), 1);
+    }
+
+    #[test]
+    fn keywords_round_trip() {
+        for iso in Isolation::ALL {
+            assert_eq!(iso.as_str().parse::<Isolation>(), Ok(*iso));
+            assert_eq!(iso.to_string(), iso.as_str());
+        }
+        for w in WaitMode::ALL {
+            assert_eq!(w.as_str().parse::<WaitMode>(), Ok(*w));
+        }
+        for f in OnFault::ALL {
+            assert_eq!(f.as_str().parse::<OnFault>(), Ok(*f));
+        }
+        for l in OnLimit::ALL {
+            assert_eq!(l.as_str().parse::<OnLimit>(), Ok(*l));
+        }
+        assert!("Process".parse::<Isolation>().is_err());
+    }
+
+    #[test]
+    fn line_column_counts_characters() {
+        assert_eq!(line_column("", 0), (1, 1));
+        assert_eq!(line_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_column("é = 1\nx", 2), (1, 2));
+        assert_eq!(line_column("é = 1\nx", 1), (1, 1));
+        assert_eq!(line_column("ab", 99), (1, 3));
+    }
+}

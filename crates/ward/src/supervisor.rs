@@ -1,0 +1,362 @@
+//! The supervisor: the host's entry point. It owns the policy, loads extensions into domains of the isolation
+//! kind policy asks for, watches them (process deaths, heartbeats) and reports recovery events.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use crate::backend::direct::DirectBackend;
+use crate::backend::process::{find_program, ProcessBackend, ProcessConfig};
+use crate::backend::ExtensionSpec;
+use crate::call::{Arg, RetType, Signature, Value};
+use crate::callback::Callback;
+use crate::domain::{Domain, DomainStats};
+use crate::error::Error;
+use crate::events::{Event, EventBus};
+use crate::monitor::Monitor;
+use crate::policy::{ExtensionPolicy, Isolation, Policy};
+use crate::tracker::Tracker;
+
+/// Loads extensions into protection domains and keeps them running.
+pub struct Supervisor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    policy: Policy,
+    events: Arc<EventBus>,
+    monitor: OnceLock<Arc<Monitor>>,
+    groups: Mutex<HashMap<String, Weak<Domain>>>,
+    heartbeats: Mutex<Vec<(Weak<Domain>, Duration)>>,
+    heartbeat_started: AtomicBool,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+impl Supervisor {
+    pub fn new(policy: Policy) -> Supervisor {
+        Supervisor {
+            inner: Arc::new(Inner {
+                policy,
+                events: Arc::new(EventBus::default()),
+                monitor: OnceLock::new(),
+                groups: Mutex::new(HashMap::new()),
+                heartbeats: Mutex::new(Vec::new()),
+                heartbeat_started: AtomicBool::new(false),
+                stop: Arc::new(AtomicBool::new(false)),
+            }),
+        }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// Recovery events from now on.
+    pub fn subscribe(&self) -> Receiver<Event> {
+        self.inner.events.subscribe()
+    }
+
+    /// Register a host function extensions may call back.
+    pub fn register_callback(
+        &self,
+        signature: Signature,
+        handler: impl Fn(&[Value]) -> Value + Send + Sync + 'static,
+    ) -> Result<Callback, Error> {
+        Callback::register(signature, handler)
+    }
+
+    /// Load an extension with the isolation its policy gives it. Its name is the file stem without a `lib` prefix.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<Extension, Error> {
+        self.load_with(path, None)
+    }
+
+    /// Load an extension, overriding the policy's isolation kind.
+    pub fn load_with(&self, path: impl AsRef<Path>, isolation: Option<Isolation>) -> Result<Extension, Error> {
+        let path = path.as_ref();
+        check_elf(path)?;
+        let name = extension_name(path);
+        let mut policy = self.inner.policy.for_extension(&name);
+        if let Some(iso) = isolation {
+            policy.isolation = iso;
+        }
+        let isolation = resolve_isolation(policy.isolation)?;
+        let spec = ExtensionSpec { path: path.to_path_buf(), init: policy.init.clone() };
+
+        if let Some(group) = policy.group.clone() {
+            let existing = self.inner.groups.lock().unwrap_or_else(|e| e.into_inner()).get(&group).and_then(Weak::upgrade);
+            if let Some(domain) = existing {
+                if domain.isolation != isolation {
+                    return Err(Error::IsolationUnavailable(
+                        isolation.to_string(),
+                        format!("group {group} already runs with isolation {}", domain.isolation),
+                    ));
+                }
+                let ext = domain.add_extension(spec, name.clone(), policy)?;
+                return Ok(Extension { domain, ext, name });
+            }
+            let mut domain_policy = self.inner.policy.for_group(&group);
+            domain_policy.isolation = isolation;
+            let domain = self.start_domain(group.clone(), isolation, domain_policy, spec)?;
+            let ext = domain.register_extension(name.clone(), policy);
+            self.inner.groups.lock().unwrap_or_else(|e| e.into_inner()).insert(group, Arc::downgrade(&domain));
+            return Ok(Extension { domain, ext, name });
+        }
+        let domain = self.start_domain(name.clone(), isolation, policy.clone(), spec)?;
+        let ext = domain.register_extension(name.clone(), policy);
+        Ok(Extension { domain, ext, name })
+    }
+
+    fn monitor(&self) -> Result<Arc<Monitor>, Error> {
+        if let Some(m) = self.inner.monitor.get() {
+            return Ok(m.clone());
+        }
+        let m = Monitor::start().map_err(|e| Error::io("cannot start the monitor thread", e))?;
+        Ok(self.inner.monitor.get_or_init(|| m).clone())
+    }
+
+    fn start_domain(
+        &self,
+        name: String,
+        isolation: Isolation,
+        policy: ExtensionPolicy,
+        spec: ExtensionSpec,
+    ) -> Result<Arc<Domain>, Error> {
+        let mut tracker = Tracker::new();
+        let backend: Box<dyn crate::backend::Backend> = match isolation {
+            Isolation::None => Box::new(
+                DirectBackend::load(vec![spec.clone()])
+                    .map_err(|reason| Error::Load { path: spec.path.clone(), reason })?,
+            ),
+            Isolation::Process => {
+                let program = find_program().map_err(Error::DomainProgramMissing)?;
+                let cfg = ProcessConfig {
+                    program,
+                    extensions: vec![spec.clone()],
+                    limits: policy.limits.clone(),
+                    spin: match policy.wait {
+                        crate::policy::WaitMode::Poll => u32::MAX,
+                        crate::policy::WaitMode::Sleep => 0,
+                        crate::policy::WaitMode::Adaptive => policy.spin,
+                    },
+                    zygote: policy.zygote,
+                };
+                Box::new(
+                    ProcessBackend::start(cfg, self.monitor()?, &mut tracker)
+                        .map_err(|reason| Error::Load { path: spec.path.clone(), reason })?,
+                )
+            }
+            Isolation::Mpk | Isolation::Auto => {
+                return Err(Error::IsolationUnavailable(isolation.to_string(), "not built yet".into()))
+            }
+        };
+        let heartbeat = policy.heartbeat;
+        let domain = Arc::new(Domain::new(name, isolation, policy, self.inner.events.clone(), backend, tracker));
+        if let Some(interval) = heartbeat {
+            if isolation == Isolation::Process {
+                self.add_heartbeat(&domain, interval);
+            }
+        }
+        Ok(domain)
+    }
+
+    fn add_heartbeat(&self, domain: &Arc<Domain>, interval: Duration) {
+        self.inner.heartbeats.lock().unwrap_or_else(|e| e.into_inner()).push((Arc::downgrade(domain), interval));
+        if self.inner.heartbeat_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let inner = Arc::downgrade(&self.inner);
+        let stop = self.inner.stop.clone();
+        let _ = std::thread::Builder::new().name("ward-heartbeat".into()).spawn(move || heartbeat_loop(inner, stop));
+    }
+}
+
+/// Every domain with a heartbeat is pinged once per interval while it is idle.
+fn heartbeat_loop(inner: Weak<Inner>, stop: Arc<AtomicBool>) {
+    let tick = Duration::from_millis(10);
+    let mut due: HashMap<usize, std::time::Instant> = HashMap::new();
+    while !stop.load(Ordering::Acquire) {
+        // The heartbeat's own period, not synchronisation with anything.
+        std::thread::sleep(tick);
+        let Some(inner) = inner.upgrade() else { return };
+        let list: Vec<(Weak<Domain>, Duration)> =
+            inner.heartbeats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        drop(inner);
+        let now = std::time::Instant::now();
+        for (weak, interval) in list {
+            let Some(domain) = weak.upgrade() else { continue };
+            let key = Arc::as_ptr(&domain) as usize;
+            let next = *due.entry(key).or_insert(now + interval);
+            if now >= next {
+                due.insert(key, now + interval);
+                domain.heartbeat(interval);
+            }
+        }
+    }
+}
+
+/// Isolation kinds this build provides. `auto` means mpk where possible, else process; mpk is not built yet.
+fn resolve_isolation(iso: Isolation) -> Result<Isolation, Error> {
+    match iso {
+        Isolation::Auto => Ok(Isolation::Process),
+        Isolation::Mpk => Err(Error::IsolationUnavailable(
+            "mpk".into(),
+            "this build has no protection-key domains yet; use process or auto".into(),
+        )),
+        other => Ok(other),
+    }
+}
+
+/// The extension's name for policy: the file stem without a `lib` prefix.
+pub fn extension_name(path: &Path) -> String {
+    let stem = path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = stem.split(".so").next().unwrap_or(&stem).to_string();
+    stem.strip_prefix("lib").map(str::to_string).unwrap_or(stem)
+}
+
+/// Refuse what is not a 64-bit x86-64 ELF shared object, with one clear message.
+fn check_elf(path: &Path) -> Result<(), Error> {
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::NotFound { path: path.into() }),
+        Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
+    };
+    let mut h = [0u8; 20];
+    let n = f.read(&mut h).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let not = |reason: &str| Err(Error::NotElf { path: PathBuf::from(path), reason: reason.into() });
+    if n < 20 || &h[..4] != b"\x7fELF" {
+        return not("no ELF header");
+    }
+    if h[4] != 2 {
+        return not("32-bit ELF; ward runs 64-bit extensions");
+    }
+    let e_type = u16::from_le_bytes([h[16], h[17]]);
+    let e_machine = u16::from_le_bytes([h[18], h[19]]);
+    if e_type != 3 {
+        return not("an executable or object file, not a shared object");
+    }
+    if e_machine != 62 {
+        return not("built for another processor than x86-64");
+    }
+    Ok(())
+}
+
+/// A loaded extension.
+#[derive(Clone)]
+pub struct Extension {
+    domain: Arc<Domain>,
+    ext: usize,
+    name: String,
+}
+
+impl std::fmt::Debug for Extension {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Extension({} in domain {})", self.name, self.domain.name)
+    }
+}
+
+impl Extension {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The domain's name (the extension's own, or its group's).
+    pub fn domain(&self) -> &str {
+        &self.domain.name
+    }
+
+    pub fn isolation(&self) -> Isolation {
+        self.domain.isolation
+    }
+
+    /// Resolve a function once, for repeated calls.
+    pub fn function(&self, symbol: &str) -> Result<Function, Error> {
+        let sym = self.domain.symbol(self.ext, symbol)?;
+        Ok(Function { domain: self.domain.clone(), sym, name: symbol.to_string() })
+    }
+
+    /// Call `symbol` with `args`, reading the result as `ret`.
+    pub fn call(&self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
+        self.function(symbol)?.call(args, ret)
+    }
+
+    /// Queue a call to `symbol` with no reply awaited (scalars and small inputs only).
+    pub fn defer(&self, symbol: &str, args: &[Arg<'_>]) -> Result<(), Error> {
+        self.function(symbol)?.defer(args)
+    }
+
+    /// Send every queued deferred call.
+    pub fn flush(&self) -> Result<(), Error> {
+        self.domain.flush()
+    }
+
+    pub fn stats(&self) -> DomainStats {
+        self.domain.stats()
+    }
+
+    /// The process id of the domain's running incarnation (process isolation only).
+    pub fn pid(&self) -> Option<i32> {
+        self.domain.pid()
+    }
+}
+
+/// A resolved function of an extension.
+#[derive(Clone)]
+pub struct Function {
+    domain: Arc<Domain>,
+    sym: usize,
+    name: String,
+}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Function({})", self.name)
+    }
+}
+
+impl Function {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn call(&self, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
+        self.domain.call(self.sym, args, ret)
+    }
+
+    pub fn defer(&self, args: &[Arg<'_>]) -> Result<(), Error> {
+        self.domain.defer(self.sym, args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_extensions_by_their_stem() {
+        assert_eq!(extension_name(Path::new("/usr/lib/ladspa/libamp.so")), "amp");
+        assert_eq!(extension_name(Path::new("faulty.so")), "faulty");
+        assert_eq!(extension_name(Path::new("x/libfoo.so.1.2")), "foo");
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_shared_object() {
+        let missing = check_elf(Path::new("/nonexistent/ward.so"));
+        assert!(matches!(missing, Err(Error::NotFound { .. })));
+        let text = check_elf(Path::new("/etc/hostname"));
+        assert!(matches!(text, Err(Error::NotElf { .. })), "{text:?}");
+        let exe = std::env::current_exe().unwrap();
+        let r = check_elf(&exe);
+        // Test binaries are position-independent executables (ET_DYN too) on Debian; only check it parses.
+        assert!(r.is_ok() || matches!(r, Err(Error::NotElf { .. })));
+    }
+}
