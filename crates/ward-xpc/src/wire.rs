@@ -382,17 +382,8 @@ impl<'a> Message<'a> {
     /// Parse a record (already copied out of shared memory). `record` may be longer than the record's length field;
     /// the rest is ignored.
     pub fn parse(record: &'a [u8]) -> Result<Message<'a>, WireError> {
-        let header = RecordHeader::parse(record)?;
-        let len = header.len as usize;
-        if len < HEADER_LEN || len & (RECORD_ALIGN - 1) != 0 {
-            return Err(WireError("length is not a positive multiple of 16"));
-        }
-        if len > MAX_RECORD {
-            return Err(WireError("record longer than MAX_RECORD"));
-        }
-        let record = record
-            .get(..len)
-            .ok_or(WireError("record shorter than its length field"))?;
+        let (header, record) = frame(record)?;
+        let len = record.len();
         let id = header.id;
         let exact = |want: usize| {
             if len == want {
@@ -471,53 +462,26 @@ impl<'a> Message<'a> {
 
     #[inline(always)]
     fn parse_call(record: &'a [u8], header: &RecordHeader) -> Result<Message<'a>, WireError> {
-        let len = record.len();
-        let nargs = usize::from(header.nargs);
-        if nargs > MAX_ARGS {
-            return Err(WireError("too many arguments"));
-        }
-        let ret = RetKind::from(header.ret);
-        if !known_ret(ret) {
-            return Err(WireError("unknown return kind"));
-        }
-        let base = inline_base(nargs);
-        if base > len {
-            return Err(WireError("arguments run past the record"));
-        }
-        let func = get_u32(record, field::CALL_FUNC)?;
-        let raw = record.get(field::CALL_ARGS..base).ok_or(WireError("arguments run past the record"))?;
-        // Validate first, then build the list in one go: this is the hot path of every call, and building the
-        // array in place (rather than zeroing it and pushing) saves copies.
-        let mut inline_end = base;
-        for chunk in raw.chunks_exact(ARG_LEN) {
-            let arg = decode_arg(chunk);
-            if !known_arg(arg.kind) {
-                return Err(WireError("unknown argument kind"));
-            }
-            if arg.kind == ArgKind::Inline {
-                inline_end = inline_end.max(inline_range(&arg, base, len)?.end);
-            }
-        }
-        let args = ArgList {
-            args: std::array::from_fn(|i| {
-                raw.get(i * ARG_LEN..(i + 1) * ARG_LEN).map_or_else(WireArg::default, decode_arg)
-            }),
+        let shape = check_call(record, header)?;
+        // Filled in place rather than pushed: this is the hot path of every call.
+        let mut args = ArgList {
+            args: [WireArg::default(); MAX_ARGS],
             len: header.nargs,
         };
-        if round_up(inline_end) != len {
-            return Err(WireError("wrong length for its inline bytes"));
+        for (slot, chunk) in args
+            .args
+            .iter_mut()
+            .zip(shape.raw_args.chunks_exact(ARG_LEN))
+        {
+            *slot = decode_arg(chunk);
         }
-        let inline = record
-            .get(base..inline_end)
-            .ok_or(WireError("inline bytes run past the record"))?;
-        let deferred = header.op == Op::Deferred;
         Ok(Message::Call {
             id: header.id,
-            deferred,
-            func,
-            ret,
+            deferred: header.op == Op::Deferred,
+            func: shape.func,
+            ret: shape.ret,
             args,
-            inline,
+            inline: shape.inline,
         })
     }
 
@@ -684,6 +648,180 @@ impl<'a> Message<'a> {
     }
 }
 
+/// Check the framing every record shares: its length is a multiple of 16 in `[16, MAX_RECORD]` and within `record`.
+/// Returns the header and the record cut to its length.
+#[inline(always)]
+fn frame(record: &[u8]) -> Result<(RecordHeader, &[u8]), WireError> {
+    let header = RecordHeader::parse(record)?;
+    let len = header.len as usize;
+    if len < HEADER_LEN || len & (RECORD_ALIGN - 1) != 0 {
+        return Err(WireError("length is not a positive multiple of 16"));
+    }
+    if len > MAX_RECORD {
+        return Err(WireError("record longer than MAX_RECORD"));
+    }
+    let record = record
+        .get(..len)
+        .ok_or(WireError("record shorter than its length field"))?;
+    Ok((header, record))
+}
+
+/// What `check_call` found valid in a Call record.
+struct CallShape<'a> {
+    func: u32,
+    ret: RetKind,
+    /// The argument array, `nargs * ARG_LEN` bytes.
+    raw_args: &'a [u8],
+    inline: &'a [u8],
+}
+
+/// Validate the body of a framed Call/Deferred record: argument count, return kind, argument kinds, inline ranges,
+/// and a length that is exactly what the arguments and inline bytes need.
+#[inline(always)]
+fn check_call<'a>(record: &'a [u8], header: &RecordHeader) -> Result<CallShape<'a>, WireError> {
+    let len = record.len();
+    let nargs = usize::from(header.nargs);
+    if nargs > MAX_ARGS {
+        return Err(WireError("too many arguments"));
+    }
+    let ret = RetKind::from(header.ret);
+    if !known_ret(ret) {
+        return Err(WireError("unknown return kind"));
+    }
+    let base = inline_base(nargs);
+    let raw_args = record
+        .get(field::CALL_ARGS..base)
+        .ok_or(WireError("arguments run past the record"))?;
+    let func = get_u32(record, field::CALL_FUNC)?;
+    let mut inline_end = base;
+    for chunk in raw_args.chunks_exact(ARG_LEN) {
+        let arg = decode_arg(chunk);
+        if !known_arg(arg.kind) {
+            return Err(WireError("unknown argument kind"));
+        }
+        if arg.kind == ArgKind::Inline {
+            inline_end = inline_end.max(inline_range(&arg, base, len)?.end);
+        }
+    }
+    if round_up(inline_end) != len {
+        return Err(WireError("wrong length for its inline bytes"));
+    }
+    let inline = record
+        .get(base..inline_end)
+        .ok_or(WireError("inline bytes run past the record"))?;
+    Ok(CallShape {
+        func,
+        ret,
+        raw_args,
+        inline,
+    })
+}
+
+/// Hot path: a zero-copy view of a Call or Deferred record that passed exactly the checks of [`Message::parse`],
+/// without copying its arguments into an [`ArgList`]. Like a parsed [`Message`], it borrows a private copy of the
+/// record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallView<'a> {
+    record: &'a [u8],
+    id: u64,
+    deferred: bool,
+    func: u32,
+    ret: RetKind,
+    raw_args: &'a [u8],
+    inline: &'a [u8],
+}
+
+impl<'a> CallView<'a> {
+    /// Check a Call/Deferred record; any other op is an error.
+    pub fn parse(record: &'a [u8]) -> Result<Self, WireError> {
+        let (header, record) = frame(record)?;
+        if !matches!(header.op, Op::Call | Op::Deferred) {
+            return Err(WireError("not a call"));
+        }
+        let shape = check_call(record, &header)?;
+        Ok(CallView {
+            record,
+            id: header.id,
+            deferred: header.op == Op::Deferred,
+            func: shape.func,
+            ret: shape.ret,
+            raw_args: shape.raw_args,
+            inline: shape.inline,
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Op 2: no reply expected.
+    pub fn deferred(&self) -> bool {
+        self.deferred
+    }
+
+    pub fn func(&self) -> u32 {
+        self.func
+    }
+
+    pub fn ret(&self) -> RetKind {
+        self.ret
+    }
+
+    pub fn nargs(&self) -> usize {
+        self.raw_args.len() / ARG_LEN
+    }
+
+    /// Argument `i`, if there is one.
+    pub fn arg(&self, i: usize) -> Option<WireArg> {
+        let start = i.checked_mul(ARG_LEN)?;
+        self.raw_args
+            .get(start..start.checked_add(ARG_LEN)?)
+            .map(decode_arg)
+    }
+
+    /// The arguments, in order.
+    pub fn args(&self) -> impl Iterator<Item = WireArg> + 'a {
+        self.raw_args.chunks_exact(ARG_LEN).map(decode_arg)
+    }
+
+    /// The inline bytes (as in [`Message::Call`]).
+    pub fn inline(&self) -> &'a [u8] {
+        self.inline
+    }
+
+    /// The bytes an `Inline` argument points at.
+    pub fn inline_arg(&self, arg: &WireArg) -> Option<&'a [u8]> {
+        let base = field::CALL_ARGS + self.raw_args.len();
+        let range = inline_range(arg, base, base + self.inline.len()).ok()?;
+        self.record.get(range)
+    }
+
+    /// The whole record.
+    pub fn record(&self) -> &'a [u8] {
+        self.record
+    }
+
+    /// The same call as a [`Message`].
+    pub fn to_message(&self) -> Message<'a> {
+        let mut args = ArgList {
+            args: [WireArg::default(); MAX_ARGS],
+            len: 0,
+        };
+        for (slot, arg) in args.args.iter_mut().zip(self.args()) {
+            *slot = arg;
+            args.len += 1;
+        }
+        Message::Call {
+            id: self.id,
+            deferred: self.deferred,
+            func: self.func,
+            ret: self.ret,
+            args,
+            inline: self.inline,
+        }
+    }
+}
+
 /// Decode one argument from its bytes (`ARG_LEN` of them; shorter input decodes as zeroes, which never happens:
 /// callers pass `chunks_exact(ARG_LEN)` pieces).
 #[inline(always)]
@@ -692,7 +830,8 @@ fn decode_arg(raw: &[u8]) -> WireArg {
     if let Some(src) = raw.get(..ARG_LEN) {
         b.copy_from_slice(src);
     }
-    let [k, _, _, _, p0, p1, p2, p3, a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7] = b;
+    let [k, _, _, _, p0, p1, p2, p3, a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7] =
+        b;
     WireArg {
         kind: ArgKind::from(k),
         pool: u32::from_le_bytes([p0, p1, p2, p3]),
@@ -880,6 +1019,47 @@ mod tests {
             // A longer buffer parses the same.
             assert_eq!(Message::parse(&buf).unwrap(), m);
             assert_eq!(buf[n], 0xa5, "emit wrote past the record");
+        }
+    }
+
+    #[test]
+    fn call_view_matches_parse() {
+        for m in samples() {
+            let rec = emitted(&m);
+            match CallView::parse(&rec) {
+                Ok(v) => {
+                    assert_eq!(v.to_message(), m);
+                    assert_eq!(v.record(), &rec[..]);
+                    let Message::Call {
+                        id,
+                        deferred,
+                        func,
+                        ret,
+                        args,
+                        inline,
+                    } = m
+                    else {
+                        panic!("{m:?}")
+                    };
+                    assert_eq!(
+                        (v.id(), v.deferred(), v.func(), v.ret()),
+                        (id, deferred, func, ret)
+                    );
+                    assert_eq!(v.nargs(), args.len());
+                    assert_eq!(v.args().collect::<Vec<_>>(), args.as_slice());
+                    assert_eq!(v.arg(args.len()), None);
+                    assert_eq!(v.inline(), inline);
+                    for a in args.as_slice() {
+                        assert_eq!(v.inline_arg(a), m.inline_arg(a));
+                    }
+                    // A forged range into the header or arguments resolves to nothing.
+                    assert_eq!(v.inline_arg(&arg(ArgKind::Inline, 0, 0, 16)), None);
+                }
+                Err(e) => {
+                    assert!(!matches!(m, Message::Call { .. }), "{m:?}: {e}");
+                    assert_eq!(e, WireError("not a call"));
+                }
+            }
         }
     }
 
@@ -1230,6 +1410,14 @@ mod tests {
                 }
             }
             let _ = RecordHeader::parse(&rec);
+            // The fast view accepts exactly the calls the full parser accepts, and sees the same call.
+            match (CallView::parse(&rec), Message::parse(&rec)) {
+                (Ok(v), Ok(m)) => assert_eq!(v.to_message(), m),
+                (Err(_), Ok(Message::Call { .. })) | (Ok(_), _) => {
+                    panic!("CallView disagrees on {rec:?}")
+                }
+                (Err(_), _) => {}
+            }
             if let Ok(m) = Message::parse(&rec) {
                 parsed += 1;
                 // Whatever parses re-emits to the same message.

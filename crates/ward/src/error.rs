@@ -25,7 +25,7 @@ pub enum Error {
     Disabled { domain: String, restarts: u32, last: String },
     #[error("isolation `{0}` is not available: {1}")]
     IsolationUnavailable(String, String),
-    #[error("cannot find the ward-domain program ({0}); set WARD_DOMAIN to its path")]
+    #[error("cannot find the ward-domain program ({0}); build it (cargo build -p ward-domain) or set WARD_DOMAIN to its path")]
     DomainProgramMissing(String),
     #[error("cannot start a domain for {domain}: {reason}")]
     Spawn { domain: String, reason: String },

@@ -1,0 +1,60 @@
+//! Shared helpers of the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::mpsc::Receiver;
+
+use ward::{Arg, Event, Extension, Isolation, Policy, RetType, Supervisor};
+
+pub fn builtin(name: &str) -> PathBuf {
+    ward_extensions::path_of(name).expect("built-in extensions extract")
+}
+
+/// The faulty extension's policy: generous but finite deadline, small limits, its counter replayed.
+pub const FAULTY_POLICY: &str = r#"
+[extension.faulty]
+deadline_ms = 3000
+max_restarts = 1000
+restart_period_s = 1
+backoff_initial_ms = 0.001
+backoff_max_ms = 0.001
+[extension.faulty.limits]
+open_files = 64
+address_space_mb = 256
+[extension.faulty.function.faulty_counter_add]
+state = true
+"#;
+
+pub fn faulty(isolation: Isolation, extra: &str) -> (Supervisor, Extension, Receiver<Event>) {
+    faulty_with(isolation, &format!("{FAULTY_POLICY}\n{extra}"))
+}
+
+pub fn faulty_with(isolation: Isolation, policy: &str) -> (Supervisor, Extension, Receiver<Event>) {
+    let policy = Policy::from_toml_str(policy, "test policy").unwrap();
+    let sup = Supervisor::new(policy);
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin("faulty"), Some(isolation)).unwrap();
+    (sup, ext, events)
+}
+
+pub fn i64_call(ext: &Extension, f: &str, args: &mut [Arg<'_>]) -> i64 {
+    ext.call(f, args, RetType::I64).unwrap().as_i64().unwrap()
+}
+
+/// Establish state (counter = 12), arm `kind`, call compute: must come back correct.
+pub fn arm_and_compute(ext: &Extension, kind: i64, arg: i64) -> ward::Value {
+    assert_eq!(i64_call(ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
+    assert_eq!(i64_call(ext, "faulty_counter_add", &mut [Arg::I64(7)]), 12);
+    ext.call("faulty_arm", &mut [Arg::I64(kind), Arg::I64(arg)], RetType::Void).unwrap();
+    ext.call("faulty_compute", &mut [Arg::I64(6)], RetType::I64).unwrap()
+}
+
+pub fn faults(events: &Receiver<Event>) -> Vec<ward::Fault> {
+    events
+        .try_iter()
+        .filter_map(|e| match e {
+            Event::Fault { fault } => Some(fault),
+            _ => None,
+        })
+        .collect()
+}
