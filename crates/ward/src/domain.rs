@@ -160,8 +160,13 @@ impl Domain {
             st.symbol_index.insert((ext, name.to_string()), i);
             i
         };
-        // Resolve now so an unknown symbol is reported at once, not at the first call.
-        match self.resolved(&g, index) {
+        // Resolve now so an unknown symbol is reported at once, not at the first call. A domain found dead here
+        // is recovered like at any call, and asked once more.
+        let mut result = self.resolved(&g, index);
+        if let Err(Error::Fault(fault)) = result {
+            result = self.recover(&g, fault).and_then(|()| self.resolved(&g, index));
+        }
+        match result {
             Ok(_) => Ok(index),
             Err(e) => {
                 let mut st = g.borrow_mut();
@@ -416,6 +421,9 @@ impl Domain {
             let Some(addr) = st.backend.direct_address(func) else {
                 return Outcome::Error(Error::BadArguments { call: name.into(), reason: "not resolved".into() });
             };
+            if let Err(e) = check_registers(args, name) {
+                return Outcome::Error(e);
+            }
             let mut packer = ward_abi::ArgPacker::new();
             for a in args.iter_mut() {
                 let pushed = match a {
@@ -454,6 +462,7 @@ impl Domain {
         name: &str,
         replaying: bool,
     ) -> Result<Vec<WireValue<'a>>, Error> {
+        check_registers(args, name)?;
         let mut out = Vec::with_capacity(args.len());
         for a in args {
             out.push(match a {
@@ -726,6 +735,24 @@ impl Domain {
             Outcome::Error(e) => Err(format!("replaying {name}: {e}")),
         }
     }
+}
+
+/// ward passes arguments in registers only (DECISIONS.md): at most 6 integer-class and 8 float-class.
+fn check_registers(args: &[Arg<'_>], name: &str) -> Result<(), Error> {
+    let floats = args.iter().filter(|a| matches!(a, Arg::F64(_) | Arg::F32(_))).count();
+    let ints = args.len() - floats;
+    if ints > ward_abi::MAX_INT_ARGS || floats > ward_abi::MAX_FLOAT_ARGS {
+        return Err(Error::BadArguments {
+            call: name.into(),
+            reason: format!(
+                "{ints} integer/pointer and {floats} floating-point arguments; ward passes at most {} and {} \
+                 (in registers)",
+                ward_abi::MAX_INT_ARGS,
+                ward_abi::MAX_FLOAT_ARGS
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn fpolicy_deadline(f: &FunctionPolicy, ext: &ExtensionPolicy) -> Duration {

@@ -562,8 +562,7 @@ impl Backend for ProcessBackend {
         self.fault_if_dead()?;
         let mut list = ArgList::new();
         let mut inline: Vec<u8> = Vec::new();
-        // Inline bytes follow the header (16), func word (8) and the argument array.
-        let inline_base = 24 + 24 * args.len();
+        let inline_base = ward_xpc::wire::inline_base(args.len());
         for a in args {
             let wire = match a {
                 WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
@@ -571,11 +570,12 @@ impl Backend for ProcessBackend {
                 WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
                 WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
                 WireValue::In(b) | WireValue::Str(b) => {
-                    let offset = inline_base + inline.len();
-                    inline.extend_from_slice(b);
+                    // Each input starts 8-byte aligned; the record ends right after the last one.
                     while inline.len() % 8 != 0 {
                         inline.push(0);
                     }
+                    let offset = inline_base + inline.len();
+                    inline.extend_from_slice(b);
                     WireArg { kind: ArgKind::Inline, pool: 0, a: offset as u64, b: b.len() as u64 }
                 }
                 WireValue::Out(_) | WireValue::InOut(_) => {
