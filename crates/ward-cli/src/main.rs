@@ -1,1 +1,111 @@
-fn main() {}
+//! `ward`: the command-line program. This file parses arguments and maps outcomes to exit statuses:
+//! 0 success, 1 a check failed or the run could not complete, 2 bad input.
+
+mod bench;
+mod child;
+mod demo;
+mod faults;
+mod native;
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "ward",
+    version,
+    about = "Run native extensions in protection domains and keep the host alive when they fail"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inject every fault of the built-in faulty extension, natively and under ward, side by side.
+    Demo(DemoArgs),
+    /// Measure ward against native calls in the same run.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
+    /// Internal: a throwaway host that loads PATH directly and triggers fault KIND (used by `demo`).
+    #[command(name = "__native-host", hide = true)]
+    NativeHost {
+        path: PathBuf,
+        #[arg(value_parser = clap::value_parser!(i64).range(1..=13))]
+        kind: i64,
+    },
+    /// Internal: one demo run under ward with isolation `none`, in a throwaway host (used by `demo`).
+    #[command(name = "__ward-host", hide = true)]
+    WardHost {
+        path: PathBuf,
+        #[arg(value_parser = clap::value_parser!(i64).range(1..=13))]
+        kind: i64,
+    },
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// How the faulty extension is isolated under ward (`none` shows that it does not protect).
+    #[arg(long, value_enum, default_value_t = DemoIsolation::Process)]
+    isolation: DemoIsolation,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DemoIsolation {
+    Process,
+    None,
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Cross-domain calls: null calls, buffers, deferred calls, recovery.
+    Xpc {
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Fewer and shorter runs (for tests and smoke checks).
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let result = match cli.command {
+        Command::Demo(a) => demo::run(a.isolation, a.json),
+        Command::Bench {
+            what: BenchWhat::Xpc { json, quick },
+        } => bench::run(json, quick),
+        Command::NativeHost { path, kind } => native::host_main(&path, kind),
+        Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("ward: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Library events go to stderr; quiet unless RUST_LOG asks, because the demo provokes faults on purpose and the
+/// library reports each one as a warning.
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

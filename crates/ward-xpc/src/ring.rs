@@ -239,6 +239,9 @@ impl Producer {
     ///
     /// `record.len()` must be a multiple of 16 in `[16, MAX_RECORD]` and equal the length in its first 4 bytes
     /// (else `BadRecord`). `Full` when the consumer has not freed enough room; `Corrupt` when its head is invalid.
+    ///
+    /// On `Full`, publish and back off (spin a little, or wait) before retrying: each retry reads the consumer's
+    /// head, pulling its cache line away from a consumer that writes it on every pop.
     pub fn push(&mut self, record: &[u8]) -> Result<(), RingError> {
         let len = record.len();
         if len < HEADER_LEN || len & (RECORD_ALIGN - 1) != 0 || len > MAX_RECORD {

@@ -25,8 +25,10 @@ address_space_mb = 256
 state = true
 "#;
 
+/// The faulty policy with `extra` keys added to its `[extension.faulty]` table.
 pub fn faulty(isolation: Isolation, extra: &str) -> (Supervisor, Extension, Receiver<Event>) {
-    faulty_with(isolation, &format!("{FAULTY_POLICY}\n{extra}"))
+    let policy = FAULTY_POLICY.replacen("[extension.faulty]\n", &format!("[extension.faulty]\n{extra}\n"), 1);
+    faulty_with(isolation, &policy)
 }
 
 pub fn faulty_with(isolation: Isolation, policy: &str) -> (Supervisor, Extension, Receiver<Event>) {
