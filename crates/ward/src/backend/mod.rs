@@ -56,7 +56,11 @@ pub(crate) enum Step {
     /// The call returned.
     Done(RegRet),
     /// The extension called back into the host; answer with [`Backend::answer_callback`].
-    Callback { token: u64, slot: usize, regs: RegArgs },
+    Callback {
+        token: u64,
+        slot: usize,
+        regs: RegArgs,
+    },
 }
 
 /// A call started in a domain: what the backend needs to finish it.

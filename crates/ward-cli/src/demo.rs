@@ -1,0 +1,462 @@
+//! `ward demo`: every fault kind of faulty.so, natively and under ward, side by side; then the well-behaved
+//! extension under ward.
+//!
+//! Under ward each fault runs the same scenario as the native host: `faulty_counter_add(5)`,
+//! `faulty_counter_add(7)`, `faulty_arm(kind, arg)`, `faulty_compute(6)`, `faulty_counter_get()`, then a look at
+//! the host's own data. With isolation `process` that happens in this very process: surviving is the point. With
+//! `none` it happens in a throwaway child, because there nothing stands between the fault and the host.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use ward::{Arg, Event, Isolation, Policy, RestartVia, RetType, Signature, Supervisor, ValType, Value};
+
+use crate::child::{self, End};
+use crate::faults;
+use crate::native::{self, NativeOutcome};
+use crate::report::{self, Columns};
+use crate::DemoIsolation;
+
+/// The demo's policy for faulty.so: quick deadline, small limits so runaway faults end fast, the counter's adds
+/// replayed after a restart, and restart limits loose enough that thirteen faults in a row never disable it.
+const POLICY: &str = r#"
+[extension.faulty]
+deadline_ms = 1000
+max_restarts = 1000
+restart_period_s = 60
+backoff_initial_ms = 0.1
+zygote = true
+
+[extension.faulty.limits]
+open_files = 64
+address_space_mb = 256
+
+[extension.faulty.function.faulty_counter_add]
+state = true
+"#;
+
+/// What one run of the scenario under ward saw. Serialisable because with isolation `none` it comes from a child.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WardRun {
+    pub compute: Result<i64, String>,
+    pub counter: Result<i64, String>,
+    pub host_value: i64,
+    pub faults: Vec<SeenFault>,
+    pub recoveries: Vec<SeenRecovery>,
+    /// From `Event::Retried`: did the retried call succeed.
+    pub retried_ok: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SeenFault {
+    pub cause: String,
+    pub class: String,
+    pub call: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SeenRecovery {
+    pub took_us: u64,
+    pub via: String,
+    pub replayed: usize,
+}
+
+/// The demo's result for one fault kind: one table row or one JSON line.
+#[derive(Debug, Serialize)]
+struct FaultRow {
+    #[serde(rename = "type")]
+    kind_of_line: &'static str,
+    fault: &'static str,
+    kind: i64,
+    isolation: &'static str,
+    native: String,
+    native_host_lost: bool,
+    ward: String,
+    cause: Option<String>,
+    fault_class: Option<String>,
+    call: Option<String>,
+    restart_us: Option<u64>,
+    via: Option<String>,
+    replayed: Option<usize>,
+    retried_ok: Option<bool>,
+    compute: Option<i64>,
+    counter: Option<i64>,
+    host_value: Option<i64>,
+    contained: bool,
+}
+
+pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
+    let faulty = builtin("faulty")?;
+    let iso_name = iso_name(isolation);
+    let cols = Columns::new(&[3, 30, 44]);
+    if !json {
+        println!(
+            "ward demo: {} fault kinds of faulty.so, natively and under ward (isolation {iso_name})",
+            faults::KINDS.len()
+        );
+        println!(
+            "scenario: counter_add(5), counter_add(7), arm(fault), compute(6) = {}?, counter_get() = {}?, host data = {}?",
+            faults::COMPUTE_EXPECTED,
+            faults::COUNTER_EXPECTED,
+            faults::HOST_VALUE
+        );
+        println!();
+        println!("{}", cols.row(&["#", "fault", "natively", "under ward"]));
+    }
+    let mut contained = 0;
+    for (kind, name) in faults::KINDS {
+        let native = native::run(&faulty, kind).with_context(|| format!("native run of fault {kind} ({name})"))?;
+        let ward = match isolation {
+            DemoIsolation::Process => WardSide::Ran(
+                trial(&faulty, kind, Isolation::Process).with_context(|| format!("ward run of fault {kind} ({name})"))?,
+            ),
+            DemoIsolation::None => in_child(&faulty, kind).with_context(|| format!("ward run of fault {kind} ({name})"))?,
+        };
+        let row = fault_row(kind, name, iso_name, native, ward);
+        contained += usize::from(row.contained);
+        if json {
+            report::json_line(&row)?;
+        } else {
+            let mark = if row.contained { "" } else { "NOT CONTAINED: " };
+            println!(
+                "{}",
+                cols.row(&[&kind.to_string(), name, &row.native, &format!("{mark}{}", row.ward)])
+            );
+        }
+    }
+    let all = contained == faults::KINDS.len();
+    if json {
+        report::json_line(&serde_json::json!({
+            "type": "summary",
+            "isolation": iso_name,
+            "faults_contained": contained,
+            "faults_total": faults::KINDS.len(),
+        }))?;
+    } else {
+        println!();
+        println!("{contained} of {} faults contained", faults::KINDS.len());
+        println!();
+        println!("well-behaved extension under ward (isolation {iso_name}):");
+    }
+    let well_ok = well_section(isolation, json)?;
+    Ok(all && well_ok)
+}
+
+fn iso_name(isolation: DemoIsolation) -> &'static str {
+    match isolation {
+        DemoIsolation::Process => "process",
+        DemoIsolation::None => "none",
+    }
+}
+
+fn builtin(name: &str) -> Result<PathBuf> {
+    ward_extensions::path_of(name).with_context(|| format!("cannot extract the built-in extension {name}.so"))
+}
+
+enum WardSide {
+    Ran(WardRun),
+    /// The throwaway host of an isolation `none` run died or hung.
+    HostLost(End),
+}
+
+/// `ward __ward-host PATH KIND`: the scenario under ward with isolation `none`, in a host with ordinary limits;
+/// prints the [`WardRun`] as JSON.
+pub fn ward_host_main(path: &Path, kind: i64) -> Result<bool> {
+    native::become_ordinary_host()?;
+    let run = trial(path, kind, Isolation::None)?;
+    println!("{}", serde_json::to_string(&run)?);
+    Ok(true)
+}
+
+fn in_child(path: &Path, kind: i64) -> Result<WardSide> {
+    let args: Vec<OsString> = vec!["__ward-host".into(), path.as_os_str().to_owned(), kind.to_string().into()];
+    let run = child::run_bounded(&args, native::BOUND)?;
+    match run.end {
+        End::Exited(0) => {
+            let line = run.stdout.lines().next().unwrap_or("");
+            let parsed = serde_json::from_str(line)
+                .with_context(|| format!("the ward host printed something unexpected: {line:?}"))?;
+            Ok(WardSide::Ran(parsed))
+        }
+        End::Exited(1) | End::Exited(2) => bail!("the ward host failed: {}", run.stderr.trim()),
+        end => Ok(WardSide::HostLost(end)),
+    }
+}
+
+/// The scenario under ward, in this process.
+pub fn trial(path: &Path, kind: i64, isolation: Isolation) -> Result<WardRun> {
+    let policy = Policy::from_toml_str(POLICY, "the demo's built-in policy")?;
+    let sup = Supervisor::new(policy);
+    let events = sup.subscribe();
+    let ext = sup
+        .load_with(path, Some(isolation))
+        .with_context(|| format!("cannot load {} under ward", path.display()))?;
+    for d in faults::ADDS {
+        ext.call("faulty_counter_add", &mut [Arg::I64(d)], RetType::I64)
+            .context("faulty_counter_add failed before any fault was armed")?;
+    }
+    let host_value = Box::new(AtomicI64::new(faults::HOST_VALUE));
+    let arm_arg = if kind == faults::WILD_WRITE {
+        Arg::Ptr(host_value.as_ptr() as usize)
+    } else {
+        Arg::I64(faults::DEFAULT_ARM_ARG)
+    };
+    ext.call("faulty_arm", &mut [Arg::I64(kind), arm_arg], RetType::Void)
+        .context("faulty_arm failed")?;
+    let compute = ext
+        .call("faulty_compute", &mut [Arg::I64(faults::COMPUTE_ARG)], RetType::I64)
+        .map(|v| v.as_i64().unwrap_or(i64::MIN))
+        .map_err(|e| e.to_string());
+    let counter = ext
+        .call("faulty_counter_get", &mut [], RetType::I64)
+        .map(|v| v.as_i64().unwrap_or(i64::MIN))
+        .map_err(|e| e.to_string());
+    let mut run = WardRun {
+        compute,
+        counter,
+        host_value: host_value.load(Ordering::SeqCst),
+        faults: Vec::new(),
+        recoveries: Vec::new(),
+        retried_ok: None,
+    };
+    // Events are emitted inside the calls above, so everything is queued by now.
+    for event in events.try_iter() {
+        match event {
+            Event::Fault { fault } => run.faults.push(SeenFault {
+                cause: fault.cause(),
+                class: fault.kind_name().to_string(),
+                call: fault.call.clone(),
+            }),
+            Event::Recovered {
+                took, via, replayed, ..
+            } => run.recoveries.push(SeenRecovery {
+                took_us: took.as_micros() as u64,
+                via: via_name(via).to_string(),
+                replayed,
+            }),
+            Event::Retried { ok, .. } => run.retried_ok = Some(ok),
+            _ => {}
+        }
+    }
+    Ok(run)
+}
+
+pub fn via_name(via: RestartVia) -> &'static str {
+    match via {
+        RestartVia::Zygote => "zygote",
+        RestartVia::Spawn => "spawn",
+        RestartVia::Reload => "reload",
+    }
+}
+
+fn fault_row(kind: i64, name: &'static str, isolation: &'static str, native: NativeOutcome, ward: WardSide) -> FaultRow {
+    let mut row = FaultRow {
+        kind_of_line: "fault",
+        fault: name,
+        kind,
+        isolation,
+        native: native.text,
+        native_host_lost: native.host_lost,
+        ward: String::new(),
+        cause: None,
+        fault_class: None,
+        call: None,
+        restart_us: None,
+        via: None,
+        replayed: None,
+        retried_ok: None,
+        compute: None,
+        counter: None,
+        host_value: None,
+        contained: false,
+    };
+    let run = match ward {
+        WardSide::HostLost(end) => {
+            row.ward = child::describe_death(end);
+            return row;
+        }
+        WardSide::Ran(run) => run,
+    };
+    let first_fault = run.faults.first();
+    let first_recovery = run.recoveries.first();
+    row.cause = first_fault.map(|f| f.cause.clone());
+    row.fault_class = first_fault.map(|f| f.class.clone());
+    row.call = first_fault.and_then(|f| f.call.clone());
+    row.restart_us = first_recovery.map(|r| r.took_us);
+    row.via = first_recovery.map(|r| r.via.clone());
+    row.replayed = first_recovery.map(|r| r.replayed);
+    row.retried_ok = run.retried_ok;
+    row.compute = run.compute.as_ref().ok().copied();
+    row.counter = run.counter.as_ref().ok().copied();
+    row.host_value = Some(run.host_value);
+    row.contained = first_fault.is_some()
+        && row.compute == Some(faults::COMPUTE_EXPECTED)
+        && row.counter == Some(faults::COUNTER_EXPECTED)
+        && run.host_value == faults::HOST_VALUE;
+    row.ward = describe_ward(&run);
+    row
+}
+
+/// "fault caught: null dereference (SIGSEGV at 0x0) in call faulty_compute; restarted in 412 us (zygote); state
+/// replayed (2 calls); call retried: correct (37)", plus whatever went wrong.
+fn describe_ward(run: &WardRun) -> String {
+    let mut parts = Vec::new();
+    match run.faults.first() {
+        Some(f) => {
+            let call = f.call.as_ref().map(|c| format!(" in call {c}")).unwrap_or_default();
+            let more = if run.faults.len() > 1 {
+                format!(" (+{} more faults)", run.faults.len() - 1)
+            } else {
+                String::new()
+            };
+            parts.push(format!("fault caught: {}{call}{more}", f.cause));
+        }
+        None => parts.push("no fault seen".to_string()),
+    }
+    if let Some(r) = run.recoveries.first() {
+        parts.push(format!("restarted in {} ({})", report::fmt_us(r.took_us), r.via));
+        parts.push(format!("state replayed ({} calls)", r.replayed));
+    }
+    let compute = match &run.compute {
+        Ok(v) if *v == faults::COMPUTE_EXPECTED => format!("correct ({v})"),
+        Ok(v) => format!("WRONG ({v}, expected {})", faults::COMPUTE_EXPECTED),
+        Err(e) => format!("failed: {e}"),
+    };
+    match run.retried_ok {
+        Some(_) => parts.push(format!("call retried: {compute}")),
+        None => parts.push(format!("compute: {compute}")),
+    }
+    match &run.counter {
+        Ok(v) if *v == faults::COUNTER_EXPECTED => {}
+        Ok(v) => parts.push(format!("counter WRONG ({v}, expected {})", faults::COUNTER_EXPECTED)),
+        Err(e) => parts.push(format!("counter_get failed: {e}")),
+    }
+    if run.host_value != faults::HOST_VALUE {
+        parts.push(format!(
+            "host data corrupted ({} -> {:#x})",
+            faults::HOST_VALUE,
+            run.host_value
+        ));
+    }
+    parts.join("; ")
+}
+
+#[derive(Serialize)]
+struct WellLine {
+    #[serde(rename = "type")]
+    kind_of_line: &'static str,
+    name: &'static str,
+    isolation: &'static str,
+    call: String,
+    expected: String,
+    got: String,
+    ok: bool,
+    note: String,
+}
+
+/// well_add, a buffer transform and a callback, each checked against what the host computes itself.
+fn well_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
+    let iso = match isolation {
+        DemoIsolation::Process => Isolation::Process,
+        DemoIsolation::None => Isolation::None,
+    };
+    let sup = Supervisor::new(Policy::default());
+    let well = builtin("well")?;
+    let ext = sup
+        .load_with(&well, Some(iso))
+        .with_context(|| format!("cannot load {} under ward", well.display()))?;
+    let mut lines = Vec::new();
+
+    let (a, b) = (2, 40);
+    let got = ext.call("well_add", &mut [Arg::I64(a), Arg::I64(b)], RetType::I64);
+    lines.push(check("well_add", format!("well_add({a}, {b})"), (a + b).to_string(), got.map(show), String::new()));
+
+    let input = b"ward keeps the host alive";
+    let key = 0x20u8;
+    let mut out = vec![0u8; input.len()];
+    let got = ext
+        .call(
+            "well_xor",
+            &mut [Arg::In(input), Arg::Out(&mut out), Arg::U64(input.len() as u64), Arg::I64(i64::from(key))],
+            RetType::Void,
+        )
+        .map(|_| String::from_utf8_lossy(&out).into_owned());
+    let expected: Vec<u8> = input.iter().map(|c| c ^ key).collect();
+    lines.push(check(
+        "well_xor",
+        format!("well_xor(\"{}\", key {key:#x})", String::from_utf8_lossy(input)),
+        format!("\"{}\"", String::from_utf8_lossy(&expected)),
+        got.map(|s| format!("\"{s}\"")),
+        format!("{} bytes in, {} bytes out", input.len(), out.len()),
+    ));
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let square = sup.register_callback(Signature::new(&[ValType::I64], RetType::I64), move |args| {
+        seen.fetch_add(1, Ordering::Relaxed);
+        let x = args.first().and_then(Value::as_i64).unwrap_or(0);
+        Value::I64(x * x)
+    })?;
+    let n = 10i64;
+    let got = ext.call("well_map_sum", &mut [Arg::Callback(&square), Arg::I64(n)], RetType::I64);
+    let expected: i64 = (0..n).map(|i| i * i).sum();
+    lines.push(check(
+        "well_map_sum",
+        format!("well_map_sum(square, {n})"),
+        expected.to_string(),
+        got.map(show),
+        format!("{} callbacks into the host", calls.load(Ordering::Relaxed)),
+    ));
+
+    let iso_name = iso_name(isolation);
+    let cols = Columns::new(&[2, 46, 30, 8]);
+    let mut all = true;
+    for mut line in lines {
+        line.isolation = iso_name;
+        all &= line.ok;
+        if json {
+            report::json_line(&line)?;
+        } else {
+            let verdict = if line.ok { "correct" } else { "WRONG" };
+            let result = if line.ok {
+                line.got.clone()
+            } else {
+                format!("{} (expected {})", line.got, line.expected)
+            };
+            let note = if line.note.is_empty() { String::new() } else { format!("({})", line.note) };
+            println!("{}", cols.row(&["", &format!("{} =", line.call), &result, verdict, &note]));
+        }
+    }
+    Ok(all)
+}
+
+fn show(v: Value) -> String {
+    match v {
+        Value::I64(x) => x.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn check(
+    name: &'static str,
+    call: String,
+    expected: String,
+    got: Result<String, ward::Error>,
+    note: String,
+) -> WellLine {
+    let got = got.unwrap_or_else(|e| format!("error: {e}"));
+    WellLine {
+        kind_of_line: "well",
+        name,
+        isolation: "",
+        call,
+        ok: got == expected,
+        expected,
+        got,
+        note,
+    }
+}
