@@ -6,21 +6,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Flags every built-in extension is compiled with (after the compiler's own).
-const FLAGS: &[&str] = &[
-    "-std=c11",
-    "-shared",
-    "-fPIC",
-    "-O2",
-    "-g",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-fvisibility=hidden",
-];
+const FLAGS: &[&str] =
+    &["-std=c11", "-shared", "-fPIC", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"];
 
 fn main() {
-    let manifest_dir =
-        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let ext_dir = manifest_dir.join("../../extensions");
     let ext_dir = ext_dir.canonicalize().unwrap_or(ext_dir);
@@ -30,12 +20,9 @@ fn main() {
 
     let mut sources = Vec::new();
     let mut headers = Vec::new();
-    let entries =
-        fs::read_dir(&ext_dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", ext_dir.display()));
+    let entries = fs::read_dir(&ext_dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", ext_dir.display()));
     for entry in entries {
-        let path = entry
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", ext_dir.display()))
-            .path();
+        let path = entry.unwrap_or_else(|e| panic!("cannot read {}: {e}", ext_dir.display())).path();
         match path.extension().and_then(|e| e.to_str()) {
             Some("c") => sources.push(path),
             Some("h") => headers.push(path),
@@ -63,14 +50,8 @@ fn compile(compiler: &cc::Tool, include: &Path, source: &Path, out_dir: &Path) {
     let output = out_dir.join(format!("{stem}.so"));
 
     let mut cmd = compiler.to_command();
-    cmd.args(FLAGS)
-        .arg(format!("-I{}", include.display()))
-        .arg("-o")
-        .arg(&output)
-        .arg(source);
-    let result = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler ({cmd:?}): {e}"));
+    cmd.args(FLAGS).arg(format!("-I{}", include.display())).arg("-o").arg(&output).arg(source);
+    let result = cmd.output().unwrap_or_else(|e| panic!("cannot run the C compiler ({cmd:?}): {e}"));
     if !result.status.success() {
         panic!(
             "compiling {} failed ({}):\n{cmd:?}\n{}{}",

@@ -75,23 +75,11 @@ mod tests {
 
     extern "C" fn six_ints(a: u64, b: u64, c: u64, d: u64, e: u64, f: u64) -> u64 {
         // Weighted so a swapped pair changes the result.
-        [a, b, c, d, e, f]
-            .iter()
-            .zip(1u64..)
-            .fold(a ^ f, |acc, (v, w)| acc.wrapping_add(v.wrapping_mul(w)))
+        [a, b, c, d, e, f].iter().zip(1u64..).fold(a ^ f, |acc, (v, w)| acc.wrapping_add(v.wrapping_mul(w)))
     }
 
     #[allow(clippy::too_many_arguments)]
-    extern "C" fn eight_doubles(
-        a: f64,
-        b: f64,
-        c: f64,
-        d: f64,
-        e: f64,
-        f: f64,
-        g: f64,
-        h: f64,
-    ) -> f64 {
+    extern "C" fn eight_doubles(a: f64, b: f64, c: f64, d: f64, e: f64, f: f64, g: f64, h: f64) -> f64 {
         a + 2.0 * b + 4.0 * c + 8.0 * d + 16.0 * e + 32.0 * f + 64.0 * g + 128.0 * h
     }
 
@@ -128,15 +116,8 @@ mod tests {
     ) -> i64 {
         // SAFETY: the test passes a pointer to a live u64.
         let p = unsafe { *i2 } as i64;
-        let ints =
-            i64::from(i0) + 10 * i64::from(i1) + 100 * p + 1000 * i3 + 10_000 * i64::from(i4);
-        let floats = f0
-            + 2.0 * f64::from(f1)
-            + 4.0 * f2
-            + 8.0 * f3
-            + 16.0 * f64::from(f4)
-            + 32.0 * f5
-            + 64.0 * f6
+        let ints = i64::from(i0) + 10 * i64::from(i1) + 100 * p + 1000 * i3 + 10_000 * i64::from(i4);
+        let floats = f0 + 2.0 * f64::from(f1) + 4.0 * f2 + 8.0 * f3 + 16.0 * f64::from(f4) + 32.0 * f5 + 64.0 * f6
             - 128.0 * f64::from(f7);
         ints * 1_000_000 + floats as i64 + 100_000 * i64::from(i5)
     }
@@ -173,10 +154,7 @@ mod tests {
             p.push_int(v).unwrap();
         }
         let r = call(six_ints as *const c_void, &p.finish());
-        assert_eq!(
-            r.int,
-            six_ints(vals[0], vals[1], vals[2], vals[3], vals[4], vals[5])
-        );
+        assert_eq!(r.int, six_ints(vals[0], vals[1], vals[2], vals[3], vals[4], vals[5]));
     }
 
     #[test]
@@ -186,10 +164,7 @@ mod tests {
             p.push_f64(f64::from(i) + 0.5).unwrap();
         }
         let r = call(eight_doubles as *const c_void, &p.finish());
-        assert_eq!(
-            r.as_f64(),
-            eight_doubles(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5)
-        );
+        assert_eq!(r.as_f64(), eight_doubles(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5));
     }
 
     #[test]
@@ -250,9 +225,7 @@ mod tests {
         assert_eq!(p.push_int(0), Err(crate::PackError::TooManyInts));
         assert_eq!(p.push_f32(0.0), Err(crate::PackError::TooManyFloats));
         let r = call(interleaved as *const c_void, &a);
-        let expect = interleaved(
-            1.0, 200, 0.5, -3, 0.25, 0.125, &target, 2.0, -4, 3.0, 5, -1.0, 0.75, -6,
-        );
+        let expect = interleaved(1.0, 200, 0.5, -3, 0.25, 0.125, &target, 2.0, -4, 3.0, 5, -1.0, 0.75, -6);
         assert_eq!(r.as_i64(), expect);
     }
 
@@ -279,10 +252,7 @@ mod tests {
 
     #[test]
     fn stack_is_aligned_at_call() {
-        let r = call(
-            ward_abi_test_rsp_probe as *const c_void,
-            &RegArgs::default(),
-        );
+        let r = call(ward_abi_test_rsp_probe as *const c_void, &RegArgs::default());
         assert_eq!(r.int, 8);
     }
 

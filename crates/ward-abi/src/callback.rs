@@ -74,8 +74,7 @@ extern "C" fn ward_abi_dispatch(slot: usize, args: *const RegArgs, ret: *mut Reg
         None => RegRet::default(),
         // A panic must not unwind through the assembly frame into C. `abort` rather than a message: the panic
         // hook has already reported the panic.
-        Some(dispatch) => std::panic::catch_unwind(|| dispatch(slot, args))
-            .unwrap_or_else(|_| std::process::abort()),
+        Some(dispatch) => std::panic::catch_unwind(|| dispatch(slot, args)).unwrap_or_else(|_| std::process::abort()),
     };
     // SAFETY: `ret` is `rsp + 112` in the common stub frame: 16 writable bytes, 16-byte aligned, disjoint from
     // `args`, read by the stub only after this function returns.
@@ -195,19 +194,11 @@ mod tests {
                 p.push_f64(f64::from_bits(args.floats[0]) * 2.0).unwrap();
                 // SAFETY: `inner` is a stub, which accepts any register-only signature.
                 let r = unsafe { call_native(inner, &p.finish()) };
-                RegRet {
-                    int: r.int + 1000,
-                    float: (r.as_f64() + 0.5).to_bits(),
-                }
+                RegRet { int: r.int + 1000, float: (r.as_f64() + 0.5).to_bits() }
             }
             Mode::Probe => {
                 // SAFETY: the probe takes no arguments and returns an integer.
-                unsafe {
-                    call_native(
-                        ward_abi_test_rsp_probe as *const c_void,
-                        &RegArgs::default(),
-                    )
-                }
+                unsafe { call_native(ward_abi_test_rsp_probe as *const c_void, &RegArgs::default()) }
             }
             Mode::Plain => NEXT_RET.with(Cell::get),
         }
@@ -238,31 +229,18 @@ mod tests {
             // SAFETY: `p` points to the start of stub `slot` in the executable text section, which is readable and
             // at least 6 bytes long (the `mov r11d, imm32`).
             let bytes = unsafe { core::slice::from_raw_parts(p, 6) };
-            assert_eq!(
-                &bytes[..2],
-                &[0x41, 0xbb],
-                "stub {slot} does not start with mov r11d, imm32"
-            );
-            assert_eq!(
-                u32::from_le_bytes(bytes[2..6].try_into().unwrap()) as usize,
-                slot
-            );
+            assert_eq!(&bytes[..2], &[0x41, 0xbb], "stub {slot} does not start with mov r11d, imm32");
+            assert_eq!(u32::from_le_bytes(bytes[2..6].try_into().unwrap()) as usize, slot);
         }
     }
 
     #[test]
     fn slot0_mixed_signature() {
-        setup(RegRet {
-            int: 0,
-            float: 6.25f64.to_bits(),
-        });
+        setup(RegRet { int: 0, float: 6.25f64.to_bits() });
         let stub = callback_stub(0).unwrap();
         // SAFETY: a stub accepts any register-only signature; the dispatcher returns a double in xmm0.
-        let f = unsafe {
-            core::mem::transmute::<*const c_void, extern "C" fn(i64, f64, i32, f32, u64, f64) -> f64>(
-                stub,
-            )
-        };
+        let f =
+            unsafe { core::mem::transmute::<*const c_void, extern "C" fn(i64, f64, i32, f32, u64, f64) -> f64>(stub) };
         assert_eq!(f(-3, 1.5, -7, 0.25, u64::MAX, -2.0), 6.25);
         let log = take_log();
         assert_eq!(log.len(), 1);
@@ -280,45 +258,24 @@ mod tests {
 
     #[test]
     fn slot1_int_return_negative_i32() {
-        setup(RegRet {
-            int: (-9i64) as u64,
-            float: 0,
-        });
+        setup(RegRet { int: (-9i64) as u64, float: 0 });
         let stub = callback_stub(1).unwrap();
         // SAFETY: a stub accepts any register-only signature; the dispatcher returns an int in eax.
-        let f = unsafe {
-            core::mem::transmute::<*const c_void, extern "C" fn(u64, u64, u64, u64, u64, u64) -> i32>(
-                stub,
-            )
-        };
+        let f =
+            unsafe { core::mem::transmute::<*const c_void, extern "C" fn(u64, u64, u64, u64, u64, u64) -> i32>(stub) };
         assert_eq!(f(1, 2, 3, 4, 5, 6), -9);
         let log = take_log();
-        assert_eq!(
-            log,
-            vec![(
-                1,
-                RegArgs {
-                    ints: [1, 2, 3, 4, 5, 6],
-                    floats: log[0].1.floats
-                }
-            )]
-        );
+        assert_eq!(log, vec![(1, RegArgs { ints: [1, 2, 3, 4, 5, 6], floats: log[0].1.floats })]);
     }
 
     #[test]
     fn slot255_eight_doubles_u64_return() {
-        setup(RegRet {
-            int: 0x1234_5678_9abc_def0,
-            float: 0,
-        });
+        setup(RegRet { int: 0x1234_5678_9abc_def0, float: 0 });
         let stub = callback_stub(255).unwrap();
         type Eight = extern "C" fn(f64, f64, f64, f64, f64, f64, f64, f64) -> u64;
         // SAFETY: a stub accepts any register-only signature; the dispatcher returns a u64 in rax.
         let f = unsafe { core::mem::transmute::<*const c_void, Eight>(stub) };
-        assert_eq!(
-            f(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5),
-            0x1234_5678_9abc_def0
-        );
+        assert_eq!(f(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5), 0x1234_5678_9abc_def0);
         let log = take_log();
         assert_eq!(log.len(), 1);
         assert_eq!(log[0].0, 255);
@@ -328,10 +285,7 @@ mod tests {
 
     #[test]
     fn float_return_and_interleaved_args() {
-        setup(RegRet {
-            int: 0,
-            float: u64::from((-3.75f32).to_bits()),
-        });
+        setup(RegRet { int: 0, float: u64::from((-3.75f32).to_bits()) });
         let stub = callback_stub(17).unwrap();
         type Sig = extern "C" fn(f32, *const u8, f64, u16, f32) -> f32;
         // SAFETY: a stub accepts any register-only signature; the dispatcher returns a float in xmm0.
@@ -353,9 +307,7 @@ mod tests {
         for slot in 0..CALLBACK_SLOTS {
             // SAFETY: a stub accepts any register-only signature; the dispatcher returns an integer in rax.
             let f = unsafe {
-                core::mem::transmute::<*const c_void, extern "C" fn(u64) -> u64>(
-                    callback_stub(slot).unwrap(),
-                )
+                core::mem::transmute::<*const c_void, extern "C" fn(u64) -> u64>(callback_stub(slot).unwrap())
             };
             assert_eq!(f(slot as u64 * 3), 77);
         }
@@ -369,40 +321,21 @@ mod tests {
 
     #[test]
     fn stub_through_call_native_sees_all_fourteen_registers() {
-        setup(RegRet {
-            int: u64::MAX - 1,
-            float: (-1e300f64).to_bits(),
-        });
+        setup(RegRet { int: u64::MAX - 1, float: (-1e300f64).to_bits() });
         let args = RegArgs {
-            ints: [
-                0x1111,
-                0x2222_0000_0000,
-                u64::MAX,
-                0,
-                0x8000_0000_0000_0000,
-                0x5555,
-            ],
+            ints: [0x1111, 0x2222_0000_0000, u64::MAX, 0, 0x8000_0000_0000_0000, 0x5555],
             floats: core::array::from_fn(|i| 0x4000_0000_0000_0000 | (i as u64) << 20 | 0xabc),
         };
         let stub = callback_stub(42).unwrap();
         // SAFETY: a stub accepts any register-only signature, and all fourteen registers with it.
         let r = unsafe { call_native(stub, &args) };
-        assert_eq!(
-            r,
-            RegRet {
-                int: u64::MAX - 1,
-                float: (-1e300f64).to_bits()
-            }
-        );
+        assert_eq!(r, RegRet { int: u64::MAX - 1, float: (-1e300f64).to_bits() });
         assert_eq!(take_log(), vec![(42, args)]);
     }
 
     #[test]
     fn nested_native_call_into_stub_from_dispatcher() {
-        setup(RegRet {
-            int: 5,
-            float: 0.25f64.to_bits(),
-        });
+        setup(RegRet { int: 5, float: 0.25f64.to_bits() });
         let mut p = ArgPacker::new();
         p.push_int(9).unwrap(); // inner slot
         p.push_int(100).unwrap();
@@ -426,11 +359,7 @@ mod tests {
         MODE.with(|m| m.set(Mode::Probe));
         // Entered directly from Rust and through call_native: both callers align, so must the stub frame.
         // SAFETY: a stub accepts any register-only signature; the dispatcher returns an integer in rax.
-        let f = unsafe {
-            core::mem::transmute::<*const c_void, extern "C" fn() -> u64>(
-                callback_stub(201).unwrap(),
-            )
-        };
+        let f = unsafe { core::mem::transmute::<*const c_void, extern "C" fn() -> u64>(callback_stub(201).unwrap()) };
         assert_eq!(f(), 8);
         // SAFETY: as above.
         let r = unsafe { call_native(callback_stub(201).unwrap(), &RegArgs::default()) };
@@ -456,10 +385,7 @@ mod tests {
                     let log = take_log();
                     assert_eq!(log.len(), 1000);
                     for (i, (s, a)) in log.iter().enumerate() {
-                        assert_eq!(
-                            (*s, a.ints[0], a.floats[0]),
-                            (slot, i as u64, (i as f64).to_bits())
-                        );
+                        assert_eq!((*s, a.ints[0], a.floats[0]), (slot, i as u64, (i as f64).to_bits()));
                     }
                 })
             })

@@ -105,11 +105,7 @@ impl ArgPacker {
     /// Adds an integer-class argument (integer, pointer, `bool`, enum). Narrow integers must already be extended
     /// as their C type requires (sign-extend signed types, zero-extend unsigned ones).
     pub fn push_int(&mut self, v: u64) -> Result<(), PackError> {
-        let slot = self
-            .args
-            .ints
-            .get_mut(self.next_int)
-            .ok_or(PackError::TooManyInts)?;
+        let slot = self.args.ints.get_mut(self.next_int).ok_or(PackError::TooManyInts)?;
         *slot = v;
         self.next_int += 1;
         Ok(())
@@ -131,11 +127,7 @@ impl ArgPacker {
     }
 
     fn push_float_bits(&mut self, bits: u64) -> Result<(), PackError> {
-        let slot = self
-            .args
-            .floats
-            .get_mut(self.next_float)
-            .ok_or(PackError::TooManyFloats)?;
+        let slot = self.args.floats.get_mut(self.next_float).ok_or(PackError::TooManyFloats)?;
         *slot = bits;
         self.next_float += 1;
         Ok(())
@@ -155,19 +147,7 @@ mod tests {
         p.push_f32(-1.5).unwrap();
         let a = p.finish();
         assert_eq!(a.ints, [1, (-3i64) as u64, 0, 0, 0, 0]);
-        assert_eq!(
-            a.floats,
-            [
-                2.5f64.to_bits(),
-                u64::from((-1.5f32).to_bits()),
-                0,
-                0,
-                0,
-                0,
-                0,
-                0
-            ]
-        );
+        assert_eq!(a.floats, [2.5f64.to_bits(), u64::from((-1.5f32).to_bits()), 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]
@@ -216,18 +196,12 @@ mod tests {
 
     #[test]
     fn regret_views() {
-        let r = RegRet {
-            int: 0xffff_ffff,
-            float: u64::from(2.5f32.to_bits()),
-        };
+        let r = RegRet { int: 0xffff_ffff, float: u64::from(2.5f32.to_bits()) };
         assert_eq!(r.as_i32(), -1);
         assert_eq!(r.as_u32(), u32::MAX);
         assert_eq!(r.as_i64(), 0xffff_ffff);
         assert_eq!(r.as_f32(), 2.5);
-        let r = RegRet {
-            int: u64::MAX,
-            float: (-0.125f64).to_bits(),
-        };
+        let r = RegRet { int: u64::MAX, float: (-0.125f64).to_bits() };
         assert_eq!(r.as_i64(), -1);
         assert_eq!(r.as_f64(), -0.125);
     }

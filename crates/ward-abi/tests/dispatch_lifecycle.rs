@@ -6,17 +6,11 @@ use core::ffi::c_void;
 use ward_abi::{call_native, callback_stub, set_callback_dispatch, ArgPacker, RegArgs, RegRet};
 
 fn first(slot: usize, args: &RegArgs) -> RegRet {
-    RegRet {
-        int: slot as u64 + args.ints[0],
-        float: 1.0f64.to_bits(),
-    }
+    RegRet { int: slot as u64 + args.ints[0], float: 1.0f64.to_bits() }
 }
 
 fn second(slot: usize, args: &RegArgs) -> RegRet {
-    RegRet {
-        int: (slot as u64) * 1000 + args.ints[0],
-        float: (f64::from_bits(args.floats[0]) * 4.0).to_bits(),
-    }
+    RegRet { int: (slot as u64) * 1000 + args.ints[0], float: (f64::from_bits(args.floats[0]) * 4.0).to_bits() }
 }
 
 type Sig = extern "C" fn(u64, f64) -> u64;
@@ -44,13 +38,7 @@ fn zero_before_install_then_install_then_replace() {
     assert_eq!(typed(3)(7, 2.5), 0);
 
     set_callback_dispatch(first);
-    assert_eq!(
-        call_stub(stub, &args),
-        RegRet {
-            int: 10,
-            float: 1.0f64.to_bits()
-        }
-    );
+    assert_eq!(call_stub(stub, &args), RegRet { int: 10, float: 1.0f64.to_bits() });
     assert_eq!(typed(250)(5, 0.0), 255);
 
     set_callback_dispatch(second);

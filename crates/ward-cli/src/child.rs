@@ -57,11 +57,7 @@ pub fn run_bounded(args: &[OsString], bound: Duration) -> Result<ChildRun> {
         // Polling interval of the bound, not synchronisation: exit is observed within 2 ms.
         std::thread::sleep(Duration::from_millis(2));
     };
-    Ok(ChildRun {
-        end,
-        stdout: joined(out),
-        stderr: joined(err),
-    })
+    Ok(ChildRun { end, stdout: joined(out), stderr: joined(err) })
 }
 
 fn drain(pipe: Option<impl Read + Send + 'static>) -> Option<JoinHandle<String>> {

@@ -112,9 +112,12 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
         let native = native::run(&faulty, kind).with_context(|| format!("native run of fault {kind} ({name})"))?;
         let ward = match isolation {
             DemoIsolation::Process => WardSide::Ran(
-                trial(&faulty, kind, Isolation::Process).with_context(|| format!("ward run of fault {kind} ({name})"))?,
+                trial(&faulty, kind, Isolation::Process)
+                    .with_context(|| format!("ward run of fault {kind} ({name})"))?,
             ),
-            DemoIsolation::None => in_child(&faulty, kind).with_context(|| format!("ward run of fault {kind} ({name})"))?,
+            DemoIsolation::None => {
+                in_child(&faulty, kind).with_context(|| format!("ward run of fault {kind} ({name})"))?
+            }
         };
         let row = fault_row(kind, name, iso_name, native, ward);
         contained += usize::from(row.contained);
@@ -122,10 +125,7 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
             report::json_line(&row)?;
         } else {
             let mark = if row.contained { "" } else { "NOT CONTAINED: " };
-            println!(
-                "{}",
-                cols.row(&[&kind.to_string(), name, &row.native, &format!("{mark}{}", row.ward)])
-            );
+            println!("{}", cols.row(&[&kind.to_string(), name, &row.native, &format!("{mark}{}", row.ward)]));
         }
     }
     let all = contained == faults::KINDS.len();
@@ -192,9 +192,8 @@ pub fn trial(path: &Path, kind: i64, isolation: Isolation) -> Result<WardRun> {
     let policy = Policy::from_toml_str(POLICY, "the demo's built-in policy")?;
     let sup = Supervisor::new(policy);
     let events = sup.subscribe();
-    let ext = sup
-        .load_with(path, Some(isolation))
-        .with_context(|| format!("cannot load {} under ward", path.display()))?;
+    let ext =
+        sup.load_with(path, Some(isolation)).with_context(|| format!("cannot load {} under ward", path.display()))?;
     for d in faults::ADDS {
         ext.call("faulty_counter_add", &mut [Arg::I64(d)], RetType::I64)
             .context("faulty_counter_add failed before any fault was armed")?;
@@ -205,8 +204,7 @@ pub fn trial(path: &Path, kind: i64, isolation: Isolation) -> Result<WardRun> {
     } else {
         Arg::I64(faults::DEFAULT_ARM_ARG)
     };
-    ext.call("faulty_arm", &mut [Arg::I64(kind), arm_arg], RetType::Void)
-        .context("faulty_arm failed")?;
+    ext.call("faulty_arm", &mut [Arg::I64(kind), arm_arg], RetType::Void).context("faulty_arm failed")?;
     let compute = ext
         .call("faulty_compute", &mut [Arg::I64(faults::COMPUTE_ARG)], RetType::I64)
         .map(|v| v.as_i64().unwrap_or(i64::MIN))
@@ -231,9 +229,7 @@ pub fn trial(path: &Path, kind: i64, isolation: Isolation) -> Result<WardRun> {
                 class: fault.kind_name().to_string(),
                 call: fault.call.clone(),
             }),
-            Event::Recovered {
-                took, via, replayed, ..
-            } => run.recoveries.push(SeenRecovery {
+            Event::Recovered { took, via, replayed, .. } => run.recoveries.push(SeenRecovery {
                 took_us: took.as_micros() as u64,
                 via: via_name(via).to_string(),
                 replayed,
@@ -253,7 +249,13 @@ pub fn via_name(via: RestartVia) -> &'static str {
     }
 }
 
-fn fault_row(kind: i64, name: &'static str, isolation: &'static str, native: NativeOutcome, ward: WardSide) -> FaultRow {
+fn fault_row(
+    kind: i64,
+    name: &'static str,
+    isolation: &'static str,
+    native: NativeOutcome,
+    ward: WardSide,
+) -> FaultRow {
     let mut row = FaultRow {
         kind_of_line: "fault",
         fault: name,
@@ -308,11 +310,8 @@ fn describe_ward(run: &WardRun) -> String {
     match run.faults.first() {
         Some(f) => {
             let call = f.call.as_ref().map(|c| format!(" in call {c}")).unwrap_or_default();
-            let more = if run.faults.len() > 1 {
-                format!(" (+{} more faults)", run.faults.len() - 1)
-            } else {
-                String::new()
-            };
+            let more =
+                if run.faults.len() > 1 { format!(" (+{} more faults)", run.faults.len() - 1) } else { String::new() };
             parts.push(format!("fault caught: {}{call}{more}", f.cause));
         }
         None => parts.push("no fault seen".to_string()),
@@ -336,11 +335,7 @@ fn describe_ward(run: &WardRun) -> String {
         Err(e) => parts.push(format!("counter_get failed: {e}")),
     }
     if run.host_value != faults::HOST_VALUE {
-        parts.push(format!(
-            "host data corrupted ({} -> {:#x})",
-            faults::HOST_VALUE,
-            run.host_value
-        ));
+        parts.push(format!("host data corrupted ({} -> {:#x})", faults::HOST_VALUE, run.host_value));
     }
     parts.join("; ")
 }
@@ -366,9 +361,7 @@ fn well_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
     };
     let sup = Supervisor::new(Policy::default());
     let well = builtin("well")?;
-    let ext = sup
-        .load_with(&well, Some(iso))
-        .with_context(|| format!("cannot load {} under ward", well.display()))?;
+    let ext = sup.load_with(&well, Some(iso)).with_context(|| format!("cannot load {} under ward", well.display()))?;
     let mut lines = Vec::new();
 
     let (a, b) = (2, 40);
@@ -422,11 +415,7 @@ fn well_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
             report::json_line(&line)?;
         } else {
             let verdict = if line.ok { "correct" } else { "WRONG" };
-            let result = if line.ok {
-                line.got.clone()
-            } else {
-                format!("{} (expected {})", line.got, line.expected)
-            };
+            let result = if line.ok { line.got.clone() } else { format!("{} (expected {})", line.got, line.expected) };
             let note = if line.note.is_empty() { String::new() } else { format!("({})", line.note) };
             println!("{}", cols.row(&["", &format!("{} =", line.call), &result, verdict, &note]));
         }
@@ -449,14 +438,5 @@ fn check(
     note: String,
 ) -> WellLine {
     let got = got.unwrap_or_else(|e| format!("error: {e}"));
-    WellLine {
-        kind_of_line: "well",
-        name,
-        isolation: "",
-        call,
-        ok: got == expected,
-        expected,
-        got,
-        note,
-    }
+    WellLine { kind_of_line: "well", name, isolation: "", call, ok: got == expected, expected, got, note }
 }

@@ -83,9 +83,7 @@ fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a.isolation, a.json),
-        Command::Bench {
-            what: BenchWhat::Xpc { json, quick },
-        } => bench::run(json, quick),
+        Command::Bench { what: BenchWhat::Xpc { json, quick } } => bench::run(json, quick),
         Command::NativeHost { path, kind } => native::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),
     };
@@ -104,8 +102,5 @@ fn main() -> ExitCode {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -39,10 +39,7 @@ impl NativeLib {
         if handle.is_null() {
             bail!("cannot dlopen {}: {}", path.display(), dlerror());
         }
-        Ok(NativeLib {
-            handle,
-            path: path.display().to_string(),
-        })
+        Ok(NativeLib { handle, path: path.display().to_string() })
     }
 
     /// The address of `name`.
@@ -77,10 +74,7 @@ pub fn become_ordinary_host() -> Result<()> {
         (libc::RLIMIT_NOFILE, HOST_OPEN_FILES, "open files"),
         (libc::RLIMIT_CORE, 0, "core size"),
     ] {
-        let rl = libc::rlimit {
-            rlim_cur: value,
-            rlim_max: value,
-        };
+        let rl = libc::rlimit { rlim_cur: value, rlim_max: value };
         // SAFETY: `rl` is a valid rlimit; lowering our own limits needs no privilege.
         if unsafe { libc::setrlimit(resource, &rl) } != 0 {
             return Err(std::io::Error::last_os_error()).with_context(|| format!("cannot limit {what}"));
@@ -125,11 +119,7 @@ fn scenario(path: &Path, kind: i64) -> Result<String> {
 
     // The host's own data, on the heap like most host state; a wild write aims at it.
     let host_value = Box::new(AtomicI64::new(faults::HOST_VALUE));
-    let arm_arg = if kind == faults::WILD_WRITE {
-        host_value.as_ptr() as i64
-    } else {
-        faults::DEFAULT_ARM_ARG
-    };
+    let arm_arg = if kind == faults::WILD_WRITE { host_value.as_ptr() as i64 } else { faults::DEFAULT_ARM_ARG };
     // SAFETY: the calls match the signatures above; what the armed fault then does to this process is the point
     // of this throwaway host.
     let result = unsafe {
@@ -159,39 +149,25 @@ pub struct NativeOutcome {
 
 /// Run the native host for `kind` and judge it.
 pub fn run(path: &Path, kind: i64) -> Result<NativeOutcome> {
-    let args: Vec<OsString> = vec![
-        "__native-host".into(),
-        path.as_os_str().to_owned(),
-        kind.to_string().into(),
-    ];
+    let args: Vec<OsString> = vec!["__native-host".into(), path.as_os_str().to_owned(), kind.to_string().into()];
     let run = child::run_bounded(&args, BOUND)?;
     let line = run.stdout.lines().next().unwrap_or("").trim().to_string();
     if let Some(msg) = line.strip_prefix("error ") {
         bail!("the native host could not start: {msg}");
     }
     match run.end {
-        End::Exited(0) => Ok(NativeOutcome {
-            text: judge_line(&line)?,
-            host_lost: false,
-        }),
-        End::Exited(SETUP_FAILED) | End::Exited(2) => Err(anyhow!(
-            "the native host could not start: {}",
-            run.stderr.trim()
-        )),
-        end => Ok(NativeOutcome {
-            text: child::describe_death(end),
-            host_lost: true,
-        }),
+        End::Exited(0) => Ok(NativeOutcome { text: judge_line(&line)?, host_lost: false }),
+        End::Exited(SETUP_FAILED) | End::Exited(2) => {
+            Err(anyhow!("the native host could not start: {}", run.stderr.trim()))
+        }
+        end => Ok(NativeOutcome { text: child::describe_death(end), host_lost: true }),
     }
 }
 
 fn judge_line(line: &str) -> Result<String> {
     if let Some(rest) = line.strip_prefix("corrupted ") {
         let change = rest.split(" returned").next().unwrap_or(rest);
-        return Ok(format!(
-            "host data corrupted silently ({})",
-            change.replace("->", " -> ")
-        ));
+        return Ok(format!("host data corrupted silently ({})", change.replace("->", " -> ")));
     }
     if let Some(v) = line.strip_prefix("ok ") {
         return Ok(format!("ran normally (returned {v})"));
@@ -212,10 +188,7 @@ mod tests {
             judge_line("corrupted 42->0x5741524457415244 returned 37").unwrap(),
             "host data corrupted silently (42 -> 0x5741524457415244)"
         );
-        assert_eq!(
-            judge_line("returned -1").unwrap(),
-            "no visible effect (returned -1)"
-        );
+        assert_eq!(judge_line("returned -1").unwrap(), "no visible effect (returned -1)");
         assert!(judge_line("garbage").is_err());
     }
 }

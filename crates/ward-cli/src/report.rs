@@ -13,9 +13,7 @@ pub struct Columns {
 
 impl Columns {
     pub fn new(widths: &[usize]) -> Columns {
-        Columns {
-            widths: widths.to_vec(),
-        }
+        Columns { widths: widths.to_vec() }
     }
 
     pub fn row(&self, cells: &[&str]) -> String {

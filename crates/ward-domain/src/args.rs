@@ -53,10 +53,7 @@ impl Args {
                 "--as-mb" => limits.address_space_mb = number(&flag, &value()?)?,
                 "--cpu-s" => limits.cpu_s = number(&flag, &value()?)?,
                 "--nofile" => limits.open_files = number(&flag, &value()?)?,
-                "--ext" => extensions.push(ExtensionArg {
-                    path: PathBuf::from(value()?),
-                    init: None,
-                }),
+                "--ext" => extensions.push(ExtensionArg { path: PathBuf::from(value()?), init: None }),
                 "--init" => {
                     let sym = value()?;
                     let last = extensions.last_mut().ok_or("--init must follow an --ext")?;
@@ -69,18 +66,12 @@ impl Args {
         if extensions.is_empty() {
             return Err("no --ext given".into());
         }
-        Ok(Args {
-            mode,
-            spin,
-            limits,
-            extensions,
-        })
+        Ok(Args { mode, spin, limits, extensions })
     }
 }
 
 fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, String> {
-    text.parse()
-        .map_err(|_| format!("{flag} takes a number, got `{text}`"))
+    text.parse().map_err(|_| format!("{flag} takes a number, got `{text}`"))
 }
 
 #[cfg(test)]
@@ -93,10 +84,7 @@ mod tests {
 
     #[test]
     fn parses_a_full_command_line() {
-        let a = parse(
-            "--mode zygote --spin 7 --as-mb 256 --nofile 64 --ext /a.so --init a_init --ext /b.so",
-        )
-        .unwrap();
+        let a = parse("--mode zygote --spin 7 --as-mb 256 --nofile 64 --ext /a.so --init a_init --ext /b.so").unwrap();
         assert_eq!(a.mode, Mode::Zygote);
         assert_eq!(a.spin, 7);
         assert_eq!(a.limits.address_space_mb, 256);

@@ -20,15 +20,8 @@ static REGION: OnceLock<Region> = OnceLock::new();
 /// Lowest address of the main thread's stack mapping; faults just below it are stack overflows.
 static STACK_LOW: AtomicUsize = AtomicUsize::new(0);
 
-const FATAL_SIGNALS: [i32; 7] = [
-    libc::SIGSEGV,
-    libc::SIGBUS,
-    libc::SIGILL,
-    libc::SIGFPE,
-    libc::SIGABRT,
-    libc::SIGTRAP,
-    libc::SIGSYS,
-];
+const FATAL_SIGNALS: [i32; 7] =
+    [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT, libc::SIGTRAP, libc::SIGSYS];
 const ALT_STACK_SIZE: usize = 256 * 1024;
 
 pub fn install(region: Region) -> std::io::Result<()> {
@@ -48,11 +41,7 @@ pub fn install(region: Region) -> std::io::Result<()> {
     if stack == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
-    let ss = libc::stack_t {
-        ss_sp: stack,
-        ss_flags: 0,
-        ss_size: ALT_STACK_SIZE,
-    };
+    let ss = libc::stack_t { ss_sp: stack, ss_flags: 0, ss_size: ALT_STACK_SIZE };
     // SAFETY: ss describes the mapping just made, which lives for the rest of the process.
     if unsafe { libc::sigaltstack(&ss, std::ptr::null_mut()) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -78,11 +67,7 @@ extern "C" fn record_and_die(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut li
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     let low = STACK_LOW.load(Ordering::Relaxed);
     let near_stack_guard = low != 0 && addr < low + 64 * 1024 && addr + 1024 * 1024 >= low;
-    let hint = if sig == libc::SIGSEGV && near_stack_guard {
-        fault_hint::STACK_OVERFLOW
-    } else {
-        fault_hint::NONE
-    };
+    let hint = if sig == libc::SIGSEGV && near_stack_guard { fault_hint::STACK_OVERFLOW } else { fault_hint::NONE };
     if let Some(region) = REGION.get() {
         region.write_fault_record(&FaultRecord {
             valid: 1,
@@ -125,20 +110,14 @@ pub fn apply_limits(limits: &Limits) -> std::io::Result<()> {
         if value == 0 {
             return Ok(());
         }
-        let rl = libc::rlimit {
-            rlim_cur: value,
-            rlim_max: value,
-        };
+        let rl = libc::rlimit { rlim_cur: value, rlim_max: value };
         // SAFETY: rl is a valid rlimit; lowering our own limits needs no privilege.
         if unsafe { libc::setrlimit(resource, &rl) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
     };
-    set(
-        libc::RLIMIT_AS,
-        limits.address_space_mb.saturating_mul(1024 * 1024),
-    )?;
+    set(libc::RLIMIT_AS, limits.address_space_mb.saturating_mul(1024 * 1024))?;
     set(libc::RLIMIT_CPU, limits.cpu_s)?;
     set(libc::RLIMIT_NOFILE, limits.open_files)?;
     Ok(())

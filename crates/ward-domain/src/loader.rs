@@ -14,9 +14,8 @@ impl Library {
     pub fn load(extensions: &[ExtensionArg]) -> Result<Library, String> {
         let mut handles = Vec::new();
         for ext in extensions {
-            let path = CString::new(ext.path.as_os_str().as_encoded_bytes()).map_err(|_| {
-                format!("extension path {} contains a NUL byte", ext.path.display())
-            })?;
+            let path = CString::new(ext.path.as_os_str().as_encoded_bytes())
+                .map_err(|_| format!("extension path {} contains a NUL byte", ext.path.display()))?;
             // SAFETY: path is a valid C string; dlopen runs the extension's constructors, which is what loading means.
             let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
             if handle.is_null() {
@@ -24,9 +23,8 @@ impl Library {
             }
             handles.push(handle);
             if let Some(init) = &ext.init {
-                let f = lookup(handle, init).ok_or_else(|| {
-                    format!("init function `{init}` not found in {}", ext.path.display())
-                })?;
+                let f = lookup(handle, init)
+                    .ok_or_else(|| format!("init function `{init}` not found in {}", ext.path.display()))?;
                 // SAFETY: policy declares `init` as `int64_t init(void)`; no arguments are read.
                 let ret = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
                 if ret.int != 0 {
@@ -38,10 +36,7 @@ impl Library {
                 }
             }
         }
-        Ok(Library {
-            handles,
-            functions: Vec::new(),
-        })
+        Ok(Library { handles, functions: Vec::new() })
     }
 
     /// Resolve `name` in extension `ext`; returns its index in the function table.

@@ -50,9 +50,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!("ward-domain: {e}");
-            eprintln!(
-                "ward-domain is started by the ward library, not by hand; see `ward --help`."
-            );
+            eprintln!("ward-domain is started by the ward library, not by hand; see `ward --help`.");
             return ExitCode::from(2);
         }
     };
@@ -86,23 +84,15 @@ fn setup(args: Args) -> Result<Setup, String> {
     let in_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_IN) };
     // SAFETY: likewise FD_POOL_OUT for the output pool.
     let out_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_OUT) };
-    let region =
-        Region::open_domain(region_fd).map_err(|e| format!("cannot map the shared region: {e}"))?;
-    let geometry =
-        PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
+    let region = Region::open_domain(region_fd).map_err(|e| format!("cannot map the shared region: {e}"))?;
+    let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
     let pool_in = MappedPool::map(in_fd, POOL_IN, geometry.clone(), false)
         .map_err(|e| format!("cannot map the input pool: {e}"))?;
-    let pool_out = MappedPool::map(out_fd, POOL_OUT, geometry, true)
-        .map_err(|e| format!("cannot map the output pool: {e}"))?;
+    let pool_out =
+        MappedPool::map(out_fd, POOL_OUT, geometry, true).map_err(|e| format!("cannot map the output pool: {e}"))?;
     faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
     let library = loader::Library::load(&args.extensions)?;
-    Ok(Setup {
-        region,
-        pool_in,
-        pool_out,
-        library,
-        args,
-    })
+    Ok(Setup { region, pool_in, pool_out, library, args })
 }
 
 /// Best effort: if the host is gone there is nobody to tell.

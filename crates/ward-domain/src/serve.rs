@@ -32,15 +32,7 @@ thread_local! {
 pub fn run(setup: Setup) -> ExitCode {
     let (requests, replies) = setup.region.domain_endpoints();
     let spin = setup.args.spin;
-    SERVER.with(|s| {
-        *s.borrow_mut() = Some(Server {
-            setup,
-            requests,
-            replies,
-            spin,
-            next_callback_id: 1,
-        })
-    });
+    SERVER.with(|s| *s.borrow_mut() = Some(Server { setup, requests, replies, spin, next_callback_id: 1 }));
     ward_abi::set_callback_dispatch(on_callback);
     match serve_until(None) {
         Ok(_) => ExitCode::SUCCESS,
@@ -56,16 +48,9 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
     let mut record = [0u8; MAX_RECORD];
     loop {
         let len = next_record(&mut record)?;
-        let message = Message::parse(&record[..len])
-            .map_err(|e| format!("bad request from the host: {e}"))?;
+        let message = Message::parse(&record[..len]).map_err(|e| format!("bad request from the host: {e}"))?;
         match message {
-            Message::Call {
-                id,
-                deferred,
-                func,
-                args,
-                ..
-            } => {
+            Message::Call { id, deferred, func, args, .. } => {
                 let (status, ret) = execute(id, func, args.as_slice(), &record[..len]);
                 if !deferred {
                     reply(id, status, ret)?;
@@ -74,28 +59,14 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
             Message::Resolve { id, ext, name } => {
                 let found = with_server(|s| s.setup.library.resolve(ext, name));
                 match found {
-                    Some(f) => reply(
-                        id,
-                        Status::Ok,
-                        RegRet {
-                            int: u64::from(f),
-                            float: 0,
-                        },
-                    )?,
+                    Some(f) => reply(id, Status::Ok, RegRet { int: u64::from(f), float: 0 })?,
                     None => reply(id, Status::ResolveFailed, RegRet::default())?,
                 }
             }
             Message::Ping { id } => reply(id, Status::Ok, RegRet::default())?,
-            Message::CallbackReply {
-                id,
-                ret_int,
-                ret_float,
-            } => {
+            Message::CallbackReply { id, ret_int, ret_float } => {
                 if until == Some(id) {
-                    return Ok(RegRet {
-                        int: ret_int,
-                        float: ret_float,
-                    });
+                    return Ok(RegRet { int: ret_int, float: ret_float });
                 }
                 return Err(format!("callback reply {id} while waiting for {until:?}"));
             }
@@ -107,32 +78,23 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
 /// Wait for and copy out the next request.
 fn next_record(buf: &mut [u8]) -> Result<usize, String> {
     loop {
-        let popped =
-            with_server(|s| s.requests.pop(buf)).map_err(|e| format!("request ring: {e}"))?;
+        let popped = with_server(|s| s.requests.pop(buf)).map_err(|e| format!("request ring: {e}"))?;
         if let Some(len) = popped {
             return Ok(len);
         }
         let spin = with_server(|s| s.spin);
-        with_server(|s| s.requests.wait(spin, None, &|| false))
-            .map_err(|e| format!("request ring: {e}"))?;
+        with_server(|s| s.requests.wait(spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
     }
 }
 
 fn reply(id: u64, status: Status, ret: RegRet) -> Result<(), String> {
-    let message = Message::Reply {
-        id,
-        status,
-        ret_int: ret.int,
-        ret_float: ret.float,
-    };
+    let message = Message::Reply { id, status, ret_int: ret.int, ret_float: ret.float };
     send(&message)
 }
 
 fn send(message: &Message<'_>) -> Result<(), String> {
     let mut buf = [0u8; 256];
-    let len = message
-        .emit(&mut buf)
-        .map_err(|e| format!("cannot encode a reply: {e}"))?;
+    let len = message.emit(&mut buf).map_err(|e| format!("cannot encode a reply: {e}"))?;
     with_server(|s| {
         loop {
             match s.replies.push(&buf[..len]) {
@@ -152,43 +114,22 @@ fn send(message: &Message<'_>) -> Result<(), String> {
 
 /// Run one call. The arguments are translated to this process' addresses; nothing the host sent is trusted
 /// to be in range.
-fn execute(
-    id: u64,
-    func: u32,
-    args: &[ward_xpc::wire::WireArg],
-    record: &[u8],
-) -> (Status, RegRet) {
+fn execute(id: u64, func: u32, args: &[ward_xpc::wire::WireArg], record: &[u8]) -> (Status, RegRet) {
     let prepared = with_server(|s| -> Result<(*const std::ffi::c_void, RegArgs), Status> {
-        let f = s
-            .setup
-            .library
-            .function(func)
-            .ok_or(Status::UnknownFunction)?;
+        let f = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
         let mut packer = ArgPacker::new();
         for arg in args {
-            let rich = RichPtr {
-                pool: arg.pool,
-                offset: arg.a,
-                len: arg.b,
-            };
+            let rich = RichPtr { pool: arg.pool, offset: arg.a, len: arg.b };
             let pushed = match arg.kind {
                 ArgKind::Int => packer.push_int(arg.a),
                 ArgKind::F64 => packer.push_f64(f64::from_bits(arg.a)),
                 ArgKind::F32 => packer.push_f32(f32::from_bits(arg.a as u32)),
                 ArgKind::BufIn | ArgKind::Str => {
-                    let p = s
-                        .setup
-                        .pool_in
-                        .resolve(&rich)
-                        .map_err(|_| Status::BadArgs)?;
+                    let p = s.setup.pool_in.resolve(&rich).map_err(|_| Status::BadArgs)?;
                     packer.push_int(p as u64)
                 }
                 ArgKind::BufOut | ArgKind::BufInOut => {
-                    let p = s
-                        .setup
-                        .pool_out
-                        .resolve(&rich)
-                        .map_err(|_| Status::BadArgs)?;
+                    let p = s.setup.pool_out.resolve(&rich).map_err(|_| Status::BadArgs)?;
                     packer.push_int(p as u64)
                 }
                 ArgKind::Callback => {
@@ -228,13 +169,7 @@ fn on_callback(slot: usize, args: &RegArgs) -> RegRet {
         s.next_callback_id += 1;
         id
     });
-    let message = Message::Callback {
-        id,
-        slot: slot as u32,
-        ret: RetKind::Void,
-        ints: args.ints,
-        floats: args.floats,
-    };
+    let message = Message::Callback { id, slot: slot as u32, ret: RetKind::Void, ints: args.ints, floats: args.floats };
     let result = send(&message).and_then(|()| serve_until(Some(id)));
     match result {
         Ok(ret) => ret,

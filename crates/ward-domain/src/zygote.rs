@@ -20,20 +20,14 @@ pub fn run(setup: Setup, control: ControlSocket) -> ExitCode {
             _ => return ExitCode::SUCCESS,
         };
         if message.text != "fork" {
-            let _ = control.send(
-                &format!("error unknown control message `{}`", message.text),
-                None,
-            );
+            let _ = control.send(&format!("error unknown control message `{}`", message.text), None);
             continue;
         }
         // SAFETY: this process is single-threaded (the zygote never starts threads), so the child is a consistent
         // copy.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
-            let _ = control.send(
-                &format!("error fork failed: {}", std::io::Error::last_os_error()),
-                None,
-            );
+            let _ = control.send(&format!("error fork failed: {}", std::io::Error::last_os_error()), None);
             continue;
         }
         if pid == 0 {
@@ -43,13 +37,7 @@ pub fn run(setup: Setup, control: ControlSocket) -> ExitCode {
         // SAFETY: pidfd_open on our own, not yet reaped child.
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         if pidfd < 0 {
-            let _ = control.send(
-                &format!(
-                    "error pidfd_open failed: {}",
-                    std::io::Error::last_os_error()
-                ),
-                None,
-            );
+            let _ = control.send(&format!("error pidfd_open failed: {}", std::io::Error::last_os_error()), None);
             // SAFETY: killing the child we just forked.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         } else {

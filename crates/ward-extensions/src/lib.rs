@@ -41,14 +41,8 @@ macro_rules! builtin {
 
 /// Every built-in extension.
 pub const ALL: &[Builtin] = &[
-    builtin!(
-        "well",
-        "well-behaved: arithmetic, buffers, callbacks, state"
-    ),
-    builtin!(
-        "faulty",
-        "deliberately faulty: every fault kind, armed or immediate"
-    ),
+    builtin!("well", "well-behaved: arithmetic, buffers, callbacks, state"),
+    builtin!("faulty", "deliberately faulty: every fault kind, armed or immediate"),
 ];
 
 /// Mode of the extracted shared objects.
@@ -73,21 +67,12 @@ pub fn extract_to(dir: &Path) -> io::Result<PathBuf> {
 
 fn write_atomically(dest: &Path, bytes: &[u8]) -> io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let file_name = dest
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?
-        .to_string_lossy();
-    let tmp = dest.with_file_name(format!(
-        ".{file_name}.tmp-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
+    let file_name =
+        dest.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?.to_string_lossy();
+    let tmp =
+        dest.with_file_name(format!(".{file_name}.tmp-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(FILE_MODE)
-            .open(&tmp)?;
+        let mut file = OpenOptions::new().write(true).create_new(true).mode(FILE_MODE).open(&tmp)?;
         file.write_all(bytes)?;
         // The umask may have removed bits.
         file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
@@ -147,10 +132,7 @@ pub fn extracted() -> io::Result<PathBuf> {
     if !meta.file_type().is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is not a directory owned by uid {uid} and writable only by it",
-                dir.display()
-            ),
+            format!("{} is not a directory owned by uid {uid} and writable only by it", dir.display()),
         ));
     }
     let complete = ALL.iter().all(|b| {
@@ -167,11 +149,7 @@ pub fn extracted() -> io::Result<PathBuf> {
 /// The path of the extracted builtin called `name` (see [`extracted`]);
 /// a `NotFound` error naming it if there is no such builtin.
 pub fn path_of(name: &str) -> io::Result<PathBuf> {
-    let builtin = get(name).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no built-in extension named `{name}`"),
-        )
-    })?;
+    let builtin = get(name)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no built-in extension named `{name}`")))?;
     Ok(extracted()?.join(builtin.file_name))
 }

@@ -27,23 +27,14 @@ fn every_source_file_is_embedded() {
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
         .collect();
     stems.sort();
-    let mut names: Vec<String> = ward_extensions::ALL
-        .iter()
-        .map(|b| b.name.to_owned())
-        .collect();
+    let mut names: Vec<String> = ward_extensions::ALL.iter().map(|b| b.name.to_owned()).collect();
     names.sort();
-    assert_eq!(
-        stems, names,
-        "extensions/*.c and ward_extensions::ALL differ"
-    );
+    assert_eq!(stems, names, "extensions/*.c and ward_extensions::ALL differ");
 }
 
 #[test]
 fn extract_to_writes_every_builtin() {
-    let dir = std::env::temp_dir().join(format!(
-        "ward-extensions-test-{}/nested",
-        std::process::id()
-    ));
+    let dir = std::env::temp_dir().join(format!("ward-extensions-test-{}/nested", std::process::id()));
     let _ = fs::remove_dir_all(dir.parent().unwrap());
     // Twice: the second run replaces the files of the first.
     for _ in 0..2 {
@@ -56,10 +47,7 @@ fn extract_to_writes_every_builtin() {
             assert_eq!(mode & 0o777, 0o755, "{}", path.display());
         }
         // No temporary files are left behind.
-        assert_eq!(
-            fs::read_dir(&dir).unwrap().count(),
-            ward_extensions::ALL.len()
-        );
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), ward_extensions::ALL.len());
     }
     fs::remove_dir_all(dir.parent().unwrap()).unwrap();
 }

@@ -92,12 +92,7 @@ impl Lib {
         // SAFETY: c_path is a valid C string; the builtins have no
         // constructors, so loading them runs no code.
         let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(
-            !handle.is_null(),
-            "dlopen {}: {}",
-            path.display(),
-            dlerror()
-        );
+        assert!(!handle.is_null(), "dlopen {}: {}", path.display(), dlerror());
         Lib { name, handle }
     }
 
@@ -106,12 +101,7 @@ impl Lib {
         // SAFETY: handle came from a successful dlopen and is never closed;
         // c_symbol is a valid C string.
         let ptr = unsafe { libc::dlsym(self.handle, c_symbol.as_ptr()) };
-        assert!(
-            !ptr.is_null(),
-            "{}.so does not export {symbol}: {}",
-            self.name,
-            dlerror()
-        );
+        assert!(!ptr.is_null(), "{}.so does not export {symbol}: {}", self.name, dlerror());
         ptr
     }
 }
@@ -130,11 +120,7 @@ macro_rules! func {
 #[test]
 fn every_listed_function_is_exported() {
     for b in ward_extensions::ALL {
-        assert!(
-            EXPORTS.iter().any(|(name, _)| *name == b.name),
-            "no export list for {}",
-            b.name
-        );
+        assert!(EXPORTS.iter().any(|(name, _)| *name == b.name), "no export list for {}", b.name);
     }
     for (name, symbols) in EXPORTS {
         let lib = Lib::open(name);
@@ -183,21 +169,13 @@ fn well_behaves() {
     assert_eq!(mix(3, 0.25, -2, 0.5), 1.75);
 
     let data: Vec<u8> = (0..=255u8).chain(0..10).collect();
-    let sum = func!(
-        well,
-        "well_sum",
-        unsafe extern "C" fn(*const u8, usize) -> i64
-    );
+    let sum = func!(well, "well_sum", unsafe extern "C" fn(*const u8, usize) -> i64);
     // SAFETY: data.len() readable bytes.
     assert_eq!(unsafe { sum(data.as_ptr(), data.len()) }, 32640 + 45);
     // SAFETY: a zero-length buffer is never read.
     assert_eq!(unsafe { sum(std::ptr::null(), 0) }, 0);
 
-    let xor = func!(
-        well,
-        "well_xor",
-        unsafe extern "C" fn(*const u8, *mut u8, usize, i64)
-    );
+    let xor = func!(well, "well_xor", unsafe extern "C" fn(*const u8, *mut u8, usize, i64));
     let mut out = vec![0u8; data.len()];
     // SAFETY: both buffers hold data.len() bytes and do not overlap.
     unsafe { xor(data.as_ptr(), out.as_mut_ptr(), data.len(), 0x15a) };
@@ -213,30 +191,18 @@ fn well_behaves() {
         assert_eq!(buf, expected, "len {len}");
     }
 
-    let copy = func!(
-        well,
-        "well_copy",
-        unsafe extern "C" fn(*const u8, *mut u8, usize)
-    );
+    let copy = func!(well, "well_copy", unsafe extern "C" fn(*const u8, *mut u8, usize));
     let mut out = vec![0u8; data.len()];
     // SAFETY: both buffers hold data.len() bytes and do not overlap.
     unsafe { copy(data.as_ptr(), out.as_mut_ptr(), data.len()) };
     assert_eq!(out, data);
 
-    let strlen = func!(
-        well,
-        "well_strlen",
-        unsafe extern "C" fn(*const c_char) -> usize
-    );
+    let strlen = func!(well, "well_strlen", unsafe extern "C" fn(*const c_char) -> usize);
     let s = CString::new("ward extensions").unwrap();
     // SAFETY: s is NUL-terminated.
     assert_eq!(unsafe { strlen(s.as_ptr()) }, 15);
 
-    let map_sum = func!(
-        well,
-        "well_map_sum",
-        extern "C" fn(extern "C" fn(i64) -> i64, i64) -> i64
-    );
+    let map_sum = func!(well, "well_map_sum", extern "C" fn(extern "C" fn(i64) -> i64, i64) -> i64);
     assert_eq!(map_sum(square, 10), 285);
     assert_eq!(map_sum(square, 0), 0);
 
@@ -246,11 +212,7 @@ fn well_behaves() {
     // nest(d) = nest_again(d) + 1 = nest(d - 1) * 10 + 1
     assert_eq!(nest(nest_again, 3), 1111);
 
-    let apply_f = func!(
-        well,
-        "well_apply_f",
-        extern "C" fn(extern "C" fn(f64, i64) -> f64, f64, i64) -> f64
-    );
+    let apply_f = func!(well, "well_apply_f", extern "C" fn(extern "C" fn(f64, i64) -> f64, f64, i64) -> f64);
     assert_eq!(apply_f(scale, 1.5, 4), 12.0);
 
     let counter_add = func!(well, "counter_add", extern "C" fn(i64) -> i64);
@@ -265,11 +227,7 @@ fn well_behaves() {
     assert_eq!(counter_get(), 0);
 
     let acc_new = func!(well, "acc_new", extern "C" fn(i64) -> *mut c_void);
-    let acc_add = func!(
-        well,
-        "acc_add",
-        unsafe extern "C" fn(*mut c_void, i64) -> i64
-    );
+    let acc_add = func!(well, "acc_add", unsafe extern "C" fn(*mut c_void, i64) -> i64);
     let acc_get = func!(well, "acc_get", unsafe extern "C" fn(*mut c_void) -> i64);
     let acc_free = func!(well, "acc_free", unsafe extern "C" fn(*mut c_void));
     let a = acc_new(10);

@@ -18,10 +18,7 @@ const START_TAIL: u64 = 3 * CAPACITY + 80;
 
 /// The `#define WARD_XPC_*` numbers of the layout header.
 fn layout() -> HashMap<String, u64> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../extensions/ward_xpc_layout.h"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extensions/ward_xpc_layout.h");
     let text = std::fs::read_to_string(path).unwrap();
     let mut map = HashMap::new();
     for line in text.lines() {
@@ -53,10 +50,7 @@ struct Region {
 
 impl Region {
     fn c(&self, name: &str) -> usize {
-        *self
-            .layout
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} missing")) as usize
+        *self.layout.get(name).unwrap_or_else(|| panic!("{name} missing")) as usize
     }
 
     fn map(fd: i32) -> Region {
@@ -65,22 +59,10 @@ impl Region {
         // SAFETY: fd is a memfd of at least len bytes; a fresh shared mapping
         // aliases no Rust object.
         let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
         };
         assert_ne!(base, libc::MAP_FAILED, "mmap");
-        Region {
-            fd,
-            base: base.cast(),
-            len,
-            layout,
-        }
+        Region { fd, base: base.cast(), len, layout }
     }
 
     fn read_u64(&self, off: usize) -> u64 {
@@ -124,25 +106,13 @@ fn attack_child() {
     // As in a domain: the request data is read-only, which splits the mapping.
     let req_data = region.c("WARD_XPC_REQ_DATA_OFF");
     // SAFETY: the range is page-aligned and inside the mapping.
-    let rc = unsafe {
-        libc::mprotect(
-            region.base.add(req_data).cast(),
-            CAPACITY as usize,
-            libc::PROT_READ,
-        )
-    };
+    let rc = unsafe { libc::mprotect(region.base.add(req_data).cast(), CAPACITY as usize, libc::PROT_READ) };
     assert_eq!(rc, 0, "mprotect");
     // SAFETY: region.fd stays open in the parent and in the mapping; closing
     // our copy does not affect the mapping.
     unsafe { libc::close(region.fd) };
 
-    let path = CString::new(
-        ward_extensions::path_of("faulty")
-            .unwrap()
-            .into_os_string()
-            .into_encoded_bytes(),
-    )
-    .unwrap();
+    let path = CString::new(ward_extensions::path_of("faulty").unwrap().into_os_string().into_encoded_bytes()).unwrap();
     // SAFETY: path is a valid C string; faulty.so has no constructors.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!handle.is_null());
@@ -178,26 +148,14 @@ fn attack(func: &str) -> Vec<u8> {
     assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
     let region = Region::map(fd);
 
-    region.write(
-        region.c("WARD_XPC_HDR_MAGIC"),
-        &region.layout["WARD_XPC_MAGIC"].to_le_bytes(),
-    );
-    region.write(
-        region.c("WARD_XPC_HDR_VERSION"),
-        &(region.layout["WARD_XPC_VERSION"] as u32).to_le_bytes(),
-    );
-    region.write(
-        region.c("WARD_XPC_HDR_RING_CAPACITY"),
-        &(CAPACITY as u32).to_le_bytes(),
-    );
+    region.write(region.c("WARD_XPC_HDR_MAGIC"), &region.layout["WARD_XPC_MAGIC"].to_le_bytes());
+    region.write(region.c("WARD_XPC_HDR_VERSION"), &(region.layout["WARD_XPC_VERSION"] as u32).to_le_bytes());
+    region.write(region.c("WARD_XPC_HDR_RING_CAPACITY"), &(CAPACITY as u32).to_le_bytes());
     let ctrl = region.c("WARD_XPC_REP_CTRL_OFF");
     let tail_off = ctrl + region.c("WARD_XPC_CTRL_TAIL");
     let doorbell_off = ctrl + region.c("WARD_XPC_CTRL_DOORBELL");
     region.write(tail_off, &START_TAIL.to_le_bytes());
-    region.write(
-        ctrl + region.c("WARD_XPC_CTRL_HEAD"),
-        &START_TAIL.to_le_bytes(),
-    );
+    region.write(ctrl + region.c("WARD_XPC_CTRL_HEAD"), &START_TAIL.to_le_bytes());
 
     let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "attack_child", "--nocapture", "--test-threads=1"])
@@ -230,10 +188,7 @@ fn attack(func: &str) -> Vec<u8> {
     // Nothing else in the ring was touched.
     assert!(region.bytes(data, at - data).iter().all(|&b| b == 0));
     let after = at + reply_len as usize;
-    assert!(region
-        .bytes(after, data + CAPACITY as usize - after)
-        .iter()
-        .all(|&b| b == 0));
+    assert!(region.bytes(after, data + CAPACITY as usize - after).iter().all(|&b| b == 0));
     let record = region.bytes(at, reply_len as usize);
     drop(child);
     // SAFETY: base/len describe our mapping, no longer used.
@@ -254,14 +209,8 @@ fn forged_reply_is_a_well_formed_reply_with_an_unused_id() {
     let at = |name: &str| l[name] as usize;
     let u32_at = |off: usize| u32::from_le_bytes(record[off..off + 4].try_into().unwrap());
     let u64_at = |off: usize| u64::from_le_bytes(record[off..off + 8].try_into().unwrap());
-    assert_eq!(
-        u64::from(u32_at(at("WARD_XPC_REC_LEN"))),
-        l["WARD_XPC_REPLY_LEN"]
-    );
-    assert_eq!(
-        u64::from(record[at("WARD_XPC_REC_OP")]),
-        l["WARD_XPC_OP_REPLY"]
-    );
+    assert_eq!(u64::from(u32_at(at("WARD_XPC_REC_LEN"))), l["WARD_XPC_REPLY_LEN"]);
+    assert_eq!(u64::from(record[at("WARD_XPC_REC_OP")]), l["WARD_XPC_OP_REPLY"]);
     assert_eq!(record[at("WARD_XPC_REC_NARGS")], 0);
     assert_eq!(record[at("WARD_XPC_REC_RET")], 0);
     assert_eq!(record[at("WARD_XPC_REC_FLAGS")], 0);

@@ -26,14 +26,8 @@ impl ControlSocket {
     pub fn pair() -> io::Result<(ControlSocket, ControlSocket)> {
         let mut fds = [0 as RawFd; 2];
         // SAFETY: fds is a valid array of two ints for socketpair to fill.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
+        let rc =
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
@@ -50,15 +44,9 @@ impl ControlSocket {
     pub fn send(&self, text: &str, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
         let bytes = text.as_bytes();
         if bytes.len() > MAX_CONTROL_MESSAGE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "control message too long",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "control message too long"));
         }
-        let mut iov = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut libc::c_void,
-            iov_len: bytes.len(),
-        };
+        let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
         // Aligned room for one control message holding one int.
         let mut cmsg_buf = [0u64; 8];
         // SAFETY: msghdr is plain data; all-zero is a valid empty header.
@@ -103,10 +91,7 @@ impl ControlSocket {
         }
         let mut buf = [0u8; MAX_CONTROL_MESSAGE];
         let mut cmsg_buf = [0u64; 8];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         // SAFETY: plain data, zeroed is valid.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = &mut iov;
@@ -144,18 +129,11 @@ impl ControlSocket {
         if n == 0 && fd.is_none() {
             return Ok(None);
         }
-        Ok(Some(ControlMessage {
-            text: String::from_utf8_lossy(&buf[..n]).into_owned(),
-            fd,
-        }))
+        Ok(Some(ControlMessage { text: String::from_utf8_lossy(&buf[..n]).into_owned(), fd }))
     }
 
     fn readable(&self, timeout: Duration) -> io::Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         loop {
             // SAFETY: pfd is one valid pollfd.

@@ -14,22 +14,12 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
         // Always < 1e9, fits every c_long.
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: word is a valid, aligned u32 for the duration of the call (FUTEX_WAIT only reads it); ts_ptr is null or
     // points at `ts`, alive until the call returns; the remaining arguments are unused by FUTEX_WAIT. Every outcome
     // (woken, EAGAIN, ETIMEDOUT, EINTR) is a return to the caller, who re-checks.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            ts_ptr,
-            std::ptr::null::<u32>(),
-            0,
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, ts_ptr, std::ptr::null::<u32>(), 0);
     }
 }
 

@@ -128,9 +128,7 @@ pub struct Region {
 
 fn valid_capacity(capacity: u64) -> Result<usize, LayoutError> {
     match usize::try_from(capacity) {
-        Ok(c) if c.is_power_of_two() && (MIN_RING_CAPACITY..=MAX_RING_CAPACITY).contains(&c) => {
-            Ok(c)
-        }
+        Ok(c) if c.is_power_of_two() && (MIN_RING_CAPACITY..=MAX_RING_CAPACITY).contains(&c) => Ok(c),
         _ => Err(LayoutError::BadCapacity(capacity)),
     }
 }
@@ -144,21 +142,14 @@ impl Region {
         mem.write_at(HDR_VERSION, &VERSION.to_le_bytes())?;
         // valid_capacity bounds it by MAX_RING_CAPACITY, which fits a u32.
         mem.write_at(HDR_RING_CAPACITY, &(capacity as u32).to_le_bytes())?;
-        Ok(Region {
-            mem: Arc::new(mem),
-            capacity,
-        })
+        Ok(Region { mem: Arc::new(mem), capacity })
     }
 
     /// Domain: map the region the host created, check it, and make the request ring's data read-only here.
     pub fn open_domain(fd: OwnedFd) -> Result<Region, LayoutError> {
         let mem = SharedMemory::from_fd(fd, Protection::ReadWrite)?;
         let mut header = [0u8; 16];
-        mem.read_at(0, &mut header)
-            .map_err(|_| LayoutError::SizeMismatch {
-                expected: PAGE,
-                actual: mem.len(),
-            })?;
+        mem.read_at(0, &mut header).map_err(|_| LayoutError::SizeMismatch { expected: PAGE, actual: mem.len() })?;
         let [m0, m1, m2, m3, m4, m5, m6, m7, v0, v1, v2, v3, c0, c1, c2, c3] = header;
         let magic = u64::from_le_bytes([m0, m1, m2, m3, m4, m5, m6, m7]);
         if magic != MAGIC {
@@ -170,16 +161,10 @@ impl Region {
         }
         let capacity = valid_capacity(u64::from(u32::from_le_bytes([c0, c1, c2, c3])))?;
         if mem.len() != region_len(capacity) {
-            return Err(LayoutError::SizeMismatch {
-                expected: region_len(capacity),
-                actual: mem.len(),
-            });
+            return Err(LayoutError::SizeMismatch { expected: region_len(capacity), actual: mem.len() });
         }
         mem.protect(REQ_DATA_OFF, capacity, Protection::ReadOnly)?;
-        Ok(Region {
-            mem: Arc::new(mem),
-            capacity,
-        })
+        Ok(Region { mem: Arc::new(mem), capacity })
     }
 
     pub fn memory(&self) -> &SharedMemory {
@@ -202,18 +187,12 @@ impl Region {
     /// Host: producer of the request ring, consumer of the reply ring. Take them when the rings are empty and the
     /// domain is not running (after [`Region::create`] or [`Region::reset`]): they start at position 0.
     pub fn host_endpoints(&self) -> (Producer, Consumer) {
-        (
-            Producer::new(self.request_ring()),
-            Consumer::new(self.reply_ring()),
-        )
+        (Producer::new(self.request_ring()), Consumer::new(self.reply_ring()))
     }
 
     /// Domain: consumer of the request ring, producer of the reply ring (both start at position 0).
     pub fn domain_endpoints(&self) -> (Consumer, Producer) {
-        (
-            Consumer::new(self.request_ring()),
-            Producer::new(self.reply_ring()),
-        )
+        (Consumer::new(self.request_ring()), Producer::new(self.reply_ring()))
     }
 
     /// Host, between incarnations (no domain running): zero both ring controls and the fault record. Endpoints
@@ -336,10 +315,7 @@ mod tests {
 
     #[test]
     fn c_header_agrees() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../extensions/ward_xpc_layout.h"
-        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../extensions/ward_xpc_layout.h");
         let text = std::fs::read_to_string(path).expect("the C layout header is readable");
         let mut numeric = 0;
         let mut saw_name = false;
@@ -357,10 +333,9 @@ mod tests {
                 saw_name = true;
                 continue;
             }
-            let c = parse_c_number(value)
-                .unwrap_or_else(|| panic!("WARD_XPC_{name}: cannot read {value:?}"));
-            let rust = rust_value(name)
-                .unwrap_or_else(|| panic!("WARD_XPC_{name} has no Rust counterpart in the test"));
+            let c = parse_c_number(value).unwrap_or_else(|| panic!("WARD_XPC_{name}: cannot read {value:?}"));
+            let rust =
+                rust_value(name).unwrap_or_else(|| panic!("WARD_XPC_{name} has no Rust counterpart in the test"));
             assert_eq!(c, rust, "WARD_XPC_{name}");
             numeric += 1;
         }
@@ -371,10 +346,7 @@ mod tests {
     #[test]
     fn capacity_is_checked() {
         for bad in [0, 4096, 3 * 8192, MAX_RING_CAPACITY * 2] {
-            assert!(
-                matches!(Region::create(bad), Err(LayoutError::BadCapacity(_))),
-                "{bad}"
-            );
+            assert!(matches!(Region::create(bad), Err(LayoutError::BadCapacity(_))), "{bad}");
         }
         let r = Region::create(MIN_RING_CAPACITY).unwrap();
         assert_eq!(r.memory().len(), region_len(MIN_RING_CAPACITY));
@@ -387,50 +359,25 @@ mod tests {
         let dom = Region::open_domain(fd).unwrap();
         assert_eq!(dom.capacity(), 1 << 16);
 
-        host.memory()
-            .write_at(HDR_VERSION, &2u32.to_le_bytes())
-            .unwrap();
+        host.memory().write_at(HDR_VERSION, &2u32.to_le_bytes()).unwrap();
         let fd = host.memory().fd().try_clone_to_owned().unwrap();
-        assert!(matches!(
-            Region::open_domain(fd),
-            Err(LayoutError::BadVersion(2))
-        ));
-        host.memory()
-            .write_at(HDR_VERSION, &VERSION.to_le_bytes())
-            .unwrap();
+        assert!(matches!(Region::open_domain(fd), Err(LayoutError::BadVersion(2))));
+        host.memory().write_at(HDR_VERSION, &VERSION.to_le_bytes()).unwrap();
 
-        host.memory()
-            .write_at(HDR_RING_CAPACITY, &(1u32 << 15).to_le_bytes())
-            .unwrap();
+        host.memory().write_at(HDR_RING_CAPACITY, &(1u32 << 15).to_le_bytes()).unwrap();
         let fd = host.memory().fd().try_clone_to_owned().unwrap();
-        assert!(matches!(
-            Region::open_domain(fd),
-            Err(LayoutError::SizeMismatch { .. })
-        ));
-        host.memory()
-            .write_at(HDR_RING_CAPACITY, &12345u32.to_le_bytes())
-            .unwrap();
+        assert!(matches!(Region::open_domain(fd), Err(LayoutError::SizeMismatch { .. })));
+        host.memory().write_at(HDR_RING_CAPACITY, &12345u32.to_le_bytes()).unwrap();
         let fd = host.memory().fd().try_clone_to_owned().unwrap();
-        assert!(matches!(
-            Region::open_domain(fd),
-            Err(LayoutError::BadCapacity(12345))
-        ));
+        assert!(matches!(Region::open_domain(fd), Err(LayoutError::BadCapacity(12345))));
 
-        host.memory()
-            .write_at(HDR_MAGIC, &0u64.to_le_bytes())
-            .unwrap();
+        host.memory().write_at(HDR_MAGIC, &0u64.to_le_bytes()).unwrap();
         let fd = host.memory().fd().try_clone_to_owned().unwrap();
-        assert!(matches!(
-            Region::open_domain(fd),
-            Err(LayoutError::BadMagic(0))
-        ));
+        assert!(matches!(Region::open_domain(fd), Err(LayoutError::BadMagic(0))));
 
         let other = SharedMemory::create("not-ward", 100).unwrap();
         let fd = other.fd().as_fd().try_clone_to_owned().unwrap();
-        assert!(matches!(
-            Region::open_domain(fd),
-            Err(LayoutError::BadMagic(0))
-        ));
+        assert!(matches!(Region::open_domain(fd), Err(LayoutError::BadMagic(0))));
     }
 
     #[test]

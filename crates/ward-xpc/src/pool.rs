@@ -32,22 +32,10 @@ pub struct SlotClass {
 
 /// The classes both sides use.
 pub const DEFAULT_CLASSES: &[SlotClass] = &[
-    SlotClass {
-        size: 4096,
-        count: 64,
-    },
-    SlotClass {
-        size: 65536,
-        count: 32,
-    },
-    SlotClass {
-        size: 1 << 20,
-        count: 8,
-    },
-    SlotClass {
-        size: 16 << 20,
-        count: 2,
-    },
+    SlotClass { size: 4096, count: 64 },
+    SlotClass { size: 65536, count: 32 },
+    SlotClass { size: 1 << 20, count: 8 },
+    SlotClass { size: 16 << 20, count: 2 },
 ];
 
 /// The input pool: read-only in the domain.
@@ -113,11 +101,7 @@ impl PoolGeometry {
             last = c.size;
             let stride = c.size.checked_add(PAGE).ok_or(PoolError::BadGeometry)?;
             for _ in 0..c.count {
-                slots.push(Slot {
-                    offset,
-                    size: c.size,
-                    class,
-                });
+                slots.push(Slot { offset, size: c.size, class });
                 offset = offset.checked_add(stride).ok_or(PoolError::BadGeometry)?;
             }
         }
@@ -125,11 +109,7 @@ impl PoolGeometry {
         if i64::try_from(offset).is_err() {
             return Err(PoolError::BadGeometry);
         }
-        Ok(PoolGeometry {
-            classes: classes.to_vec(),
-            slots,
-            total_len: offset,
-        })
+        Ok(PoolGeometry { classes: classes.to_vec(), slots, total_len: offset })
     }
 
     /// Bytes of the whole pool, guard pages included.
@@ -157,10 +137,7 @@ impl PoolGeometry {
         let offset = usize::try_from(offset).ok()?;
         let end = offset.checked_add(usize::try_from(len).ok()?)?;
         // The last slot starting at or before `offset`.
-        let i = self
-            .slots
-            .partition_point(|s| s.offset <= offset)
-            .checked_sub(1)?;
+        let i = self.slots.partition_point(|s| s.offset <= offset).checked_sub(1)?;
         let s = &self.slots[i];
         (end <= s.offset + s.size).then_some(i)
     }
@@ -189,8 +166,7 @@ pub struct HostPool {
 }
 
 fn round16(len: usize) -> Option<usize> {
-    len.checked_add(RECORD_ALIGN - 1)
-        .map(|n| n & !(RECORD_ALIGN - 1))
+    len.checked_add(RECORD_ALIGN - 1).map(|n| n & !(RECORD_ALIGN - 1))
 }
 
 impl HostPool {
@@ -208,15 +184,7 @@ impl HostPool {
             free[s.class].push(i);
         }
         let leased = vec![None; geometry.slots.len()];
-        Ok(HostPool {
-            id,
-            geometry,
-            mem,
-            free,
-            leased,
-            next_generation: 0,
-            in_use: 0,
-        })
+        Ok(HostPool { id, geometry, mem, free, leased, next_generation: 0, in_use: 0 })
     }
 
     pub fn id(&self) -> u32 {
@@ -246,24 +214,14 @@ impl HostPool {
             .enumerate()
             .position(|(i, c)| c.size >= need && !self.free[i].is_empty())
             .ok_or(PoolError::NoFreeSlot { len })?;
-        let slot = self.free[class]
-            .pop()
-            .ok_or(PoolError::NoFreeSlot { len })?;
+        let slot = self.free[class].pop().ok_or(PoolError::NoFreeSlot { len })?;
         let s = &self.geometry.slots[slot];
         let offset = s.offset + s.size - need;
         let generation = self.next_generation;
         self.next_generation += 1;
         self.leased[slot] = Some(generation);
         self.in_use += 1;
-        Ok(Lease {
-            rich: RichPtr {
-                pool: self.id,
-                offset: offset as u64,
-                len: len as u64,
-            },
-            slot,
-            generation,
-        })
+        Ok(Lease { rich: RichPtr { pool: self.id, offset: offset as u64, len: len as u64 }, slot, generation })
     }
 
     fn check(&self, lease: &Lease) -> Result<(), PoolError> {
@@ -334,17 +292,8 @@ pub struct MappedPool {
 
 impl MappedPool {
     /// Map the pool `fd` (read-write if `writable`, else read-only) and make every guard page inaccessible.
-    pub fn map(
-        fd: OwnedFd,
-        id: u32,
-        geometry: PoolGeometry,
-        writable: bool,
-    ) -> Result<Self, PoolError> {
-        let prot = if writable {
-            Protection::ReadWrite
-        } else {
-            Protection::ReadOnly
-        };
+    pub fn map(fd: OwnedFd, id: u32, geometry: PoolGeometry, writable: bool) -> Result<Self, PoolError> {
+        let prot = if writable { Protection::ReadWrite } else { Protection::ReadOnly };
         let mem = SharedMemory::from_fd(fd, prot)?;
         if mem.len() != geometry.total_len() {
             return Err(PoolError::BadGeometry);
@@ -352,12 +301,7 @@ impl MappedPool {
         for s in &geometry.slots {
             mem.protect(s.offset + s.size, PAGE, Protection::None)?;
         }
-        Ok(MappedPool {
-            id,
-            geometry,
-            mem,
-            writable,
-        })
+        Ok(MappedPool { id, geometry, mem, writable })
     }
 
     pub fn id(&self) -> u32 {
@@ -381,9 +325,7 @@ impl MappedPool {
         if rich.pool != self.id {
             return Err(PoolError::WrongPool);
         }
-        self.geometry
-            .slot_of(rich.offset, rich.len)
-            .ok_or(PoolError::OutOfBounds)?;
+        self.geometry.slot_of(rich.offset, rich.len).ok_or(PoolError::OutOfBounds)?;
         // slot_of proved offset + len lies inside the mapping, so offset fits a usize and the address is in bounds.
         Ok(self.mem.as_ptr().wrapping_add(rich.offset as usize))
     }
@@ -395,17 +337,7 @@ mod tests {
     use std::os::fd::AsFd;
 
     fn small() -> PoolGeometry {
-        PoolGeometry::new(&[
-            SlotClass {
-                size: 4096,
-                count: 2,
-            },
-            SlotClass {
-                size: 8192,
-                count: 1,
-            },
-        ])
-        .unwrap()
+        PoolGeometry::new(&[SlotClass { size: 4096, count: 2 }, SlotClass { size: 8192, count: 1 }]).unwrap()
     }
 
     #[test]
@@ -420,10 +352,7 @@ mod tests {
         assert_eq!(g.max_buffer(), 8192);
         let d = PoolGeometry::new(DEFAULT_CLASSES).unwrap();
         assert_eq!(d.slot_count(), 64 + 32 + 8 + 2);
-        assert_eq!(
-            d.total_len(),
-            64 * 8192 + 32 * 69632 + 8 * ((1 << 20) + 4096) + 2 * ((16 << 20) + 4096)
-        );
+        assert_eq!(d.total_len(), 64 * 8192 + 32 * 69632 + 8 * ((1 << 20) + 4096) + 2 * ((16 << 20) + 4096));
         assert_eq!(d.max_buffer(), 16 << 20);
     }
 
@@ -431,43 +360,13 @@ mod tests {
     fn bad_geometries_are_refused() {
         for classes in [
             &[][..],
-            &[SlotClass {
-                size: 100,
-                count: 1,
-            }],
-            &[SlotClass {
-                size: 4096,
-                count: 0,
-            }],
-            &[
-                SlotClass {
-                    size: 8192,
-                    count: 1,
-                },
-                SlotClass {
-                    size: 4096,
-                    count: 1,
-                },
-            ],
-            &[
-                SlotClass {
-                    size: 4096,
-                    count: 1,
-                },
-                SlotClass {
-                    size: 4096,
-                    count: 1,
-                },
-            ],
-            &[SlotClass {
-                size: usize::MAX - 4095,
-                count: 2,
-            }],
+            &[SlotClass { size: 100, count: 1 }],
+            &[SlotClass { size: 4096, count: 0 }],
+            &[SlotClass { size: 8192, count: 1 }, SlotClass { size: 4096, count: 1 }],
+            &[SlotClass { size: 4096, count: 1 }, SlotClass { size: 4096, count: 1 }],
+            &[SlotClass { size: usize::MAX - 4095, count: 2 }],
         ] {
-            assert!(
-                matches!(PoolGeometry::new(classes), Err(PoolError::BadGeometry)),
-                "{classes:?}"
-            );
+            assert!(matches!(PoolGeometry::new(classes), Err(PoolError::BadGeometry)), "{classes:?}");
         }
     }
 
@@ -493,39 +392,16 @@ mod tests {
     fn alloc_is_end_aligned_smallest_first() {
         let mut p = HostPool::create(POOL_IN, small()).unwrap();
         let a = p.alloc(100).unwrap();
-        assert_eq!(
-            a.rich,
-            RichPtr {
-                pool: POOL_IN,
-                offset: 4096 - 112,
-                len: 100
-            }
-        );
+        assert_eq!(a.rich, RichPtr { pool: POOL_IN, offset: 4096 - 112, len: 100 });
         let b = p.alloc(4096).unwrap();
         assert_eq!(b.rich.offset, 8192);
         // The 4 KiB class is used up: the next small buffer goes to the 8 KiB slot.
         let c = p.alloc(0).unwrap();
-        assert_eq!(
-            c.rich,
-            RichPtr {
-                pool: POOL_IN,
-                offset: 16384 + 8192,
-                len: 0
-            }
-        );
+        assert_eq!(c.rich, RichPtr { pool: POOL_IN, offset: 16384 + 8192, len: 0 });
         assert_eq!(p.in_use(), 3);
         assert!(matches!(p.alloc(1), Err(PoolError::NoFreeSlot { len: 1 })));
-        assert!(matches!(
-            p.alloc(8193),
-            Err(PoolError::TooLarge {
-                len: 8193,
-                max: 8192
-            })
-        ));
-        assert!(matches!(
-            p.alloc(usize::MAX),
-            Err(PoolError::TooLarge { .. })
-        ));
+        assert!(matches!(p.alloc(8193), Err(PoolError::TooLarge { len: 8193, max: 8192 })));
+        assert!(matches!(p.alloc(usize::MAX), Err(PoolError::TooLarge { .. })));
         p.free(b);
         assert_eq!(p.in_use(), 2);
         let d = p.alloc(5000);
@@ -548,17 +424,11 @@ mod tests {
         let mut p = HostPool::create(POOL_OUT, small()).unwrap();
         let l = p.alloc(10).unwrap();
         p.write(&l, b"0123456789").unwrap();
-        assert!(matches!(
-            p.write(&l, b"0123456789a"),
-            Err(PoolError::OutOfBounds)
-        ));
+        assert!(matches!(p.write(&l, b"0123456789a"), Err(PoolError::OutOfBounds)));
         let mut out = [0u8; 10];
         p.read(&l, &mut out).unwrap();
         assert_eq!(&out, b"0123456789");
-        assert!(matches!(
-            p.read(&l, &mut [0u8; 11]),
-            Err(PoolError::OutOfBounds)
-        ));
+        assert!(matches!(p.read(&l, &mut [0u8; 11]), Err(PoolError::OutOfBounds)));
         let mut other = HostPool::create(POOL_IN, small()).unwrap();
         assert!(matches!(other.write(&l, b"x"), Err(PoolError::WrongPool)));
         let theirs = other.alloc(10).unwrap();
@@ -573,48 +443,20 @@ mod tests {
         let m = MappedPool::map(fd, POOL_OUT, small(), true).unwrap();
         let l = host.alloc(5).unwrap();
         let p = m.resolve(&l.rich).unwrap();
-        assert_eq!(
-            p as usize - m.memory().as_ptr() as usize,
-            l.rich.offset as usize
-        );
+        assert_eq!(p as usize - m.memory().as_ptr() as usize, l.rich.offset as usize);
         host.write(&l, b"hello").unwrap();
         let mut out = [0u8; 5];
-        m.memory()
-            .read_at(l.rich.offset as usize, &mut out)
-            .unwrap();
+        m.memory().read_at(l.rich.offset as usize, &mut out).unwrap();
         assert_eq!(&out, b"hello");
-        let wrong = RichPtr {
-            pool: POOL_IN,
-            ..l.rich
-        };
+        let wrong = RichPtr { pool: POOL_IN, ..l.rich };
         assert!(matches!(m.resolve(&wrong), Err(PoolError::WrongPool)));
-        for (offset, len) in [
-            (4090, 16),
-            (4096, 4097),
-            (0, 8192),
-            (30000, 1),
-            (u64::MAX, 2),
-        ] {
-            let r = RichPtr {
-                pool: POOL_OUT,
-                offset,
-                len,
-            };
-            assert!(
-                matches!(m.resolve(&r), Err(PoolError::OutOfBounds)),
-                "{offset} {len}"
-            );
+        for (offset, len) in [(4090, 16), (4096, 4097), (0, 8192), (30000, 1), (u64::MAX, 2)] {
+            let r = RichPtr { pool: POOL_OUT, offset, len };
+            assert!(matches!(m.resolve(&r), Err(PoolError::OutOfBounds)), "{offset} {len}");
         }
         // A pool file that does not match the geometry.
         let fd = host.memory().fd().as_fd().try_clone_to_owned().unwrap();
-        let bigger = PoolGeometry::new(&[SlotClass {
-            size: 4096,
-            count: 9,
-        }])
-        .unwrap();
-        assert!(matches!(
-            MappedPool::map(fd, POOL_OUT, bigger, true),
-            Err(PoolError::BadGeometry)
-        ));
+        let bigger = PoolGeometry::new(&[SlotClass { size: 4096, count: 9 }]).unwrap();
+        assert!(matches!(MappedPool::map(fd, POOL_OUT, bigger, true), Err(PoolError::BadGeometry)));
     }
 }

@@ -93,12 +93,7 @@ impl RingShared {
         let base = region.memory().as_ptr();
         let capacity = region.capacity();
         debug_assert!(data_off + capacity <= region.memory().len());
-        RingShared {
-            ctrl: base.wrapping_add(ctrl_off),
-            data: base.wrapping_add(data_off),
-            capacity,
-            _region: region,
-        }
+        RingShared { ctrl: base.wrapping_add(ctrl_off), data: base.wrapping_add(data_off), capacity, _region: region }
     }
 
     fn atomic_u64(&self, off: usize) -> &AtomicU64 {
@@ -204,12 +199,7 @@ pub struct Producer {
 
 impl Producer {
     pub(crate) fn new(ring: RingShared) -> Self {
-        Producer {
-            ring,
-            tail: 0,
-            published: 0,
-            head: 0,
-        }
+        Producer { ring, tail: 0, published: 0, head: 0 }
     }
 
     fn free_known(&self) -> usize {
@@ -219,17 +209,14 @@ impl Producer {
 
     /// A consumer head is valid when it is record-aligned and lies in `[last head, published tail]`.
     fn head_is_valid(head: u64, last: u64, published: u64) -> bool {
-        head.wrapping_sub(last) <= published.wrapping_sub(last)
-            && head & (RECORD_ALIGN as u64 - 1) == 0
+        head.wrapping_sub(last) <= published.wrapping_sub(last) && head & (RECORD_ALIGN as u64 - 1) == 0
     }
 
     /// Read the consumer's head and check it.
     fn refresh_head(&mut self) -> Result<(), RingError> {
         let head = self.ring.head().load(Ordering::Acquire);
         if !Self::head_is_valid(head, self.head, self.published) {
-            return Err(RingError::Corrupt(
-                "consumer head is misaligned or outside [previous head, published tail]",
-            ));
+            return Err(RingError::Corrupt("consumer head is misaligned or outside [previous head, published tail]"));
         }
         self.head = head;
         Ok(())
@@ -337,14 +324,7 @@ struct Next {
 
 impl Consumer {
     pub(crate) fn new(ring: RingShared) -> Self {
-        Consumer {
-            ring,
-            head: 0,
-            published: 0,
-            tail: 0,
-            slice: SLEEP_SLICE,
-            full_sleeps: 0,
-        }
+        Consumer { ring, head: 0, published: 0, tail: 0, slice: SLEEP_SLICE, full_sleeps: 0 }
     }
 
     #[cfg(test)]
@@ -401,17 +381,13 @@ impl Consumer {
             let header = self.ring.read_header(off);
             let len = record_len(&header);
             if len < HEADER_LEN || len & (RECORD_ALIGN - 1) != 0 {
-                return Err(RingError::Corrupt(
-                    "record length is not a positive multiple of 16",
-                ));
+                return Err(RingError::Corrupt("record length is not a positive multiple of 16"));
             }
             if len > to_end {
                 return Err(RingError::Corrupt("record straddles the end of the ring"));
             }
             if len > avail {
-                return Err(RingError::Corrupt(
-                    "record extends beyond the published tail",
-                ));
+                return Err(RingError::Corrupt("record extends beyond the published tail"));
             }
             if header[4] == OP_PAD {
                 self.head = self.head.wrapping_add(len as u64);
@@ -492,11 +468,7 @@ impl Consumer {
     }
 
     /// The sleeping half of `wait`; the caller clears `waiting` afterwards.
-    fn sleep(
-        &mut self,
-        deadline: Option<Instant>,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<WaitOutcome, RingError> {
+    fn sleep(&mut self, deadline: Option<Instant>, stop: &dyn Fn() -> bool) -> Result<WaitOutcome, RingError> {
         loop {
             self.ring.waiting().store(1, Ordering::Relaxed);
             // Pairs with the producer's fence between its tail store and its load of `waiting`.
@@ -646,10 +618,7 @@ mod tests {
         p.publish();
         // The PAD is in the data area.
         let mut pad = [0u8; 16];
-        region
-            .memory()
-            .read_at(REQ_DATA_OFF + CAP - 48, &mut pad)
-            .unwrap();
+        region.memory().read_at(REQ_DATA_OFF + CAP - 48, &mut pad).unwrap();
         assert_eq!(u32::from_le_bytes(pad[..4].try_into().unwrap()), 48);
         assert_eq!(pad[4], OP_PAD);
         assert_eq!(c.pop(&mut buf).unwrap(), Some(64));
@@ -666,16 +635,10 @@ mod tests {
         pad[..4].copy_from_slice(&(CAP as u32).to_le_bytes());
         pad[4] = OP_PAD;
         region.memory().write_at(REQ_DATA_OFF, &pad).unwrap();
-        region
-            .memory()
-            .write_at(REQ_CTRL_OFF + CTRL_TAIL, &(CAP as u64).to_le_bytes())
-            .unwrap();
+        region.memory().write_at(REQ_CTRL_OFF + CTRL_TAIL, &(CAP as u64).to_le_bytes()).unwrap();
         assert!(c.is_empty().unwrap());
         let mut head = [0u8; 8];
-        region
-            .memory()
-            .read_at(REQ_CTRL_OFF + CTRL_HEAD, &mut head)
-            .unwrap();
+        region.memory().read_at(REQ_CTRL_OFF + CTRL_HEAD, &mut head).unwrap();
         assert_eq!(u64::from_le_bytes(head), CAP as u64);
     }
 
@@ -702,17 +665,11 @@ mod tests {
     }
 
     fn set_tail(region: &Region, tail: u64) {
-        region
-            .memory()
-            .write_at(REQ_CTRL_OFF + CTRL_TAIL, &tail.to_le_bytes())
-            .unwrap();
+        region.memory().write_at(REQ_CTRL_OFF + CTRL_TAIL, &tail.to_le_bytes()).unwrap();
     }
 
     fn set_len(region: &Region, off: usize, len: u32) {
-        region
-            .memory()
-            .write_at(REQ_DATA_OFF + off, &len.to_le_bytes())
-            .unwrap();
+        region.memory().write_at(REQ_DATA_OFF + off, &len.to_le_bytes()).unwrap();
     }
 
     #[test]
@@ -722,17 +679,9 @@ mod tests {
         set_tail(&region, CAP as u64 + 16);
         assert!(matches!(c.pop(&mut buf), Err(RingError::Corrupt(_))));
         set_tail(&region, u64::MAX - 15);
-        assert_eq!(
-            c.pop(&mut buf),
-            Err(RingError::Corrupt(
-                "producer tail is behind the consumer head"
-            ))
-        );
+        assert_eq!(c.pop(&mut buf), Err(RingError::Corrupt("producer tail is behind the consumer head")));
         set_tail(&region, 8);
-        assert_eq!(
-            c.is_empty(),
-            Err(RingError::Corrupt("producer tail is not record-aligned"))
-        );
+        assert_eq!(c.is_empty(), Err(RingError::Corrupt("producer tail is not record-aligned")));
 
         // A tail that moves backwards after records were consumed.
         let (region, mut c) = forged();
@@ -742,12 +691,7 @@ mod tests {
         assert_eq!(c.pop(&mut buf).unwrap(), Some(16));
         assert_eq!(c.pop(&mut buf).unwrap(), Some(16));
         set_tail(&region, 16);
-        assert_eq!(
-            c.pop(&mut buf),
-            Err(RingError::Corrupt(
-                "producer tail is behind the consumer head"
-            ))
-        );
+        assert_eq!(c.pop(&mut buf), Err(RingError::Corrupt("producer tail is behind the consumer head")));
     }
 
     #[test]
@@ -757,16 +701,8 @@ mod tests {
             (0, 64, "record length is not a positive multiple of 16"),
             (24, 64, "record length is not a positive multiple of 16"),
             (80, 64, "record extends beyond the published tail"),
-            (
-                MAX_RECORD as u32 + 16,
-                CAP as u64,
-                "record longer than MAX_RECORD",
-            ),
-            (
-                CAP as u32 + 16,
-                CAP as u64,
-                "record straddles the end of the ring",
-            ),
+            (MAX_RECORD as u32 + 16, CAP as u64, "record longer than MAX_RECORD"),
+            (CAP as u32 + 16, CAP as u64, "record straddles the end of the ring"),
         ];
         for (len, tail, why) in cases {
             let (region, mut c) = forged();
@@ -777,16 +713,10 @@ mod tests {
         // Straddling at a non-zero offset.
         let (region, mut c) = forged();
         set_len(&region, 0, (CAP - 64) as u32);
-        region
-            .memory()
-            .write_at(REQ_DATA_OFF + 4, &[OP_PAD])
-            .unwrap();
+        region.memory().write_at(REQ_DATA_OFF + 4, &[OP_PAD]).unwrap();
         set_len(&region, CAP - 64, 128);
         set_tail(&region, CAP as u64);
-        assert_eq!(
-            c.pop(&mut buf),
-            Err(RingError::Corrupt("record straddles the end of the ring"))
-        );
+        assert_eq!(c.pop(&mut buf), Err(RingError::Corrupt("record straddles the end of the ring")));
     }
 
     #[test]
@@ -820,30 +750,15 @@ mod tests {
         p.push(&record(4096, 1)).unwrap();
         p.publish();
         // Head beyond the published tail.
-        region
-            .memory()
-            .write_at(REQ_CTRL_OFF + CTRL_HEAD, &(CAP as u64 + 16).to_le_bytes())
-            .unwrap();
+        region.memory().write_at(REQ_CTRL_OFF + CTRL_HEAD, &(CAP as u64 + 16).to_le_bytes()).unwrap();
         assert!(matches!(p.push(&record(16, 2)), Err(RingError::Corrupt(_))));
-        region
-            .memory()
-            .write_at(REQ_CTRL_OFF + CTRL_HEAD, &8u64.to_le_bytes())
-            .unwrap();
+        region.memory().write_at(REQ_CTRL_OFF + CTRL_HEAD, &8u64.to_le_bytes()).unwrap();
         assert!(matches!(p.push(&record(16, 2)), Err(RingError::Corrupt(_))));
-        region
-            .memory()
-            .write_at(REQ_CTRL_OFF + CTRL_HEAD, &4096u64.to_le_bytes())
-            .unwrap();
+        region.memory().write_at(REQ_CTRL_OFF + CTRL_HEAD, &4096u64.to_le_bytes()).unwrap();
         p.push(&record(16, 2)).unwrap();
         // Head moving backwards.
-        region
-            .memory()
-            .write_at(REQ_CTRL_OFF + CTRL_HEAD, &0u64.to_le_bytes())
-            .unwrap();
-        assert!(matches!(
-            p.push(&record(4096, 3)),
-            Err(RingError::Corrupt(_))
-        ));
+        region.memory().write_at(REQ_CTRL_OFF + CTRL_HEAD, &0u64.to_le_bytes()).unwrap();
+        assert!(matches!(p.push(&record(4096, 3)), Err(RingError::Corrupt(_))));
     }
 
     #[test]
@@ -871,16 +786,10 @@ mod tests {
         assert_eq!(dc.pop(&mut buf).unwrap(), Some(32));
         assert_eq!(hc.pop(&mut buf).unwrap(), Some(48));
         let mut raw = [0u8; 48];
-        region
-            .memory()
-            .read_at(rep_data_off(CAP), &mut raw)
-            .unwrap();
+        region.memory().read_at(rep_data_off(CAP), &mut raw).unwrap();
         assert_eq!(&raw[..], &record(48, 2)[..]);
         let mut tail = [0u8; 8];
-        region
-            .memory()
-            .read_at(REP_CTRL_OFF + CTRL_TAIL, &mut tail)
-            .unwrap();
+        region.memory().read_at(REP_CTRL_OFF + CTRL_TAIL, &mut tail).unwrap();
         assert_eq!(u64::from_le_bytes(tail), 48);
     }
 
@@ -890,28 +799,19 @@ mod tests {
         for spin in [0, 1000] {
             let start = Instant::now();
             let deadline = start + Duration::from_millis(30);
-            assert_eq!(
-                c.wait(spin, Some(deadline), &|| false).unwrap(),
-                WaitOutcome::TimedOut
-            );
+            assert_eq!(c.wait(spin, Some(deadline), &|| false).unwrap(), WaitOutcome::TimedOut);
             assert!(Instant::now() >= deadline);
         }
         // A deadline already past, with a pure-polling consumer.
         let past = Instant::now();
-        assert_eq!(
-            c.wait(u32::MAX, Some(past), &|| false).unwrap(),
-            WaitOutcome::TimedOut
-        );
+        assert_eq!(c.wait(u32::MAX, Some(past), &|| false).unwrap(), WaitOutcome::TimedOut);
     }
 
     #[test]
     fn wait_stops() {
         let (_r, _p, mut c) = pair(CAP);
         assert_eq!(c.wait(0, None, &|| true).unwrap(), WaitOutcome::Stopped);
-        assert_eq!(
-            c.wait(u32::MAX, None, &|| true).unwrap(),
-            WaitOutcome::Stopped
-        );
+        assert_eq!(c.wait(u32::MAX, None, &|| true).unwrap(), WaitOutcome::Stopped);
         assert_eq!(c.wait(1000, None, &|| true).unwrap(), WaitOutcome::Stopped);
     }
 
@@ -920,10 +820,7 @@ mod tests {
         let (_r, mut p, mut c) = pair(CAP);
         p.push(&record(16, 0)).unwrap();
         p.publish();
-        assert_eq!(
-            c.wait(0, Some(Instant::now()), &|| true).unwrap(),
-            WaitOutcome::Ready
-        );
+        assert_eq!(c.wait(0, Some(Instant::now()), &|| true).unwrap(), WaitOutcome::Ready);
     }
 
     #[test]
@@ -998,17 +895,11 @@ mod tests {
         }
         assert_eq!(producer.join().unwrap(), sum);
         assert!(c.is_empty().unwrap());
-        assert_eq!(
-            c.full_sleeps(),
-            0,
-            "a sleep ran its whole slice: a wake-up was lost"
-        );
+        assert_eq!(c.full_sleeps(), 0, "a sleep ran its whole slice: a wake-up was lost");
     }
 
     fn checksum(rec: &[u8]) -> u64 {
-        rec.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        })
+        rec.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
     }
 
     #[test]

@@ -63,11 +63,7 @@ pub enum ShmError {
     Protect(#[source] io::Error),
     /// A range does not lie inside the mapping.
     #[error("range of {len} bytes at offset {offset} is outside the mapping of {size} bytes")]
-    OutOfBounds {
-        offset: usize,
-        len: usize,
-        size: usize,
-    },
+    OutOfBounds { offset: usize, len: usize, size: usize },
     /// A range handed to [`SharedMemory::protect`] is not page-aligned.
     #[error("range of {len} bytes at offset {offset} is not page-aligned")]
     Unaligned { offset: usize, len: usize },
@@ -117,9 +113,7 @@ impl SharedMemory {
         let size = libc::off_t::try_from(len).map_err(|_| ShmError::TooLarge(len as u64))?;
         let cname = CString::new(name).map_err(|_| ShmError::BadName(name.to_owned()))?;
         // SAFETY: cname is a valid NUL-terminated string that outlives the call.
-        let raw = unsafe {
-            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if raw < 0 {
             return Err(ShmError::Create(io::Error::last_os_error()));
         }
@@ -130,13 +124,7 @@ impl SharedMemory {
             return Err(ShmError::Truncate(io::Error::last_os_error()));
         }
         // SAFETY: fcntl(F_ADD_SEALS) on a descriptor we own takes an int argument; no memory is involved.
-        let sealed = unsafe {
-            libc::fcntl(
-                fd.as_raw_fd(),
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
-            )
-        };
+        let sealed = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) };
         if sealed != 0 {
             return Err(ShmError::Seal(io::Error::last_os_error()));
         }
@@ -161,27 +149,12 @@ impl SharedMemory {
     fn map(fd: OwnedFd, len: usize, prot: Protection) -> Result<Self, ShmError> {
         // SAFETY: a fresh mapping chosen by the kernel (null hint, no MAP_FIXED) cannot overlap anything Rust owns;
         // fd is an open descriptor.
-        let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                len,
-                prot.bits(),
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(ptr::null_mut(), len, prot.bits(), libc::MAP_SHARED, fd.as_raw_fd(), 0) };
         if p == libc::MAP_FAILED {
             return Err(ShmError::Map(io::Error::last_os_error()));
         }
-        let base = NonNull::new(p.cast::<u8>())
-            .ok_or_else(|| ShmError::Map(io::Error::other("mmap returned null")))?;
-        Ok(SharedMemory {
-            fd,
-            base,
-            len,
-            prot,
-        })
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| ShmError::Map(io::Error::other("mmap returned null")))?;
+        Ok(SharedMemory { fd, base, len, prot })
     }
 
     /// The memfd, to pass to the peer.
@@ -207,11 +180,7 @@ impl SharedMemory {
     fn check(&self, offset: usize, len: usize) -> Result<(), ShmError> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(ShmError::OutOfBounds {
-                offset,
-                len,
-                size: self.len,
-            }),
+            _ => Err(ShmError::OutOfBounds { offset, len, size: self.len }),
         }
     }
 
@@ -226,13 +195,7 @@ impl SharedMemory {
         let mapped = round_up(self.len, page).unwrap_or(self.len);
         match offset.checked_add(len) {
             Some(end) if end <= mapped => {}
-            _ => {
-                return Err(ShmError::OutOfBounds {
-                    offset,
-                    len,
-                    size: self.len,
-                })
-            }
+            _ => return Err(ShmError::OutOfBounds { offset, len, size: self.len }),
         }
         if len == 0 {
             return Ok(());
@@ -256,9 +219,7 @@ impl SharedMemory {
         // SAFETY: [offset, offset + src.len()) lies inside the mapping (checked), which is mapped writable and lives
         // as long as self; src is private memory, so the ranges cannot overlap. Concurrent readers in the peer see
         // bytes, never Rust values.
-        unsafe {
-            ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(offset), src.len())
-        };
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.base.as_ptr().add(offset), src.len()) };
         Ok(())
     }
 
@@ -271,9 +232,7 @@ impl SharedMemory {
         // SAFETY: [offset, offset + dst.len()) lies inside the readable mapping (checked), alive while self is; dst
         // is private memory, so the ranges cannot overlap. The bytes are copied once into dst and only the copy is
         // used, so a concurrent writer can make them garbage but cannot make us read them twice.
-        unsafe {
-            ptr::copy_nonoverlapping(self.base.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
-        };
+        unsafe { ptr::copy_nonoverlapping(self.base.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 }
@@ -303,29 +262,17 @@ mod tests {
     #[test]
     fn out_of_range_copies_fail() {
         let m = SharedMemory::create("ward-test", 4096).unwrap();
-        assert!(matches!(
-            m.write_at(4095, b"ab"),
-            Err(ShmError::OutOfBounds { .. })
-        ));
-        assert!(matches!(
-            m.write_at(usize::MAX, b"a"),
-            Err(ShmError::OutOfBounds { .. })
-        ));
+        assert!(matches!(m.write_at(4095, b"ab"), Err(ShmError::OutOfBounds { .. })));
+        assert!(matches!(m.write_at(usize::MAX, b"a"), Err(ShmError::OutOfBounds { .. })));
         let mut out = [0u8; 2];
-        assert!(matches!(
-            m.read_at(4095, &mut out),
-            Err(ShmError::OutOfBounds { .. })
-        ));
+        assert!(matches!(m.read_at(4095, &mut out), Err(ShmError::OutOfBounds { .. })));
         m.write_at(4096, b"").unwrap();
     }
 
     #[test]
     fn zero_and_bad_names_are_refused() {
         assert!(matches!(SharedMemory::create("x", 0), Err(ShmError::Empty)));
-        assert!(matches!(
-            SharedMemory::create("a\0b", 10),
-            Err(ShmError::BadName(_))
-        ));
+        assert!(matches!(SharedMemory::create("a\0b", 10), Err(ShmError::BadName(_))));
     }
 
     #[test]
@@ -341,23 +288,14 @@ mod tests {
         let mut out = [0u8; 6];
         ro.read_at(5000, &mut out).unwrap();
         assert_eq!(&out, b"shared");
-        assert!(matches!(
-            ro.write_at(0, b"x"),
-            Err(ShmError::Access(Protection::ReadOnly))
-        ));
+        assert!(matches!(ro.write_at(0, b"x"), Err(ShmError::Access(Protection::ReadOnly))));
     }
 
     #[test]
     fn protect_checks_alignment_and_bounds() {
         let m = SharedMemory::create("ward-test", 8192).unwrap();
-        assert!(matches!(
-            m.protect(1, 4096, Protection::ReadOnly),
-            Err(ShmError::Unaligned { .. })
-        ));
-        assert!(matches!(
-            m.protect(4096, 8192, Protection::ReadOnly),
-            Err(ShmError::OutOfBounds { .. })
-        ));
+        assert!(matches!(m.protect(1, 4096, Protection::ReadOnly), Err(ShmError::Unaligned { .. })));
+        assert!(matches!(m.protect(4096, 8192, Protection::ReadOnly), Err(ShmError::OutOfBounds { .. })));
         m.protect(4096, 4096, Protection::ReadOnly).unwrap();
         m.protect(4096, 4096, Protection::ReadWrite).unwrap();
         m.write_at(4096, b"ok").unwrap();

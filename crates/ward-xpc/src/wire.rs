@@ -227,10 +227,7 @@ impl ArgList {
 
     /// Append an argument; an error when the list already holds [`MAX_ARGS`].
     pub fn push(&mut self, arg: WireArg) -> Result<(), WireError> {
-        let slot = self
-            .args
-            .get_mut(usize::from(self.len))
-            .ok_or(WireError("too many arguments"))?;
+        let slot = self.args.get_mut(usize::from(self.len)).ok_or(WireError("too many arguments"))?;
         *slot = arg;
         self.len += 1;
         Ok(())
@@ -322,9 +319,7 @@ impl RecordHeader {
 
     /// Write the 16 header bytes into `buf` (at least 16 bytes long).
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), WireError> {
-        let buf = buf
-            .get_mut(..HEADER_LEN)
-            .ok_or(WireError("buffer too small"))?;
+        let buf = buf.get_mut(..HEADER_LEN).ok_or(WireError("buffer too small"))?;
         put_u32(buf, field::LEN, self.len);
         buf[field::OP] = u8::from(self.op);
         buf[field::NARGS] = self.nargs;
@@ -343,35 +338,13 @@ pub enum Message<'a> {
     /// Call (op 1) or Deferred (op 2, no reply). `inline` holds exactly the bytes from the end of the arguments to
     /// the furthest end of an `Inline` argument (whose `a` counts from the start of the record); see
     /// [`Message::inline_arg`].
-    Call {
-        id: u64,
-        deferred: bool,
-        func: u32,
-        ret: RetKind,
-        args: ArgList,
-        inline: &'a [u8],
-    },
+    Call { id: u64, deferred: bool, func: u32, ret: RetKind, args: ArgList, inline: &'a [u8] },
     /// Op 3: the answer to a Call, Resolve or Ping.
-    Reply {
-        id: u64,
-        status: Status,
-        ret_int: u64,
-        ret_float: u64,
-    },
+    Reply { id: u64, status: Status, ret_int: u64, ret_float: u64 },
     /// Op 4: the domain calls a host callback.
-    Callback {
-        id: u64,
-        slot: u32,
-        ret: RetKind,
-        ints: [u64; CALLBACK_INTS],
-        floats: [u64; CALLBACK_FLOATS],
-    },
+    Callback { id: u64, slot: u32, ret: RetKind, ints: [u64; CALLBACK_INTS], floats: [u64; CALLBACK_FLOATS] },
     /// Op 5: the host's answer to a Callback.
-    CallbackReply {
-        id: u64,
-        ret_int: u64,
-        ret_float: u64,
-    },
+    CallbackReply { id: u64, ret_int: u64, ret_float: u64 },
     /// Op 6: look a function up by name; the reply's `ret_int` is the function id.
     Resolve { id: u64, ext: u32, name: &'a [u8] },
     /// Op 7.
@@ -417,13 +390,7 @@ impl<'a> Message<'a> {
                 for (i, v) in floats.iter_mut().enumerate() {
                     *v = get_u64_at(record, field::CALLBACK_FLOATS + 8 * i)?;
                 }
-                Ok(Message::Callback {
-                    id,
-                    slot: get_u32(record, field::CALLBACK_SLOT)?,
-                    ret,
-                    ints,
-                    floats,
-                })
+                Ok(Message::Callback { id, slot: get_u32(record, field::CALLBACK_SLOT)?, ret, ints, floats })
             }
             Op::CallbackReply => {
                 exact(CALLBACK_REPLY_LEN)?;
@@ -437,18 +404,14 @@ impl<'a> Message<'a> {
                 let ext = get_u32(record, field::RESOLVE_EXT)?;
                 let name_len = get_u32(record, field::RESOLVE_NAME_LEN)? as usize;
                 // name_len < 2^32 and RESOLVE_NAME is small: no overflow on 64-bit, checked anyway.
-                let end = field::RESOLVE_NAME
-                    .checked_add(name_len)
-                    .ok_or(WireError("name too long"))?;
+                let end = field::RESOLVE_NAME.checked_add(name_len).ok_or(WireError("name too long"))?;
                 if end > len {
                     return Err(WireError("name runs past the record"));
                 }
                 if round_up(end) != len {
                     return Err(WireError("wrong length for its name"));
                 }
-                let name = record
-                    .get(field::RESOLVE_NAME..end)
-                    .ok_or(WireError("name runs past the record"))?;
+                let name = record.get(field::RESOLVE_NAME..end).ok_or(WireError("name runs past the record"))?;
                 Ok(Message::Resolve { id, ext, name })
             }
             Op::Ping => {
@@ -464,15 +427,8 @@ impl<'a> Message<'a> {
     fn parse_call(record: &'a [u8], header: &RecordHeader) -> Result<Message<'a>, WireError> {
         let shape = check_call(record, header)?;
         // Filled in place rather than pushed: this is the hot path of every call.
-        let mut args = ArgList {
-            args: [WireArg::default(); MAX_ARGS],
-            len: header.nargs,
-        };
-        for (slot, chunk) in args
-            .args
-            .iter_mut()
-            .zip(shape.raw_args.chunks_exact(ARG_LEN))
-        {
+        let mut args = ArgList { args: [WireArg::default(); MAX_ARGS], len: header.nargs };
+        for (slot, chunk) in args.args.iter_mut().zip(shape.raw_args.chunks_exact(ARG_LEN)) {
             *slot = decode_arg(chunk);
         }
         Ok(Message::Call {
@@ -498,9 +454,7 @@ impl<'a> Message<'a> {
     /// Op of this message.
     pub fn op(&self) -> Op {
         match self {
-            Message::Call {
-                deferred: false, ..
-            } => Op::Call,
+            Message::Call { deferred: false, .. } => Op::Call,
             Message::Call { deferred: true, .. } => Op::Deferred,
             Message::Reply { .. } => Op::Reply,
             Message::Callback { .. } => Op::Callback,
@@ -525,15 +479,11 @@ impl<'a> Message<'a> {
     /// Length of the record `emit` writes (a multiple of 16).
     pub fn wire_len(&self) -> usize {
         match self {
-            Message::Call { args, inline, .. } => {
-                round_up(inline_base(args.len()).saturating_add(inline.len()))
-            }
+            Message::Call { args, inline, .. } => round_up(inline_base(args.len()).saturating_add(inline.len())),
             Message::Reply { .. } => REPLY_LEN,
             Message::Callback { .. } => CALLBACK_LEN,
             Message::CallbackReply { .. } => CALLBACK_REPLY_LEN,
-            Message::Resolve { name, .. } => {
-                round_up(field::RESOLVE_NAME.saturating_add(name.len()))
-            }
+            Message::Resolve { name, .. } => round_up(field::RESOLVE_NAME.saturating_add(name.len())),
             Message::Ping { .. } => PING_LEN,
         }
     }
@@ -544,9 +494,7 @@ impl<'a> Message<'a> {
             return Err(WireError("record longer than MAX_RECORD"));
         }
         match self {
-            Message::Call {
-                ret, args, inline, ..
-            } => {
+            Message::Call { ret, args, inline, .. } => {
                 if !known_ret(*ret) {
                     return Err(WireError("unknown return kind"));
                 }
@@ -566,9 +514,7 @@ impl<'a> Message<'a> {
                 }
                 Ok(())
             }
-            Message::Callback { ret, .. } if !known_ret(*ret) => {
-                Err(WireError("unknown return kind"))
-            }
+            Message::Callback { ret, .. } if !known_ret(*ret) => Err(WireError("unknown return kind")),
             _ => Ok(()),
         }
     }
@@ -586,19 +532,9 @@ impl<'a> Message<'a> {
             _ => (0, 0),
         };
         // check() bounds len by MAX_RECORD and nargs by MAX_ARGS.
-        RecordHeader {
-            len: len as u32,
-            op: self.op(),
-            nargs: nargs as u8,
-            ret,
-            flags: 0,
-            id: self.id(),
-        }
-        .emit(buf)?;
+        RecordHeader { len: len as u32, op: self.op(), nargs: nargs as u8, ret, flags: 0, id: self.id() }.emit(buf)?;
         match self {
-            Message::Call {
-                func, args, inline, ..
-            } => {
+            Message::Call { func, args, inline, .. } => {
                 put_u32(buf, field::CALL_FUNC, *func);
                 for (i, arg) in args.as_slice().iter().enumerate() {
                     let at = field::CALL_ARGS + i * ARG_LEN;
@@ -609,19 +545,12 @@ impl<'a> Message<'a> {
                 }
                 put(buf, inline_base(args.len()), inline);
             }
-            Message::Reply {
-                status,
-                ret_int,
-                ret_float,
-                ..
-            } => {
+            Message::Reply { status, ret_int, ret_float, .. } => {
                 put_u32(buf, field::REPLY_STATUS, u32::from(*status));
                 put_u64(buf, field::REPLY_RET_INT, *ret_int);
                 put_u64(buf, field::REPLY_RET_FLOAT, *ret_float);
             }
-            Message::Callback {
-                slot, ints, floats, ..
-            } => {
+            Message::Callback { slot, ints, floats, .. } => {
                 put_u32(buf, field::CALLBACK_SLOT, *slot);
                 for (i, v) in ints.iter().enumerate() {
                     put(buf, field::CALLBACK_INTS + 8 * i, &v.to_le_bytes());
@@ -630,9 +559,7 @@ impl<'a> Message<'a> {
                     put(buf, field::CALLBACK_FLOATS + 8 * i, &v.to_le_bytes());
                 }
             }
-            Message::CallbackReply {
-                ret_int, ret_float, ..
-            } => {
+            Message::CallbackReply { ret_int, ret_float, .. } => {
                 put_u64(buf, field::CALLBACK_REPLY_RET_INT, *ret_int);
                 put_u64(buf, field::CALLBACK_REPLY_RET_FLOAT, *ret_float);
             }
@@ -660,9 +587,7 @@ fn frame(record: &[u8]) -> Result<(RecordHeader, &[u8]), WireError> {
     if len > MAX_RECORD {
         return Err(WireError("record longer than MAX_RECORD"));
     }
-    let record = record
-        .get(..len)
-        .ok_or(WireError("record shorter than its length field"))?;
+    let record = record.get(..len).ok_or(WireError("record shorter than its length field"))?;
     Ok((header, record))
 }
 
@@ -689,9 +614,7 @@ fn check_call<'a>(record: &'a [u8], header: &RecordHeader) -> Result<CallShape<'
         return Err(WireError("unknown return kind"));
     }
     let base = inline_base(nargs);
-    let raw_args = record
-        .get(field::CALL_ARGS..base)
-        .ok_or(WireError("arguments run past the record"))?;
+    let raw_args = record.get(field::CALL_ARGS..base).ok_or(WireError("arguments run past the record"))?;
     let func = get_u32(record, field::CALL_FUNC)?;
     let mut inline_end = base;
     for chunk in raw_args.chunks_exact(ARG_LEN) {
@@ -706,15 +629,8 @@ fn check_call<'a>(record: &'a [u8], header: &RecordHeader) -> Result<CallShape<'
     if round_up(inline_end) != len {
         return Err(WireError("wrong length for its inline bytes"));
     }
-    let inline = record
-        .get(base..inline_end)
-        .ok_or(WireError("inline bytes run past the record"))?;
-    Ok(CallShape {
-        func,
-        ret,
-        raw_args,
-        inline,
-    })
+    let inline = record.get(base..inline_end).ok_or(WireError("inline bytes run past the record"))?;
+    Ok(CallShape { func, ret, raw_args, inline })
 }
 
 /// Hot path: a zero-copy view of a Call or Deferred record that passed exactly the checks of [`Message::parse`],
@@ -774,9 +690,7 @@ impl<'a> CallView<'a> {
     /// Argument `i`, if there is one.
     pub fn arg(&self, i: usize) -> Option<WireArg> {
         let start = i.checked_mul(ARG_LEN)?;
-        self.raw_args
-            .get(start..start.checked_add(ARG_LEN)?)
-            .map(decode_arg)
+        self.raw_args.get(start..start.checked_add(ARG_LEN)?).map(decode_arg)
     }
 
     /// The arguments, in order.
@@ -803,10 +717,7 @@ impl<'a> CallView<'a> {
 
     /// The same call as a [`Message`].
     pub fn to_message(&self) -> Message<'a> {
-        let mut args = ArgList {
-            args: [WireArg::default(); MAX_ARGS],
-            len: 0,
-        };
+        let mut args = ArgList { args: [WireArg::default(); MAX_ARGS], len: 0 };
         for (slot, arg) in args.args.iter_mut().zip(self.args()) {
             *slot = arg;
             args.len += 1;
@@ -830,8 +741,7 @@ fn decode_arg(raw: &[u8]) -> WireArg {
     if let Some(src) = raw.get(..ARG_LEN) {
         b.copy_from_slice(src);
     }
-    let [k, _, _, _, p0, p1, p2, p3, a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7] =
-        b;
+    let [k, _, _, _, p0, p1, p2, p3, a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7] = b;
     WireArg {
         kind: ArgKind::from(k),
         pool: u32::from_le_bytes([p0, p1, p2, p3]),
@@ -851,13 +761,7 @@ fn inline_range(arg: &WireArg, base: usize, end: usize) -> Result<Range<usize>, 
 }
 
 /// Hot path: write a Reply record (every byte) without going through [`Message`].
-pub fn emit_reply(
-    buf: &mut [u8; REPLY_LEN],
-    id: u64,
-    status: Status,
-    ret_int: u64,
-    ret_float: u64,
-) {
+pub fn emit_reply(buf: &mut [u8; REPLY_LEN], id: u64, status: Status, ret_int: u64, ret_float: u64) {
     *buf = [0; REPLY_LEN];
     put_u32(buf, field::LEN, REPLY_LEN as u32);
     buf[field::OP] = u8::from(Op::Reply);
@@ -868,12 +772,7 @@ pub fn emit_reply(
 }
 
 /// Hot path: write a CallbackReply record.
-pub fn emit_callback_reply(
-    buf: &mut [u8; CALLBACK_REPLY_LEN],
-    id: u64,
-    ret_int: u64,
-    ret_float: u64,
-) {
+pub fn emit_callback_reply(buf: &mut [u8; CALLBACK_REPLY_LEN], id: u64, ret_int: u64, ret_float: u64) {
     *buf = [0; CALLBACK_REPLY_LEN];
     put_u32(buf, field::LEN, CALLBACK_REPLY_LEN as u32);
     buf[field::OP] = u8::from(Op::CallbackReply);
@@ -907,11 +806,8 @@ mod tests {
                 deferred: false,
                 func: 7,
                 ret: RetKind::Int,
-                args: ArgList::from_slice(&[
-                    arg(ArgKind::Int, 0, 42, 0),
-                    arg(ArgKind::F64, 0, 1.5f64.to_bits(), 0),
-                ])
-                .unwrap(),
+                args: ArgList::from_slice(&[arg(ArgKind::Int, 0, 42, 0), arg(ArgKind::F64, 0, 1.5f64.to_bits(), 0)])
+                    .unwrap(),
                 inline: &[],
             },
             Message::Call {
@@ -927,26 +823,9 @@ mod tests {
                 .unwrap(),
                 inline: &INLINE,
             },
-            Message::Call {
-                id: 3,
-                deferred: false,
-                func: 0,
-                ret: RetKind::F32,
-                args: ArgList::new(),
-                inline: &[],
-            },
-            Message::Reply {
-                id: 4,
-                status: Status::Ok,
-                ret_int: u64::MAX,
-                ret_float: 2.5f64.to_bits(),
-            },
-            Message::Reply {
-                id: 5,
-                status: Status::Unknown(99),
-                ret_int: 0,
-                ret_float: 0,
-            },
+            Message::Call { id: 3, deferred: false, func: 0, ret: RetKind::F32, args: ArgList::new(), inline: &[] },
+            Message::Reply { id: 4, status: Status::Ok, ret_int: u64::MAX, ret_float: 2.5f64.to_bits() },
+            Message::Reply { id: 5, status: Status::Unknown(99), ret_int: 0, ret_float: 0 },
             Message::Callback {
                 id: 6,
                 slot: 3,
@@ -954,26 +833,10 @@ mod tests {
                 ints: [1, 2, 3, 4, 5, 6],
                 floats: [7, 8, 9, 10, 11, 12, 13, 14],
             },
-            Message::CallbackReply {
-                id: 7,
-                ret_int: 1,
-                ret_float: 2,
-            },
-            Message::Resolve {
-                id: 8,
-                ext: 2,
-                name: b"ward_add",
-            },
-            Message::Resolve {
-                id: 9,
-                ext: 0,
-                name: b"",
-            },
-            Message::Resolve {
-                id: 10,
-                ext: 0,
-                name: b"exactly_eight_ok",
-            },
+            Message::CallbackReply { id: 7, ret_int: 1, ret_float: 2 },
+            Message::Resolve { id: 8, ext: 2, name: b"ward_add" },
+            Message::Resolve { id: 9, ext: 0, name: b"" },
+            Message::Resolve { id: 10, ext: 0, name: b"exactly_eight_ok" },
             Message::Ping { id: 11 },
         ];
         // Every argument kind and the most arguments.
@@ -989,22 +852,9 @@ mod tests {
         ];
         let mut all = ArgList::new();
         for i in 0..MAX_ARGS {
-            all.push(arg(
-                kinds[i % kinds.len()],
-                i as u32,
-                i as u64 * 3,
-                i as u64 * 5,
-            ))
-            .unwrap();
+            all.push(arg(kinds[i % kinds.len()], i as u32, i as u64 * 3, i as u64 * 5)).unwrap();
         }
-        msgs.push(Message::Call {
-            id: 12,
-            deferred: false,
-            func: 1,
-            ret: RetKind::Int,
-            args: all,
-            inline: &[],
-        });
+        msgs.push(Message::Call { id: 12, deferred: false, func: 1, ret: RetKind::Int, args: all, inline: &[] });
         msgs
     }
 
@@ -1030,21 +880,8 @@ mod tests {
                 Ok(v) => {
                     assert_eq!(v.to_message(), m);
                     assert_eq!(v.record(), &rec[..]);
-                    let Message::Call {
-                        id,
-                        deferred,
-                        func,
-                        ret,
-                        args,
-                        inline,
-                    } = m
-                    else {
-                        panic!("{m:?}")
-                    };
-                    assert_eq!(
-                        (v.id(), v.deferred(), v.func(), v.ret()),
-                        (id, deferred, func, ret)
-                    );
+                    let Message::Call { id, deferred, func, ret, args, inline } = m else { panic!("{m:?}") };
+                    assert_eq!((v.id(), v.deferred(), v.func(), v.ret()), (id, deferred, func, ret));
                     assert_eq!(v.nargs(), args.len());
                     assert_eq!(v.args().collect::<Vec<_>>(), args.as_slice());
                     assert_eq!(v.arg(args.len()), None);
@@ -1074,12 +911,7 @@ mod tests {
 
     #[test]
     fn fixed_layout_of_a_reply() {
-        let m = Message::Reply {
-            id: 0x0102_0304_0506_0708,
-            status: Status::BadArgs,
-            ret_int: 9,
-            ret_float: 10,
-        };
+        let m = Message::Reply { id: 0x0102_0304_0506_0708, status: Status::BadArgs, ret_int: 9, ret_float: 10 };
         let mut buf = [0u8; REPLY_LEN];
         m.emit(&mut buf).unwrap();
         let mut want = [0u8; REPLY_LEN];
@@ -1100,13 +932,7 @@ mod tests {
         let mut a = [0xa5u8; CALLBACK_REPLY_LEN];
         emit_callback_reply(&mut a, 5, 6, 7);
         let mut b = [0u8; CALLBACK_REPLY_LEN];
-        Message::CallbackReply {
-            id: 5,
-            ret_int: 6,
-            ret_float: 7,
-        }
-        .emit(&mut b)
-        .unwrap();
+        Message::CallbackReply { id: 5, ret_int: 6, ret_float: 7 }.emit(&mut b).unwrap();
         assert_eq!(a, b);
         let mut p = [0xa5u8; PING_LEN];
         emit_ping(&mut p, 9);
@@ -1130,17 +956,11 @@ mod tests {
         let mut big = vec![0u8; MAX_RECORD + 16];
         big[..4].copy_from_slice(&((MAX_RECORD + 16) as u32).to_le_bytes());
         big[4] = 1;
-        assert_eq!(
-            Message::parse(&big),
-            Err(WireError("record longer than MAX_RECORD"))
-        );
+        assert_eq!(Message::parse(&big), Err(WireError("record longer than MAX_RECORD")));
         let mut ping = emitted(&Message::Ping { id: 1 });
         ping[0] = 32;
         ping.resize(32, 0);
-        assert_eq!(
-            Message::parse(&ping),
-            Err(WireError("wrong length for its op"))
-        );
+        assert_eq!(Message::parse(&ping), Err(WireError("wrong length for its op")));
         ping[0] = 20;
         assert!(Message::parse(&ping).is_err());
         ping[0] = 0;
@@ -1184,10 +1004,7 @@ mod tests {
         // nargs that runs past the record.
         let mut r = rec.clone();
         r[5] = 3;
-        assert_eq!(
-            Message::parse(&r),
-            Err(WireError("arguments run past the record"))
-        );
+        assert_eq!(Message::parse(&r), Err(WireError("arguments run past the record")));
         // Emit refuses unknown kinds too.
         let bad = Message::Call {
             id: 1,
@@ -1198,13 +1015,7 @@ mod tests {
             inline: &[],
         };
         assert!(bad.emit(&mut [0u8; 64]).is_err());
-        let bad = Message::Callback {
-            id: 1,
-            slot: 0,
-            ret: RetKind::Unknown(7),
-            ints: [0; 6],
-            floats: [0; 8],
-        };
+        let bad = Message::Callback { id: 1, slot: 0, ret: RetKind::Unknown(7), ints: [0; 6], floats: [0; 8] };
         assert!(bad.emit(&mut [0u8; 256]).is_err());
     }
 
@@ -1222,10 +1033,7 @@ mod tests {
         let rec = emitted(&good);
         assert_eq!(rec.len(), 64);
         let parsed = Message::parse(&rec).unwrap();
-        assert_eq!(
-            parsed.inline_arg(&parsed_args(&parsed)[0]),
-            Some(&b"0123456789"[..])
-        );
+        assert_eq!(parsed.inline_arg(&parsed_args(&parsed)[0]), Some(&b"0123456789"[..]));
         let with = |a: u64, b: u64| {
             let mut r = rec.clone();
             r[32..40].copy_from_slice(&a.to_le_bytes());
@@ -1233,55 +1041,22 @@ mod tests {
             Message::parse(&r).map(|_| ())
         };
         // Past the record, into the arguments, overflowing, and shorter than the record needs.
-        assert_eq!(
-            with(base, 17),
-            Err(WireError("inline argument out of bounds"))
-        );
-        assert_eq!(
-            with(base - 1, 10),
-            Err(WireError("inline argument out of bounds"))
-        );
+        assert_eq!(with(base, 17), Err(WireError("inline argument out of bounds")));
+        assert_eq!(with(base - 1, 10), Err(WireError("inline argument out of bounds")));
         assert_eq!(with(0, 4), Err(WireError("inline argument out of bounds")));
-        assert_eq!(
-            with(u64::MAX, 2),
-            Err(WireError("inline argument out of bounds"))
-        );
-        assert_eq!(
-            with(base, u64::MAX),
-            Err(WireError("inline argument out of bounds"))
-        );
-        assert_eq!(
-            with(base, 0),
-            Err(WireError("wrong length for its inline bytes"))
-        );
+        assert_eq!(with(u64::MAX, 2), Err(WireError("inline argument out of bounds")));
+        assert_eq!(with(base, u64::MAX), Err(WireError("inline argument out of bounds")));
+        assert_eq!(with(base, 0), Err(WireError("wrong length for its inline bytes")));
         assert!(with(base + 10, 6).is_ok());
         // Emit refuses inline bytes no argument covers, and arguments outside the inline bytes.
-        let Message::Call { args, .. } = good else {
-            unreachable!()
-        };
-        let uncovered = Message::Call {
-            id: 1,
-            deferred: false,
-            func: 1,
-            ret: RetKind::Void,
-            args,
-            inline: b"0123456789ab",
-        };
+        let Message::Call { args, .. } = good else { unreachable!() };
+        let uncovered =
+            Message::Call { id: 1, deferred: false, func: 1, ret: RetKind::Void, args, inline: b"0123456789ab" };
         assert!(uncovered.emit(&mut [0u8; 128]).is_err());
-        let outside = Message::Call {
-            id: 1,
-            deferred: false,
-            func: 1,
-            ret: RetKind::Void,
-            args,
-            inline: b"01234",
-        };
+        let outside = Message::Call { id: 1, deferred: false, func: 1, ret: RetKind::Void, args, inline: b"01234" };
         assert!(outside.emit(&mut [0u8; 128]).is_err());
         // Inline arguments of other messages resolve to nothing.
-        assert_eq!(
-            Message::Ping { id: 1 }.inline_arg(&arg(ArgKind::Inline, 0, 16, 0)),
-            None
-        );
+        assert_eq!(Message::Ping { id: 1 }.inline_arg(&arg(ArgKind::Inline, 0, 16, 0)), None);
     }
 
     fn parsed_args(m: &Message<'_>) -> Vec<WireArg> {
@@ -1293,28 +1068,18 @@ mod tests {
 
     #[test]
     fn resolve_lengths_are_checked() {
-        let rec = emitted(&Message::Resolve {
-            id: 1,
-            ext: 1,
-            name: b"abc",
-        });
+        let rec = emitted(&Message::Resolve { id: 1, ext: 1, name: b"abc" });
         assert_eq!(rec.len(), 32);
         let mut r = rec.clone();
         r[20..24].copy_from_slice(&9u32.to_le_bytes());
-        assert_eq!(
-            Message::parse(&r),
-            Err(WireError("name runs past the record"))
-        );
+        assert_eq!(Message::parse(&r), Err(WireError("name runs past the record")));
         r[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Message::parse(&r).is_err());
         // A name that would fit in less than the record's length.
         let mut r = rec.clone();
         r.resize(48, 0);
         r[0] = 48;
-        assert_eq!(
-            Message::parse(&r),
-            Err(WireError("wrong length for its name"))
-        );
+        assert_eq!(Message::parse(&r), Err(WireError("wrong length for its name")));
     }
 
     #[test]
@@ -1324,15 +1089,8 @@ mod tests {
             assert_eq!(m.emit(&mut buf), Err(WireError("buffer too small")));
         }
         let long = [b'x'; MAX_RECORD];
-        let m = Message::Resolve {
-            id: 1,
-            ext: 0,
-            name: &long,
-        };
-        assert_eq!(
-            m.emit(&mut vec![0u8; 2 * MAX_RECORD]),
-            Err(WireError("record longer than MAX_RECORD"))
-        );
+        let m = Message::Resolve { id: 1, ext: 0, name: &long };
+        assert_eq!(m.emit(&mut vec![0u8; 2 * MAX_RECORD]), Err(WireError("record longer than MAX_RECORD")));
     }
 
     #[test]
@@ -1343,10 +1101,7 @@ mod tests {
         }
         assert!(l.push(WireArg::default()).is_err());
         assert_eq!(l.len(), MAX_ARGS);
-        assert_eq!(
-            ArgList::from_slice(&[WireArg::default(); MAX_ARGS + 1]),
-            Err(WireError("too many arguments"))
-        );
+        assert_eq!(ArgList::from_slice(&[WireArg::default(); MAX_ARGS + 1]), Err(WireError("too many arguments")));
     }
 
     #[test]
@@ -1384,11 +1139,7 @@ mod tests {
             let mut rec: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
             // Mostly plausible headers, so the body parsers get exercised too.
             if size >= 16 && rng.below(4) != 0 {
-                let len = if rng.below(2) == 0 {
-                    size & !15
-                } else {
-                    rng.below(size as u64 + 32) as usize
-                };
+                let len = if rng.below(2) == 0 { size & !15 } else { rng.below(size as u64 + 32) as usize };
                 rec[..4].copy_from_slice(&(len as u32).to_le_bytes());
                 rec[4] = rng.below(11) as u8;
                 rec[5] = rng.below(16) as u8;

@@ -43,10 +43,7 @@ fn in_child(f: impl FnOnce() -> i32) -> Exit {
 
 /// In a child about to fault on purpose: no core dump.
 fn no_core() {
-    let zero = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: zero is a valid rlimit.
     unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) };
 }
@@ -58,28 +55,9 @@ fn request(seq: u64, inline: &mut [u8; 512], out: &mut [u8; MAX_RECORD]) -> usiz
         *b = (seq as u8).wrapping_add(i as u8);
     }
     let mut args = ArgList::new();
-    args.push(WireArg {
-        kind: ArgKind::Int,
-        pool: 0,
-        a: seq,
-        b: 0,
-    })
-    .unwrap();
-    args.push(WireArg {
-        kind: ArgKind::Inline,
-        pool: 0,
-        a: inline_base(2) as u64,
-        b: n as u64,
-    })
-    .unwrap();
-    let m = Message::Call {
-        id: seq,
-        deferred: seq % 3 == 1,
-        func: 1,
-        ret: RetKind::Int,
-        args,
-        inline: &inline[..n],
-    };
+    args.push(WireArg { kind: ArgKind::Int, pool: 0, a: seq, b: 0 }).unwrap();
+    args.push(WireArg { kind: ArgKind::Inline, pool: 0, a: inline_base(2) as u64, b: n as u64 }).unwrap();
+    let m = Message::Call { id: seq, deferred: seq % 3 == 1, func: 1, ret: RetKind::Int, args, inline: &inline[..n] };
     m.emit(out).unwrap()
 }
 
@@ -139,10 +117,7 @@ fn a_child_domain_echoes_records() {
     let mut status = 0;
     // SAFETY: pid is our child; status is a valid int to fill.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status:#x}"
-    );
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
 }
 
 /// The child's side: pop each request, check it parses, push it back unchanged. Sleeps (spin 0) when idle.
@@ -214,17 +189,7 @@ fn the_domain_cannot_write_requests() {
 }
 
 fn geometry() -> PoolGeometry {
-    PoolGeometry::new(&[
-        SlotClass {
-            size: 4096,
-            count: 4,
-        },
-        SlotClass {
-            size: 65536,
-            count: 2,
-        },
-    ])
-    .unwrap()
+    PoolGeometry::new(&[SlotClass { size: 4096, count: 4 }, SlotClass { size: 65536, count: 2 }]).unwrap()
 }
 
 #[test]
@@ -253,10 +218,7 @@ fn a_write_past_a_buffer_hits_the_guard_page() {
     assert_eq!(exit, Exit::Signal(libc::SIGSEGV));
     let mut out = [0u8; 100];
     host.read(&lease, &mut out).unwrap();
-    assert!(
-        out.iter().all(|&b| b == 0x5a),
-        "the child's writes reached the host"
-    );
+    assert!(out.iter().all(|&b| b == 0x5a), "the child's writes reached the host");
 }
 
 #[test]

@@ -10,30 +10,13 @@
 use std::time::Instant;
 
 use ward_xpc::ring::{RingError, WaitOutcome, MAX_RECORD};
-use ward_xpc::wire::{
-    emit_reply, ArgKind, ArgList, CallView, Message, RetKind, Status, WireArg, REPLY_LEN,
-};
+use ward_xpc::wire::{emit_reply, ArgKind, ArgList, CallView, Message, RetKind, Status, WireArg, REPLY_LEN};
 use ward_xpc::Region;
 
 fn deferred_call(id: u64, buf: &mut [u8]) -> usize {
     let mut args = ArgList::new();
-    args.push(WireArg {
-        kind: ArgKind::Int,
-        pool: 0,
-        a: id,
-        b: 0,
-    })
-    .unwrap();
-    Message::Call {
-        id,
-        deferred: true,
-        func: 3,
-        ret: RetKind::Void,
-        args,
-        inline: &[],
-    }
-    .emit(buf)
-    .unwrap()
+    args.push(WireArg { kind: ArgKind::Int, pool: 0, a: id, b: 0 }).unwrap();
+    Message::Call { id, deferred: true, func: 3, ret: RetKind::Void, args, inline: &[] }.emit(buf).unwrap()
 }
 
 #[test]
@@ -112,15 +95,10 @@ fn round_trip_latency() {
             let n = loop {
                 match dreq.pop(&mut buf).unwrap() {
                     Some(n) => break n,
-                    None => assert_eq!(
-                        dreq.wait(u32::MAX, None, &|| false).unwrap(),
-                        WaitOutcome::Ready
-                    ),
+                    None => assert_eq!(dreq.wait(u32::MAX, None, &|| false).unwrap(), WaitOutcome::Ready),
                 }
             };
-            let Message::Call { id, .. } = Message::parse(&buf[..n]).unwrap() else {
-                panic!("not a call")
-            };
+            let Message::Call { id, .. } = Message::parse(&buf[..n]).unwrap() else { panic!("not a call") };
             emit_reply(&mut out, id, Status::Ok, id + 1, 0);
             drep.push(&out).unwrap();
             drep.publish();
@@ -137,18 +115,10 @@ fn round_trip_latency() {
         let n = loop {
             match replies.pop(&mut buf).unwrap() {
                 Some(n) => break n,
-                None => assert_eq!(
-                    replies.wait(u32::MAX, None, &|| false).unwrap(),
-                    WaitOutcome::Ready
-                ),
+                None => assert_eq!(replies.wait(u32::MAX, None, &|| false).unwrap(), WaitOutcome::Ready),
             }
         };
-        let Message::Reply {
-            id: rid, ret_int, ..
-        } = Message::parse(&buf[..n]).unwrap()
-        else {
-            panic!("not a reply")
-        };
+        let Message::Reply { id: rid, ret_int, .. } = Message::parse(&buf[..n]).unwrap() else { panic!("not a reply") };
         assert_eq!((rid, ret_int), (id, id + 1));
     }
     let ns = start.elapsed().as_nanos() as f64 / N as f64;

@@ -100,19 +100,10 @@ impl Value {
     pub(crate) fn to_regs(self) -> ward_abi::RegRet {
         match self {
             Value::Void => ward_abi::RegRet::default(),
-            Value::I64(v) => ward_abi::RegRet {
-                int: v as u64,
-                float: 0,
-            },
+            Value::I64(v) => ward_abi::RegRet { int: v as u64, float: 0 },
             Value::Handle(v) => ward_abi::RegRet { int: v, float: 0 },
-            Value::F64(v) => ward_abi::RegRet {
-                int: 0,
-                float: v.to_bits(),
-            },
-            Value::F32(v) => ward_abi::RegRet {
-                int: 0,
-                float: u64::from(v.to_bits()),
-            },
+            Value::F64(v) => ward_abi::RegRet { int: 0, float: v.to_bits() },
+            Value::F32(v) => ward_abi::RegRet { int: 0, float: u64::from(v.to_bits()) },
         }
     }
 }
@@ -126,10 +117,7 @@ pub struct Signature {
 
 impl Signature {
     pub fn new(args: &[ValType], ret: RetType) -> Signature {
-        Signature {
-            args: args.to_vec(),
-            ret,
-        }
+        Signature { args: args.to_vec(), ret }
     }
 
     /// Decode the registers a callback stub captured into values, in argument order.
@@ -143,15 +131,11 @@ impl Signature {
                     i += 1;
                 }
                 ValType::F64 => {
-                    out.push(Value::F64(f64::from_bits(
-                        regs.floats.get(f).copied().unwrap_or(0),
-                    )));
+                    out.push(Value::F64(f64::from_bits(regs.floats.get(f).copied().unwrap_or(0))));
                     f += 1;
                 }
                 ValType::F32 => {
-                    out.push(Value::F32(f32::from_bits(
-                        regs.floats.get(f).copied().unwrap_or(0) as u32,
-                    )));
+                    out.push(Value::F32(f32::from_bits(regs.floats.get(f).copied().unwrap_or(0) as u32)));
                     f += 1;
                 }
             }

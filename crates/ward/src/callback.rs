@@ -56,17 +56,9 @@ impl Callback {
         if slots.is_empty() {
             slots.resize(CALLBACK_SLOTS, None);
         }
-        let slot = slots
-            .iter()
-            .position(Option::is_none)
-            .ok_or(Error::TooManyCallbacks(CALLBACK_SLOTS))?;
-        slots[slot] = Some(Arc::new(Entry {
-            signature,
-            handler: Box::new(handler),
-        }));
-        Ok(Callback {
-            inner: Arc::new(SlotGuard { slot }),
-        })
+        let slot = slots.iter().position(Option::is_none).ok_or(Error::TooManyCallbacks(CALLBACK_SLOTS))?;
+        slots[slot] = Some(Arc::new(Entry { signature, handler: Box::new(handler) }));
+        Ok(Callback { inner: Arc::new(SlotGuard { slot }) })
     }
 
     pub fn slot(&self) -> usize {
@@ -90,10 +82,7 @@ pub(crate) fn invoke(slot: usize, regs: &RegArgs) -> Option<RegRet> {
     match ret {
         Ok(v) => Some(v.to_regs()),
         Err(_) => {
-            tracing::error!(
-                slot,
-                "a host callback panicked; returning zero to the extension"
-            );
+            tracing::error!(slot, "a host callback panicked; returning zero to the extension");
             Some(RegRet::default())
         }
     }

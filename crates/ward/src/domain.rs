@@ -43,7 +43,7 @@ pub struct DomainStats {
 
 struct Symbol {
     ext: usize,
-    name: String,
+    name: Arc<str>,
     /// The backend's id for this incarnation; None until resolved.
     func: Option<u32>,
     policy: FunctionPolicy,
@@ -54,7 +54,8 @@ struct State {
     /// Per extension of the domain: its name and policy.
     extensions: Vec<(String, ExtensionPolicy)>,
     symbols: Vec<Symbol>,
-    symbol_index: HashMap<(usize, String), usize>,
+    /// Per extension: symbol name to index in `symbols`.
+    symbol_index: Vec<HashMap<String, usize>>,
     tracker: Tracker,
     shadow: ShadowLog,
     handles: Arc<Mutex<HandleMap>>,
@@ -104,7 +105,7 @@ impl Domain {
             backend,
             extensions: Vec::new(),
             symbols: Vec::new(),
-            symbol_index: HashMap::new(),
+            symbol_index: Vec::new(),
             tracker,
             shadow: ShadowLog::default(),
             handles: Arc::new(Mutex::new(HandleMap::default())),
@@ -113,20 +114,11 @@ impl Domain {
             incarnation: 1,
             restart_times: VecDeque::new(),
             consecutive_faults: 0,
-            stats: DomainStats {
-                incarnation: 1,
-                ..DomainStats::default()
-            },
+            stats: DomainStats { incarnation: 1, ..DomainStats::default() },
             disabled: None,
             recovering: false,
         };
-        Domain {
-            name,
-            isolation,
-            policy,
-            events,
-            lock: ReentrantMutex::new(RefCell::new(state)),
-        }
+        Domain { name, isolation, policy, events, lock: ReentrantMutex::new(RefCell::new(state)) }
     }
 
     /// Register an extension of this domain (already loaded by the backend); returns its index.
@@ -138,12 +130,7 @@ impl Domain {
     }
 
     /// Add an extension to a running group domain: the backend reloads with it, the shadow log is replayed.
-    pub fn add_extension(
-        &self,
-        spec: ExtensionSpec,
-        name: String,
-        policy: ExtensionPolicy,
-    ) -> Result<usize, Error> {
+    pub fn add_extension(&self, spec: ExtensionSpec, name: String, policy: ExtensionPolicy) -> Result<usize, Error> {
         let g = self.lock.lock();
         {
             let mut st = g.borrow_mut();
@@ -155,54 +142,44 @@ impl Domain {
             st.extensions.push((name, policy));
             st.extensions.len() - 1
         };
-        self.restart_and_replay(&g).map_err(|reason| Error::Spawn {
-            domain: self.name.clone(),
-            reason,
-        })?;
+        self.restart_and_replay(&g).map_err(|reason| Error::Spawn { domain: self.name.clone(), reason })?;
         Ok(index)
     }
 
     /// Find or resolve a symbol; returns its index in the symbol table.
     pub fn symbol(&self, ext: usize, name: &str) -> Result<usize, Error> {
         let g = self.lock.lock();
-        let existing = g
-            .borrow()
-            .symbol_index
-            .get(&(ext, name.to_string()))
-            .copied();
+        let existing = g.borrow().symbol_index.get(ext).and_then(|m| m.get(name)).copied();
         if let Some(i) = existing {
             return Ok(i);
         }
         let index = {
             let mut st = g.borrow_mut();
-            let policy = st
-                .extensions
-                .get(ext)
-                .map(|e| e.1.function(name))
-                .unwrap_or_default();
-            st.symbols.push(Symbol {
-                ext,
-                name: name.to_string(),
-                func: None,
-                policy,
-            });
+            let policy = st.extensions.get(ext).map(|e| e.1.function(name)).unwrap_or_default();
+            if ext >= st.extensions.len() {
+                return Err(Error::BadArguments { call: name.into(), reason: format!("no extension #{ext}") });
+            }
+            st.symbols.push(Symbol { ext, name: name.into(), func: None, policy });
             let i = st.symbols.len() - 1;
-            st.symbol_index.insert((ext, name.to_string()), i);
+            if st.symbol_index.len() <= ext {
+                st.symbol_index.resize_with(ext + 1, HashMap::new);
+            }
+            st.symbol_index[ext].insert(name.to_string(), i);
             i
         };
         // Resolve now so an unknown symbol is reported at once, not at the first call. A domain found dead here
         // is recovered like at any call, and asked once more.
         let mut result = self.resolved(&g, index);
         if let Err(Error::Fault(fault)) = result {
-            result = self
-                .recover(&g, fault)
-                .and_then(|()| self.resolved(&g, index));
+            result = self.recover(&g, fault).and_then(|()| self.resolved(&g, index));
         }
         match result {
             Ok(_) => Ok(index),
             Err(e) => {
                 let mut st = g.borrow_mut();
-                st.symbol_index.remove(&(ext, name.to_string()));
+                if let Some(m) = st.symbol_index.get_mut(ext) {
+                    m.remove(name);
+                }
                 Err(e)
             }
         }
@@ -230,12 +207,7 @@ impl Domain {
         let mut st = g.borrow_mut();
         let (ext, name, func) = match st.symbols.get(sym) {
             Some(s) => (s.ext, s.name.clone(), s.func),
-            None => {
-                return Err(Error::BadArguments {
-                    call: format!("#{sym}"),
-                    reason: "no such function".into(),
-                })
-            }
+            None => return Err(Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() }),
         };
         if let Some(f) = func {
             return Ok(f);
@@ -246,31 +218,17 @@ impl Domain {
                 Ok(f)
             }
             Err(BackendError::UnknownSymbol) => {
-                let extension = st
-                    .extensions
-                    .get(ext)
-                    .map(|e| e.0.clone())
-                    .unwrap_or_default();
-                Err(Error::UnknownSymbol {
-                    extension,
-                    symbol: name,
-                })
+                let extension = st.extensions.get(ext).map(|e| e.0.clone()).unwrap_or_default();
+                Err(Error::UnknownSymbol { extension, symbol: name.to_string() })
             }
-            Err(BackendError::Usage(reason)) => Err(Error::BadArguments { call: name, reason }),
-            Err(BackendError::TimedOut) => {
-                Err(self.fault_error(&st, FaultKind::Vanished, Some(name)))
-            }
-            Err(BackendError::Fault(kind)) => Err(self.fault_error(&st, kind, Some(name))),
+            Err(BackendError::Usage(reason)) => Err(Error::BadArguments { call: name.to_string(), reason }),
+            Err(BackendError::TimedOut) => Err(self.fault_error(&st, FaultKind::Vanished, Some(name.to_string()))),
+            Err(BackendError::Fault(kind)) => Err(self.fault_error(&st, kind, Some(name.to_string()))),
         }
     }
 
     fn fault_error(&self, st: &State, kind: FaultKind, call: Option<String>) -> Error {
-        Error::Fault(Fault {
-            kind,
-            domain: self.name.clone(),
-            call,
-            incarnation: st.incarnation,
-        })
+        Error::Fault(Fault { kind, domain: self.name.clone(), call, incarnation: st.incarnation })
     }
 
     fn disabled_error(&self, st: &State) -> Option<Error> {
@@ -289,16 +247,12 @@ impl Domain {
             if let Some(e) = self.disabled_error(&st) {
                 return Err(e);
             }
-            let s = st.symbols.get(sym).ok_or_else(|| Error::BadArguments {
-                call: format!("#{sym}"),
-                reason: "no such function".into(),
-            })?;
+            let s = st
+                .symbols
+                .get(sym)
+                .ok_or_else(|| Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() })?;
             let ext_policy = &st.extensions[s.ext].1;
-            (
-                s.name.clone(),
-                s.policy.clone(),
-                fpolicy_deadline(&s.policy, ext_policy),
-            )
+            (s.name.clone(), s.policy.clone(), fpolicy_deadline(&s.policy, ext_policy))
         };
         let retry_allowed = fpolicy.retryable && self.policy.on_fault == OnFault::Retry;
         let mut retries = 0u32;
@@ -310,7 +264,7 @@ impl Domain {
                     if retries > 0 {
                         self.events.emit(Event::Retried {
                             domain: self.name.clone(),
-                            call: name.clone(),
+                            call: name.to_string(),
                             ok: true,
                         });
                     }
@@ -318,22 +272,14 @@ impl Domain {
                 }
                 Outcome::Error(e) => return Err(e),
                 Outcome::Failed(kind) => (kind, false),
-                Outcome::Stale => (
-                    FaultKind::Protocol {
-                        what: "the domain restarted during a nested call".into(),
-                    },
-                    true,
-                ),
+                Outcome::Stale => {
+                    (FaultKind::Protocol { what: "the domain restarted during a nested call".into() }, true)
+                }
             };
             let (kind, stale) = kind;
             let fault = {
                 let st = g.borrow();
-                Fault {
-                    kind,
-                    domain: self.name.clone(),
-                    call: Some(name.clone()),
-                    incarnation: st.incarnation,
-                }
+                Fault { kind, domain: self.name.clone(), call: Some(name.to_string()), incarnation: st.incarnation }
             };
             // A stale call's domain was already recovered by the nested call that saw the fault.
             if !stale {
@@ -341,7 +287,7 @@ impl Domain {
                     if retries > 0 {
                         self.events.emit(Event::Retried {
                             domain: self.name.clone(),
-                            call: name.clone(),
+                            call: name.to_string(),
                             ok: false,
                         });
                     }
@@ -353,11 +299,7 @@ impl Domain {
                 continue;
             }
             if retries > 0 {
-                self.events.emit(Event::Retried {
-                    domain: self.name.clone(),
-                    call: name.clone(),
-                    ok: false,
-                });
+                self.events.emit(Event::Retried { domain: self.name.clone(), call: name.to_string(), ok: false });
             }
             return Err(Error::Fault(fault));
         }
@@ -379,11 +321,7 @@ impl Domain {
         let mut created = None;
         if let Value::Handle(object) = value {
             if object != 0 {
-                let handle = st
-                    .handles
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .create(object);
+                let handle = st.handles.lock().unwrap_or_else(|e| e.into_inner()).create(object);
                 let handles = st.handles.clone();
                 let record = st.tracker.track(ResourceKind::Instance, move || {
                     // The object died with its incarnation; replay may bring it back.
@@ -397,30 +335,16 @@ impl Domain {
             }
         }
         if fpolicy.destroys {
-            if let Some(h) = args.iter().find_map(|a| {
-                if let Arg::Handle(h) = a {
-                    Some(*h)
-                } else {
-                    None
-                }
-            }) {
+            if let Some(h) = args.iter().find_map(|a| if let Arg::Handle(h) = a { Some(*h) } else { None }) {
                 st.shadow.forget_handle(h);
-                st.handles
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(h);
+                st.handles.lock().unwrap_or_else(|e| e.into_inner()).remove(h);
                 if let Some(record) = st.instances.remove(&h) {
                     st.tracker.forget(record);
                 }
             }
         }
         if fpolicy.state {
-            let entry = ShadowEntry {
-                symbol: sym,
-                args: args.iter().map(OwnedArg::from_arg).collect(),
-                ret,
-                created,
-            };
+            let entry = ShadowEntry { symbol: sym, args: args.iter().map(OwnedArg::from_arg).collect(), ret, created };
             st.shadow.record(entry);
         }
         value
@@ -453,17 +377,14 @@ impl Domain {
                 Err(e) => return Outcome::Error(e),
             };
             let st = &mut *st;
-            match st
-                .backend
-                .begin(&mut st.tracker, func, &wire, ret, Instant::now() + timeout)
-            {
+            match st.backend.begin(&mut st.tracker, func, &wire, ret, Instant::now() + timeout) {
                 Ok(f) => f,
                 Err(e) => return backend_outcome(e, &name),
             }
         };
         let mut deadline = Instant::now() + timeout;
         loop {
-            let step = g.borrow_mut().backend.wait(&*frame, deadline);
+            let step = g.borrow_mut().backend.wait(&frame, deadline);
             match step {
                 Ok(Step::Done(regs)) => {
                     let mut st = g.borrow_mut();
@@ -482,9 +403,7 @@ impl Domain {
                     if !g.borrow().lent_callbacks.contains_key(&slot) {
                         g.borrow_mut().backend.abandon(frame);
                         return Outcome::Failed(FaultKind::Protocol {
-                            what: format!(
-                                "call of callback slot {slot}, which this domain was never given"
-                            ),
+                            what: format!("call of callback slot {slot}, which this domain was never given"),
                         });
                     }
                     // No borrow is held while host code runs: it may call this domain again.
@@ -497,9 +416,7 @@ impl Domain {
                     let Some(answer) = answer else {
                         st.backend.abandon(frame);
                         return Outcome::Failed(FaultKind::Protocol {
-                            what: format!(
-                                "call of callback slot {slot}, which is no longer registered"
-                            ),
+                            what: format!("call of callback slot {slot}, which is no longer registered"),
                         });
                     };
                     if let Err(e) = st.backend.answer_callback(token, answer) {
@@ -517,21 +434,11 @@ impl Domain {
     }
 
     /// The `none` backend: the function is called right here, host pointers and all.
-    fn attempt_direct(
-        &self,
-        g: &Guard<'_>,
-        func: u32,
-        args: &mut [Arg<'_>],
-        ret: RetType,
-        name: &str,
-    ) -> Outcome {
+    fn attempt_direct(&self, g: &Guard<'_>, func: u32, args: &mut [Arg<'_>], ret: RetType, name: &str) -> Outcome {
         let (addr, regs) = {
             let st = g.borrow();
             let Some(addr) = st.backend.direct_address(func) else {
-                return Outcome::Error(Error::BadArguments {
-                    call: name.into(),
-                    reason: "not resolved".into(),
-                });
+                return Outcome::Error(Error::BadArguments { call: name.into(), reason: "not resolved".into() });
             };
             if let Err(e) = check_registers(args, name) {
                 return Outcome::Error(e);
@@ -547,27 +454,14 @@ impl Domain {
                     Arg::In(b) => packer.push_int(b.as_ptr() as u64),
                     Arg::Out(b) | Arg::InOut(b) => packer.push_int(b.as_mut_ptr() as u64),
                     Arg::Str(s) => packer.push_int(s.as_ptr() as u64),
-                    Arg::Handle(h) => match st
-                        .handles
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .object(*h)
-                    {
+                    Arg::Handle(h) => match st.handles.lock().unwrap_or_else(|e| e.into_inner()).object(*h) {
                         Some(o) => packer.push_int(o),
-                        None => {
-                            return Outcome::Error(Error::UnknownHandle {
-                                call: name.into(),
-                                handle: *h,
-                            })
-                        }
+                        None => return Outcome::Error(Error::UnknownHandle { call: name.into(), handle: *h }),
                     },
                     Arg::Callback(c) => packer.push_int(c.stub() as u64),
                 };
                 if let Err(e) = pushed {
-                    return Outcome::Error(Error::BadArguments {
-                        call: name.into(),
-                        reason: e.to_string(),
-                    });
+                    return Outcome::Error(Error::BadArguments { call: name.into(), reason: e.to_string() });
                 }
             }
             (addr, packer.finish())
@@ -636,23 +530,11 @@ impl Domain {
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
-        let name = g
-            .borrow()
-            .symbols
-            .get(sym)
-            .map(|s| s.name.clone())
-            .unwrap_or_default();
+        let name = g.borrow().symbols.get(sym).map(|s| s.name.clone()).unwrap_or_default();
         if g.borrow().backend.is_direct() {
             // No boundary to batch across: run it now.
             let mut owned: Vec<Arg<'_>> = args.iter().map(reborrow).collect();
-            return match self.attempt(
-                &g,
-                sym,
-                &mut owned,
-                RetType::Void,
-                self.policy.deadline,
-                false,
-            ) {
+            return match self.attempt(&g, sym, &mut owned, RetType::Void, self.policy.deadline, false) {
                 Outcome::Error(e) => Err(e),
                 _ => Ok(()),
             };
@@ -673,24 +555,19 @@ impl Domain {
             };
             match result {
                 Ok(()) => return Ok(()),
-                Err(BackendError::Usage(reason)) => {
-                    return Err(Error::BadArguments { call: name, reason })
-                }
+                Err(BackendError::Usage(reason)) => return Err(Error::BadArguments { call: name.to_string(), reason }),
                 Err(e) => {
                     let kind = match backend_outcome_timeout(e, self.policy.deadline) {
                         Outcome::Failed(k) => k,
                         _ => FaultKind::Vanished,
                     };
-                    let fault = self.make_fault(&g, kind, Some(name.clone()));
+                    let fault = self.make_fault(&g, kind, Some(name.to_string()));
                     // The call had not been queued: queue it again on the new incarnation.
                     self.recover(&g, fault)?;
                 }
             }
         }
-        Err(Error::BadArguments {
-            call: name,
-            reason: "the domain failed twice while queueing".into(),
-        })
+        Err(Error::BadArguments { call: name.to_string(), reason: "the domain failed twice while queueing".into() })
     }
 
     /// Send queued deferred calls.
@@ -732,12 +609,7 @@ impl Domain {
     }
 
     fn make_fault(&self, g: &Guard<'_>, kind: FaultKind, call: Option<String>) -> Fault {
-        Fault {
-            kind,
-            domain: self.name.clone(),
-            call,
-            incarnation: g.borrow().incarnation,
-        }
+        Fault { kind, domain: self.name.clone(), call, incarnation: g.borrow().incarnation }
     }
 
     /// The recovery manager. Err when the domain ends up disabled.
@@ -747,9 +619,7 @@ impl Domain {
             return Err(Error::Fault(fault));
         }
         let started = Instant::now();
-        self.events.emit(Event::Fault {
-            fault: fault.clone(),
-        });
+        self.events.emit(Event::Fault { fault: fault.clone() });
         let mut fault = fault;
         loop {
             let released = {
@@ -762,25 +632,15 @@ impl Domain {
                 // Past the restart intensity (at most N restarts in T), the domain is disabled.
                 let now = Instant::now();
                 let period = self.policy.restart_period;
-                while st
-                    .restart_times
-                    .front()
-                    .is_some_and(|t| now.duration_since(*t) > period)
-                {
+                while st.restart_times.front().is_some_and(|t| now.duration_since(*t) > period) {
                     st.restart_times.pop_front();
                 }
                 if st.restart_times.len() >= self.policy.max_restarts as usize {
                     st.disabled = Some(fault.clone());
                     let restarts = st.stats.restarts as u32;
                     drop(st);
-                    self.events.emit(Event::Disabled {
-                        domain: self.name.clone(),
-                        restarts,
-                        fault: fault.clone(),
-                    });
-                    return Err(self
-                        .disabled_error(&g.borrow())
-                        .unwrap_or(Error::Fault(fault)));
+                    self.events.emit(Event::Disabled { domain: self.name.clone(), restarts, fault: fault.clone() });
+                    return Err(self.disabled_error(&g.borrow()).unwrap_or(Error::Fault(fault)));
                 }
                 st.restart_times.push_back(now);
                 st.consecutive_faults += 1;
@@ -788,10 +648,7 @@ impl Domain {
             };
             let backoff = self.policy.backoff(g.borrow().consecutive_faults);
             if !backoff.is_zero() {
-                self.events.emit(Event::BackingOff {
-                    domain: self.name.clone(),
-                    delay: backoff,
-                });
+                self.events.emit(Event::BackingOff { domain: self.name.clone(), delay: backoff });
                 // A policy delay between restarts of a repeatedly failing extension, not synchronisation.
                 std::thread::sleep(backoff);
             }
@@ -815,26 +672,19 @@ impl Domain {
                     // Restarting or replaying failed: that is a fault of the new incarnation; go round again
                     // (the restart limit ends this).
                     fault = Fault {
-                        kind: FaultKind::Protocol {
-                            what: format!("recovery failed: {reason}"),
-                        },
+                        kind: FaultKind::Protocol { what: format!("recovery failed: {reason}") },
                         domain: self.name.clone(),
                         call: fault.call.clone(),
                         incarnation: g.borrow().incarnation,
                     };
-                    self.events.emit(Event::Fault {
-                        fault: fault.clone(),
-                    });
+                    self.events.emit(Event::Fault { fault: fault.clone() });
                 }
             }
         }
     }
 
     /// Start a new incarnation and replay the shadow log into it.
-    fn restart_and_replay(
-        &self,
-        g: &Guard<'_>,
-    ) -> Result<(crate::events::RestartVia, usize), String> {
+    fn restart_and_replay(&self, g: &Guard<'_>) -> Result<(crate::events::RestartVia, usize), String> {
         let via = {
             let mut st = g.borrow_mut();
             let st = &mut *st;
@@ -877,35 +727,17 @@ impl Domain {
                 OwnedArg::Str(s) => Arg::Str(s),
                 OwnedArg::Handle(h) => Arg::Handle(*h),
                 OwnedArg::Callback(c) => Arg::Callback(c),
-                OwnedArg::Out(_) => Arg::Out(
-                    scratch_iter
-                        .next()
-                        .map(|v| v.as_mut_slice())
-                        .unwrap_or_default(),
-                ),
-                OwnedArg::InOut(_) => Arg::InOut(
-                    scratch_iter
-                        .next()
-                        .map(|v| v.as_mut_slice())
-                        .unwrap_or_default(),
-                ),
+                OwnedArg::Out(_) => Arg::Out(scratch_iter.next().map(|v| v.as_mut_slice()).unwrap_or_default()),
+                OwnedArg::InOut(_) => Arg::InOut(scratch_iter.next().map(|v| v.as_mut_slice()).unwrap_or_default()),
             });
         }
-        let name = g
-            .borrow()
-            .symbols
-            .get(entry.symbol)
-            .map(|s| s.name.clone())
-            .unwrap_or_default();
+        let name = g.borrow().symbols.get(entry.symbol).map(|s| s.name.clone()).unwrap_or_default();
         let timeout = self.policy.deadline_for(&name);
         match self.attempt(g, entry.symbol, &mut args, entry.ret, timeout, true) {
             Outcome::Done(value) => {
                 if let (Some(handle), Value::Handle(object)) = (entry.created, value) {
                     let mut st = g.borrow_mut();
-                    st.handles
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .rebind(handle, object);
+                    st.handles.lock().unwrap_or_else(|e| e.into_inner()).rebind(handle, object);
                     let handles = st.handles.clone();
                     let record = st.tracker.track(ResourceKind::Instance, move || {
                         if let Ok(mut h) = handles.lock() {
@@ -917,12 +749,7 @@ impl Domain {
                 Ok(())
             }
             Outcome::Failed(kind) => {
-                let f = Fault {
-                    kind,
-                    domain: self.name.clone(),
-                    call: Some(name.clone()),
-                    incarnation: 0,
-                };
+                let f = Fault { kind, domain: self.name.clone(), call: Some(name.to_string()), incarnation: 0 };
                 Err(format!("replaying {name}: {}", f.cause()))
             }
             Outcome::Stale => Err(format!("replaying {name}: the domain restarted")),
@@ -933,10 +760,7 @@ impl Domain {
 
 /// ward passes arguments in registers only (DECISIONS.md): at most 6 integer-class and 8 float-class.
 fn check_registers(args: &[Arg<'_>], name: &str) -> Result<(), Error> {
-    let floats = args
-        .iter()
-        .filter(|a| matches!(a, Arg::F64(_) | Arg::F32(_)))
-        .count();
+    let floats = args.iter().filter(|a| matches!(a, Arg::F64(_) | Arg::F32(_))).count();
     let ints = args.len() - floats;
     if ints > ward_abi::MAX_INT_ARGS || floats > ward_abi::MAX_FLOAT_ARGS {
         return Err(Error::BadArguments {
@@ -960,14 +784,10 @@ fn backend_outcome(e: BackendError, name: &str) -> Outcome {
     match e {
         BackendError::Fault(k) => Outcome::Failed(k),
         BackendError::TimedOut => Outcome::Failed(FaultKind::Vanished),
-        BackendError::Usage(reason) => Outcome::Error(Error::BadArguments {
-            call: name.into(),
-            reason,
-        }),
-        BackendError::UnknownSymbol => Outcome::Error(Error::UnknownSymbol {
-            extension: String::new(),
-            symbol: name.into(),
-        }),
+        BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call: name.into(), reason }),
+        BackendError::UnknownSymbol => {
+            Outcome::Error(Error::UnknownSymbol { extension: String::new(), symbol: name.into() })
+        }
     }
 }
 

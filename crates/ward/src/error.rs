@@ -13,7 +13,9 @@ pub enum Error {
     NotElf { path: PathBuf, reason: String },
     #[error("cannot load {path}: {reason}")]
     Load { path: PathBuf, reason: String },
-    #[error("symbol `{symbol}` not found in extension {extension}; check the name (it must be exported with C linkage)")]
+    #[error(
+        "symbol `{symbol}` not found in extension {extension}; check the name (it must be exported with C linkage)"
+    )]
     UnknownSymbol { extension: String, symbol: String },
     #[error("bad arguments to {call}: {reason}")]
     BadArguments { call: String, reason: String },
@@ -22,11 +24,7 @@ pub enum Error {
     #[error("extension failed: {0}")]
     Fault(Fault),
     #[error("extension {domain} is disabled after {restarts} restarts (last fault: {last}); calls fail fast")]
-    Disabled {
-        domain: String,
-        restarts: u32,
-        last: String,
-    },
+    Disabled { domain: String, restarts: u32, last: String },
     #[error("isolation `{0}` is not available: {1}")]
     IsolationUnavailable(String, String),
     #[error("cannot find the ward-domain program ({0}); build it (cargo build -p ward-domain) or set WARD_DOMAIN to its path")]
@@ -55,9 +53,6 @@ impl Error {
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
-        Error::Io {
-            context: context.into(),
-            source,
-        }
+        Error::Io { context: context.into(), source }
     }
 }

@@ -33,19 +33,11 @@ pub enum Event {
         took: Duration,
     },
     /// The call in flight was retried on the new incarnation.
-    Retried {
-        domain: String,
-        call: String,
-        ok: bool,
-    },
+    Retried { domain: String, call: String, ok: bool },
     /// Waiting before a restart (repeated faults).
     BackingOff { domain: String, delay: Duration },
     /// Past the restart limit: the domain is disabled, calls fail fast.
-    Disabled {
-        domain: String,
-        restarts: u32,
-        fault: Fault,
-    },
+    Disabled { domain: String, restarts: u32, fault: Fault },
 }
 
 /// Events a subscriber has not read are kept up to this many; older ones are dropped (a host that never reads
@@ -60,24 +52,14 @@ pub(crate) struct EventBus {
 impl EventBus {
     pub fn subscribe(&self) -> Receiver<Event> {
         let (tx, rx) = sync_channel(QUEUE);
-        self.subscribers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(tx);
+        self.subscribers.lock().unwrap_or_else(|e| e.into_inner()).push(tx);
         rx
     }
 
     pub fn emit(&self, event: Event) {
         match &event {
             Event::Fault { fault } => tracing::warn!(domain = %fault.domain, "fault: {fault}"),
-            Event::Recovered {
-                domain,
-                incarnation,
-                via,
-                replayed,
-                took,
-                ..
-            } => tracing::info!(
+            Event::Recovered { domain, incarnation, via, replayed, took, .. } => tracing::info!(
                 domain = %domain, incarnation, ?via, replayed, took_us = took.as_micros() as u64, "recovered"
             ),
             Event::Retried { domain, call, ok } => {
@@ -86,20 +68,11 @@ impl EventBus {
             Event::BackingOff { domain, delay } => {
                 tracing::info!(domain = %domain, delay_us = delay.as_micros() as u64, "backing off")
             }
-            Event::Disabled {
-                domain,
-                restarts,
-                fault,
-            } => {
+            Event::Disabled { domain, restarts, fault } => {
                 tracing::error!(domain = %domain, restarts, "disabled after repeated faults; last: {fault}")
             }
         }
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
-        subs.retain(|tx| {
-            !matches!(
-                tx.try_send(event.clone()),
-                Err(TrySendError::Disconnected(_))
-            )
-        });
+        subs.retain(|tx| !matches!(tx.try_send(event.clone()), Err(TrySendError::Disconnected(_))));
     }
 }

@@ -7,11 +7,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FaultKind {
     /// The domain died of a signal (or, in-process, took one).
-    Signal {
-        signo: i32,
-        cause: SignalCause,
-        addr: Option<u64>,
-    },
+    Signal { signo: i32, cause: SignalCause, addr: Option<u64> },
     /// The domain process called `exit` (or returned from main).
     Exited { status: i32 },
     /// A call ran past its deadline; the domain was stopped.
@@ -111,10 +107,7 @@ impl Fault {
                 format!("hang (no reply within {})", fmt_duration(*deadline))
             }
             FaultKind::HeartbeatMissed { interval } => {
-                format!(
-                    "missed heartbeat (no answer within {})",
-                    fmt_duration(*interval)
-                )
+                format!("missed heartbeat (no answer within {})", fmt_duration(*interval))
             }
             FaultKind::Protocol { what } => format!("protocol violation: {what}"),
             FaultKind::Vanished => "domain vanished".into(),
@@ -128,11 +121,7 @@ impl fmt::Display for Fault {
         if let Some(call) = &self.call {
             write!(f, " in call {call}")?;
         }
-        write!(
-            f,
-            " (domain {}, incarnation {})",
-            self.domain, self.incarnation
-        )
+        write!(f, " (domain {}, incarnation {})", self.domain, self.incarnation)
     }
 }
 
@@ -170,45 +159,26 @@ mod tests {
 
     #[test]
     fn classifies_signals() {
-        assert_eq!(
-            SignalCause::classify(libc::SIGSEGV, Some(0), false),
-            SignalCause::NullDereference
-        );
-        assert_eq!(
-            SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), false),
-            SignalCause::InvalidAccess
-        );
-        assert_eq!(
-            SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), true),
-            SignalCause::StackOverflow
-        );
-        assert_eq!(
-            SignalCause::classify(libc::SIGABRT, None, false),
-            SignalCause::Abort
-        );
-        assert_eq!(
-            SignalCause::classify(libc::SIGKILL, None, false),
-            SignalCause::Killed
-        );
-        assert_eq!(
-            SignalCause::classify(libc::SIGFPE, None, false),
-            SignalCause::Arithmetic
-        );
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0), false), SignalCause::NullDereference);
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), false), SignalCause::InvalidAccess);
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), true), SignalCause::StackOverflow);
+        assert_eq!(SignalCause::classify(libc::SIGABRT, None, false), SignalCause::Abort);
+        assert_eq!(SignalCause::classify(libc::SIGKILL, None, false), SignalCause::Killed);
+        assert_eq!(SignalCause::classify(libc::SIGFPE, None, false), SignalCause::Arithmetic);
     }
 
     #[test]
     fn describes_a_fault_with_its_call() {
         let f = Fault {
-            kind: FaultKind::Signal {
-                signo: libc::SIGSEGV,
-                cause: SignalCause::NullDereference,
-                addr: Some(0),
-            },
+            kind: FaultKind::Signal { signo: libc::SIGSEGV, cause: SignalCause::NullDereference, addr: Some(0) },
             domain: "faulty".into(),
             call: Some("faulty_compute".into()),
             incarnation: 1,
         };
-        assert_eq!(f.to_string(), "null dereference (SIGSEGV at 0x0) in call faulty_compute (domain faulty, incarnation 1)");
+        assert_eq!(
+            f.to_string(),
+            "null dereference (SIGSEGV at 0x0) in call faulty_compute (domain faulty, incarnation 1)"
+        );
         assert_eq!(f.kind_name(), "signal");
     }
 }

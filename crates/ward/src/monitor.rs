@@ -25,10 +25,7 @@ pub(crate) struct DeathWatch {
 
 impl DeathWatch {
     pub fn new(region: Region) -> Arc<DeathWatch> {
-        Arc::new(DeathWatch {
-            dead: AtomicBool::new(false),
-            region,
-        })
+        Arc::new(DeathWatch { dead: AtomicBool::new(false), region })
     }
 
     pub fn is_dead(&self) -> bool {
@@ -71,19 +68,8 @@ impl Drop for WatchGuard {
     fn drop(&mut self) {
         // SAFETY: fd is the pidfd this guard registered, still open (the guard is dropped before it); removing an
         // fd from an epoll set has no memory effects.
-        unsafe {
-            libc::epoll_ctl(
-                self.shared.epoll.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                self.fd,
-                std::ptr::null_mut(),
-            )
-        };
-        self.shared
-            .watches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.token);
+        unsafe { libc::epoll_ctl(self.shared.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, self.fd, std::ptr::null_mut()) };
+        self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.token);
     }
 }
 
@@ -103,12 +89,7 @@ impl Monitor {
         }
         // SAFETY: a fresh descriptor we own.
         let wake = unsafe { OwnedFd::from_raw_fd(wake) };
-        add(
-            epoll.as_raw_fd(),
-            wake.as_raw_fd(),
-            WAKE_TOKEN,
-            libc::EPOLLIN as u32,
-        )?;
+        add(epoll.as_raw_fd(), wake.as_raw_fd(), WAKE_TOKEN, libc::EPOLLIN as u32)?;
         let shared = Arc::new(Shared {
             epoll,
             wake,
@@ -117,58 +98,27 @@ impl Monitor {
             stop: AtomicBool::new(false),
         });
         let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("ward-monitor".into())
-            .spawn(move || run(&thread_shared))?;
-        Ok(Arc::new(Monitor {
-            shared,
-            next: AtomicU64::new(1),
-            thread: Mutex::new(Some(thread)),
-        }))
+        let thread = std::thread::Builder::new().name("ward-monitor".into()).spawn(move || run(&thread_shared))?;
+        Ok(Arc::new(Monitor { shared, next: AtomicU64::new(1), thread: Mutex::new(Some(thread)) }))
     }
 
     /// Watch a pidfd: when its process ends, `watch` is marked dead and its reply ring kicked.
-    pub fn watch(
-        &self,
-        pidfd: BorrowedFd<'_>,
-        watch: Arc<DeathWatch>,
-    ) -> std::io::Result<WatchGuard> {
+    pub fn watch(&self, pidfd: BorrowedFd<'_>, watch: Arc<DeathWatch>) -> std::io::Result<WatchGuard> {
         let token = self.next.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .watches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(token, watch);
-        let guard = WatchGuard {
-            shared: self.shared.clone(),
-            token,
-            fd: pidfd.as_raw_fd(),
-        };
-        add(
-            self.shared.epoll.as_raw_fd(),
-            pidfd.as_raw_fd(),
-            token,
-            (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
-        )?;
+        self.shared.watches.lock().unwrap_or_else(|e| e.into_inner()).insert(token, watch);
+        let guard = WatchGuard { shared: self.shared.clone(), token, fd: pidfd.as_raw_fd() };
+        add(self.shared.epoll.as_raw_fd(), pidfd.as_raw_fd(), token, (libc::EPOLLIN | libc::EPOLLONESHOT) as u32)?;
         Ok(guard)
     }
 
     /// Run `f` on the monitor thread and return its result.
-    pub fn on_thread<R: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> R + Send + 'static,
-    ) -> std::io::Result<R> {
+    pub fn on_thread<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> std::io::Result<R> {
         let (tx, rx) = mpsc::channel();
-        self.shared
-            .jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Box::new(move || {
-                let _ = tx.send(f());
-            }));
+        self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(move || {
+            let _ = tx.send(f());
+        }));
         kick(&self.shared.wake);
-        rx.recv()
-            .map_err(|_| std::io::Error::other("the monitor thread has stopped"))
+        rx.recv().map_err(|_| std::io::Error::other("the monitor thread has stopped"))
     }
 }
 
@@ -201,14 +151,7 @@ fn run(shared: &Shared) {
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
     while !shared.stop.load(Ordering::Acquire) {
         // SAFETY: events is a valid array of the length given.
-        let n = unsafe {
-            libc::epoll_wait(
-                shared.epoll.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as i32,
-                -1,
-            )
-        };
+        let n = unsafe { libc::epoll_wait(shared.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, -1) };
         if n < 0 {
             continue; // EINTR
         }
@@ -218,17 +161,11 @@ fn run(shared: &Shared) {
                 let mut buf = 0u64;
                 // SAFETY: reads 8 bytes into a valid u64 (non-blocking eventfd).
                 unsafe { libc::read(shared.wake.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) };
-                let jobs =
-                    std::mem::take(&mut *shared.jobs.lock().unwrap_or_else(|e| e.into_inner()));
+                let jobs = std::mem::take(&mut *shared.jobs.lock().unwrap_or_else(|e| e.into_inner()));
                 for job in jobs {
                     job();
                 }
-            } else if let Some(w) = shared
-                .watches
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&token)
-            {
+            } else if let Some(w) = shared.watches.lock().unwrap_or_else(|e| e.into_inner()).get(&token) {
                 w.mark_dead();
             }
         }

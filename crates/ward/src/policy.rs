@@ -210,11 +210,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            address_space_mb: 1024,
-            cpu_s: 0,
-            open_files: 256,
-        }
+        Limits { address_space_mb: 1024, cpu_s: 0, open_files: 256 }
     }
 }
 
@@ -234,12 +230,7 @@ pub struct FunctionPolicy {
 
 impl Default for FunctionPolicy {
     fn default() -> Self {
-        FunctionPolicy {
-            state: false,
-            retryable: true,
-            deadline: None,
-            destroys: false,
-        }
+        FunctionPolicy { state: false, retryable: true, deadline: None, destroys: false }
     }
 }
 
@@ -319,10 +310,7 @@ impl ExtensionPolicy {
 
     /// The deadline of a call to this function: its own, else the extension's.
     pub fn deadline_for(&self, name: &str) -> Duration {
-        self.functions
-            .get(name)
-            .and_then(|f| f.deadline)
-            .unwrap_or(self.deadline)
+        self.functions.get(name).and_then(|f| f.deadline).unwrap_or(self.deadline)
     }
 
     /// Backoff before the n-th consecutive restart (n starts at 1): 0 for
@@ -438,13 +426,7 @@ impl ExtensionOverride {
         if let Some(init) = &self.init {
             policy.init = Some(init.clone());
         }
-        overlay!(
-            policy.limits,
-            self.limits,
-            address_space_mb,
-            cpu_s,
-            open_files
-        );
+        overlay!(policy.limits, self.limits, address_space_mb, cpu_s, open_files);
         for (name, section) in &self.functions {
             let function = policy.functions.entry(name.clone()).or_default();
             overlay!(function, section, state, retryable, destroys);
@@ -481,10 +463,8 @@ impl Policy {
 
     /// Reads, parses and checks a policy file.
     pub fn from_file(path: &Path) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| PolicyError::Read { path: path.to_path_buf(), source })?;
         Policy::from_toml_str(&text, &path.display().to_string())
     }
 
@@ -548,12 +528,7 @@ pub enum PolicyError {
     /// The text is not a valid policy. `line` and `column` start at 1
     /// (0 when unknown); `reason` names the key and what is accepted.
     #[error("{origin}:{line}:{column}: {reason}")]
-    Invalid {
-        origin: String,
-        line: usize,
-        column: usize,
-        reason: String,
-    },
+    Invalid { origin: String, line: usize, column: usize, reason: String },
 }
 
 /// Turns toml's error into [`PolicyError::Invalid`].
@@ -564,13 +539,7 @@ fn invalid(text: &str, origin: &str, error: &toml::de::Error) -> PolicyError {
     };
     // toml's message may continue on further lines ("invalid table
     // header" / "duplicate key ..."); keep it on one line.
-    let mut reason = error
-        .message()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
+    let mut reason = error.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
     if reason.is_empty() {
         reason.push_str("invalid policy");
     }
@@ -581,12 +550,7 @@ fn invalid(text: &str, origin: &str, error: &toml::de::Error) -> PolicyError {
     if let Some(hint) = hint(&reason) {
         reason.push_str(&hint);
     }
-    PolicyError::Invalid {
-        origin: origin.to_string(),
-        line,
-        column,
-        reason,
-    }
+    PolicyError::Invalid { origin: origin.to_string(), line, column, reason }
 }
 
 /// Line and column (both from 1; the column counts characters) of a byte
@@ -615,9 +579,7 @@ fn hint(message: &str) -> Option<String> {
     let candidates: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
     let in_group_section = candidates.contains(&"zygote") && !candidates.contains(&"function");
     if in_group_section && EXTENSION_ONLY_FIELDS.contains(&unknown) {
-        return Some(format!(
-            "; `{unknown}` is set per extension: put it in [extension.NAME] or [defaults]"
-        ));
+        return Some(format!("; `{unknown}` is set per extension: put it in [extension.NAME] or [defaults]"));
     }
     let (distance, best) = candidates
         .iter()
@@ -662,16 +624,8 @@ impl RawPolicy {
     fn into_policy(self) -> Policy {
         Policy {
             defaults: self.defaults.into_override(),
-            extensions: self
-                .extension
-                .into_iter()
-                .map(|(name, section)| (name.0, section.into_override()))
-                .collect(),
-            groups: self
-                .group
-                .into_iter()
-                .map(|(name, section)| (name.0, section.into_override()))
-                .collect(),
+            extensions: self.extension.into_iter().map(|(name, section)| (name.0, section.into_override())).collect(),
+            groups: self.group.into_iter().map(|(name, section)| (name.0, section.into_override())).collect(),
         }
     }
 }
@@ -738,11 +692,7 @@ impl RawExtension {
             spin: self.spin,
             init: self.init,
             limits: self.limits.into_override(),
-            functions: self
-                .function
-                .into_iter()
-                .map(|(name, section)| (name.0, section.into_override()))
-                .collect(),
+            functions: self.function.into_iter().map(|(name, section)| (name.0, section.into_override())).collect(),
         }
     }
 }
@@ -813,11 +763,7 @@ struct RawLimits {
 
 impl RawLimits {
     fn into_override(self) -> LimitsOverride {
-        LimitsOverride {
-            address_space_mb: self.address_space_mb,
-            cpu_s: self.cpu_s,
-            open_files: self.open_files,
-        }
+        LimitsOverride { address_space_mb: self.address_space_mb, cpu_s: self.cpu_s, open_files: self.open_files }
     }
 }
 
@@ -871,25 +817,18 @@ checked_name!(FunctionName, |s| check_identifier("function name", s));
 
 /// A group or extension name: non-empty, of `[A-Za-z0-9_.-]`.
 fn check_name(what: &str, name: &str) -> Result<(), String> {
-    let valid = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
     if valid {
         Ok(())
     } else {
-        Err(format!(
-            "{what} must be non-empty and made of letters, digits, '_', '.' and '-', got {name:?}"
-        ))
+        Err(format!("{what} must be non-empty and made of letters, digits, '_', '.' and '-', got {name:?}"))
     }
 }
 
 /// A C function name: `[A-Za-z_][A-Za-z0-9_]*`.
 fn check_identifier(what: &str, name: &str) -> Result<(), String> {
     let mut chars = name.chars();
-    let valid = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
     if valid {
         Ok(())
@@ -987,10 +926,7 @@ impl<'de> Visitor<'de> for ScalarVisitor {
 
 /// Reads one value and checks it with `check`; a refusal becomes a serde
 /// error, to which toml attaches the value's position.
-fn checked<'de, D, T>(
-    d: D,
-    check: impl FnOnce(&Scalar) -> Result<T, String>,
-) -> Result<Option<T>, D::Error>
+fn checked<'de, D, T>(d: D, check: impl FnOnce(&Scalar) -> Result<T, String>) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
 {
@@ -1062,9 +998,7 @@ fn duration(key: &str, unit: Unit, zero: Option<&str>, value: &Scalar) -> Result
         return Err(refuse(key, &expected, value));
     }
     // At most MAX_DURATION_S seconds, so it fits.
-    Ok(Duration::from_nanos(
-        u64::try_from(nanos).unwrap_or(u64::MAX),
-    ))
+    Ok(Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)))
 }
 
 /// A whole number within `min..=max`.
@@ -1097,10 +1031,7 @@ where
 }
 
 fn quoted_list<'a>(items: impl Iterator<Item = &'a str>) -> String {
-    items
-        .map(|s| format!("{s:?}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    items.map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
 }
 
 fn de_isolation<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Isolation>, D::Error> {
@@ -1122,11 +1053,7 @@ fn de_wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<WaitMode>, D::Error
 fn de_group<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     checked(d, |v| match v {
         Scalar::Str(s) => check_name("group", s).map(|()| s.clone()),
-        _ => Err(refuse(
-            "group",
-            "a group name (a string of letters, digits, '_', '.' and '-')",
-            v,
-        )),
+        _ => Err(refuse("group", "a group name (a string of letters, digits, '_', '.' and '-')", v)),
     })
 }
 
@@ -1143,8 +1070,7 @@ fn de_deadline_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D
 
 fn de_heartbeat_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Duration>>, D::Error> {
     checked(d, |v| {
-        duration("heartbeat_ms", Unit::Milliseconds, Some(" (0 = off)"), v)
-            .map(|t| (!t.is_zero()).then_some(t))
+        duration("heartbeat_ms", Unit::Milliseconds, Some(" (0 = off)"), v).map(|t| (!t.is_zero()).then_some(t))
     })
 }
 
@@ -1153,15 +1079,11 @@ fn de_restart_period_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duratio
 }
 
 fn de_backoff_initial_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    checked(d, |v| {
-        duration("backoff_initial_ms", Unit::Milliseconds, Some(""), v)
-    })
+    checked(d, |v| duration("backoff_initial_ms", Unit::Milliseconds, Some(""), v))
 }
 
 fn de_backoff_max_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    checked(d, |v| {
-        duration("backoff_max_ms", Unit::Milliseconds, Some(""), v)
-    })
+    checked(d, |v| duration("backoff_max_ms", Unit::Milliseconds, Some(""), v))
 }
 
 fn de_backoff_factor<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
@@ -1181,28 +1103,15 @@ fn de_backoff_factor<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::
 
 fn de_max_restarts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     const EXPECTED: &str = "a whole number from 0 to 4294967295";
-    checked(d, |v| {
-        whole("max_restarts", 0, u32::MAX.into(), EXPECTED, v).map(|n| n as u32)
-    })
+    checked(d, |v| whole("max_restarts", 0, u32::MAX.into(), EXPECTED, v).map(|n| n as u32))
 }
 
 fn de_max_retries<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    checked(d, |v| {
-        whole("max_retries", 0, 100, "a whole number from 0 to 100", v).map(|n| n as u32)
-    })
+    checked(d, |v| whole("max_retries", 0, 100, "a whole number from 0 to 100", v).map(|n| n as u32))
 }
 
 fn de_spin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    checked(d, |v| {
-        whole(
-            "spin",
-            0,
-            10_000_000,
-            "a whole number from 0 to 10000000",
-            v,
-        )
-        .map(|n| n as u32)
-    })
+    checked(d, |v| whole("spin", 0, 10_000_000, "a whole number from 0 to 10000000", v).map(|n| n as u32))
 }
 
 fn de_zygote<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
@@ -1226,28 +1135,17 @@ const MAX_ADDRESS_SPACE_MB: u64 = u64::MAX >> 20;
 
 fn de_address_space_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     checked(d, |v| {
-        let expected =
-            format!("a whole number of MiB from 0 (unlimited) to {MAX_ADDRESS_SPACE_MB}");
+        let expected = format!("a whole number of MiB from 0 (unlimited) to {MAX_ADDRESS_SPACE_MB}");
         whole("address_space_mb", 0, MAX_ADDRESS_SPACE_MB, &expected, v)
     })
 }
 
 fn de_cpu_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    checked(d, |v| {
-        whole(
-            "cpu_s",
-            0,
-            u64::MAX,
-            "a non-negative whole number of seconds (0 = unlimited)",
-            v,
-        )
-    })
+    checked(d, |v| whole("cpu_s", 0, u64::MAX, "a non-negative whole number of seconds (0 = unlimited)", v))
 }
 
 fn de_open_files<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    checked(d, |v| {
-        whole("open_files", 1, u64::MAX, "a whole number of at least 1", v)
-    })
+    checked(d, |v| whole("open_files", 1, u64::MAX, "a whole number of at least 1", v))
 }
 
 // ---------------------------------------------------------------------------
@@ -1304,12 +1202,7 @@ zygote = false
     /// The line, column and reason of an `Invalid` error.
     fn refused(text: &str) -> (usize, usize, String) {
         match Policy::from_toml_str(text, "test.toml") {
-            Err(PolicyError::Invalid {
-                origin,
-                line,
-                column,
-                reason,
-            }) => {
+            Err(PolicyError::Invalid { origin, line, column, reason }) => {
                 assert_eq!(origin, "test.toml");
                 (line, column, reason)
             }
@@ -1339,14 +1232,7 @@ zygote = false
         assert_eq!(p.wait, WaitMode::Adaptive);
         assert_eq!(p.spin, 2000);
         assert_eq!(p.init, None);
-        assert_eq!(
-            p.limits,
-            Limits {
-                address_space_mb: 1024,
-                cpu_s: 0,
-                open_files: 256
-            }
-        );
+        assert_eq!(p.limits, Limits { address_space_mb: 1024, cpu_s: 0, open_files: 256 });
         assert!(p.functions.is_empty());
     }
 
@@ -1369,14 +1255,7 @@ zygote = false
         assert_eq!(d.wait, Some(WaitMode::Adaptive));
         assert_eq!(d.spin, Some(2000));
         assert_eq!(d.init.as_deref(), Some("well_init"));
-        assert_eq!(
-            d.limits,
-            LimitsOverride {
-                address_space_mb: Some(1024),
-                cpu_s: Some(0),
-                open_files: Some(256)
-            }
-        );
+        assert_eq!(d.limits, LimitsOverride { address_space_mb: Some(1024), cpu_s: Some(0), open_files: Some(256) });
 
         let faulty = policy.for_extension("faulty");
         assert_eq!(faulty.group.as_deref(), Some("demo"));
@@ -1466,15 +1345,7 @@ retryable = true
 
         let unknown = e.function("not_listed");
         assert_eq!(unknown, FunctionPolicy::default());
-        assert_eq!(
-            unknown,
-            FunctionPolicy {
-                state: false,
-                retryable: true,
-                deadline: None,
-                destroys: false
-            }
-        );
+        assert_eq!(unknown, FunctionPolicy { state: false, retryable: true, deadline: None, destroys: false });
         assert_eq!(e.deadline_for("not_listed"), Duration::from_millis(300));
     }
 
@@ -1522,10 +1393,7 @@ address_space_mb = 0
         let (line, _, reason) = refused("[group.g]\nzygote = true\non_fault = \"fail\"\n");
         assert_eq!(line, 3);
         assert!(reason.starts_with("unknown field `on_fault`"), "{reason}");
-        assert!(
-            reason.ends_with("put it in [extension.NAME] or [defaults]"),
-            "{reason}"
-        );
+        assert!(reason.ends_with("put it in [extension.NAME] or [defaults]"), "{reason}");
     }
 
     #[test]
@@ -1542,18 +1410,11 @@ address_space_mb = 0
         assert_eq!(p.backoff(13), ms(1000));
         assert_eq!(p.backoff(u32::MAX), ms(1000));
 
-        let constant = ExtensionPolicy {
-            backoff_factor: 1.0,
-            backoff_initial: ms(7),
-            ..ExtensionPolicy::default()
-        };
+        let constant = ExtensionPolicy { backoff_factor: 1.0, backoff_initial: ms(7), ..ExtensionPolicy::default() };
         assert_eq!(constant.backoff(2), ms(7));
         assert_eq!(constant.backoff(1000), ms(7));
 
-        let above_cap = ExtensionPolicy {
-            backoff_initial: ms(5000),
-            ..ExtensionPolicy::default()
-        };
+        let above_cap = ExtensionPolicy { backoff_initial: ms(5000), ..ExtensionPolicy::default() };
         assert_eq!(above_cap.backoff(2), ms(1000));
 
         let triple = ExtensionPolicy {
@@ -1576,21 +1437,16 @@ address_space_mb = 0
 
     #[test]
     fn unknown_key_in_extension_gives_its_line() {
-        let (line, column, reason) =
-            refused("[extension.faulty]\ngroup = \"demo\"\n  dedline_ms = 500\n");
+        let (line, column, reason) = refused("[extension.faulty]\ngroup = \"demo\"\n  dedline_ms = 500\n");
         assert_eq!((line, column), (3, 3));
-        assert!(
-            reason.starts_with("unknown field `dedline_ms`, expected one of"),
-            "{reason}"
-        );
+        assert!(reason.starts_with("unknown field `dedline_ms`, expected one of"), "{reason}");
         assert!(reason.contains("`deadline_ms`"), "{reason}");
         assert!(reason.ends_with("did you mean `deadline_ms`?"), "{reason}");
     }
 
     #[test]
     fn unknown_key_in_limits_gives_its_line() {
-        let (line, _, reason) =
-            refused("[extension.e]\n[extension.e.limits]\nopen_files = 3\nopen_file = 4\n");
+        let (line, _, reason) = refused("[extension.e]\n[extension.e.limits]\nopen_files = 3\nopen_file = 4\n");
         assert_eq!(line, 4);
         assert!(reason.starts_with("unknown field `open_file`"), "{reason}");
         let (line, _, _) = refused("[defaults.limits]\n\nstack_mb = 8\n");
@@ -1599,9 +1455,8 @@ address_space_mb = 0
 
     #[test]
     fn unknown_key_in_function_section_gives_its_line() {
-        let (line, _, reason) = refused(
-            "[extension.e]\ndeadline_ms = 5\n[extension.e.function.f]\nstate = true\nidempotent = true\n",
-        );
+        let (line, _, reason) =
+            refused("[extension.e]\ndeadline_ms = 5\n[extension.e.function.f]\nstate = true\nidempotent = true\n");
         assert_eq!(line, 5);
         assert!(reason.starts_with("unknown field `idempotent`"), "{reason}");
         assert!(reason.contains("`retryable`"), "{reason}");
@@ -1611,10 +1466,7 @@ address_space_mb = 0
     fn bad_isolation_string_lists_valid_values() {
         let (line, column, reason) = refused("[defaults]\nisolation = \"vm\"\n");
         assert_eq!((line, column), (2, 13));
-        assert_eq!(
-            reason,
-            r#"isolation must be one of "none", "process", "mpk", "auto", got "vm""#
-        );
+        assert_eq!(reason, r#"isolation must be one of "none", "process", "mpk", "auto", got "vm""#);
         let err = "vm".parse::<Isolation>().unwrap_err();
         for valid in ["none", "process", "mpk", "auto"] {
             assert!(err.contains(valid), "{err}");
@@ -1625,26 +1477,17 @@ address_space_mb = 0
     fn deadline_ms_zero_refused_with_its_line() {
         let (line, _, reason) = refused("[extension.e]\ngroup = \"g\"\ndeadline_ms = 0\n");
         assert_eq!(line, 3);
-        assert_eq!(
-            reason,
-            "deadline_ms must be a positive number of milliseconds, got 0"
-        );
+        assert_eq!(reason, "deadline_ms must be a positive number of milliseconds, got 0");
         let (line, _, reason) = refused("[extension.e.function.f]\n\ndeadline_ms = 0.0\n");
         assert_eq!(line, 3);
-        assert!(
-            reason.starts_with("deadline_ms must be a positive"),
-            "{reason}"
-        );
+        assert!(reason.starts_with("deadline_ms must be a positive"), "{reason}");
     }
 
     #[test]
     fn wrong_type_refused() {
         let (line, _, reason) = refused("[defaults]\ndeadline_ms = \"10s\"\n");
         assert_eq!(line, 2);
-        assert_eq!(
-            reason,
-            "deadline_ms must be a positive number of milliseconds, got \"10s\""
-        );
+        assert_eq!(reason, "deadline_ms must be a positive number of milliseconds, got \"10s\"");
         let (line, _, reason) = refused("[defaults]\nspin = 1\nzygote = \"yes\"\n");
         assert_eq!(line, 3);
         assert_eq!(reason, "zygote must be true or false, got \"yes\"");
@@ -1663,38 +1506,20 @@ address_space_mb = 0
     fn bad_values_refused() {
         let cases = [
             ("heartbeat_ms = -1", "heartbeat_ms must be a non-negative"),
-            (
-                "restart_period_s = nan",
-                "restart_period_s must be a positive",
-            ),
-            (
-                "restart_period_s = 0",
-                "restart_period_s must be a positive",
-            ),
+            ("restart_period_s = nan", "restart_period_s must be a positive"),
+            ("restart_period_s = 0", "restart_period_s must be a positive"),
             ("backoff_initial_ms = -0.5", "backoff_initial_ms must be"),
             ("backoff_max_ms = inf", "backoff_max_ms must be"),
             ("deadline_ms = 1e300", "of at most"),
-            (
-                "backoff_factor = 0.5",
-                "backoff_factor must be a number of at least 1.0",
-            ),
-            (
-                "max_retries = 101",
-                "max_retries must be a whole number from 0 to 100",
-            ),
+            ("backoff_factor = 0.5", "backoff_factor must be a number of at least 1.0"),
+            ("max_retries = 101", "max_retries must be a whole number from 0 to 100"),
             ("max_restarts = -1", "max_restarts must be a whole number"),
-            (
-                "spin = 10000001",
-                "spin must be a whole number from 0 to 10000000",
-            ),
+            ("spin = 10000001", "spin must be a whole number from 0 to 10000000"),
             ("group = \"\"", "group must be non-empty"),
             ("group = \"a/b\"", "group must be non-empty"),
             ("init = \"9lives\"", "init must be a C function name"),
             ("on_fault = \"ignore\"", r#"one of "retry", "fail""#),
-            (
-                "limits.open_files = 0",
-                "open_files must be a whole number of at least 1",
-            ),
+            ("limits.open_files = 0", "open_files must be a whole number of at least 1"),
             ("limits.cpu_s = -3", "cpu_s must be"),
         ];
         for (line, expected) in cases {
@@ -1723,9 +1548,7 @@ address_space_mb = 0
 
     #[test]
     fn float_and_integer_durations() {
-        let policy = parse(
-            "[defaults]\nrestart_period_s = 1.5\nbackoff_initial_ms = 0.25\nbackoff_max_ms = 0\n",
-        );
+        let policy = parse("[defaults]\nrestart_period_s = 1.5\nbackoff_initial_ms = 0.25\nbackoff_max_ms = 0\n");
         let p = policy.for_extension("x");
         assert_eq!(p.restart_period, Duration::from_millis(1500));
         assert_eq!(p.backoff_initial, Duration::from_micros(250));
@@ -1750,10 +1573,7 @@ address_space_mb = 0
         let path = std::env::temp_dir().join("ward-policy-test-does-not-exist/policy.toml");
         let err = Policy::from_file(&path).unwrap_err();
         assert!(matches!(&err, PolicyError::Read { path: p, .. } if *p == path));
-        assert!(
-            err.to_string().contains(&path.display().to_string()),
-            "{err}"
-        );
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
     }
 
     #[test]
@@ -1766,10 +1586,7 @@ address_space_mb = 0
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "[defaults]\nspin = -1\n").unwrap();
         let message = Policy::from_file(&bad).unwrap_err().to_string();
-        assert!(
-            message.starts_with(&format!("{}:2:", bad.display())),
-            "{message}"
-        );
+        assert!(message.starts_with(&format!("{}:2:", bad.display())), "{message}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1778,16 +1595,8 @@ address_space_mb = 0
         let err = Policy::from_toml_str("[defaults]\ndeadline_ms = 0\n", "ward.toml").unwrap_err();
         let text = err.to_string();
         assert!(text.starts_with("ward.toml:2:15: "), "{text}");
-        assert_eq!(
-            text,
-            "ward.toml:2:15: deadline_ms must be a positive number of milliseconds, got 0"
-        );
-        let err = PolicyError::Invalid {
-            origin: "o".into(),
-            line: 0,
-            column: 0,
-            reason: "r".into(),
-        };
+        assert_eq!(text, "ward.toml:2:15: deadline_ms must be a positive number of milliseconds, got 0");
+        let err = PolicyError::Invalid { origin: "o".into(), line: 0, column: 0, reason: "r".into() };
         assert_eq!(err.to_string(), "o:0:0: r");
     }
 
@@ -1796,13 +1605,10 @@ address_space_mb = 0
         let mut policy = Policy::default();
         policy.set_default_isolation(Isolation::None);
         policy.extension_mut("a").deadline = Some(Duration::from_millis(20));
-        policy.extension_mut("a").functions.insert(
-            "a_open".into(),
-            FunctionOverride {
-                state: Some(true),
-                ..FunctionOverride::default()
-            },
-        );
+        policy
+            .extension_mut("a")
+            .functions
+            .insert("a_open".into(), FunctionOverride { state: Some(true), ..FunctionOverride::default() });
         policy.group_mut("g").zygote = Some(false);
         let a = policy.for_extension("a");
         assert_eq!(a.isolation, Isolation::None);

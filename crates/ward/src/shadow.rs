@@ -56,11 +56,7 @@ pub(crate) struct ShadowEntry {
 
 impl ShadowEntry {
     fn uses(&self, handle: u64) -> bool {
-        self.created == Some(handle)
-            || self
-                .args
-                .iter()
-                .any(|a| matches!(a, OwnedArg::Handle(h) if *h == handle))
+        self.created == Some(handle) || self.args.iter().any(|a| matches!(a, OwnedArg::Handle(h) if *h == handle))
     }
 }
 
@@ -103,10 +99,7 @@ const HANDLE_BASE: u64 = 0x5744_0000_0000_0000;
 
 impl Default for HandleMap {
     fn default() -> Self {
-        HandleMap {
-            next: HANDLE_BASE,
-            current: HashMap::new(),
-        }
+        HandleMap { next: HANDLE_BASE, current: HashMap::new() }
     }
 }
 
@@ -157,24 +150,9 @@ mod tests {
     #[test]
     fn forgetting_a_handle_drops_its_history_only() {
         let mut log = ShadowLog::default();
-        log.record(ShadowEntry {
-            symbol: 0,
-            args: vec![OwnedArg::I64(1)],
-            ret: RetType::Handle,
-            created: Some(7),
-        });
-        log.record(ShadowEntry {
-            symbol: 1,
-            args: vec![OwnedArg::Handle(7)],
-            ret: RetType::I64,
-            created: None,
-        });
-        log.record(ShadowEntry {
-            symbol: 2,
-            args: vec![OwnedArg::I64(5)],
-            ret: RetType::I64,
-            created: None,
-        });
+        log.record(ShadowEntry { symbol: 0, args: vec![OwnedArg::I64(1)], ret: RetType::Handle, created: Some(7) });
+        log.record(ShadowEntry { symbol: 1, args: vec![OwnedArg::Handle(7)], ret: RetType::I64, created: None });
+        log.record(ShadowEntry { symbol: 2, args: vec![OwnedArg::I64(5)], ret: RetType::I64, created: None });
         log.forget_handle(7);
         assert_eq!(log.len(), 1);
         assert_eq!(log.entries()[0].symbol, 2);

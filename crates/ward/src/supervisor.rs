@@ -81,11 +81,7 @@ impl Supervisor {
     }
 
     /// Load an extension, overriding the policy's isolation kind.
-    pub fn load_with(
-        &self,
-        path: impl AsRef<Path>,
-        isolation: Option<Isolation>,
-    ) -> Result<Extension, Error> {
+    pub fn load_with(&self, path: impl AsRef<Path>, isolation: Option<Isolation>) -> Result<Extension, Error> {
         let path = path.as_ref();
         check_elf(path)?;
         let name = extension_name(path);
@@ -94,27 +90,16 @@ impl Supervisor {
             policy.isolation = iso;
         }
         let isolation = resolve_isolation(policy.isolation)?;
-        let spec = ExtensionSpec {
-            path: path.to_path_buf(),
-            init: policy.init.clone(),
-        };
+        let spec = ExtensionSpec { path: path.to_path_buf(), init: policy.init.clone() };
 
         if let Some(group) = policy.group.clone() {
-            let existing = self
-                .inner
-                .groups
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&group)
-                .and_then(Weak::upgrade);
+            let existing =
+                self.inner.groups.lock().unwrap_or_else(|e| e.into_inner()).get(&group).and_then(Weak::upgrade);
             if let Some(domain) = existing {
                 if domain.isolation != isolation {
                     return Err(Error::IsolationUnavailable(
                         isolation.to_string(),
-                        format!(
-                            "group {group} already runs with isolation {}",
-                            domain.isolation
-                        ),
+                        format!("group {group} already runs with isolation {}", domain.isolation),
                     ));
                 }
                 let ext = domain.add_extension(spec, name.clone(), policy)?;
@@ -124,11 +109,7 @@ impl Supervisor {
             domain_policy.isolation = isolation;
             let domain = self.start_domain(group.clone(), isolation, domain_policy, spec)?;
             let ext = domain.register_extension(name.clone(), policy);
-            self.inner
-                .groups
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(group, Arc::downgrade(&domain));
+            self.inner.groups.lock().unwrap_or_else(|e| e.into_inner()).insert(group, Arc::downgrade(&domain));
             return Ok(Extension { domain, ext, name });
         }
         let domain = self.start_domain(name.clone(), isolation, policy.clone(), spec)?;
@@ -153,12 +134,10 @@ impl Supervisor {
     ) -> Result<Arc<Domain>, Error> {
         let mut tracker = Tracker::new();
         let backend: Box<dyn crate::backend::Backend> = match isolation {
-            Isolation::None => Box::new(DirectBackend::load(vec![spec.clone()]).map_err(
-                |reason| Error::Load {
-                    path: spec.path.clone(),
-                    reason,
-                },
-            )?),
+            Isolation::None => Box::new(
+                DirectBackend::load(vec![spec.clone()])
+                    .map_err(|reason| Error::Load { path: spec.path.clone(), reason })?,
+            ),
             Isolation::Process => {
                 let program = find_program().map_err(Error::DomainProgramMissing)?;
                 let cfg = ProcessConfig {
@@ -173,30 +152,16 @@ impl Supervisor {
                     zygote: policy.zygote,
                 };
                 Box::new(
-                    ProcessBackend::start(cfg, self.monitor()?, &mut tracker).map_err(
-                        |reason| Error::Load {
-                            path: spec.path.clone(),
-                            reason,
-                        },
-                    )?,
+                    ProcessBackend::start(cfg, self.monitor()?, &mut tracker)
+                        .map_err(|reason| Error::Load { path: spec.path.clone(), reason })?,
                 )
             }
             Isolation::Mpk | Isolation::Auto => {
-                return Err(Error::IsolationUnavailable(
-                    isolation.to_string(),
-                    "not built yet".into(),
-                ))
+                return Err(Error::IsolationUnavailable(isolation.to_string(), "not built yet".into()))
             }
         };
         let heartbeat = policy.heartbeat;
-        let domain = Arc::new(Domain::new(
-            name,
-            isolation,
-            policy,
-            self.inner.events.clone(),
-            backend,
-            tracker,
-        ));
+        let domain = Arc::new(Domain::new(name, isolation, policy, self.inner.events.clone(), backend, tracker));
         if let Some(interval) = heartbeat {
             if isolation == Isolation::Process {
                 self.add_heartbeat(&domain, interval);
@@ -206,19 +171,13 @@ impl Supervisor {
     }
 
     fn add_heartbeat(&self, domain: &Arc<Domain>, interval: Duration) {
-        self.inner
-            .heartbeats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((Arc::downgrade(domain), interval));
+        self.inner.heartbeats.lock().unwrap_or_else(|e| e.into_inner()).push((Arc::downgrade(domain), interval));
         if self.inner.heartbeat_started.swap(true, Ordering::AcqRel) {
             return;
         }
         let inner = Arc::downgrade(&self.inner);
         let stop = self.inner.stop.clone();
-        let _ = std::thread::Builder::new()
-            .name("ward-heartbeat".into())
-            .spawn(move || heartbeat_loop(inner, stop));
+        let _ = std::thread::Builder::new().name("ward-heartbeat".into()).spawn(move || heartbeat_loop(inner, stop));
     }
 }
 
@@ -230,11 +189,7 @@ fn heartbeat_loop(inner: Weak<Inner>, stop: Arc<AtomicBool>) {
         // The heartbeat's own period, not synchronisation with anything.
         std::thread::sleep(tick);
         let Some(inner) = inner.upgrade() else { return };
-        let list: Vec<(Weak<Domain>, Duration)> = inner
-            .heartbeats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let list: Vec<(Weak<Domain>, Duration)> = inner.heartbeats.lock().unwrap_or_else(|e| e.into_inner()).clone();
         drop(inner);
         let now = std::time::Instant::now();
         for (weak, interval) in list {
@@ -265,10 +220,7 @@ fn resolve_isolation(iso: Isolation) -> Result<Isolation, Error> {
 
 /// The extension's name for policy: the file stem without a `lib` prefix.
 pub fn extension_name(path: &Path) -> String {
-    let stem = path
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let stem = path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let stem = stem.split(".so").next().unwrap_or(&stem).to_string();
     stem.strip_prefix("lib").map(str::to_string).unwrap_or(stem)
 }
@@ -277,21 +229,12 @@ pub fn extension_name(path: &Path) -> String {
 fn check_elf(path: &Path) -> Result<(), Error> {
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::NotFound { path: path.into() })
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::NotFound { path: path.into() }),
         Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
     };
     let mut h = [0u8; 20];
-    let n = f
-        .read(&mut h)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    let not = |reason: &str| {
-        Err(Error::NotElf {
-            path: PathBuf::from(path),
-            reason: reason.into(),
-        })
-    };
+    let n = f.read(&mut h).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    let not = |reason: &str| Err(Error::NotElf { path: PathBuf::from(path), reason: reason.into() });
     if n < 20 || &h[..4] != b"\x7fELF" {
         return not("no ELF header");
     }
@@ -340,11 +283,7 @@ impl Extension {
     /// Resolve a function once, for repeated calls.
     pub fn function(&self, symbol: &str) -> Result<Function, Error> {
         let sym = self.domain.symbol(self.ext, symbol)?;
-        Ok(Function {
-            domain: self.domain.clone(),
-            sym,
-            name: symbol.to_string(),
-        })
+        Ok(Function { domain: self.domain.clone(), sym, name: symbol.to_string() })
     }
 
     /// Call `symbol` with `args`, reading the result as `ret`.
@@ -406,10 +345,7 @@ mod tests {
 
     #[test]
     fn names_extensions_by_their_stem() {
-        assert_eq!(
-            extension_name(Path::new("/usr/lib/ladspa/libamp.so")),
-            "amp"
-        );
+        assert_eq!(extension_name(Path::new("/usr/lib/ladspa/libamp.so")), "amp");
         assert_eq!(extension_name(Path::new("faulty.so")), "faulty");
         assert_eq!(extension_name(Path::new("x/libfoo.so.1.2")), "foo");
     }

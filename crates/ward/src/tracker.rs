@@ -56,20 +56,10 @@ impl Tracker {
     }
 
     /// Record a resource with the action that releases it.
-    pub fn track(
-        &mut self,
-        kind: ResourceKind,
-        release: impl FnOnce() + Send + 'static,
-    ) -> RecordId {
+    pub fn track(&mut self, kind: ResourceKind, release: impl FnOnce() + Send + 'static) -> RecordId {
         self.next += 1;
         let id = RecordId(self.next);
-        self.records.insert(
-            id,
-            Record {
-                kind,
-                release: Box::new(release),
-            },
-        );
+        self.records.insert(id, Record { kind, release: Box::new(release) });
         id
     }
 
@@ -128,12 +118,8 @@ mod tests {
     fn release_all_runs_every_action_once_and_counts_by_kind() {
         let ran = Arc::new(AtomicUsize::new(0));
         let mut t = Tracker::new();
-        for kind in [
-            ResourceKind::Instance,
-            ResourceKind::PoolBuffer,
-            ResourceKind::PoolBuffer,
-            ResourceKind::Callback,
-        ] {
+        for kind in [ResourceKind::Instance, ResourceKind::PoolBuffer, ResourceKind::PoolBuffer, ResourceKind::Callback]
+        {
             let ran = ran.clone();
             t.track(kind, move || {
                 ran.fetch_add(1, Ordering::SeqCst);
@@ -141,15 +127,7 @@ mod tests {
         }
         let r = t.release_all();
         assert_eq!(ran.load(Ordering::SeqCst), 4);
-        assert_eq!(
-            r,
-            Released {
-                instances: 1,
-                pool_buffers: 2,
-                callbacks: 1,
-                descriptors: 0
-            }
-        );
+        assert_eq!(r, Released { instances: 1, pool_buffers: 2, callbacks: 1, descriptors: 0 });
         assert!(t.is_empty());
         assert_eq!(t.release_all().total(), 0);
     }

@@ -32,36 +32,14 @@ fn well(iso: Isolation) -> (Supervisor, Extension) {
 fn integer_and_float_scalars() {
     for iso in KINDS {
         let (_s, ext) = well(iso);
-        assert_eq!(
-            i64_call(&ext, "well_add", &mut [Arg::I64(-5), Arg::I64(3)]),
-            -2
-        );
-        assert_eq!(
-            i64_call(
-                &ext,
-                "well_mul3",
-                &mut [Arg::I64(2), Arg::I64(3), Arg::I64(7)]
-            ),
-            42
-        );
-        let fma = ext
-            .call(
-                "well_fma",
-                &mut [Arg::F64(1.5), Arg::F64(2.0), Arg::F64(0.25)],
-                RetType::F64,
-            )
-            .unwrap();
+        assert_eq!(i64_call(&ext, "well_add", &mut [Arg::I64(-5), Arg::I64(3)]), -2);
+        assert_eq!(i64_call(&ext, "well_mul3", &mut [Arg::I64(2), Arg::I64(3), Arg::I64(7)]), 42);
+        let fma = ext.call("well_fma", &mut [Arg::F64(1.5), Arg::F64(2.0), Arg::F64(0.25)], RetType::F64).unwrap();
         assert_eq!(fma, Value::F64(3.25));
-        let half = ext
-            .call("well_halve", &mut [Arg::F32(3.0)], RetType::F32)
-            .unwrap();
+        let half = ext.call("well_halve", &mut [Arg::F32(3.0)], RetType::F32).unwrap();
         assert_eq!(half, Value::F32(1.5));
         let mix = ext
-            .call(
-                "well_mix",
-                &mut [Arg::I64(1), Arg::F64(0.5), Arg::I64(-3), Arg::F32(0.25)],
-                RetType::F64,
-            )
+            .call("well_mix", &mut [Arg::I64(1), Arg::F64(0.5), Arg::I64(-3), Arg::F32(0.25)], RetType::F64)
             .unwrap();
         assert_eq!(mix, Value::F64(-1.25), "{iso}");
     }
@@ -73,44 +51,23 @@ fn in_out_and_in_out_buffers_and_strings() {
         let (_s, ext) = well(iso);
         let data: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
         let expected: i64 = data.iter().map(|&b| i64::from(b)).sum();
-        assert_eq!(
-            i64_call(
-                &ext,
-                "well_sum",
-                &mut [Arg::In(&data), Arg::U64(data.len() as u64)]
-            ),
-            expected
-        );
+        assert_eq!(i64_call(&ext, "well_sum", &mut [Arg::In(&data), Arg::U64(data.len() as u64)]), expected);
 
         let mut out = vec![0u8; data.len()];
         ext.call(
             "well_xor",
-            &mut [
-                Arg::In(&data),
-                Arg::Out(&mut out),
-                Arg::U64(data.len() as u64),
-                Arg::I64(0x5a),
-            ],
+            &mut [Arg::In(&data), Arg::Out(&mut out), Arg::U64(data.len() as u64), Arg::I64(0x5a)],
             RetType::Void,
         )
         .unwrap();
         assert!(out.iter().zip(&data).all(|(o, d)| *o == d ^ 0x5a));
 
         let mut buf = b"abcdef".to_vec();
-        ext.call(
-            "well_reverse",
-            &mut [Arg::InOut(&mut buf), Arg::U64(6)],
-            RetType::Void,
-        )
-        .unwrap();
+        ext.call("well_reverse", &mut [Arg::InOut(&mut buf), Arg::U64(6)], RetType::Void).unwrap();
         assert_eq!(&buf, b"fedcba");
 
         let s = std::ffi::CString::new("protection domain").unwrap();
-        assert_eq!(
-            i64_call(&ext, "well_strlen", &mut [Arg::Str(&s)]),
-            17,
-            "{iso}"
-        );
+        assert_eq!(i64_call(&ext, "well_strlen", &mut [Arg::Str(&s)]), 17, "{iso}");
     }
 }
 
@@ -119,16 +76,8 @@ fn a_megabyte_crosses_both_ways() {
     let (_s, ext) = well(Isolation::Process);
     let data: Vec<u8> = (0..(1 << 20)).map(|i| (i * 7 % 251) as u8).collect();
     let mut out = vec![0u8; data.len()];
-    ext.call(
-        "well_copy",
-        &mut [
-            Arg::In(&data),
-            Arg::Out(&mut out),
-            Arg::U64(data.len() as u64),
-        ],
-        RetType::Void,
-    )
-    .unwrap();
+    ext.call("well_copy", &mut [Arg::In(&data), Arg::Out(&mut out), Arg::U64(data.len() as u64)], RetType::Void)
+        .unwrap();
     assert_eq!(out, data);
 }
 
@@ -142,27 +91,14 @@ fn callbacks_into_the_host() {
                 Value::I64(x * x)
             })
             .unwrap();
-        assert_eq!(
-            i64_call(
-                &ext,
-                "well_map_sum",
-                &mut [Arg::Callback(&square), Arg::I64(10)]
-            ),
-            285
-        );
+        assert_eq!(i64_call(&ext, "well_map_sum", &mut [Arg::Callback(&square), Arg::I64(10)]), 285);
         let scale = sup
-            .register_callback(
-                Signature::new(&[ValType::F64, ValType::I64], RetType::F64),
-                |a| Value::F64(a[0].as_f64().unwrap_or(0.0) * a[1].as_i64().unwrap_or(0) as f64),
-            )
+            .register_callback(Signature::new(&[ValType::F64, ValType::I64], RetType::F64), |a| {
+                Value::F64(a[0].as_f64().unwrap_or(0.0) * a[1].as_i64().unwrap_or(0) as f64)
+            })
             .unwrap();
-        let v = ext
-            .call(
-                "well_apply_f",
-                &mut [Arg::Callback(&scale), Arg::F64(1.25), Arg::I64(4)],
-                RetType::F64,
-            )
-            .unwrap();
+        let v =
+            ext.call("well_apply_f", &mut [Arg::Callback(&scale), Arg::F64(1.25), Arg::I64(4)], RetType::F64).unwrap();
         assert_eq!(v, Value::F64(10.0), "{iso}");
     }
 }
@@ -184,20 +120,11 @@ fn nested_calls_both_ways() {
                     return Value::I64(0);
                 }
                 let (ext, cb) = inner.get().expect("set before the first call");
-                ext.call(
-                    "well_nest",
-                    &mut [Arg::Callback(cb), Arg::I64(d - 1)],
-                    RetType::I64,
-                )
-                .unwrap()
+                ext.call("well_nest", &mut [Arg::Callback(cb), Arg::I64(d - 1)], RetType::I64).unwrap()
             })
             .unwrap();
         let _ = slot.set((ext.clone(), cb.clone()));
-        assert_eq!(
-            i64_call(&ext, "well_nest", &mut [Arg::Callback(&cb), Arg::I64(6)]),
-            7,
-            "{iso}"
-        );
+        assert_eq!(i64_call(&ext, "well_nest", &mut [Arg::Callback(&cb), Arg::I64(6)]), 7, "{iso}");
         assert_eq!(deepest.load(Ordering::SeqCst), 0);
     }
 }
@@ -211,8 +138,7 @@ fn deferred_calls_run_in_order_before_the_next_call() {
             add.defer(&[Arg::I64(i)]).unwrap();
         }
         assert_eq!(i64_call(&ext, "counter_get", &mut []), 500_500, "{iso}");
-        ext.defer("well_sum", &[Arg::In(b"\x01\x02\x03"), Arg::U64(3)])
-            .unwrap();
+        ext.defer("well_sum", &[Arg::In(b"\x01\x02\x03"), Arg::U64(3)]).unwrap();
         ext.flush().unwrap();
     }
 }
@@ -220,15 +146,8 @@ fn deferred_calls_run_in_order_before_the_next_call() {
 #[test]
 fn handles_are_stable_and_remapped_after_a_restart() {
     let (_s, ext) = well(Isolation::Process);
-    let h = ext
-        .call("acc_new", &mut [Arg::I64(100)], RetType::Handle)
-        .unwrap()
-        .as_handle()
-        .unwrap();
-    assert_eq!(
-        i64_call(&ext, "acc_add", &mut [Arg::Handle(h), Arg::I64(5)]),
-        105
-    );
+    let h = ext.call("acc_new", &mut [Arg::I64(100)], RetType::Handle).unwrap().as_handle().unwrap();
+    assert_eq!(i64_call(&ext, "acc_add", &mut [Arg::Handle(h), Arg::I64(5)]), 105);
     assert_eq!(ext.stats().handles, 1);
     // Kill the domain from outside; the next call finds it dead, recovers, replays acc_new and acc_add.
     let pid = ext.pid().unwrap();
@@ -236,26 +155,17 @@ fn handles_are_stable_and_remapped_after_a_restart() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert_eq!(i64_call(&ext, "acc_get", &mut [Arg::Handle(h)]), 105);
     assert_ne!(ext.pid().unwrap(), pid);
-    ext.call("acc_free", &mut [Arg::Handle(h)], RetType::Void)
-        .unwrap();
+    ext.call("acc_free", &mut [Arg::Handle(h)], RetType::Void).unwrap();
     assert_eq!(ext.stats().handles, 0);
-    assert_eq!(
-        ext.stats().shadow_log,
-        0,
-        "a destroyed instance's history is dropped"
-    );
-    let err = ext
-        .call("acc_get", &mut [Arg::Handle(h)], RetType::I64)
-        .unwrap_err();
+    assert_eq!(ext.stats().shadow_log, 0, "a destroyed instance's history is dropped");
+    let err = ext.call("acc_get", &mut [Arg::Handle(h)], RetType::I64).unwrap_err();
     assert!(matches!(err, ward::Error::UnknownHandle { .. }), "{err}");
 }
 
 #[test]
 fn unknown_symbols_and_bad_files_are_clear_errors() {
     let (_s, ext) = well(Isolation::Process);
-    let e = ext
-        .call("no_such_function", &mut [], RetType::Void)
-        .unwrap_err();
+    let e = ext.call("no_such_function", &mut [], RetType::Void).unwrap_err();
     assert!(matches!(e, ward::Error::UnknownSymbol { .. }), "{e}");
     assert!(e.to_string().contains("no_such_function"));
     let sup = Supervisor::new(Policy::default());

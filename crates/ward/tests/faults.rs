@@ -11,16 +11,8 @@ fn contained(kind: i64, arg: i64) -> ward::Fault {
     let (_sup, ext, events) = faulty(Isolation::Process, "");
     let v = arm_and_compute(&ext, kind, arg);
     assert_eq!(v.as_i64(), Some(37), "the retried call is correct");
-    assert_eq!(
-        i64_call(&ext, "faulty_counter_get", &mut []),
-        12,
-        "state replayed"
-    );
-    assert_eq!(
-        i64_call(&ext, "faulty_compute", &mut [Arg::I64(3)]),
-        10,
-        "later calls are correct"
-    );
+    assert_eq!(i64_call(&ext, "faulty_counter_get", &mut []), 12, "state replayed");
+    assert_eq!(i64_call(&ext, "faulty_compute", &mut [Arg::I64(3)]), 10, "later calls are correct");
     let stats = ext.stats();
     assert_eq!(stats.restarts, 1);
     assert_eq!(stats.incarnation, 2);
@@ -57,10 +49,7 @@ fn wild_write_to_a_host_address_leaves_host_data_unchanged() {
 
 #[test]
 fn abort() {
-    assert_eq!(
-        signal(&contained(3, 0)),
-        (libc::SIGABRT, SignalCause::Abort)
-    );
+    assert_eq!(signal(&contained(3, 0)), (libc::SIGABRT, SignalCause::Abort));
 }
 
 #[test]
@@ -71,44 +60,29 @@ fn exit_3() {
 #[test]
 fn infinite_loop_is_stopped_at_its_deadline() {
     let f = contained(5, 0);
-    assert!(
-        matches!(f.kind, FaultKind::Timeout { deadline } if deadline.as_millis() == 3000),
-        "{f:?}"
-    );
+    assert!(matches!(f.kind, FaultKind::Timeout { deadline } if deadline.as_millis() == 3000), "{f:?}");
 }
 
 #[test]
 fn unbounded_recursion_is_a_stack_overflow() {
-    assert_eq!(
-        signal(&contained(6, 0)),
-        (libc::SIGSEGV, SignalCause::StackOverflow)
-    );
+    assert_eq!(signal(&contained(6, 0)), (libc::SIGSEGV, SignalCause::StackOverflow));
 }
 
 #[test]
 fn memory_bomb_is_stopped_by_the_address_space_limit() {
     // malloc fails at the limit and the bomb writes through the null it got.
-    assert_eq!(
-        signal(&contained(7, 0)),
-        (libc::SIGSEGV, SignalCause::NullDereference)
-    );
+    assert_eq!(signal(&contained(7, 0)), (libc::SIGSEGV, SignalCause::NullDereference));
 }
 
 #[test]
 fn descriptor_leak_ends_at_the_descriptor_limit() {
     // The leak aborts when open() fails at the policy's open_files limit, in the domain's own table.
-    assert_eq!(
-        signal(&contained(8, 0)),
-        (libc::SIGABRT, SignalCause::Abort)
-    );
+    assert_eq!(signal(&contained(8, 0)), (libc::SIGABRT, SignalCause::Abort));
 }
 
 #[test]
 fn raise_sigkill() {
-    assert_eq!(
-        signal(&contained(9, 0)),
-        (libc::SIGKILL, SignalCause::Killed)
-    );
+    assert_eq!(signal(&contained(9, 0)), (libc::SIGKILL, SignalCause::Killed));
 }
 
 #[test]
@@ -123,24 +97,15 @@ fn garbage_in_a_reply_is_a_protocol_violation() {
 #[test]
 fn a_forged_reply_for_a_call_not_in_flight_is_a_protocol_violation() {
     let f = contained(11, 0);
-    assert!(
-        matches!(&f.kind, FaultKind::Protocol { what } if what.contains("not in flight")),
-        "{f:?}"
-    );
+    assert!(matches!(&f.kind, FaultKind::Protocol { what } if what.contains("not in flight")), "{f:?}");
 }
 
 #[test]
 fn division_by_zero() {
-    assert_eq!(
-        signal(&contained(12, 0)),
-        (libc::SIGFPE, SignalCause::Arithmetic)
-    );
+    assert_eq!(signal(&contained(12, 0)), (libc::SIGFPE, SignalCause::Arithmetic));
 }
 
 #[test]
 fn illegal_instruction() {
-    assert_eq!(
-        signal(&contained(13, 0)),
-        (libc::SIGILL, SignalCause::IllegalInstruction)
-    );
+    assert_eq!(signal(&contained(13, 0)), (libc::SIGILL, SignalCause::IllegalInstruction));
 }

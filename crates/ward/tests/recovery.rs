@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use ward::{
-    Arg, Event, Extension, FaultKind, Isolation, Policy, RestartVia, RetType, Signature,
-    Supervisor, ValType, Value,
+    Arg, Event, Extension, FaultKind, Isolation, Policy, RestartVia, RetType, Signature, Supervisor, ValType, Value,
 };
 
 /// Generous bound for events that a healthy machine delivers in milliseconds.
@@ -25,16 +24,7 @@ fn a_domain_killed_from_outside_is_recovered_at_the_next_call() {
     assert_eq!(i64_call(&ext, "faulty_counter_get", &mut []), 9);
     let f = faults(&events);
     assert_eq!(f.len(), 1);
-    assert!(
-        matches!(
-            f[0].kind,
-            FaultKind::Signal {
-                signo: libc::SIGTERM,
-                ..
-            }
-        ),
-        "{f:?}"
-    );
+    assert!(matches!(f[0].kind, FaultKind::Signal { signo: libc::SIGTERM, .. }), "{f:?}");
     assert_ne!(ext.pid(), Some(pid));
 }
 
@@ -46,23 +36,14 @@ fn a_stopped_domain_misses_its_heartbeat_and_is_restarted() {
     // SAFETY: our own domain process; SIGSTOP freezes it without killing it.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let fault = loop {
-        match events
-            .recv_timeout(EVENT_BOUND)
-            .expect("a heartbeat fault within the bound")
-        {
+        match events.recv_timeout(EVENT_BOUND).expect("a heartbeat fault within the bound") {
             Event::Fault { fault } => break fault,
             _ => continue,
         }
     };
-    assert!(
-        matches!(fault.kind, FaultKind::HeartbeatMissed { .. }),
-        "{fault:?}"
-    );
+    assert!(matches!(fault.kind, FaultKind::HeartbeatMissed { .. }), "{fault:?}");
     loop {
-        if let Event::Recovered { .. } = events
-            .recv_timeout(EVENT_BOUND)
-            .expect("recovery within the bound")
-        {
+        if let Event::Recovered { .. } = events.recv_timeout(EVENT_BOUND).expect("recovery within the bound") {
             break;
         }
     }
@@ -81,52 +62,35 @@ max_retries = 1
 "#;
     let (_sup, ext, events) = faulty_with(Isolation::Process, policy);
     // faulty_null_deref faults every time: each call is one fault plus one retry.
-    let e1 = ext
-        .call("faulty_null_deref", &mut [], RetType::Void)
-        .unwrap_err();
+    let e1 = ext.call("faulty_null_deref", &mut [], RetType::Void).unwrap_err();
     assert!(matches!(e1, ward::Error::Fault(_)), "{e1}");
-    let e2 = ext
-        .call("faulty_null_deref", &mut [], RetType::Void)
-        .unwrap_err();
+    let e2 = ext.call("faulty_null_deref", &mut [], RetType::Void).unwrap_err();
     assert!(matches!(e2, ward::Error::Disabled { .. }), "{e2}");
-    let e3 = ext
-        .call("faulty_counter_get", &mut [], RetType::I64)
-        .unwrap_err();
+    let e3 = ext.call("faulty_counter_get", &mut [], RetType::I64).unwrap_err();
     assert!(matches!(e3, ward::Error::Disabled { .. }), "{e3}");
     assert!(e3.to_string().contains("disabled"));
     assert!(ext.stats().disabled);
     assert_eq!(ext.stats().restarts, 3);
-    assert!(events
-        .try_iter()
-        .any(|e| matches!(e, Event::Disabled { .. })));
+    assert!(events.try_iter().any(|e| matches!(e, Event::Disabled { .. })));
 }
 
 #[test]
 fn on_fault_fail_returns_the_fault_and_keeps_the_domain_running() {
     let (_sup, ext, _events) = faulty(Isolation::Process, "on_fault = \"fail\"");
-    ext.call("faulty_arm", &mut [Arg::I64(3), Arg::I64(0)], RetType::Void)
-        .unwrap();
-    let e = ext
-        .call("faulty_compute", &mut [Arg::I64(2)], RetType::I64)
-        .unwrap_err();
+    ext.call("faulty_arm", &mut [Arg::I64(3), Arg::I64(0)], RetType::Void).unwrap();
+    let e = ext.call("faulty_compute", &mut [Arg::I64(2)], RetType::I64).unwrap_err();
     let fault = e.fault().expect("a fault");
-    assert!(matches!(
-        fault.kind,
-        FaultKind::Signal {
-            signo: libc::SIGABRT,
-            ..
-        }
-    ));
+    assert!(matches!(fault.kind, FaultKind::Signal { signo: libc::SIGABRT, .. }));
     assert_eq!(i64_call(&ext, "faulty_compute", &mut [Arg::I64(2)]), 5);
 }
 
 #[test]
 fn a_function_deadline_overrides_the_extension_deadline() {
-    let policy = format!("{FAULTY_POLICY}\n[extension.faulty.function.faulty_infinite_loop]\ndeadline_ms = 200\nretryable = false\n");
+    let policy = format!(
+        "{FAULTY_POLICY}\n[extension.faulty.function.faulty_infinite_loop]\ndeadline_ms = 200\nretryable = false\n"
+    );
     let (_sup, ext, _events) = faulty_with(Isolation::Process, &policy);
-    let e = ext
-        .call("faulty_infinite_loop", &mut [], RetType::Void)
-        .unwrap_err();
+    let e = ext.call("faulty_infinite_loop", &mut [], RetType::Void).unwrap_err();
     assert!(
         matches!(e.fault().map(|f| &f.kind), Some(FaultKind::Timeout { deadline }) if deadline.as_millis() == 200),
         "{e}"
@@ -139,16 +103,8 @@ fn restarting_without_a_zygote_spawns_a_fresh_domain() {
     let (_sup, ext, events) = faulty(Isolation::Process, "zygote = false");
     assert_eq!(arm_and_compute(&ext, 1, 0).as_i64(), Some(37));
     assert_eq!(i64_call(&ext, "faulty_counter_get", &mut []), 12);
-    let via: Vec<RestartVia> = events
-        .try_iter()
-        .filter_map(|e| {
-            if let Event::Recovered { via, .. } = e {
-                Some(via)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let via: Vec<RestartVia> =
+        events.try_iter().filter_map(|e| if let Event::Recovered { via, .. } = e { Some(via) } else { None }).collect();
     assert_eq!(via, vec![RestartVia::Spawn]);
 }
 
@@ -170,12 +126,8 @@ backoff_initial_ms = 0.001
 "#;
     let sup = Supervisor::new(Policy::from_toml_str(policy, "test").unwrap());
     let events = sup.subscribe();
-    let well = sup
-        .load_with(builtin("well"), Some(Isolation::Process))
-        .unwrap();
-    let faulty = sup
-        .load_with(builtin("faulty"), Some(Isolation::Process))
-        .unwrap();
+    let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+    let faulty = sup.load_with(builtin("faulty"), Some(Isolation::Process)).unwrap();
     assert_eq!(well.pid(), faulty.pid(), "one group, one domain process");
     assert_eq!(i64_call(&well, "counter_add", &mut [Arg::I64(3)]), 3);
     let slot: Arc<OnceLock<(Extension, Extension, ward::Callback)>> = Arc::new(OnceLock::new());
@@ -191,36 +143,18 @@ backoff_initial_ms = 0.001
                     Err(_) => Value::I64(-1000),
                 };
             }
-            well.call(
-                "well_nest",
-                &mut [Arg::Callback(cb), Arg::I64(d - 1)],
-                RetType::I64,
-            )
-            .unwrap_or(Value::I64(-1))
+            well.call("well_nest", &mut [Arg::Callback(cb), Arg::I64(d - 1)], RetType::I64).unwrap_or(Value::I64(-1))
         })
         .unwrap();
     let _ = slot.set((well.clone(), faulty.clone(), cb.clone()));
-    let r = well.call(
-        "well_nest",
-        &mut [Arg::Callback(&cb), Arg::I64(3)],
-        RetType::I64,
-    );
+    let r = well.call("well_nest", &mut [Arg::Callback(&cb), Arg::I64(3)], RetType::I64);
     // The outer calls were in the incarnation that died: they fail cleanly (no retries in this policy).
     assert!(r.is_err(), "{r:?}");
     // The host is fine and so is the domain: state replayed, calls work again.
     assert_eq!(i64_call(&well, "counter_add", &mut [Arg::I64(1)]), 4);
     assert_eq!(i64_call(&faulty, "faulty_compute", &mut [Arg::I64(4)]), 17);
     let f = faults(&events);
-    assert!(
-        f.iter().any(|f| matches!(
-            f.kind,
-            FaultKind::Signal {
-                signo: libc::SIGSEGV,
-                ..
-            }
-        )),
-        "{f:?}"
-    );
+    assert!(f.iter().any(|f| matches!(f.kind, FaultKind::Signal { signo: libc::SIGSEGV, .. })), "{f:?}");
 }
 
 #[test]
@@ -236,23 +170,15 @@ group = "g"
 state = true
 "#;
     let sup = Supervisor::new(Policy::from_toml_str(policy, "test").unwrap());
-    let well = sup
-        .load_with(builtin("well"), Some(Isolation::Process))
-        .unwrap();
+    let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
     assert_eq!(i64_call(&well, "counter_add", &mut [Arg::I64(20)]), 20);
-    let faulty = sup
-        .load_with(builtin("faulty"), Some(Isolation::Process))
-        .unwrap();
+    let faulty = sup.load_with(builtin("faulty"), Some(Isolation::Process)).unwrap();
     assert_eq!(well.domain(), "g");
     assert_eq!(well.pid(), faulty.pid());
     // Adding a member restarted the domain; the first member's state was replayed.
     assert_eq!(i64_call(&well, "counter_get", &mut []), 20);
     assert_eq!(arm_and_compute(&faulty, 1, 0).as_i64(), Some(37));
-    assert_eq!(
-        i64_call(&well, "counter_get", &mut []),
-        20,
-        "the peer's state is replayed too"
-    );
+    assert_eq!(i64_call(&well, "counter_get", &mut []), 20, "the peer's state is replayed too");
     assert_eq!(i64_call(&faulty, "faulty_counter_get", &mut []), 12);
 }
 
@@ -264,18 +190,7 @@ fn an_unloadable_extension_is_a_clear_load_error() {
     let so = dir.join("libbroken.so");
     // Link against a stub library, then delete it: the extension's DT_NEEDED names a library that is gone.
     let stub = dir.join("libward_missing_dependency.so");
-    cc(
-        &[
-            "-shared",
-            "-fPIC",
-            "-o",
-            stub.to_str().unwrap(),
-            "-x",
-            "c",
-            "-",
-        ],
-        b"int g(void){return 2;}\n",
-    );
+    cc(&["-shared", "-fPIC", "-o", stub.to_str().unwrap(), "-x", "c", "-"], b"int g(void){return 2;}\n");
     cc(
         &[
             "-shared",
@@ -299,11 +214,7 @@ fn an_unloadable_extension_is_a_clear_load_error() {
 
 fn cc(args: &[&str], source: &[u8]) {
     use std::io::Write;
-    let mut c = std::process::Command::new("cc")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut c = std::process::Command::new("cc").args(args).stdin(std::process::Stdio::piped()).spawn().unwrap();
     c.stdin.take().unwrap().write_all(source).unwrap();
     assert!(c.wait().unwrap().success());
 }

@@ -26,11 +26,7 @@ unsafe impl Send for DirectBackend {}
 
 impl DirectBackend {
     pub fn load(specs: Vec<ExtensionSpec>) -> Result<DirectBackend, String> {
-        let mut b = DirectBackend {
-            specs,
-            handles: Vec::new(),
-            functions: Vec::new(),
-        };
+        let mut b = DirectBackend { specs, handles: Vec::new(), functions: Vec::new() };
         b.open_all()?;
         Ok(b)
     }
@@ -47,8 +43,7 @@ impl DirectBackend {
             }
             self.handles.push(Handle(h));
             if let Some(init) = &spec.init {
-                let f =
-                    lookup(h, init).ok_or_else(|| format!("init function `{init}` not found"))?;
+                let f = lookup(h, init).ok_or_else(|| format!("init function `{init}` not found"))?;
                 // SAFETY: policy declares init as `int64_t init(void)`.
                 let r = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
                 if r.int != 0 {
@@ -62,10 +57,7 @@ impl DirectBackend {
 
 impl Backend for DirectBackend {
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
-        let h = self
-            .handles
-            .get(ext)
-            .ok_or_else(|| BackendError::Usage(format!("no extension {ext}")))?;
+        let h = self.handles.get(ext).ok_or_else(|| BackendError::Usage(format!("no extension {ext}")))?;
         let f = lookup(h.0, symbol).ok_or(BackendError::UnknownSymbol)?;
         self.functions.push(f);
         Ok((self.functions.len() - 1) as u32)
@@ -90,32 +82,24 @@ impl Backend for DirectBackend {
         _: &[WireValue<'_>],
         _: RetType,
         _: Instant,
-    ) -> Result<Box<dyn Frame>, BackendError> {
-        Err(BackendError::Usage(
-            "the direct backend is called through its addresses".into(),
-        ))
+    ) -> Result<Frame, BackendError> {
+        Err(BackendError::Usage("the direct backend is called through its addresses".into()))
     }
 
-    fn wait(&mut self, _: &dyn Frame, _: Instant) -> Result<Step, BackendError> {
-        Err(BackendError::Usage(
-            "the direct backend has no calls in flight".into(),
-        ))
+    fn wait(&mut self, _: &Frame, _: Instant) -> Result<Step, BackendError> {
+        Err(BackendError::Usage("the direct backend has no calls in flight".into()))
     }
 
     fn answer_callback(&mut self, _: u64, _: RegRet) -> Result<(), BackendError> {
-        Err(BackendError::Usage(
-            "the direct backend has no calls in flight".into(),
-        ))
+        Err(BackendError::Usage("the direct backend has no calls in flight".into()))
     }
 
-    fn finish(&mut self, _: &mut Tracker, _: Box<dyn Frame>, _: &mut [&mut [u8]]) {}
+    fn finish(&mut self, _: &mut Tracker, _: Frame, _: &mut [&mut [u8]]) {}
 
-    fn abandon(&mut self, _: Box<dyn Frame>) {}
+    fn abandon(&mut self, _: Frame) {}
 
     fn defer(&mut self, _: u32, _: &[WireValue<'_>]) -> Result<(), BackendError> {
-        Err(BackendError::Usage(
-            "the direct backend is called through its addresses".into(),
-        ))
+        Err(BackendError::Usage("the direct backend is called through its addresses".into()))
     }
 
     fn flush(&mut self) -> Result<(), BackendError> {

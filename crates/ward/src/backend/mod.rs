@@ -13,7 +13,7 @@ use ward_abi::{RegArgs, RegRet};
 use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::fault::FaultKind;
-use crate::tracker::Tracker;
+use crate::tracker::{RecordId, Tracker};
 
 /// One extension of a domain, as the backend loads it.
 #[derive(Debug, Clone)]
@@ -56,17 +56,24 @@ pub(crate) enum Step {
     /// The call returned.
     Done(RegRet),
     /// The extension called back into the host; answer with [`Backend::answer_callback`].
-    Callback {
-        token: u64,
-        slot: usize,
-        regs: RegArgs,
-    },
+    Callback { token: u64, slot: usize, regs: RegArgs },
 }
 
-/// A call started in a domain: what the backend needs to finish it.
-pub(crate) trait Frame: Send {
-    fn id(&self) -> u64;
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
+/// A buffer lent to a domain for one call; its tracker record releases it if the call never finishes.
+#[derive(Debug)]
+pub(crate) struct Loan {
+    pub record: RecordId,
+    pub pool: u32,
+    pub rich: ward_xpc::RichPtr,
+    /// Copied back into the host when the call returns.
+    pub output: bool,
+}
+
+/// A call started in a domain: its id and what it borrowed.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    pub id: u64,
+    pub loans: Vec<Loan>,
 }
 
 pub(crate) trait Backend: Send {
@@ -85,20 +92,20 @@ pub(crate) trait Backend: Send {
         args: &[WireValue<'_>],
         ret: RetType,
         deadline: Instant,
-    ) -> Result<Box<dyn Frame>, BackendError>;
+    ) -> Result<Frame, BackendError>;
 
     /// Wait for the next step of the innermost call.
-    fn wait(&mut self, frame: &dyn Frame, deadline: Instant) -> Result<Step, BackendError>;
+    fn wait(&mut self, frame: &Frame, deadline: Instant) -> Result<Step, BackendError>;
 
     /// Answer a callback of the innermost call.
     fn answer_callback(&mut self, token: u64, ret: RegRet) -> Result<(), BackendError>;
 
     /// Finish a call that returned: copy output buffers back (in argument order, one per `Out`/`InOut`), release
     /// what it lent.
-    fn finish(&mut self, tracker: &mut Tracker, frame: Box<dyn Frame>, outputs: &mut [&mut [u8]]);
+    fn finish(&mut self, tracker: &mut Tracker, frame: Frame, outputs: &mut [&mut [u8]]);
 
     /// Abandon a call whose domain failed (its loans are released by the tracker).
-    fn abandon(&mut self, frame: Box<dyn Frame>);
+    fn abandon(&mut self, frame: Frame);
 
     /// Queue a call with no reply awaited; `args` are scalars or small inputs carried in the record.
     fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError>;

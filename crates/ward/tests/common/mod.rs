@@ -27,11 +27,7 @@ state = true
 
 /// The faulty policy with `extra` keys added to its `[extension.faulty]` table.
 pub fn faulty(isolation: Isolation, extra: &str) -> (Supervisor, Extension, Receiver<Event>) {
-    let policy = FAULTY_POLICY.replacen(
-        "[extension.faulty]\n",
-        &format!("[extension.faulty]\n{extra}\n"),
-        1,
-    );
+    let policy = FAULTY_POLICY.replacen("[extension.faulty]\n", &format!("[extension.faulty]\n{extra}\n"), 1);
     faulty_with(isolation, &policy)
 }
 
@@ -51,14 +47,8 @@ pub fn i64_call(ext: &Extension, f: &str, args: &mut [Arg<'_>]) -> i64 {
 pub fn arm_and_compute(ext: &Extension, kind: i64, arg: i64) -> ward::Value {
     assert_eq!(i64_call(ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
     assert_eq!(i64_call(ext, "faulty_counter_add", &mut [Arg::I64(7)]), 12);
-    ext.call(
-        "faulty_arm",
-        &mut [Arg::I64(kind), Arg::I64(arg)],
-        RetType::Void,
-    )
-    .unwrap();
-    ext.call("faulty_compute", &mut [Arg::I64(6)], RetType::I64)
-        .unwrap()
+    ext.call("faulty_arm", &mut [Arg::I64(kind), Arg::I64(arg)], RetType::Void).unwrap();
+    ext.call("faulty_compute", &mut [Arg::I64(6)], RetType::I64).unwrap()
 }
 
 pub fn faults(events: &Receiver<Event>) -> Vec<ward::Fault> {

@@ -21,20 +21,20 @@ use std::time::{Duration, Instant};
 use ward_abi::{RegArgs, RegRet};
 use ward_xpc::control::ControlSocket;
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
-use ward_xpc::pool::{HostPool, Lease, PoolGeometry, RichPtr, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
+use ward_xpc::pool::{HostPool, Lease, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
 use ward_xpc::ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};
 use ward_xpc::wire::{ArgKind, ArgList, Message, RetKind, Status, WireArg};
 use ward_xpc::Region;
 
 pub(crate) use spawn::find_program;
 
-use super::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
+use super::{Backend, BackendError, ExtensionSpec, Frame, Loan, Step, WireValue};
 use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::fault::{FaultKind, SignalCause};
 use crate::monitor::{DeathWatch, Monitor, WatchGuard};
 use crate::policy::Limits;
-use crate::tracker::{RecordId, ResourceKind, Tracker};
+use crate::tracker::{ResourceKind, Tracker};
 
 /// How long to wait for a zygote's answer (a fork, an exit status) before giving up on it.
 const ZYGOTE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -103,44 +103,13 @@ pub(crate) struct ProcessBackend {
     record: Box<[u8]>,
 }
 
-struct ProcessFrame {
-    id: u64,
-    loans: Vec<Loan>,
-}
-
-impl Frame for ProcessFrame {
-    fn id(&self) -> u64 {
-        self.id
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
-        self
-    }
-}
-
-/// A buffer lent for one call.
-struct Loan {
-    record: RecordId,
-    pool: u32,
-    rich: RichPtr,
-    /// Copied back into the host after the call.
-    output: bool,
-}
-
 impl ProcessBackend {
-    pub fn start(
-        cfg: ProcessConfig,
-        monitor: Arc<Monitor>,
-        tracker: &mut Tracker,
-    ) -> Result<ProcessBackend, String> {
-        let region = Region::create(DEFAULT_RING_CAPACITY)
-            .map_err(|e| format!("cannot create the rings: {e}"))?;
-        let geometry =
-            PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
-        let input = HostPool::create(POOL_IN, geometry.clone())
-            .map_err(|e| format!("cannot create the input pool: {e}"))?;
-        let output = HostPool::create(POOL_OUT, geometry)
-            .map_err(|e| format!("cannot create the output pool: {e}"))?;
+    pub fn start(cfg: ProcessConfig, monitor: Arc<Monitor>, tracker: &mut Tracker) -> Result<ProcessBackend, String> {
+        let region = Region::create(DEFAULT_RING_CAPACITY).map_err(|e| format!("cannot create the rings: {e}"))?;
+        let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
+        let input =
+            HostPool::create(POOL_IN, geometry.clone()).map_err(|e| format!("cannot create the input pool: {e}"))?;
+        let output = HostPool::create(POOL_OUT, geometry).map_err(|e| format!("cannot create the output pool: {e}"))?;
         let (requests, replies) = region.host_endpoints();
         let mut b = ProcessBackend {
             cfg,
@@ -202,9 +171,7 @@ impl ProcessBackend {
     }
 
     fn zygote_alive(&self) -> bool {
-        self.zygote
-            .as_ref()
-            .is_some_and(|z| !spawn::wait_dead(z.pidfd.as_fd(), Duration::ZERO))
+        self.zygote.as_ref().is_some_and(|z| !spawn::wait_dead(z.pidfd.as_fd(), Duration::ZERO))
     }
 
     /// Fork an incarnation from the zygote (starting one if needed).
@@ -212,22 +179,13 @@ impl ProcessBackend {
         if !self.zygote_alive() {
             self.kill_zygote();
             let started = self.launch(spawn::Mode::Zygote)?;
-            self.zygote = Some(Zygote {
-                child: started.child,
-                pidfd: started.pidfd,
-                control: started.control,
-            });
+            self.zygote = Some(Zygote { child: started.child, pidfd: started.pidfd, control: started.control });
         }
         let z = self.zygote.as_ref().ok_or("no zygote")?;
-        z.control
-            .send("fork", None)
-            .map_err(|e| format!("zygote: {e}"))?;
+        z.control.send("fork", None).map_err(|e| format!("zygote: {e}"))?;
         match z.control.recv(Some(ZYGOTE_TIMEOUT)) {
             Ok(Some(m)) => {
-                let pid = m
-                    .text
-                    .strip_prefix("forked ")
-                    .and_then(|p| p.parse::<i32>().ok());
+                let pid = m.text.strip_prefix("forked ").and_then(|p| p.parse::<i32>().ok());
                 match (pid, m.fd) {
                     (Some(pid), Some(fd)) => Ok((pid, fd)),
                     _ => Err(format!("zygote answered `{}`", m.text)),
@@ -267,11 +225,7 @@ impl ProcessBackend {
                 let trusted = record.valid == 1 && record.signo == sig;
                 let addr = trusted.then_some(record.addr);
                 let hint = trusted && record.hint == fault_hint::STACK_OVERFLOW;
-                FaultKind::Signal {
-                    signo: sig,
-                    cause: SignalCause::classify(sig, addr, hint),
-                    addr,
-                }
+                FaultKind::Signal { signo: sig, cause: SignalCause::classify(sig, addr, hint), addr }
             }
             Some(Ended::Code(code)) => FaultKind::Exited { status: code },
             None => FaultKind::Vanished,
@@ -303,19 +257,13 @@ impl ProcessBackend {
                     self.fault_if_dead()?;
                     std::hint::spin_loop();
                 }
-                Err(e) => {
-                    return Err(BackendError::Fault(FaultKind::Protocol {
-                        what: format!("request ring: {e}"),
-                    }))
-                }
+                Err(e) => return Err(BackendError::Fault(FaultKind::Protocol { what: format!("request ring: {e}") })),
             }
         }
     }
 
     fn encode(&mut self, message: &Message<'_>) -> Result<usize, BackendError> {
-        message
-            .emit(&mut self.record)
-            .map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))
+        message.emit(&mut self.record).map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))
     }
 
     fn lend(
@@ -327,30 +275,17 @@ impl ProcessBackend {
         output: bool,
     ) -> Result<Loan, BackendError> {
         let mut pools = lock(&self.pools);
-        let pool = if pool_id == POOL_IN {
-            &mut pools.input
-        } else {
-            &mut pools.output
-        };
-        let lease = pool
-            .alloc(len)
-            .map_err(|e| BackendError::Usage(format!("cannot lend a {len}-byte buffer: {e}")))?;
+        let pool = if pool_id == POOL_IN { &mut pools.input } else { &mut pools.output };
+        let lease =
+            pool.alloc(len).map_err(|e| BackendError::Usage(format!("cannot lend a {len}-byte buffer: {e}")))?;
         if let Some(b) = bytes {
-            pool.write(&lease, b)
-                .map_err(|e| BackendError::Usage(format!("cannot fill a lent buffer: {e}")))?;
+            pool.write(&lease, b).map_err(|e| BackendError::Usage(format!("cannot fill a lent buffer: {e}")))?;
         }
         let rich = lease.rich;
         drop(pools);
         let pools = self.pools.clone();
-        let record = tracker.track(ResourceKind::PoolBuffer, move || {
-            free(&pools, pool_id, lease)
-        });
-        Ok(Loan {
-            record,
-            pool: pool_id,
-            rich,
-            output,
-        })
+        let record = tracker.track(ResourceKind::PoolBuffer, move || free(&pools, pool_id, lease));
+        Ok(Loan { record, pool: pool_id, rich, output })
     }
 
     fn wire_args(
@@ -362,71 +297,31 @@ impl ProcessBackend {
         let mut list = ArgList::new();
         for a in args {
             let wire = match a {
-                WireValue::Int(v) => WireArg {
-                    kind: ArgKind::Int,
-                    pool: 0,
-                    a: *v,
-                    b: 0,
-                },
-                WireValue::F64(v) => WireArg {
-                    kind: ArgKind::F64,
-                    pool: 0,
-                    a: v.to_bits(),
-                    b: 0,
-                },
-                WireValue::F32(v) => WireArg {
-                    kind: ArgKind::F32,
-                    pool: 0,
-                    a: u64::from(v.to_bits()),
-                    b: 0,
-                },
-                WireValue::Callback(slot) => WireArg {
-                    kind: ArgKind::Callback,
-                    pool: 0,
-                    a: *slot as u64,
-                    b: 0,
-                },
+                WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
+                WireValue::F64(v) => WireArg { kind: ArgKind::F64, pool: 0, a: v.to_bits(), b: 0 },
+                WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
+                WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
                 WireValue::In(b) | WireValue::Str(b) => {
                     let loan = self.lend(tracker, POOL_IN, Some(b), b.len(), false)?;
-                    let kind = if matches!(a, WireValue::Str(_)) {
-                        ArgKind::Str
-                    } else {
-                        ArgKind::BufIn
-                    };
-                    let w = WireArg {
-                        kind,
-                        pool: loan.pool,
-                        a: loan.rich.offset,
-                        b: loan.rich.len,
-                    };
+                    let kind = if matches!(a, WireValue::Str(_)) { ArgKind::Str } else { ArgKind::BufIn };
+                    let w = WireArg { kind, pool: loan.pool, a: loan.rich.offset, b: loan.rich.len };
                     loans.push(loan);
                     w
                 }
                 WireValue::Out(len) => {
                     let loan = self.lend(tracker, POOL_OUT, None, *len, true)?;
-                    let w = WireArg {
-                        kind: ArgKind::BufOut,
-                        pool: loan.pool,
-                        a: loan.rich.offset,
-                        b: loan.rich.len,
-                    };
+                    let w = WireArg { kind: ArgKind::BufOut, pool: loan.pool, a: loan.rich.offset, b: loan.rich.len };
                     loans.push(loan);
                     w
                 }
                 WireValue::InOut(b) => {
                     let loan = self.lend(tracker, POOL_OUT, Some(b), b.len(), true)?;
-                    let w = WireArg {
-                        kind: ArgKind::BufInOut,
-                        pool: loan.pool,
-                        a: loan.rich.offset,
-                        b: loan.rich.len,
-                    };
+                    let w = WireArg { kind: ArgKind::BufInOut, pool: loan.pool, a: loan.rich.offset, b: loan.rich.len };
                     loans.push(loan);
                     w
                 }
             };
-            list.push(wire)
-                .map_err(|_| BackendError::Usage("too many arguments (at most 14)".into()))?;
+            list.push(wire).map_err(|_| BackendError::Usage("too many arguments (at most 14)".into()))?;
         }
         Ok(list)
     }
@@ -440,34 +335,13 @@ impl ProcessBackend {
                     let message = Message::parse(&self.record[..len])
                         .map_err(|e| protocol(format!("malformed record from the domain: {e}")))?;
                     return match message {
-                        Message::Reply {
-                            id,
-                            status,
-                            ret_int,
-                            ret_float,
-                        } => Ok(Incoming::Reply {
-                            id,
-                            status,
-                            ret: RegRet {
-                                int: ret_int,
-                                float: ret_float,
-                            },
-                        }),
-                        Message::Callback {
-                            id,
-                            slot,
-                            ints,
-                            floats,
-                            ..
-                        } => Ok(Incoming::Callback {
-                            id,
-                            slot: slot as usize,
-                            regs: RegArgs { ints, floats },
-                        }),
-                        other => Err(protocol(format!(
-                            "unexpected {} record from the domain",
-                            op_name(&other)
-                        ))),
+                        Message::Reply { id, status, ret_int, ret_float } => {
+                            Ok(Incoming::Reply { id, status, ret: RegRet { int: ret_int, float: ret_float } })
+                        }
+                        Message::Callback { id, slot, ints, floats, .. } => {
+                            Ok(Incoming::Callback { id, slot: slot as usize, regs: RegArgs { ints, floats } })
+                        }
+                        other => Err(protocol(format!("unexpected {} record from the domain", op_name(&other)))),
                     };
                 }
                 Ok(None) => {
@@ -494,24 +368,14 @@ impl ProcessBackend {
             Some(&expected) if expected == id => {
                 self.in_flight.pop();
             }
-            _ => {
-                return Err(protocol(format!(
-                    "reply for call {id:#x}, which is not in flight"
-                )))
-            }
+            _ => return Err(protocol(format!("reply for call {id:#x}, which is not in flight"))),
         }
         match status {
             Status::Ok => Ok(()),
-            Status::UnknownFunction => Err(protocol(
-                "the domain does not know a function it resolved".into(),
-            )),
-            Status::BadArgs => Err(protocol(
-                "the domain rejected arguments the host built".into(),
-            )),
+            Status::UnknownFunction => Err(protocol("the domain does not know a function it resolved".into())),
+            Status::BadArgs => Err(protocol("the domain rejected arguments the host built".into())),
             Status::ResolveFailed => Err(BackendError::UnknownSymbol),
-            Status::UnknownOp | Status::Unknown(_) => {
-                Err(protocol(format!("unexpected status {status:?}")))
-            }
+            Status::UnknownOp | Status::Unknown(_) => Err(protocol(format!("unexpected status {status:?}"))),
         }
     }
 }
@@ -522,16 +386,8 @@ enum Ended {
 }
 
 enum Incoming {
-    Reply {
-        id: u64,
-        status: Status,
-        ret: RegRet,
-    },
-    Callback {
-        id: u64,
-        slot: usize,
-        regs: RegArgs,
-    },
+    Reply { id: u64, status: Status, ret: RegRet },
+    Callback { id: u64, slot: usize, regs: RegArgs },
 }
 
 fn protocol(what: String) -> BackendError {
@@ -573,11 +429,7 @@ impl Backend for ProcessBackend {
         self.fault_if_dead()?;
         let id = self.next_id;
         self.next_id += 1;
-        let len = self.encode(&Message::Resolve {
-            id,
-            ext: ext as u32,
-            name: symbol.as_bytes(),
-        })?;
+        let len = self.encode(&Message::Resolve { id, ext: ext as u32, name: symbol.as_bytes() })?;
         self.push(len)?;
         self.requests.publish();
         self.in_flight.push(id);
@@ -587,12 +439,8 @@ impl Backend for ProcessBackend {
                 self.check_reply(id, status)?;
                 u32::try_from(ret.int).map_err(|_| protocol("function id out of range".into()))
             }
-            Ok(Incoming::Callback { .. }) => {
-                Err(protocol("callback while resolving a symbol".into()))
-            }
-            Err(BackendError::TimedOut) => Err(BackendError::Fault(FaultKind::Timeout {
-                deadline: ZYGOTE_TIMEOUT,
-            })),
+            Ok(Incoming::Callback { .. }) => Err(protocol("callback while resolving a symbol".into())),
+            Err(BackendError::TimedOut) => Err(BackendError::Fault(FaultKind::Timeout { deadline: ZYGOTE_TIMEOUT })),
             Err(e) => Err(e),
         }
     }
@@ -618,7 +466,7 @@ impl Backend for ProcessBackend {
         args: &[WireValue<'_>],
         ret: RetType,
         _deadline: Instant,
-    ) -> Result<Box<dyn Frame>, BackendError> {
+    ) -> Result<Frame, BackendError> {
         self.fault_if_dead()?;
         let mut loans = Vec::new();
         let list = match self.wire_args(tracker, args, &mut loans) {
@@ -632,68 +480,44 @@ impl Backend for ProcessBackend {
         };
         let id = self.next_id;
         self.next_id += 1;
-        let message = Message::Call {
-            id,
-            deferred: false,
-            func,
-            ret: ret_kind(ret),
-            args: list,
-            inline: &[],
-        };
+        let message = Message::Call { id, deferred: false, func, ret: ret_kind(ret), args: list, inline: &[] };
         let len = self.encode(&message)?;
         self.push(len)?;
         self.requests.publish();
         self.deferred_unpublished = 0;
         self.in_flight.push(id);
-        Ok(Box::new(ProcessFrame { id, loans }))
+        Ok(Frame { id, loans })
     }
 
-    fn wait(&mut self, frame: &dyn Frame, deadline: Instant) -> Result<Step, BackendError> {
+    fn wait(&mut self, frame: &Frame, deadline: Instant) -> Result<Step, BackendError> {
         match self.next_from_domain(deadline)? {
             Incoming::Reply { id, status, ret } => {
-                if id != frame.id() {
-                    return Err(protocol(format!(
-                        "reply for call {id:#x}, which is not in flight"
-                    )));
+                if id != frame.id {
+                    return Err(protocol(format!("reply for call {id:#x}, which is not in flight")));
                 }
                 self.check_reply(id, status)?;
                 Ok(Step::Done(ret))
             }
-            Incoming::Callback { id, slot, regs } => Ok(Step::Callback {
-                token: id,
-                slot,
-                regs,
-            }),
+            Incoming::Callback { id, slot, regs } => Ok(Step::Callback { token: id, slot, regs }),
         }
     }
 
     fn answer_callback(&mut self, token: u64, ret: RegRet) -> Result<(), BackendError> {
         self.fault_if_dead()?;
-        let len = self.encode(&Message::CallbackReply {
-            id: token,
-            ret_int: ret.int,
-            ret_float: ret.float,
-        })?;
+        let len = self.encode(&Message::CallbackReply { id: token, ret_int: ret.int, ret_float: ret.float })?;
         self.push(len)?;
         self.requests.publish();
         Ok(())
     }
 
-    fn finish(&mut self, tracker: &mut Tracker, frame: Box<dyn Frame>, outputs: &mut [&mut [u8]]) {
-        // This backend only ever hands out ProcessFrames.
-        let Ok(frame) = frame.into_any().downcast::<ProcessFrame>() else {
-            return;
-        };
+    fn finish(&mut self, tracker: &mut Tracker, frame: Frame, outputs: &mut [&mut [u8]]) {
         let mut outputs = outputs.iter_mut();
         let pools = lock(&self.pools);
         for loan in &frame.loans {
             if loan.output {
                 if let Some(dst) = outputs.next() {
                     let len = dst.len().min(loan.rich.len as usize);
-                    let _ = pools
-                        .output
-                        .memory()
-                        .read_at(loan.rich.offset as usize, &mut dst[..len]);
+                    let _ = pools.output.memory().read_at(loan.rich.offset as usize, &mut dst[..len]);
                 }
             }
         }
@@ -703,7 +527,7 @@ impl Backend for ProcessBackend {
         }
     }
 
-    fn abandon(&mut self, frame: Box<dyn Frame>) {
+    fn abandon(&mut self, frame: Frame) {
         // The loans are released by the tracker with everything else of the failed incarnation.
         drop(frame);
     }
@@ -715,30 +539,10 @@ impl Backend for ProcessBackend {
         let inline_base = ward_xpc::wire::inline_base(args.len());
         for a in args {
             let wire = match a {
-                WireValue::Int(v) => WireArg {
-                    kind: ArgKind::Int,
-                    pool: 0,
-                    a: *v,
-                    b: 0,
-                },
-                WireValue::F64(v) => WireArg {
-                    kind: ArgKind::F64,
-                    pool: 0,
-                    a: v.to_bits(),
-                    b: 0,
-                },
-                WireValue::F32(v) => WireArg {
-                    kind: ArgKind::F32,
-                    pool: 0,
-                    a: u64::from(v.to_bits()),
-                    b: 0,
-                },
-                WireValue::Callback(slot) => WireArg {
-                    kind: ArgKind::Callback,
-                    pool: 0,
-                    a: *slot as u64,
-                    b: 0,
-                },
+                WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
+                WireValue::F64(v) => WireArg { kind: ArgKind::F64, pool: 0, a: v.to_bits(), b: 0 },
+                WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
+                WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
                 WireValue::In(b) | WireValue::Str(b) => {
                     // Each input starts 8-byte aligned; the record ends right after the last one.
                     while inline.len() & 7 != 0 {
@@ -746,32 +550,17 @@ impl Backend for ProcessBackend {
                     }
                     let offset = inline_base + inline.len();
                     inline.extend_from_slice(b);
-                    WireArg {
-                        kind: ArgKind::Inline,
-                        pool: 0,
-                        a: offset as u64,
-                        b: b.len() as u64,
-                    }
+                    WireArg { kind: ArgKind::Inline, pool: 0, a: offset as u64, b: b.len() as u64 }
                 }
                 WireValue::Out(_) | WireValue::InOut(_) => {
-                    return Err(BackendError::Usage(
-                        "a deferred call cannot have output buffers".into(),
-                    ))
+                    return Err(BackendError::Usage("a deferred call cannot have output buffers".into()))
                 }
             };
-            list.push(wire)
-                .map_err(|_| BackendError::Usage("too many arguments (at most 14)".into()))?;
+            list.push(wire).map_err(|_| BackendError::Usage("too many arguments (at most 14)".into()))?;
         }
         let id = self.next_id;
         self.next_id += 1;
-        let message = Message::Call {
-            id,
-            deferred: true,
-            func,
-            ret: RetKind::Void,
-            args: list,
-            inline: &inline,
-        };
+        let message = Message::Call { id, deferred: true, func, ret: RetKind::Void, args: list, inline: &inline };
         if message.wire_len() > MAX_RECORD {
             return Err(BackendError::Usage(format!(
                 "deferred call inputs too large ({} bytes; at most about {} fit in one record)",
@@ -836,38 +625,21 @@ impl Backend for ProcessBackend {
                 Err(first) => {
                     // A zygote that misbehaves is replaced once; a second failure is reported.
                     self.kill_zygote();
-                    let (pid, fd) = self
-                        .fork_from_zygote()
-                        .map_err(|e| format!("{first}; then {e}"))?;
+                    let (pid, fd) = self.fork_from_zygote().map_err(|e| format!("{first}; then {e}"))?;
                     (pid, fd, Parent::Zygote, RestartVia::Zygote)
                 }
             }
         } else {
             let started = self.launch(spawn::Mode::Serve)?;
             let pid = started.child.id() as i32;
-            (
-                pid,
-                started.pidfd,
-                Parent::Us(started.child),
-                RestartVia::Spawn,
-            )
+            (pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
         };
         let death = DeathWatch::new(self.region.clone());
-        let watch = self
-            .monitor
-            .watch(pidfd.as_fd(), death.clone())
-            .map_err(|e| format!("cannot watch: {e}"))?;
+        let watch = self.monitor.watch(pidfd.as_fd(), death.clone()).map_err(|e| format!("cannot watch: {e}"))?;
         let pidfd = Arc::new(pidfd);
         let held = pidfd.clone();
         tracker.track(ResourceKind::Descriptor, move || drop(held));
-        self.live = Some(Incarnation {
-            pid,
-            _watch: watch,
-            pidfd,
-            death,
-            parent,
-            ended: None,
-        });
+        self.live = Some(Incarnation { pid, _watch: watch, pidfd, death, parent, ended: None });
         Ok(via)
     }
 }

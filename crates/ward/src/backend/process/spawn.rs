@@ -19,20 +19,11 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) fn find_program() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("WARD_DOMAIN") {
         let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("WARD_DOMAIN={} is not a file", p.display()))
-        };
+        return if p.is_file() { Ok(p) } else { Err(format!("WARD_DOMAIN={} is not a file", p.display())) };
     }
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the running program: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the running program: {e}"))?;
     let mut tried = Vec::new();
-    for dir in exe
-        .parent()
-        .into_iter()
-        .chain(exe.parent().and_then(Path::parent))
-    {
+    for dir in exe.parent().into_iter().chain(exe.parent().and_then(Path::parent)) {
         let candidate = dir.join("ward-domain");
         if candidate.is_file() {
             return Ok(candidate);
@@ -68,19 +59,16 @@ pub(crate) struct Started {
 
 /// Spawn and wait for `ready`. Must run on the monitor thread (see there why).
 pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
-    let (ours, theirs) =
-        ControlSocket::pair().map_err(|e| format!("cannot create a control socket: {e}"))?;
+    let (ours, theirs) = ControlSocket::pair().map_err(|e| format!("cannot create a control socket: {e}"))?;
     let mut cmd = Command::new(launch.program);
     cmd.arg("--mode").arg(match launch.mode {
         Mode::Serve => "serve",
         Mode::Zygote => "zygote",
     });
     cmd.arg("--spin").arg(launch.spin.to_string());
-    cmd.arg("--as-mb")
-        .arg(launch.limits.address_space_mb.to_string());
+    cmd.arg("--as-mb").arg(launch.limits.address_space_mb.to_string());
     cmd.arg("--cpu-s").arg(launch.limits.cpu_s.to_string());
-    cmd.arg("--nofile")
-        .arg(launch.limits.open_files.to_string());
+    cmd.arg("--nofile").arg(launch.limits.open_files.to_string());
     for ext in launch.extensions {
         cmd.arg("--ext").arg(&ext.path);
         if let Some(init) = &ext.init {
@@ -119,9 +107,7 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
             Ok(())
         });
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
     drop(theirs);
     let pidfd = match pidfd_open(child.id() as i32) {
         Ok(fd) => fd,
@@ -132,11 +118,7 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
         }
     };
     match ours.recv(Some(START_TIMEOUT)) {
-        Ok(Some(m)) if m.text == "ready" => Ok(Started {
-            child,
-            pidfd,
-            control: ours,
-        }),
+        Ok(Some(m)) if m.text == "ready" => Ok(Started { child, pidfd, control: ours }),
         Ok(Some(m)) => {
             let _ = child.kill();
             let _ = child.wait();
@@ -145,9 +127,7 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
         Ok(None) | Err(_) => {
             let _ = child.kill();
             let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-            Err(format!(
-                "the domain process ended during start-up ({status})"
-            ))
+            Err(format!("the domain process ended during start-up ({status})"))
         }
     }
 }
@@ -165,24 +145,12 @@ pub(crate) fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
 /// SIGKILL through a pidfd (no pid reuse race).
 pub(crate) fn kill(pidfd: BorrowedFd<'_>) {
     // SAFETY: pidfd_send_signal with a null siginfo; the pidfd names exactly our process.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<u8>(),
-            0,
-        )
-    };
+    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0) };
 }
 
 /// Wait until the process behind the pidfd has ended (its pidfd becomes readable), at most `timeout`.
 pub(crate) fn wait_dead(pidfd: BorrowedFd<'_>, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: pidfd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut pfd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     loop {
         // SAFETY: one valid pollfd.

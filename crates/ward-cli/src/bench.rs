@@ -1,0 +1,363 @@
+//! `ward bench xpc`: calls across the domain boundary against native baselines measured in the same run.
+//!
+//! Every figure is the median of repeated runs of many operations (per operation); ratios compare with the first
+//! line of the same group. Recovery figures are medians of the `took` of individual `Event::Recovered`.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use serde::Serialize;
+use ward::{Arg, Event, Function, Isolation, Policy, RetType, Supervisor};
+
+use crate::native::NativeLib;
+use crate::report::{self, Columns};
+
+/// How much to measure.
+#[derive(Clone, Copy)]
+struct Plan {
+    runs: usize,
+    /// Operations per run are divided by this (1 for a full run).
+    shrink: u64,
+    recoveries: usize,
+    spawn_recoveries: usize,
+}
+
+impl Plan {
+    fn ops(&self, full: u64) -> u64 {
+        (full / self.shrink).max(1)
+    }
+}
+
+const FULL: Plan = Plan { runs: 15, shrink: 1, recoveries: 101, spawn_recoveries: 31 };
+const QUICK: Plan = Plan { runs: 3, shrink: 20, recoveries: 9, spawn_recoveries: 5 };
+
+/// Medians and spread of per-operation times.
+#[derive(Clone, Copy)]
+struct Stats {
+    ns: f64,
+    min_ns: f64,
+    max_ns: f64,
+    runs: usize,
+    ops_per_run: u64,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    AtMostNs(f64),
+    AtLeastOpsPerS(f64),
+}
+
+impl Target {
+    fn text(&self) -> String {
+        match *self {
+            Target::AtMostNs(ns) => format!("<= {}", report::fmt_ns(ns)),
+            Target::AtLeastOpsPerS(r) => format!(">= {}", report::fmt_rate(r, "calls/s")),
+        }
+    }
+
+    fn met(&self, s: &Stats) -> bool {
+        match *self {
+            Target::AtMostNs(ns) => s.ns <= ns,
+            Target::AtLeastOpsPerS(r) => 1e9 / s.ns >= r,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Line {
+    name: &'static str,
+    variant: &'static str,
+    isolation: &'static str,
+    /// Median per operation.
+    ns: f64,
+    min_ns: f64,
+    max_ns: f64,
+    /// `ns` over the group's baseline `ns`.
+    ratio: f64,
+    runs: usize,
+    ops_per_run: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ops_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_met: Option<bool>,
+}
+
+/// Prints lines as they are measured and remembers each group's baseline.
+struct Out {
+    json: bool,
+    cols: Columns,
+    baseline: Option<(&'static str, f64)>,
+}
+
+/// What a measured line reports beside its time.
+#[derive(Clone, Copy)]
+enum Throughput {
+    Ops,
+    Bytes(u64),
+    None,
+}
+
+impl Out {
+    fn emit(
+        &mut self,
+        name: &'static str,
+        variant: &'static str,
+        isolation: &'static str,
+        s: Stats,
+        throughput: Throughput,
+        target: Option<Target>,
+    ) -> Result<()> {
+        let base = match self.baseline {
+            Some((group, ns)) if group == name => ns,
+            _ => {
+                self.baseline = Some((name, s.ns));
+                s.ns
+            }
+        };
+        let line = Line {
+            name,
+            variant,
+            isolation,
+            ns: round1(s.ns),
+            min_ns: round1(s.min_ns),
+            max_ns: round1(s.max_ns),
+            ratio: (s.ns / base * 1000.0).round() / 1000.0,
+            runs: s.runs,
+            ops_per_run: s.ops_per_run,
+            ops_per_s: matches!(throughput, Throughput::Ops).then(|| (1e9 / s.ns).round()),
+            bytes_per_s: match throughput {
+                Throughput::Bytes(n) => Some((n as f64 * 1e9 / s.ns).round()),
+                _ => None,
+            },
+            target: target.map(|t| t.text()),
+            target_met: target.map(|t| t.met(&s)),
+        };
+        if self.json {
+            return report::json_line(&line);
+        }
+        let rate = match (line.ops_per_s, line.bytes_per_s) {
+            (Some(r), _) => report::fmt_rate(r, "calls/s"),
+            (_, Some(r)) => report::fmt_rate(r, "B/s"),
+            _ => String::new(),
+        };
+        let target = match (&line.target, line.target_met) {
+            (Some(t), Some(true)) => format!("target {t}: met"),
+            (Some(t), _) => format!("target {t}: MISSED"),
+            _ => String::new(),
+        };
+        println!(
+            "{}",
+            self.cols.row(&[
+                name,
+                variant,
+                isolation,
+                &report::fmt_ns(s.ns),
+                &format!("{:.2}x", line.ratio),
+                &rate,
+                &format!("{}-{}", report::fmt_ns(s.min_ns), report::fmt_ns(s.max_ns)),
+                &target,
+            ])
+        );
+        Ok(())
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+pub fn run(json: bool, quick: bool) -> Result<bool> {
+    let plan = if quick { QUICK } else { FULL };
+    let well = ward_extensions::path_of("well").context("cannot extract the built-in extension well.so")?;
+    let faulty = ward_extensions::path_of("faulty").context("cannot extract the built-in extension faulty.so")?;
+    if cfg!(debug_assertions) {
+        eprintln!("note: this is a debug build of ward; build with --release for representative numbers");
+    }
+    let cols = Columns::new(&[10, 13, 9, 10, 9, 16, 21]);
+    if !json {
+        println!(
+            "ward bench xpc: medians of {} runs per line, {} CPUs; ratio against the first line of each group",
+            plan.runs,
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        println!();
+        println!(
+            "{}",
+            cols.row(&["group", "variant", "isolation", "per op", "ratio", "throughput", "range (min-max)", "target"])
+        );
+    }
+    let mut out = Out { json, cols, baseline: None };
+    null_calls(&mut out, plan, &well)?;
+    buffers(&mut out, plan, &well)?;
+    deferred(&mut out, plan, &well)?;
+    recovery(&mut out, plan, &faulty)?;
+    Ok(true)
+}
+
+/// Time `runs` runs of `body(ops)` after one warm-up run; per-operation median, min and max.
+fn measure(runs: usize, ops: u64, mut body: impl FnMut(u64) -> Result<()>) -> Result<Stats> {
+    body(ops)?;
+    let mut per_op = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        body(ops)?;
+        per_op.push(t.elapsed().as_nanos() as f64 / ops as f64);
+    }
+    Ok(summarise(per_op, ops))
+}
+
+fn summarise(mut v: Vec<f64>, ops_per_run: u64) -> Stats {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let ns = if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Stats {
+        ns,
+        min_ns: v.first().copied().unwrap_or(f64::NAN),
+        max_ns: v.last().copied().unwrap_or(f64::NAN),
+        runs: n,
+        ops_per_run,
+    }
+}
+
+/// A supervisor whose `well` extension waits for replies as `wait` says.
+fn well_under(path: &Path, isolation: Isolation, wait: &str) -> Result<(Supervisor, ward::Extension)> {
+    let toml = format!("[extension.well]\nwait = \"{wait}\"\n");
+    let sup = Supervisor::new(Policy::from_toml_str(&toml, "the benchmark's policy")?);
+    let ext = sup
+        .load_with(path, Some(isolation))
+        .with_context(|| format!("cannot load {} with isolation {isolation}", path.display()))?;
+    Ok((sup, ext))
+}
+
+fn call_void(f: &Function, n: u64) -> Result<()> {
+    for _ in 0..n {
+        black_box(f.call(&mut [], RetType::Void)?);
+    }
+    Ok(())
+}
+
+fn null_calls(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
+    let lib = NativeLib::open(well)?;
+    let null = lib.symbol("well_null")?;
+    let regs = ward_abi::RegArgs::default();
+    let s = measure(plan.runs, plan.ops(2_000_000), |n| {
+        for _ in 0..n {
+            // SAFETY: well_null is `void well_null(void)`: no arguments to get wrong, nothing returned.
+            black_box(unsafe { ward_abi::call_native(black_box(null), black_box(&regs)) });
+        }
+        Ok(())
+    })?;
+    out.emit("null_call", "direct", "native", s, Throughput::Ops, None)?;
+
+    let (_sup, ext) = well_under(well, Isolation::None, "adaptive")?;
+    let f = ext.function("well_null")?;
+    let s = measure(plan.runs, plan.ops(1_000_000), |n| call_void(&f, n))?;
+    out.emit("null_call", "none", "none", s, Throughput::Ops, None)?;
+
+    for (variant, wait, full, target) in [
+        ("process-poll", "poll", 100_000, Target::AtMostNs(400.0)),
+        ("process-sleep", "sleep", 5_000, Target::AtMostNs(10_000.0)),
+    ] {
+        let (_sup, ext) = well_under(well, Isolation::Process, wait)?;
+        let f = ext.function("well_null")?;
+        let s = measure(plan.runs, plan.ops(full), |n| call_void(&f, n))?;
+        out.emit("null_call", variant, "process", s, Throughput::Ops, Some(target))?;
+    }
+    Ok(())
+}
+
+fn buffers(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
+    let (_sup, ext) = well_under(well, Isolation::Process, "adaptive")?;
+    let copy = ext.function("well_copy")?;
+    for (name, len, host_ops, ward_ops) in [("buffer_4k", 4096usize, 200_000, 20_000), ("buffer_1m", 1 << 20, 500, 200)]
+    {
+        let src: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        let mut dst = vec![0u8; len];
+        let s = measure(plan.runs, plan.ops(host_ops), |n| {
+            for _ in 0..n {
+                black_box(&mut dst[..]).copy_from_slice(black_box(&src[..]));
+            }
+            Ok(())
+        })?;
+        out.emit(name, "memcpy", "native", s, Throughput::Bytes(len as u64), None)?;
+
+        dst.fill(0);
+        let s = measure(plan.runs, plan.ops(ward_ops), |n| {
+            for _ in 0..n {
+                copy.call(&mut [Arg::In(&src), Arg::Out(&mut dst), Arg::U64(len as u64)], RetType::Void)?;
+            }
+            Ok(())
+        })?;
+        ensure!(dst == src, "well_copy through the process domain returned wrong bytes");
+        out.emit(name, "well_copy", "process", s, Throughput::Bytes(len as u64), None)?;
+    }
+    Ok(())
+}
+
+fn deferred(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
+    let (_sup, ext) = well_under(well, Isolation::Process, "adaptive")?;
+    let f = ext.function("well_null")?;
+    let s = measure(plan.runs, plan.ops(100_000), |n| call_void(&f, n))?;
+    out.emit("deferred", "sync", "process", s, Throughput::Ops, None)?;
+
+    // The ring is FIFO: the reply to the closing synchronous call means every deferred call before it ran.
+    let s = measure(plan.runs, plan.ops(1_000_000), |n| {
+        for _ in 0..n {
+            f.defer(&[])?;
+        }
+        f.call(&mut [], RetType::Void)?;
+        Ok(())
+    })?;
+    out.emit("deferred", "deferred", "process", s, Throughput::Ops, Some(Target::AtLeastOpsPerS(20e6)))
+}
+
+fn recovery(out: &mut Out, plan: Plan, faulty: &Path) -> Result<()> {
+    let z = recoveries(faulty, true, plan.recoveries)?;
+    out.emit("recovery", "zygote", "process", z, Throughput::None, Some(Target::AtMostNs(2e6)))?;
+    let s = recoveries(faulty, false, plan.spawn_recoveries)?;
+    out.emit("recovery", "spawn", "process", s, Throughput::None, None)
+}
+
+/// Crash to ready `samples` times (a null dereference in faulty_compute each time); the `took` of each recovery.
+fn recoveries(faulty: &Path, zygote: bool, samples: usize) -> Result<Stats> {
+    // Restart limits that never disable the extension, and next to no backoff.
+    let toml = format!(
+        "[extension.faulty]\nmax_restarts = 1000000\nrestart_period_s = 1\nbackoff_initial_ms = 0.001\nzygote = {zygote}\n"
+    );
+    let sup = Supervisor::new(Policy::from_toml_str(&toml, "the benchmark's recovery policy")?);
+    let events = sup.subscribe();
+    let ext =
+        sup.load_with(faulty, Some(Isolation::Process)).with_context(|| format!("cannot load {}", faulty.display()))?;
+    let arm = ext.function("faulty_arm")?;
+    let compute = ext.function("faulty_compute")?;
+    let warmup = 3;
+    let mut took: Vec<Duration> = Vec::with_capacity(samples);
+    for i in 0..warmup + samples {
+        arm.call(&mut [Arg::I64(1), Arg::I64(0)], RetType::Void)?;
+        let v = compute.call(&mut [Arg::I64(6)], RetType::I64)?;
+        ensure!(v.as_i64() == Some(37), "faulty_compute returned {v:?} after recovery, expected 37");
+        let mut seen = 0;
+        for event in events.try_iter() {
+            if let Event::Recovered { took: t, .. } = event {
+                seen += 1;
+                if i >= warmup {
+                    took.push(t);
+                }
+            }
+        }
+        ensure!(seen == 1, "expected one recovery per injected fault, saw {seen}");
+    }
+    Ok(summarise(took.iter().map(|d| d.as_nanos() as f64).collect(), 1))
+}
