@@ -92,7 +92,7 @@ struct FaultRow {
 pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
     let faulty = builtin("faulty")?;
     let iso_name = iso_name(isolation);
-    let cols = Columns::new(&[3, 30, 44]);
+    let cols = Columns::new(&[2, 28, 55]);
     if !json {
         println!(
             "ward demo: {} fault kinds of faulty.so, natively and under ward (isolation {iso_name})",
@@ -368,7 +368,7 @@ fn well_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
     let got = ext.call("well_add", &mut [Arg::I64(a), Arg::I64(b)], RetType::I64);
     lines.push(check("well_add", format!("well_add({a}, {b})"), (a + b).to_string(), got.map(show), String::new()));
 
-    let input = b"ward keeps the host alive";
+    let input = b"WardKeepsTheHostAlive";
     let key = 0x20u8;
     let mut out = vec![0u8; input.len()];
     let got = ext
@@ -406,18 +406,17 @@ fn well_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
     ));
 
     let iso_name = iso_name(isolation);
-    let cols = Columns::new(&[2, 46, 30, 8]);
     let mut all = true;
     for mut line in lines {
         line.isolation = iso_name;
         all &= line.ok;
         if json {
             report::json_line(&line)?;
+        } else if line.ok {
+            let note = if line.note.is_empty() { String::new() } else { format!(" ({})", line.note) };
+            println!("  {} = {}: correct{note}", line.call, line.got);
         } else {
-            let verdict = if line.ok { "correct" } else { "WRONG" };
-            let result = if line.ok { line.got.clone() } else { format!("{} (expected {})", line.got, line.expected) };
-            let note = if line.note.is_empty() { String::new() } else { format!("({})", line.note) };
-            println!("{}", cols.row(&["", &format!("{} =", line.call), &result, verdict, &note]));
+            println!("  {} = {}: WRONG, expected {}", line.call, line.got, line.expected);
         }
     }
     Ok(all)

@@ -40,7 +40,7 @@ pub fn json_line(value: &impl Serialize) -> Result<()> {
 
 /// Microseconds for people: "412 us", "3.41 ms".
 pub fn fmt_us(us: u64) -> String {
-    if us < 10_000 {
+    if us < 1_000 {
         format!("{us} us")
     } else {
         format!("{:.2} ms", us as f64 / 1000.0)
@@ -91,7 +91,7 @@ mod tests {
         assert_eq!(fmt_ns(2.14), "2.1 ns");
         assert_eq!(fmt_ns(7420.0), "7.42 us");
         assert_eq!(fmt_us(412), "412 us");
-        assert_eq!(fmt_us(34_100), "34.10 ms");
+        assert_eq!(fmt_us(3_410), "3.41 ms");
         assert_eq!(fmt_rate(23.4e6, "calls/s"), "23.40 M calls/s");
         assert_eq!(fmt_rate(8.123e9, "B/s"), "8.12 GB/s");
     }

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use ward_abi::{ArgPacker, RegArgs, RegRet};
 use ward_xpc::pool::RichPtr;
 use ward_xpc::ring::{Consumer, Producer, MAX_RECORD};
-use ward_xpc::wire::{ArgKind, Message, RetKind, Status};
+use ward_xpc::wire::{emit_reply, ArgKind, CallView, Message, Op, RetKind, Status, WireArg, REPLY_LEN};
 
 use crate::faults::CURRENT_CALL;
 use crate::Setup;
@@ -48,14 +48,18 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
     let mut record = [0u8; MAX_RECORD];
     loop {
         let len = next_record(&mut record)?;
-        let message = Message::parse(&record[..len]).map_err(|e| format!("bad request from the host: {e}"))?;
-        match message {
-            Message::Call { id, deferred, func, args, .. } => {
-                let (status, ret) = execute(id, func, args.as_slice(), &record[..len]);
-                if !deferred {
-                    reply(id, status, ret)?;
-                }
+        let record = &record[..len];
+        // Calls are the hot path: read them through a checked view instead of copying the argument list.
+        if matches!(record.get(4).copied().map(Op::from), Some(Op::Call | Op::Deferred)) {
+            let call = CallView::parse(record).map_err(|e| format!("bad call from the host: {e}"))?;
+            let (status, ret) = execute(call.id(), call.func(), call.args(), record);
+            if !call.deferred() {
+                reply(call.id(), status, ret)?;
             }
+            continue;
+        }
+        let message = Message::parse(record).map_err(|e| format!("bad request from the host: {e}"))?;
+        match message {
             Message::Resolve { id, ext, name } => {
                 let found = with_server(|s| s.setup.library.resolve(ext, name));
                 match found {
@@ -88,16 +92,21 @@ fn next_record(buf: &mut [u8]) -> Result<usize, String> {
 }
 
 fn reply(id: u64, status: Status, ret: RegRet) -> Result<(), String> {
-    let message = Message::Reply { id, status, ret_int: ret.int, ret_float: ret.float };
-    send(&message)
+    let mut buf = [0u8; REPLY_LEN];
+    emit_reply(&mut buf, id, status, ret.int, ret.float);
+    push(&buf)
 }
 
 fn send(message: &Message<'_>) -> Result<(), String> {
     let mut buf = [0u8; 256];
-    let len = message.emit(&mut buf).map_err(|e| format!("cannot encode a reply: {e}"))?;
+    let len = message.emit(&mut buf).map_err(|e| format!("cannot encode a record: {e}"))?;
+    push(&buf[..len])
+}
+
+fn push(record: &[u8]) -> Result<(), String> {
     with_server(|s| {
         loop {
-            match s.replies.push(&buf[..len]) {
+            match s.replies.push(record) {
                 Ok(()) => break,
                 // The host drains replies as it waits; a full reply ring only means it has not caught up.
                 Err(ward_xpc::ring::RingError::Full) => {
@@ -114,7 +123,7 @@ fn send(message: &Message<'_>) -> Result<(), String> {
 
 /// Run one call. The arguments are translated to this process' addresses; nothing the host sent is trusted
 /// to be in range.
-fn execute(id: u64, func: u32, args: &[ward_xpc::wire::WireArg], record: &[u8]) -> (Status, RegRet) {
+fn execute(id: u64, func: u32, args: impl Iterator<Item = WireArg>, record: &[u8]) -> (Status, RegRet) {
     let prepared = with_server(|s| -> Result<(*const std::ffi::c_void, RegArgs), Status> {
         let f = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
         let mut packer = ArgPacker::new();
