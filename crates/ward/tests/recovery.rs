@@ -224,3 +224,46 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn writing_past_a_lent_buffer_hits_its_guard_page_and_the_host_buffer_is_untouched() {
+    let sup = Supervisor::new(Policy::default());
+    let events = sup.subscribe();
+    let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+    let input = vec![7u8; 8192];
+    let mut out = vec![0u8; 4096];
+    // well_copy copies `len` bytes: 8192 into a 4096-byte output buffer overruns it.
+    let r = well.call("well_copy", &mut [Arg::In(&input), Arg::Out(&mut out), Arg::U64(8192)], RetType::Void);
+    let e = r.unwrap_err();
+    assert!(matches!(e.fault().map(|f| &f.kind), Some(FaultKind::Signal { signo: libc::SIGSEGV, .. })), "{e}");
+    assert!(out.iter().all(|&b| b == 0), "outputs are copied back only when the call succeeds");
+    assert!(faults(&events).len() >= 1);
+    // The domain is back and correct.
+    ward_sum_is_correct(&well);
+}
+
+fn ward_sum_is_correct(well: &Extension) {
+    assert_eq!(i64_call(well, "well_sum", &mut [Arg::In(&[1, 2, 3]), Arg::U64(3)]), 6);
+}
+
+#[test]
+fn another_host_thread_waiting_on_a_failing_domain_gets_correct_results() {
+    let (_sup, ext, _events) = faulty(Isolation::Process, "");
+    let worker = {
+        let ext = ext.clone();
+        std::thread::spawn(move || {
+            for i in 0..2000i64 {
+                let v = ext.call("faulty_compute", &mut [Arg::I64(i % 100)], RetType::I64);
+                // Either this call was armed (then it faulted and was retried) or not: correct both ways.
+                assert_eq!(v.unwrap().as_i64(), Some((i % 100) * (i % 100) + 1));
+            }
+        })
+    };
+    for _ in 0..20 {
+        // Whichever thread's compute comes next takes the fault.
+        ext.call("faulty_arm", &mut [Arg::I64(1), Arg::I64(0)], RetType::Void).unwrap();
+        assert_eq!(i64_call(&ext, "faulty_compute", &mut [Arg::I64(6)]), 37);
+    }
+    worker.join().unwrap();
+    assert!(ext.stats().restarts >= 1);
+}
