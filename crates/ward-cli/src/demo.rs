@@ -18,7 +18,7 @@ use ward::{Arg, Event, Isolation, Policy, RestartVia, RetType, Signature, Superv
 use crate::child::{self, End};
 use crate::faults;
 use crate::native::{self, NativeOutcome};
-use crate::report::{self, Columns};
+use crate::report::{self, say, Columns};
 use crate::DemoIsolation;
 
 /// The demo's policy for faulty.so: quick deadline, small limits so runaway faults end fast, the counter's adds
@@ -94,18 +94,18 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
     let iso_name = iso_name(isolation);
     let cols = Columns::new(&[2, 28, 55]);
     if !json {
-        println!(
+        say!(
             "ward demo: {} fault kinds of faulty.so, natively and under ward (isolation {iso_name})",
             faults::KINDS.len()
-        );
-        println!(
+        )?;
+        say!(
             "scenario: counter_add(5), counter_add(7), arm(fault), compute(6) = {}?, counter_get() = {}?, host data = {}?",
             faults::COMPUTE_EXPECTED,
             faults::COUNTER_EXPECTED,
             faults::HOST_VALUE
-        );
-        println!();
-        println!("{}", cols.row(&["#", "fault", "natively", "under ward"]));
+        )?;
+        say!("")?;
+        say!("{}", cols.row(&["#", "fault", "natively", "under ward"]))?;
     }
     let mut contained = 0;
     for (kind, name) in faults::KINDS {
@@ -125,7 +125,7 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
             report::json_line(&row)?;
         } else {
             let mark = if row.contained { "" } else { "NOT CONTAINED: " };
-            println!("{}", cols.row(&[&kind.to_string(), name, &row.native, &format!("{mark}{}", row.ward)]));
+            say!("{}", cols.row(&[&kind.to_string(), name, &row.native, &format!("{mark}{}", row.ward)]))?;
         }
     }
     let all = contained == faults::KINDS.len();
@@ -137,10 +137,10 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
             "faults_total": faults::KINDS.len(),
         }))?;
     } else {
-        println!();
-        println!("{contained} of {} faults contained", faults::KINDS.len());
-        println!();
-        println!("well-behaved extension under ward (isolation {iso_name}):");
+        say!("")?;
+        say!("{contained} of {} faults contained", faults::KINDS.len())?;
+        say!("")?;
+        say!("well-behaved extension under ward (isolation {iso_name}):")?;
     }
     let well_ok = well_section(isolation, json)?;
     Ok(all && well_ok)
@@ -168,7 +168,7 @@ enum WardSide {
 pub fn ward_host_main(path: &Path, kind: i64) -> Result<bool> {
     native::become_ordinary_host()?;
     let run = trial(path, kind, Isolation::None)?;
-    println!("{}", serde_json::to_string(&run)?);
+    report::json_line(&run)?;
     Ok(true)
 }
 
@@ -414,9 +414,9 @@ fn well_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
             report::json_line(&line)?;
         } else if line.ok {
             let note = if line.note.is_empty() { String::new() } else { format!(" ({})", line.note) };
-            println!("  {} = {}: correct{note}", line.call, line.got);
+            say!("  {} = {}: correct{note}", line.call, line.got)?;
         } else {
-            println!("  {} = {}: WRONG, expected {}", line.call, line.got, line.expected);
+            say!("  {} = {}: WRONG, expected {}", line.call, line.got, line.expected)?;
         }
     }
     Ok(all)

@@ -5,6 +5,7 @@ mod bench;
 mod child;
 mod demo;
 mod faults;
+mod floor;
 mod native;
 mod report;
 
@@ -90,11 +91,17 @@ fn main() -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
+        // A reader that went away (`ward bench xpc | head`) is not an error worth a message.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ward: error: {e:#}");
             ExitCode::from(1)
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 /// Library events go to stderr; quiet unless RUST_LOG asks, because the demo provokes faults on purpose and the

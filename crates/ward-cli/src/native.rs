@@ -110,12 +110,14 @@ type Compute = unsafe extern "C" fn(i64) -> i64;
 fn scenario(path: &Path, kind: i64) -> Result<String> {
     become_ordinary_host()?;
     let lib = NativeLib::open(path)?;
-    // SAFETY (all three): faulty.c defines these symbols with exactly these C signatures.
-    let add: Add = unsafe { std::mem::transmute::<*const c_void, Add>(lib.symbol("faulty_counter_add")?) };
-    // SAFETY: see above.
-    let arm: Arm = unsafe { std::mem::transmute::<*const c_void, Arm>(lib.symbol("faulty_arm")?) };
-    // SAFETY: see above.
-    let compute: Compute = unsafe { std::mem::transmute::<*const c_void, Compute>(lib.symbol("faulty_compute")?) };
+    let (add, arm, compute) =
+        (lib.symbol("faulty_counter_add")?, lib.symbol("faulty_arm")?, lib.symbol("faulty_compute")?);
+    // SAFETY: faulty.c defines `int64_t faulty_counter_add(int64_t)`.
+    let add = unsafe { std::mem::transmute::<*const c_void, Add>(add) };
+    // SAFETY: faulty.c defines `void faulty_arm(int64_t, int64_t)`.
+    let arm = unsafe { std::mem::transmute::<*const c_void, Arm>(arm) };
+    // SAFETY: faulty.c defines `int64_t faulty_compute(int64_t)`.
+    let compute = unsafe { std::mem::transmute::<*const c_void, Compute>(compute) };
 
     // The host's own data, on the heap like most host state; a wild write aims at it.
     let host_value = Box::new(AtomicI64::new(faults::HOST_VALUE));

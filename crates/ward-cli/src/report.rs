@@ -31,11 +31,23 @@ impl Columns {
     }
 }
 
-/// One JSON object on its own line of stdout.
-pub fn json_line(value: &impl Serialize) -> Result<()> {
-    let text = serde_json::to_string(value).context("cannot encode a result as JSON")?;
+/// `say!(...)`: like `println!`, but a closed stdout is an error to return, not a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::report::line(&format!($($arg)*))
+    };
+}
+pub(crate) use say;
+
+/// One line of text on stdout.
+pub fn line(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{text}").context("cannot write to stdout")
+}
+
+/// One JSON object on its own line of stdout.
+pub fn json_line(value: &impl Serialize) -> Result<()> {
+    line(&serde_json::to_string(value).context("cannot encode a result as JSON")?)
 }
 
 /// Microseconds for people: "412 us", "3.41 ms".

@@ -1,0 +1,112 @@
+//! The `ward` program end to end.
+//!
+//! `demo` and `bench` start `ward-domain` processes, which the library finds beside the `ward` binary. `cargo test
+//! -p ward-cli` builds only this package's binary, so build the workspace (or `cargo build -p ward-domain`) with the
+//! same profile and target directory first; the CI script builds the whole workspace before testing.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn ward() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ward"))
+}
+
+/// Fail with instructions, not with a puzzling domain error, when ward-domain was not built.
+fn require_domain() {
+    if std::env::var_os("WARD_DOMAIN").is_some() {
+        return;
+    }
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_ward"));
+    let beside = exe.with_file_name("ward-domain");
+    assert!(
+        beside.is_file(),
+        "{} is missing: run `cargo build -p ward-domain` (same profile and target directory) before these tests, \
+         or set WARD_DOMAIN to its path",
+        beside.display()
+    );
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("cannot run the ward binary")
+}
+
+fn json_lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+fn expected_class(kind: i64) -> &'static str {
+    match kind {
+        4 => "exit",
+        5 => "timeout",
+        10 | 11 => "protocol",
+        // 8, the descriptor leak, ends in abort() once open() fails.
+        _ => "signal",
+    }
+}
+
+#[test]
+fn demo_contains_every_fault() {
+    require_domain();
+    let out = run(ward().args(["demo", "--json"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines = json_lines(&out);
+    let faults: Vec<&Value> = lines.iter().filter(|l| l["type"] == "fault").collect();
+    assert_eq!(faults.len(), 13, "13 fault lines expected; stdout: {lines:#?}\nstderr: {stderr}");
+    for (i, f) in faults.iter().enumerate() {
+        let kind = f["kind"].as_i64().expect("kind is a number");
+        assert_eq!(kind, i as i64 + 1, "faults in order: {f}");
+        assert_eq!(f["contained"], true, "fault {kind} not contained: {f}");
+        assert_eq!(f["fault_class"], expected_class(kind), "fault {kind}: {f}");
+        assert_eq!(f["retried_ok"], true, "fault {kind}: {f}");
+        assert!(f["restart_us"].as_u64().is_some(), "fault {kind} has no restart time: {f}");
+        for key in ["fault", "native", "ward", "cause", "via"] {
+            assert!(f[key].is_string(), "fault {kind} lacks {key}: {f}");
+        }
+        assert_eq!(f["replayed"], 2, "fault {kind}: {f}");
+    }
+    let well: Vec<&Value> = lines.iter().filter(|l| l["type"] == "well").collect();
+    assert_eq!(well.len(), 3, "{lines:#?}");
+    assert!(well.iter().all(|w| w["ok"] == true), "{well:#?}");
+    assert!(out.status.success(), "exit status {:?}; stderr: {stderr}", out.status);
+}
+
+#[test]
+fn bench_reports_every_isolation() {
+    require_domain();
+    let out = run(ward().args(["bench", "xpc", "--json", "--quick"]));
+    assert!(out.status.success(), "exit status {:?}; stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&out);
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert!(l["name"].is_string(), "{l}");
+        assert!(l["isolation"].is_string(), "{l}");
+        let ns = l["ns"].as_f64().unwrap_or_else(|| panic!("ns is not a number: {l}"));
+        assert!(ns > 0.0 && ns.is_finite(), "{l}");
+    }
+    for iso in ["native", "none", "process"] {
+        assert!(lines.iter().any(|l| l["isolation"] == iso), "no {iso} line: {lines:#?}");
+    }
+    for name in ["null_call", "buffer_4k", "buffer_1m", "deferred", "recovery"] {
+        assert!(lines.iter().any(|l| l["name"] == name), "no {name} line: {lines:#?}");
+    }
+}
+
+#[test]
+fn a_bad_flag_is_a_usage_error() {
+    let out = run(ward().args(["demo", "--no-such-flag"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
+}
+
+#[test]
+fn an_unknown_isolation_names_the_valid_ones() {
+    let out = run(ward().args(["demo", "--isolation", "bogus"]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bogus") && err.contains("process") && err.contains("none"), "{err}");
+}
