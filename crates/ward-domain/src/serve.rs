@@ -43,52 +43,84 @@ pub fn run(setup: Setup) -> ExitCode {
     }
 }
 
+/// What the next request turned out to be.
+enum Next {
+    /// Nothing there yet.
+    Empty,
+    /// A call, ready to run.
+    Call { id: u64, deferred: bool, func: *const std::ffi::c_void, regs: RegArgs },
+    /// A call that cannot run (unknown function, bad arguments): answered with a status.
+    Refused { id: u64, deferred: bool, status: Status },
+    /// Any other record, `len` bytes at the start of the buffer.
+    Other(usize),
+}
+
 /// Serve requests until the `CallbackReply` with id `until` arrives (None: forever).
 fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
     let mut record = [0u8; MAX_RECORD];
     loop {
-        let len = next_record(&mut record)?;
-        let record = &record[..len];
-        // Calls are the hot path: read them through a checked view instead of copying the argument list.
-        if matches!(record.get(4).copied().map(Op::from), Some(Op::Call | Op::Deferred)) {
-            let call = CallView::parse(record).map_err(|e| format!("bad call from the host: {e}"))?;
-            let (status, ret) = execute(call.id(), call.func(), call.args(), record);
-            if !call.deferred() {
-                reply(call.id(), status, ret)?;
+        // One borrow of the serving state per record: take it off the ring and, for a call, prepare it.
+        match with_server(|s| take(s, &mut record))? {
+            Next::Empty => {
+                with_server(|s| s.requests.wait(s.spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
             }
-            continue;
-        }
-        let message = Message::parse(record).map_err(|e| format!("bad request from the host: {e}"))?;
-        match message {
-            Message::Resolve { id, ext, name } => {
-                let found = with_server(|s| s.setup.library.resolve(ext, name));
-                match found {
-                    Some(f) => reply(id, Status::Ok, RegRet { int: u64::from(f), float: 0 })?,
-                    None => reply(id, Status::ResolveFailed, RegRet::default())?,
+            Next::Call { id, deferred, func, regs } => {
+                let outer = CURRENT_CALL.swap(id, Ordering::Relaxed);
+                // SAFETY: func was resolved with dlsym in an extension the host asked us to load; the host declared
+                // the signature and the arguments were translated into this process' memory by `take`. A wrong
+                // declaration or a bug in the extension can crash this process, which is what the domain is for:
+                // the host survives it.
+                let ret = unsafe { ward_abi::call_native(func, &regs) };
+                CURRENT_CALL.store(outer, Ordering::Relaxed);
+                if !deferred {
+                    reply(id, Status::Ok, ret)?;
                 }
             }
-            Message::Ping { id } => reply(id, Status::Ok, RegRet::default())?,
-            Message::CallbackReply { id, ret_int, ret_float } => {
-                if until == Some(id) {
-                    return Ok(RegRet { int: ret_int, float: ret_float });
+            Next::Refused { id, deferred, status } => {
+                if !deferred {
+                    reply(id, status, RegRet::default())?;
                 }
-                return Err(format!("callback reply {id} while waiting for {until:?}"));
             }
-            other => return Err(format!("unexpected request {other:?}")),
+            Next::Other(len) => {
+                let message = Message::parse(&record[..len]).map_err(|e| format!("bad request from the host: {e}"))?;
+                match message {
+                    Message::Resolve { id, ext, name } => {
+                        let found = with_server(|s| s.setup.library.resolve(ext, name));
+                        match found {
+                            Some(f) => reply(id, Status::Ok, RegRet { int: u64::from(f), float: 0 })?,
+                            None => reply(id, Status::ResolveFailed, RegRet::default())?,
+                        }
+                    }
+                    Message::Ping { id } => reply(id, Status::Ok, RegRet::default())?,
+                    Message::CallbackReply { id, ret_int, ret_float } => {
+                        if until == Some(id) {
+                            return Ok(RegRet { int: ret_int, float: ret_float });
+                        }
+                        return Err(format!("callback reply {id} while waiting for {until:?}"));
+                    }
+                    other => return Err(format!("unexpected request {other:?}")),
+                }
+            }
         }
     }
 }
 
-/// Wait for and copy out the next request.
-fn next_record(buf: &mut [u8]) -> Result<usize, String> {
-    loop {
-        let popped = with_server(|s| s.requests.pop(buf)).map_err(|e| format!("request ring: {e}"))?;
-        if let Some(len) = popped {
-            return Ok(len);
-        }
-        let spin = with_server(|s| s.spin);
-        with_server(|s| s.requests.wait(spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
+/// Copy out the next request; for a call, resolve its function and translate its arguments.
+fn take(s: &mut Server, record: &mut [u8; MAX_RECORD]) -> Result<Next, String> {
+    let Some(len) = s.requests.pop(record).map_err(|e| format!("request ring: {e}"))? else {
+        return Ok(Next::Empty);
+    };
+    let record = &record[..len];
+    if !matches!(record.get(4).copied().map(Op::from), Some(Op::Call | Op::Deferred)) {
+        return Ok(Next::Other(len));
     }
+    // Calls are the hot path: read them through a checked view instead of copying the argument list.
+    let call = CallView::parse(record).map_err(|e| format!("bad call from the host: {e}"))?;
+    let (id, deferred) = (call.id(), call.deferred());
+    Ok(match prepare(s, call.func(), call.args(), record) {
+        Ok((func, regs)) => Next::Call { id, deferred, func, regs },
+        Err(status) => Next::Refused { id, deferred, status },
+    })
 }
 
 fn reply(id: u64, status: Status, ret: RegRet) -> Result<(), String> {
@@ -121,54 +153,45 @@ fn push(record: &[u8]) -> Result<(), String> {
     })
 }
 
-/// Run one call. The arguments are translated to this process' addresses; nothing the host sent is trusted
-/// to be in range.
-fn execute(id: u64, func: u32, args: impl Iterator<Item = WireArg>, record: &[u8]) -> (Status, RegRet) {
-    let prepared = with_server(|s| -> Result<(*const std::ffi::c_void, RegArgs), Status> {
-        let f = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
-        let mut packer = ArgPacker::new();
-        for arg in args {
-            let rich = RichPtr { pool: arg.pool, offset: arg.a, len: arg.b };
-            let pushed = match arg.kind {
-                ArgKind::Int => packer.push_int(arg.a),
-                ArgKind::F64 => packer.push_f64(f64::from_bits(arg.a)),
-                ArgKind::F32 => packer.push_f32(f32::from_bits(arg.a as u32)),
-                ArgKind::BufIn | ArgKind::Str => {
-                    let p = s.setup.pool_in.resolve(&rich).map_err(|_| Status::BadArgs)?;
-                    packer.push_int(p as u64)
+/// Translate a call's arguments to this process' addresses. Nothing the host sent is trusted to be in range.
+fn prepare(
+    s: &Server,
+    func: u32,
+    args: impl Iterator<Item = WireArg>,
+    record: &[u8],
+) -> Result<(*const std::ffi::c_void, RegArgs), Status> {
+    let f = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
+    let mut packer = ArgPacker::new();
+    for arg in args {
+        let rich = RichPtr { pool: arg.pool, offset: arg.a, len: arg.b };
+        let pushed = match arg.kind {
+            ArgKind::Int => packer.push_int(arg.a),
+            ArgKind::F64 => packer.push_f64(f64::from_bits(arg.a)),
+            ArgKind::F32 => packer.push_f32(f32::from_bits(arg.a as u32)),
+            ArgKind::BufIn | ArgKind::Str => {
+                let p = s.setup.pool_in.resolve(&rich).map_err(|_| Status::BadArgs)?;
+                packer.push_int(p as u64)
+            }
+            ArgKind::BufOut | ArgKind::BufInOut => {
+                let p = s.setup.pool_out.resolve(&rich).map_err(|_| Status::BadArgs)?;
+                packer.push_int(p as u64)
+            }
+            ArgKind::Callback => {
+                let stub = ward_abi::callback_stub(arg.a as usize).ok_or(Status::BadArgs)?;
+                packer.push_int(stub as u64)
+            }
+            ArgKind::Inline => {
+                let end = arg.a.checked_add(arg.b).ok_or(Status::BadArgs)?;
+                if end > record.len() as u64 {
+                    return Err(Status::BadArgs);
                 }
-                ArgKind::BufOut | ArgKind::BufInOut => {
-                    let p = s.setup.pool_out.resolve(&rich).map_err(|_| Status::BadArgs)?;
-                    packer.push_int(p as u64)
-                }
-                ArgKind::Callback => {
-                    let stub = ward_abi::callback_stub(arg.a as usize).ok_or(Status::BadArgs)?;
-                    packer.push_int(stub as u64)
-                }
-                ArgKind::Inline => {
-                    let end = arg.a.checked_add(arg.b).ok_or(Status::BadArgs)?;
-                    if end > record.len() as u64 {
-                        return Err(Status::BadArgs);
-                    }
-                    packer.push_int(record[arg.a as usize..].as_ptr() as u64)
-                }
-                ArgKind::Unknown(_) => return Err(Status::BadArgs),
-            };
-            pushed.map_err(|_| Status::BadArgs)?;
-        }
-        Ok((f, packer.finish()))
-    });
-    let (f, regs) = match prepared {
-        Ok(p) => p,
-        Err(status) => return (status, RegRet::default()),
-    };
-    let outer = CURRENT_CALL.swap(id, Ordering::Relaxed);
-    // SAFETY: f was resolved with dlsym in an extension the host asked us to load; the host declared the signature
-    // and the arguments were translated into this process' memory above. A wrong declaration or a bug in the
-    // extension can crash this process, which is exactly what the domain is for: the host survives it.
-    let ret = unsafe { ward_abi::call_native(f, &regs) };
-    CURRENT_CALL.store(outer, Ordering::Relaxed);
-    (Status::Ok, ret)
+                packer.push_int(record[arg.a as usize..].as_ptr() as u64)
+            }
+            ArgKind::Unknown(_) => return Err(Status::BadArgs),
+        };
+        pushed.map_err(|_| Status::BadArgs)?;
+    }
+    Ok((f, packer.finish()))
 }
 
 /// Where every callback stub lands: forward to the host, serve nested calls until the answer comes.

@@ -771,6 +771,45 @@ pub fn emit_reply(buf: &mut [u8; REPLY_LEN], id: u64, status: Status, ret_int: u
     put_u64(buf, field::REPLY_RET_FLOAT, ret_float);
 }
 
+/// Hot path: write a Call (or Deferred) record with no inline bytes straight into `buf`, without building a
+/// [`Message`] (whose inline argument list is large to move). Returns the record's length. The result parses to
+/// exactly the `Message::Call` with the same fields.
+pub fn emit_call(
+    buf: &mut [u8],
+    id: u64,
+    deferred: bool,
+    func: u32,
+    ret: RetKind,
+    args: &[WireArg],
+) -> Result<usize, WireError> {
+    if args.len() > MAX_ARGS {
+        return Err(WireError("more than 14 arguments"));
+    }
+    if matches!(ret, RetKind::Unknown(_)) {
+        return Err(WireError("unknown return kind"));
+    }
+    if args.iter().any(|a| matches!(a.kind, ArgKind::Inline | ArgKind::Unknown(_))) {
+        return Err(WireError("emit_call carries no inline bytes and no unknown argument kinds"));
+    }
+    let len = round_up(inline_base(args.len()));
+    let buf = buf.get_mut(..len).ok_or(WireError("buffer too small for the record"))?;
+    buf.fill(0);
+    put_u32(buf, field::LEN, len as u32);
+    buf[field::OP] = u8::from(if deferred { Op::Deferred } else { Op::Call });
+    buf[field::NARGS] = args.len() as u8;
+    buf[field::RET] = u8::from(ret);
+    put_u64(buf, field::ID, id);
+    put_u32(buf, field::CALL_FUNC, func);
+    for (i, a) in args.iter().enumerate() {
+        let at = field::CALL_ARGS + i * ARG_LEN;
+        buf[at + field::ARG_KIND] = u8::from(a.kind);
+        put(buf, at + field::ARG_POOL.start, &a.pool.to_le_bytes());
+        put(buf, at + field::ARG_A.start, &a.a.to_le_bytes());
+        put(buf, at + field::ARG_B.start, &a.b.to_le_bytes());
+    }
+    Ok(len)
+}
+
 /// Hot path: write a CallbackReply record.
 pub fn emit_callback_reply(buf: &mut [u8; CALLBACK_REPLY_LEN], id: u64, ret_int: u64, ret_float: u64) {
     *buf = [0; CALLBACK_REPLY_LEN];
@@ -795,6 +834,30 @@ mod tests {
 
     fn arg(kind: ArgKind, pool: u32, a: u64, b: u64) -> WireArg {
         WireArg { kind, pool, a, b }
+    }
+
+    #[test]
+    fn emit_call_matches_the_message_it_stands_for() {
+        let args = [arg(ArgKind::Int, 0, 7, 0), arg(ArgKind::BufIn, 0, 4096, 12), arg(ArgKind::F64, 0, 1, 0)];
+        for deferred in [false, true] {
+            let mut fast = [0xa5u8; 256];
+            let n = emit_call(&mut fast, 99, deferred, 3, RetKind::F64, &args).unwrap();
+            let message = Message::Call {
+                id: 99,
+                deferred,
+                func: 3,
+                ret: RetKind::F64,
+                args: ArgList::from_slice(&args).unwrap(),
+                inline: &[],
+            };
+            let mut slow = [0u8; 256];
+            let m = message.emit(&mut slow).unwrap();
+            assert_eq!(&fast[..n], &slow[..m]);
+            assert_eq!(Message::parse(&fast[..n]).unwrap(), message);
+        }
+        let inline = [arg(ArgKind::Inline, 0, 96, 4)];
+        assert!(emit_call(&mut [0u8; 256], 1, true, 0, RetKind::Void, &inline).is_err());
+        assert!(emit_call(&mut [0u8; 16], 1, false, 0, RetKind::Void, &args).is_err());
     }
 
     fn samples() -> Vec<Message<'static>> {

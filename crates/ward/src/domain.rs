@@ -205,6 +205,9 @@ impl Domain {
     /// Resolve a symbol for the current incarnation if needed.
     fn resolved(&self, g: &Guard<'_>, sym: usize) -> Result<u32, Error> {
         let mut st = g.borrow_mut();
+        if let Some(f) = st.symbols.get(sym).and_then(|s| s.func) {
+            return Ok(f);
+        }
         let (ext, name, func) = match st.symbols.get(sym) {
             Some(s) => (s.ext, s.name.clone(), s.func),
             None => return Err(Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() }),
@@ -242,7 +245,7 @@ impl Domain {
     /// Call a function: the whole protocol of DESIGN.md §3 and §4.
     pub fn call(&self, sym: usize, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
         let g = self.lock.lock();
-        let (name, fpolicy, timeout) = {
+        let (fpolicy, timeout) = {
             let st = g.borrow();
             if let Some(e) = self.disabled_error(&st) {
                 return Err(e);
@@ -252,8 +255,10 @@ impl Domain {
                 .get(sym)
                 .ok_or_else(|| Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() })?;
             let ext_policy = &st.extensions[s.ext].1;
-            (s.name.clone(), s.policy.clone(), fpolicy_deadline(&s.policy, ext_policy))
+            (s.policy.clone(), fpolicy_deadline(&s.policy, ext_policy))
         };
+        // Only failures need the name: look it up then, not on every call.
+        let name = || g.borrow().symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default();
         let retry_allowed = fpolicy.retryable && self.policy.on_fault == OnFault::Retry;
         let mut retries = 0u32;
         loop {
@@ -262,11 +267,7 @@ impl Domain {
                 Outcome::Done(value) => {
                     let value = self.after_success(&g, sym, &fpolicy, args, ret, value);
                     if retries > 0 {
-                        self.events.emit(Event::Retried {
-                            domain: self.name.clone(),
-                            call: name.to_string(),
-                            ok: true,
-                        });
+                        self.events.emit(Event::Retried { domain: self.name.clone(), call: name(), ok: true });
                     }
                     return Ok(value);
                 }
@@ -279,17 +280,13 @@ impl Domain {
             let (kind, stale) = kind;
             let fault = {
                 let st = g.borrow();
-                Fault { kind, domain: self.name.clone(), call: Some(name.to_string()), incarnation: st.incarnation }
+                Fault { kind, domain: self.name.clone(), call: Some(name()), incarnation: st.incarnation }
             };
             // A stale call's domain was already recovered by the nested call that saw the fault.
             if !stale {
                 if let Err(e) = self.recover(&g, fault.clone()) {
                     if retries > 0 {
-                        self.events.emit(Event::Retried {
-                            domain: self.name.clone(),
-                            call: name.to_string(),
-                            ok: false,
-                        });
+                        self.events.emit(Event::Retried { domain: self.name.clone(), call: name(), ok: false });
                     }
                     return Err(e);
                 }
@@ -299,7 +296,7 @@ impl Domain {
                 continue;
             }
             if retries > 0 {
-                self.events.emit(Event::Retried { domain: self.name.clone(), call: name.to_string(), ok: false });
+                self.events.emit(Event::Retried { domain: self.name.clone(), call: name(), ok: false });
             }
             return Err(Error::Fault(fault));
         }
@@ -365,23 +362,23 @@ impl Domain {
             Err(Error::Fault(f)) => return Outcome::Failed(f.kind),
             Err(e) => return Outcome::Error(e),
         };
-        let name = g.borrow().symbols[sym].name.clone();
         if g.borrow().backend.is_direct() {
-            return self.attempt_direct(g, func, args, ret, &name);
+            return self.attempt_direct(g, sym, func, args, ret);
         }
         let incarnation = g.borrow().incarnation;
         let frame = {
             let mut st = g.borrow_mut();
-            let wire = match self.translate(&mut st, args, &name, replaying) {
+            let wire = match self.translate(&mut st, args, sym, replaying) {
                 Ok(w) => w,
                 Err(e) => return Outcome::Error(e),
             };
             let st = &mut *st;
-            match st.backend.begin(&mut st.tracker, func, &wire, ret, Instant::now() + timeout) {
+            match st.backend.begin(&mut st.tracker, func, &wire, ret) {
                 Ok(f) => f,
-                Err(e) => return backend_outcome(e, &name),
+                Err(e) => return backend_outcome(e, &st.symbols[sym].name),
             }
         };
+        // The deadline counts the domain's time: it restarts after each callback the host served.
         let mut deadline = Instant::now() + timeout;
         loop {
             let step = g.borrow_mut().backend.wait(&frame, deadline);
@@ -421,7 +418,7 @@ impl Domain {
                     };
                     if let Err(e) = st.backend.answer_callback(token, answer) {
                         st.backend.abandon(frame);
-                        return backend_outcome(e, &name);
+                        return backend_outcome(e, &st.symbols[sym].name);
                     }
                     deadline = Instant::now() + timeout;
                 }
@@ -434,14 +431,15 @@ impl Domain {
     }
 
     /// The `none` backend: the function is called right here, host pointers and all.
-    fn attempt_direct(&self, g: &Guard<'_>, func: u32, args: &mut [Arg<'_>], ret: RetType, name: &str) -> Outcome {
+    fn attempt_direct(&self, g: &Guard<'_>, sym: usize, func: u32, args: &mut [Arg<'_>], ret: RetType) -> Outcome {
         let (addr, regs) = {
             let st = g.borrow();
+            let name = &*st.symbols[sym].name;
             let Some(addr) = st.backend.direct_address(func) else {
                 return Outcome::Error(Error::BadArguments { call: name.into(), reason: "not resolved".into() });
             };
-            if let Err(e) = check_registers(args, name) {
-                return Outcome::Error(e);
+            if let Err(reason) = check_registers(args) {
+                return Outcome::Error(Error::BadArguments { call: name.into(), reason });
             }
             let mut packer = ward_abi::ArgPacker::new();
             for a in args.iter_mut() {
@@ -478,10 +476,13 @@ impl Domain {
         &self,
         st: &mut State,
         args: &'a [Arg<'_>],
-        name: &str,
+        sym: usize,
         replaying: bool,
     ) -> Result<Vec<WireValue<'a>>, Error> {
-        check_registers(args, name)?;
+        let name = |st: &State| st.symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default();
+        if let Err(reason) = check_registers(args) {
+            return Err(Error::BadArguments { call: name(st), reason });
+        }
         let mut out = Vec::with_capacity(args.len());
         for a in args {
             out.push(match a {
@@ -497,10 +498,10 @@ impl Domain {
                 Arg::Handle(h) => {
                     let object = st.handles.lock().unwrap_or_else(|e| e.into_inner()).object(*h);
                     match object {
-                        None => return Err(Error::UnknownHandle { call: name.into(), handle: *h }),
+                        None => return Err(Error::UnknownHandle { call: name(st), handle: *h }),
                         Some(0) if !replaying => {
                             return Err(Error::BadArguments {
-                                call: name.into(),
+                                call: name(st),
                                 reason: format!(
                                     "handle {h:#x} refers to an object lost when the extension restarted; mark the \
                                      function that creates it `state = true` in the policy so it is replayed"
@@ -530,7 +531,7 @@ impl Domain {
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
-        let name = g.borrow().symbols.get(sym).map(|s| s.name.clone()).unwrap_or_default();
+        let name = || g.borrow().symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default();
         if g.borrow().backend.is_direct() {
             // No boundary to batch across: run it now.
             let mut owned: Vec<Arg<'_>> = args.iter().map(reborrow).collect();
@@ -550,24 +551,24 @@ impl Domain {
             };
             let result = {
                 let mut st = g.borrow_mut();
-                let wire = self.translate(&mut st, args, &name, false)?;
+                let wire = self.translate(&mut st, args, sym, false)?;
                 st.backend.defer(func, &wire)
             };
             match result {
                 Ok(()) => return Ok(()),
-                Err(BackendError::Usage(reason)) => return Err(Error::BadArguments { call: name.to_string(), reason }),
+                Err(BackendError::Usage(reason)) => return Err(Error::BadArguments { call: name(), reason }),
                 Err(e) => {
                     let kind = match backend_outcome_timeout(e, self.policy.deadline) {
                         Outcome::Failed(k) => k,
                         _ => FaultKind::Vanished,
                     };
-                    let fault = self.make_fault(&g, kind, Some(name.to_string()));
+                    let fault = self.make_fault(&g, kind, Some(name()));
                     // The call had not been queued: queue it again on the new incarnation.
                     self.recover(&g, fault)?;
                 }
             }
         }
-        Err(Error::BadArguments { call: name.to_string(), reason: "the domain failed twice while queueing".into() })
+        Err(Error::BadArguments { call: name(), reason: "the domain failed twice while queueing".into() })
     }
 
     /// Send queued deferred calls.
@@ -759,19 +760,19 @@ impl Domain {
 }
 
 /// ward passes arguments in registers only (DECISIONS.md): at most 6 integer-class and 8 float-class.
-fn check_registers(args: &[Arg<'_>], name: &str) -> Result<(), Error> {
+fn check_registers(args: &[Arg<'_>]) -> Result<(), String> {
+    if args.len() <= ward_abi::MAX_INT_ARGS {
+        return Ok(());
+    }
     let floats = args.iter().filter(|a| matches!(a, Arg::F64(_) | Arg::F32(_))).count();
     let ints = args.len() - floats;
     if ints > ward_abi::MAX_INT_ARGS || floats > ward_abi::MAX_FLOAT_ARGS {
-        return Err(Error::BadArguments {
-            call: name.into(),
-            reason: format!(
-                "{ints} integer/pointer and {floats} floating-point arguments; ward passes at most {} and {} \
-                 (in registers)",
-                ward_abi::MAX_INT_ARGS,
-                ward_abi::MAX_FLOAT_ARGS
-            ),
-        });
+        return Err(format!(
+            "{ints} integer/pointer and {floats} floating-point arguments; ward passes at most {} and {} \
+             (in registers)",
+            ward_abi::MAX_INT_ARGS,
+            ward_abi::MAX_FLOAT_ARGS
+        ));
     }
     Ok(())
 }

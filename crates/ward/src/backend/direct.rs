@@ -75,14 +75,7 @@ impl Backend for DirectBackend {
         self.specs.push(spec);
     }
 
-    fn begin(
-        &mut self,
-        _: &mut Tracker,
-        _: u32,
-        _: &[WireValue<'_>],
-        _: RetType,
-        _: Instant,
-    ) -> Result<Frame, BackendError> {
+    fn begin(&mut self, _: &mut Tracker, _: u32, _: &[WireValue<'_>], _: RetType) -> Result<Frame, BackendError> {
         Err(BackendError::Usage("the direct backend is called through its addresses".into()))
     }
 

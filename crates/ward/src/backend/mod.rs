@@ -91,7 +91,6 @@ pub(crate) trait Backend: Send {
         func: u32,
         args: &[WireValue<'_>],
         ret: RetType,
-        deadline: Instant,
     ) -> Result<Frame, BackendError>;
 
     /// Wait for the next step of the innermost call.

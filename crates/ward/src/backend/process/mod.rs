@@ -23,7 +23,7 @@ use ward_xpc::control::ControlSocket;
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
 use ward_xpc::pool::{HostPool, Lease, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
 use ward_xpc::ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};
-use ward_xpc::wire::{ArgKind, ArgList, Message, RetKind, Status, WireArg};
+use ward_xpc::wire::{emit_call, ArgKind, ArgList, Message, RetKind, Status, WireArg};
 use ward_xpc::Region;
 
 pub(crate) use spawn::find_program;
@@ -362,6 +362,15 @@ impl ProcessBackend {
         }
     }
 
+    /// Publish deferred records in batches, so a long run of them keeps the domain busy without a wake-up each.
+    fn after_deferred_push(&mut self) {
+        self.deferred_unpublished += 1;
+        if self.deferred_unpublished >= DEFER_BATCH {
+            self.requests.publish();
+            self.deferred_unpublished = 0;
+        }
+    }
+
     /// Expect the reply to the innermost call in flight.
     fn check_reply(&mut self, id: u64, status: Status) -> Result<(), BackendError> {
         match self.in_flight.last() {
@@ -465,7 +474,6 @@ impl Backend for ProcessBackend {
         func: u32,
         args: &[WireValue<'_>],
         ret: RetType,
-        _deadline: Instant,
     ) -> Result<Frame, BackendError> {
         self.fault_if_dead()?;
         let mut loans = Vec::new();
@@ -480,8 +488,8 @@ impl Backend for ProcessBackend {
         };
         let id = self.next_id;
         self.next_id += 1;
-        let message = Message::Call { id, deferred: false, func, ret: ret_kind(ret), args: list, inline: &[] };
-        let len = self.encode(&message)?;
+        let len = emit_call(&mut self.record, id, false, func, ret_kind(ret), list.as_slice())
+            .map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))?;
         self.push(len)?;
         self.requests.publish();
         self.deferred_unpublished = 0;
@@ -560,6 +568,13 @@ impl Backend for ProcessBackend {
         }
         let id = self.next_id;
         self.next_id += 1;
+        if inline.is_empty() {
+            let len = emit_call(&mut self.record, id, true, func, RetKind::Void, list.as_slice())
+                .map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))?;
+            self.push(len)?;
+            self.after_deferred_push();
+            return Ok(());
+        }
         let message = Message::Call { id, deferred: true, func, ret: RetKind::Void, args: list, inline: &inline };
         if message.wire_len() > MAX_RECORD {
             return Err(BackendError::Usage(format!(
@@ -570,11 +585,7 @@ impl Backend for ProcessBackend {
         }
         let len = self.encode(&message)?;
         self.push(len)?;
-        self.deferred_unpublished += 1;
-        if self.deferred_unpublished >= DEFER_BATCH {
-            self.requests.publish();
-            self.deferred_unpublished = 0;
-        }
+        self.after_deferred_push();
         Ok(())
     }
 
