@@ -774,35 +774,43 @@ pub fn emit_reply(buf: &mut [u8; REPLY_LEN], id: u64, status: Status, ret_int: u
 /// Hot path: write a Call (or Deferred) record with no inline bytes straight into `buf`, without building a
 /// [`Message`] (whose inline argument list is large to move). Returns the record's length. The result parses to
 /// exactly the `Message::Call` with the same fields.
-pub fn emit_call(
+pub fn emit_call<I>(
     buf: &mut [u8],
     id: u64,
     deferred: bool,
     func: u32,
     ret: RetKind,
-    args: &[WireArg],
-) -> Result<usize, WireError> {
-    if args.len() > MAX_ARGS {
+    args: I,
+) -> Result<usize, WireError>
+where
+    I: IntoIterator<Item = WireArg>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let args = args.into_iter();
+    let nargs = args.len();
+    if nargs > MAX_ARGS {
         return Err(WireError("more than 14 arguments"));
     }
     if matches!(ret, RetKind::Unknown(_)) {
         return Err(WireError("unknown return kind"));
     }
-    if args.iter().any(|a| matches!(a.kind, ArgKind::Inline | ArgKind::Unknown(_))) {
-        return Err(WireError("emit_call carries no inline bytes and no unknown argument kinds"));
-    }
-    let len = round_up(inline_base(args.len()));
+    let len = round_up(inline_base(nargs));
     let buf = buf.get_mut(..len).ok_or(WireError("buffer too small for the record"))?;
-    buf.fill(0);
     put_u32(buf, field::LEN, len as u32);
     buf[field::OP] = u8::from(if deferred { Op::Deferred } else { Op::Call });
-    buf[field::NARGS] = args.len() as u8;
+    buf[field::NARGS] = nargs as u8;
     buf[field::RET] = u8::from(ret);
+    buf[field::FLAGS] = 0;
     put_u64(buf, field::ID, id);
     put_u32(buf, field::CALL_FUNC, func);
-    for (i, a) in args.iter().enumerate() {
+    put(buf, field::CALL_FUNC.end, &[0; 4]);
+    for (i, a) in args.enumerate() {
+        if matches!(a.kind, ArgKind::Inline | ArgKind::Unknown(_)) {
+            return Err(WireError("emit_call carries no inline bytes and no unknown argument kinds"));
+        }
         let at = field::CALL_ARGS + i * ARG_LEN;
         buf[at + field::ARG_KIND] = u8::from(a.kind);
+        put(buf, at + field::ARG_KIND + 1, &[0; 3]);
         put(buf, at + field::ARG_POOL.start, &a.pool.to_le_bytes());
         put(buf, at + field::ARG_A.start, &a.a.to_le_bytes());
         put(buf, at + field::ARG_B.start, &a.b.to_le_bytes());
@@ -841,7 +849,7 @@ mod tests {
         let args = [arg(ArgKind::Int, 0, 7, 0), arg(ArgKind::BufIn, 0, 4096, 12), arg(ArgKind::F64, 0, 1, 0)];
         for deferred in [false, true] {
             let mut fast = [0xa5u8; 256];
-            let n = emit_call(&mut fast, 99, deferred, 3, RetKind::F64, &args).unwrap();
+            let n = emit_call(&mut fast, 99, deferred, 3, RetKind::F64, args).unwrap();
             let message = Message::Call {
                 id: 99,
                 deferred,
@@ -856,8 +864,8 @@ mod tests {
             assert_eq!(Message::parse(&fast[..n]).unwrap(), message);
         }
         let inline = [arg(ArgKind::Inline, 0, 96, 4)];
-        assert!(emit_call(&mut [0u8; 256], 1, true, 0, RetKind::Void, &inline).is_err());
-        assert!(emit_call(&mut [0u8; 16], 1, false, 0, RetKind::Void, &args).is_err());
+        assert!(emit_call(&mut [0u8; 256], 1, true, 0, RetKind::Void, inline).is_err());
+        assert!(emit_call(&mut [0u8; 16], 1, false, 0, RetKind::Void, args).is_err());
     }
 
     fn samples() -> Vec<Message<'static>> {

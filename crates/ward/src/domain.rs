@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
+use smallvec::SmallVec;
 
 use crate::backend::{Backend, BackendError, ExtensionSpec, Step, WireValue};
 use crate::call::{Arg, RetType, Value};
@@ -478,12 +479,12 @@ impl Domain {
         args: &'a [Arg<'_>],
         sym: usize,
         replaying: bool,
-    ) -> Result<Vec<WireValue<'a>>, Error> {
+    ) -> Result<SmallVec<[WireValue<'a>; 6]>, Error> {
         let name = |st: &State| st.symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default();
         if let Err(reason) = check_registers(args) {
             return Err(Error::BadArguments { call: name(st), reason });
         }
-        let mut out = Vec::with_capacity(args.len());
+        let mut out = SmallVec::new();
         for a in args {
             out.push(match a {
                 Arg::I64(v) => WireValue::Int(*v as u64),

@@ -18,6 +18,8 @@ use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use smallvec::SmallVec;
+
 use ward_abi::{RegArgs, RegRet};
 use ward_xpc::control::ControlSocket;
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
@@ -293,8 +295,11 @@ impl ProcessBackend {
         tracker: &mut Tracker,
         args: &[WireValue<'_>],
         loans: &mut Vec<Loan>,
-    ) -> Result<ArgList, BackendError> {
-        let mut list = ArgList::new();
+    ) -> Result<SmallVec<[WireArg; 6]>, BackendError> {
+        if args.len() > ward_xpc::wire::MAX_ARGS {
+            return Err(BackendError::Usage("too many arguments (at most 14)".into()));
+        }
+        let mut list = SmallVec::new();
         for a in args {
             let wire = match a {
                 WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
@@ -321,7 +326,7 @@ impl ProcessBackend {
                     w
                 }
             };
-            list.push(wire).map_err(|_| BackendError::Usage("too many arguments (at most 14)".into()))?;
+            list.push(wire);
         }
         Ok(list)
     }
@@ -397,6 +402,17 @@ enum Ended {
 enum Incoming {
     Reply { id: u64, status: Status, ret: RegRet },
     Callback { id: u64, slot: usize, regs: RegArgs },
+}
+
+/// The wire form of a scalar argument; None for buffers and strings.
+fn scalar_wire(a: &WireValue<'_>) -> Option<WireArg> {
+    Some(match a {
+        WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
+        WireValue::F64(v) => WireArg { kind: ArgKind::F64, pool: 0, a: v.to_bits(), b: 0 },
+        WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
+        WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
+        WireValue::In(_) | WireValue::Out(_) | WireValue::InOut(_) | WireValue::Str(_) => return None,
+    })
 }
 
 fn protocol(what: String) -> BackendError {
@@ -488,7 +504,7 @@ impl Backend for ProcessBackend {
         };
         let id = self.next_id;
         self.next_id += 1;
-        let len = emit_call(&mut self.record, id, false, func, ret_kind(ret), list.as_slice())
+        let len = emit_call(&mut self.record, id, false, func, ret_kind(ret), list.iter().copied())
             .map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))?;
         self.push(len)?;
         self.requests.publish();
@@ -542,6 +558,17 @@ impl Backend for ProcessBackend {
 
     fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError> {
         self.fault_if_dead()?;
+        // The common case, scalars only: straight into the record, nothing in between.
+        if args.iter().all(|a| scalar_wire(a).is_some()) {
+            let id = self.next_id;
+            self.next_id += 1;
+            let wires = args.iter().map(|a| scalar_wire(a).unwrap_or_default());
+            let len = emit_call(&mut self.record, id, true, func, RetKind::Void, wires)
+                .map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))?;
+            self.push(len)?;
+            self.after_deferred_push();
+            return Ok(());
+        }
         let mut list = ArgList::new();
         let mut inline: Vec<u8> = Vec::new();
         let inline_base = ward_xpc::wire::inline_base(args.len());
@@ -568,13 +595,6 @@ impl Backend for ProcessBackend {
         }
         let id = self.next_id;
         self.next_id += 1;
-        if inline.is_empty() {
-            let len = emit_call(&mut self.record, id, true, func, RetKind::Void, list.as_slice())
-                .map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))?;
-            self.push(len)?;
-            self.after_deferred_push();
-            return Ok(());
-        }
         let message = Message::Call { id, deferred: true, func, ret: RetKind::Void, args: list, inline: &inline };
         if message.wire_len() > MAX_RECORD {
             return Err(BackendError::Usage(format!(
