@@ -6,6 +6,7 @@ mod child;
 mod demo;
 mod faults;
 mod floor;
+mod inject;
 mod native;
 mod report;
 
@@ -34,6 +35,8 @@ enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// Write a copy of an extension with SWIFI faults injected into its machine code (Nooks, Table II).
+    Inject(inject::InjectArgs),
     /// Internal: a throwaway host that loads PATH directly and triggers fault KIND (used by `demo`).
     #[command(name = "__native-host", hide = true)]
     NativeHost {
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(a) => demo::run(a.isolation, a.json),
         Command::Bench { what: BenchWhat::Xpc { json, quick } } => bench::run(json, quick),
+        Command::Inject(a) => inject::run(a),
         Command::NativeHost { path, kind } => native::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),
     };
@@ -93,6 +97,10 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         // A reader that went away (`ward bench xpc | head`) is not an error worth a message.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if inject::is_bad_input(&e) => {
+            eprintln!("ward: error: {e:#}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             eprintln!("ward: error: {e:#}");
             ExitCode::from(1)
