@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
 use ward_abi::{ArgPacker, RegArgs, RegRet};
+use ward_xpc::batch::BatchView;
 use ward_xpc::pool::RichPtr;
 use ward_xpc::ring::{Consumer, Producer, MAX_RECORD};
 use ward_xpc::wire::{emit_reply, ArgKind, CallView, Message, Op, RetKind, Status, WireArg, REPLY_LEN};
@@ -51,6 +52,8 @@ enum Next {
     Call { id: u64, deferred: bool, func: *const std::ffi::c_void, regs: RegArgs },
     /// A call that cannot run (unknown function, bad arguments): answered with a status.
     Refused { id: u64, deferred: bool, status: Status },
+    /// A batch of deferred calls, `len` bytes at the start of the buffer.
+    Batch(usize),
     /// Any other record, `len` bytes at the start of the buffer.
     Other(usize),
 }
@@ -65,7 +68,10 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
                 with_server(|s| s.requests.wait(s.spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
             }
             Next::Call { id, deferred, func, regs } => {
-                let outer = CURRENT_CALL.swap(id, Ordering::Relaxed);
+                // A plain load and store, not a swap: this process has one thread, and a locked instruction on every
+                // call costs more than it protects.
+                let outer = CURRENT_CALL.load(Ordering::Relaxed);
+                CURRENT_CALL.store(id, Ordering::Relaxed);
                 // SAFETY: func was resolved with dlsym in an extension the host asked us to load; the host declared
                 // the signature and the arguments were translated into this process' memory by `take`. A wrong
                 // declaration or a bug in the extension can crash this process, which is what the domain is for:
@@ -81,6 +87,7 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
                     reply(id, status, RegRet::default())?;
                 }
             }
+            Next::Batch(len) => run_batch(&record[..len])?,
             Next::Other(len) => {
                 let message = Message::parse(&record[..len]).map_err(|e| format!("bad request from the host: {e}"))?;
                 match message {
@@ -105,14 +112,34 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
     }
 }
 
+/// Run every call of a batch in order. No replies: these are deferred calls. A call that cannot run (an unknown
+/// function, arguments that do not fit) is skipped, as its synchronous twin would have been refused.
+fn run_batch(record: &[u8]) -> Result<(), String> {
+    let batch = BatchView::parse(record).map_err(|e| format!("bad batch from the host: {e}"))?;
+    for entry in batch.entries() {
+        let Ok((func, regs)) = with_server(|s| prepare(s, entry.func, entry.args(), &[])) else {
+            continue;
+        };
+        let outer = CURRENT_CALL.load(Ordering::Relaxed);
+        CURRENT_CALL.store(batch.id(), Ordering::Relaxed);
+        // SAFETY: as for a single call (see serve_until): a function the host resolved in an extension it asked us
+        // to load, with arguments translated by `prepare`; only scalars travel in a batch.
+        unsafe { ward_abi::call_native(func, &regs) };
+        CURRENT_CALL.store(outer, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
 /// Copy out the next request; for a call, resolve its function and translate its arguments.
 fn take(s: &mut Server, record: &mut [u8; MAX_RECORD]) -> Result<Next, String> {
     let Some(len) = s.requests.pop(record).map_err(|e| format!("request ring: {e}"))? else {
         return Ok(Next::Empty);
     };
     let record = &record[..len];
-    if !matches!(record.get(4).copied().map(Op::from), Some(Op::Call | Op::Deferred)) {
-        return Ok(Next::Other(len));
+    match record.get(4).copied().map(Op::from) {
+        Some(Op::Call | Op::Deferred) => {}
+        Some(Op::Batch) => return Ok(Next::Batch(len)),
+        _ => return Ok(Next::Other(len)),
     }
     // Calls are the hot path: read them through a checked view instead of copying the argument list.
     let call = CallView::parse(record).map_err(|e| format!("bad call from the host: {e}"))?;

@@ -9,6 +9,7 @@
 //! CallbackReply (op 5, 32)     ret_int u64 @16, ret_float u64 @24
 //! Resolve (op 6)               ext u32 @16, name_len u32 @20, name @24 (no NUL), zero padding
 //! Ping (op 7, 16 bytes)        header only
+//! Batch (op 8)                 deferred calls with scalar arguments, many to a record: see `batch`
 //! Pad (op 9)                   ring filler, never parsed as a message
 //! ```
 //!
@@ -135,6 +136,7 @@ wire_enum! {
         CallbackReply = 5,
         Resolve = 6,
         Ping = 7,
+        Batch = 8,
         Pad = 9,
     }
 }
@@ -419,6 +421,7 @@ impl<'a> Message<'a> {
                 Ok(Message::Ping { id })
             }
             Op::Pad => Err(WireError("padding record")),
+            Op::Batch => Err(WireError("a batch record is read with batch::BatchView")),
             Op::Unknown(_) => Err(WireError("unknown op")),
         }
     }
@@ -1178,8 +1181,9 @@ mod tests {
     #[test]
     fn enums_keep_unknown_codes() {
         assert_eq!(Op::from(1), Op::Call);
-        assert_eq!(Op::from(8), Op::Unknown(8));
-        assert_eq!(u8::from(Op::Unknown(8)), 8);
+        assert_eq!(Op::from(8), Op::Batch);
+        assert_eq!(Op::from(10), Op::Unknown(10));
+        assert_eq!(u8::from(Op::Unknown(10)), 10);
         assert_eq!(u8::from(Op::Pad), OP_PAD);
         assert_eq!(Status::from(4), Status::UnknownOp);
         assert_eq!(Status::from(5), Status::Unknown(5));

@@ -529,6 +529,32 @@ impl Domain {
     /// Queue a call with no reply awaited.
     pub fn defer(&self, sym: usize, args: &[Arg<'_>]) -> Result<(), Error> {
         let g = self.lock.lock();
+        // The hot path, in one borrow: a healthy isolated domain, a resolved function, plain scalar arguments.
+        // Anything else (and any failure here, which queues nothing) takes the general path below.
+        {
+            let mut st = g.borrow_mut();
+            let plain = args.len() <= ward_abi::MAX_INT_ARGS
+                && args
+                    .iter()
+                    .all(|a| matches!(a, Arg::I64(_) | Arg::U64(_) | Arg::F64(_) | Arg::F32(_) | Arg::Ptr(_)));
+            let func = st.symbols.get(sym).and_then(|s| s.func);
+            if let (true, Some(func), true, false) = (plain, func, st.disabled.is_none(), st.backend.is_direct()) {
+                let wire: SmallVec<[WireValue<'_>; 6]> = args
+                    .iter()
+                    .map(|a| match a {
+                        Arg::F64(v) => WireValue::F64(*v),
+                        Arg::F32(v) => WireValue::F32(*v),
+                        Arg::I64(v) => WireValue::Int(*v as u64),
+                        Arg::U64(v) => WireValue::Int(*v),
+                        Arg::Ptr(v) => WireValue::Int(*v as u64),
+                        _ => WireValue::Int(0),
+                    })
+                    .collect();
+                if st.backend.defer(func, &wire).is_ok() {
+                    return Ok(());
+                }
+            }
+        }
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use ward_abi::{RegArgs, RegRet};
+use ward_xpc::batch::BatchWriter;
 use ward_xpc::control::ControlSocket;
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
 use ward_xpc::pool::{HostPool, Lease, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
@@ -102,6 +103,8 @@ pub(crate) struct ProcessBackend {
     /// Ids of calls sent and not answered, innermost last (calls nest strictly).
     in_flight: Vec<u64>,
     deferred_unpublished: u32,
+    /// Scalar deferred calls not yet on the ring: they go in one batch record (one domain crossing).
+    batch: BatchWriter,
     record: Box<[u8]>,
 }
 
@@ -125,6 +128,7 @@ impl ProcessBackend {
             next_id: 1,
             in_flight: Vec::new(),
             deferred_unpublished: 0,
+            batch: BatchWriter::new(),
             record: vec![0u8; MAX_RECORD].into_boxed_slice(),
         };
         b.restart(tracker)?;
@@ -367,6 +371,23 @@ impl ProcessBackend {
         }
     }
 
+    /// Put the collected deferred calls on the ring as one batch record (not yet published). Everything else that
+    /// goes on the ring closes the batch first, so calls reach the domain in the order the host made them.
+    fn close_batch(&mut self) -> Result<(), BackendError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let len = {
+            let record = self.batch.finish(id);
+            self.record[..record.len()].copy_from_slice(record);
+            record.len()
+        };
+        self.batch.clear();
+        self.push(len)
+    }
+
     /// Publish deferred records in batches, so a long run of them keeps the domain busy without a wake-up each.
     fn after_deferred_push(&mut self) {
         self.deferred_unpublished += 1;
@@ -452,6 +473,7 @@ fn read_exit(control: &ControlSocket) -> Option<Ended> {
 impl Backend for ProcessBackend {
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
         self.fault_if_dead()?;
+        self.close_batch()?;
         let id = self.next_id;
         self.next_id += 1;
         let len = self.encode(&Message::Resolve { id, ext: ext as u32, name: symbol.as_bytes() })?;
@@ -502,6 +524,7 @@ impl Backend for ProcessBackend {
                 return Err(e);
             }
         };
+        self.close_batch()?;
         let id = self.next_id;
         self.next_id += 1;
         let len = emit_call(&mut self.record, id, false, func, ret_kind(ret), list.iter().copied())
@@ -528,6 +551,7 @@ impl Backend for ProcessBackend {
 
     fn answer_callback(&mut self, token: u64, ret: RegRet) -> Result<(), BackendError> {
         self.fault_if_dead()?;
+        self.close_batch()?;
         let len = self.encode(&Message::CallbackReply { id: token, ret_int: ret.int, ret_float: ret.float })?;
         self.push(len)?;
         self.requests.publish();
@@ -558,17 +582,20 @@ impl Backend for ProcessBackend {
 
     fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError> {
         self.fault_if_dead()?;
-        // The common case, scalars only: straight into the record, nothing in between.
+        // The common case, scalars only: into the batch, which goes to the domain as one record when it is full,
+        // at a flush, or before any other request.
         if args.iter().all(|a| scalar_wire(a).is_some()) {
-            let id = self.next_id;
-            self.next_id += 1;
+            if !self.batch.fits(args.len()) {
+                self.close_batch()?;
+                self.requests.publish();
+            }
             let wires = args.iter().map(|a| scalar_wire(a).unwrap_or_default());
-            let len = emit_call(&mut self.record, id, true, func, RetKind::Void, wires)
-                .map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))?;
-            self.push(len)?;
-            self.after_deferred_push();
-            return Ok(());
+            return self
+                .batch
+                .push(func, wires)
+                .map_err(|e| BackendError::Usage(format!("cannot queue the call: {e}")));
         }
+        self.close_batch()?;
         let mut list = ArgList::new();
         let mut inline: Vec<u8> = Vec::new();
         let inline_base = ward_xpc::wire::inline_base(args.len());
@@ -610,6 +637,7 @@ impl Backend for ProcessBackend {
     }
 
     fn flush(&mut self) -> Result<(), BackendError> {
+        self.close_batch()?;
         self.requests.publish();
         self.deferred_unpublished = 0;
         self.fault_if_dead()
@@ -617,6 +645,7 @@ impl Backend for ProcessBackend {
 
     fn ping(&mut self, deadline: Instant) -> Result<(), BackendError> {
         self.fault_if_dead()?;
+        self.close_batch()?;
         let id = self.next_id;
         self.next_id += 1;
         let len = self.encode(&Message::Ping { id })?;
@@ -641,6 +670,8 @@ impl Backend for ProcessBackend {
         self.live = None;
         self.in_flight.clear();
         self.deferred_unpublished = 0;
+        // Queued calls name functions by this incarnation's ids: they are dropped with it (DECISIONS.md).
+        self.batch.clear();
     }
 
     fn restart(&mut self, tracker: &mut Tracker) -> Result<RestartVia, String> {
