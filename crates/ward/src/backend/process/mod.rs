@@ -305,11 +305,12 @@ impl ProcessBackend {
         }
         let mut list = SmallVec::new();
         for a in args {
+            if let Some(scalar) = scalar_wire(a) {
+                list.push(scalar);
+                continue;
+            }
             let wire = match a {
-                WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
-                WireValue::F64(v) => WireArg { kind: ArgKind::F64, pool: 0, a: v.to_bits(), b: 0 },
-                WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
-                WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
+                WireValue::Int(_) | WireValue::F64(_) | WireValue::F32(_) | WireValue::Callback(_) => continue,
                 WireValue::In(b) | WireValue::Str(b) => {
                     let loan = self.lend(tracker, POOL_IN, Some(b), b.len(), false)?;
                     let kind = if matches!(a, WireValue::Str(_)) { ArgKind::Str } else { ArgKind::BufIn };
@@ -601,10 +602,9 @@ impl Backend for ProcessBackend {
         let inline_base = ward_xpc::wire::inline_base(args.len());
         for a in args {
             let wire = match a {
-                WireValue::Int(v) => WireArg { kind: ArgKind::Int, pool: 0, a: *v, b: 0 },
-                WireValue::F64(v) => WireArg { kind: ArgKind::F64, pool: 0, a: v.to_bits(), b: 0 },
-                WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
-                WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
+                WireValue::Int(_) | WireValue::F64(_) | WireValue::F32(_) | WireValue::Callback(_) => {
+                    scalar_wire(a).unwrap_or_default()
+                }
                 WireValue::In(b) | WireValue::Str(b) => {
                     // Each input starts 8-byte aligned; the record ends right after the last one.
                     while inline.len() & 7 != 0 {
