@@ -1,0 +1,160 @@
+//! The recovery manager (Nooks' recovery manager, MINIX's reincarnation server): after a fault, stop the domain,
+//! release what the tracker holds, apply the restart limits and backoff, start a new incarnation and replay the
+//! shadow log into it (DESIGN.md §4, steps 3 to 8).
+
+use std::time::Instant;
+
+use super::{Domain, Guard, Outcome};
+use crate::call::{Arg, Value};
+use crate::error::Error;
+use crate::events::{Event, RestartVia};
+use crate::fault::{Fault, FaultKind};
+use crate::shadow::{OwnedArg, ShadowEntry};
+use crate::tracker::ResourceKind;
+
+impl Domain {
+    /// The recovery manager. Err when the domain ends up disabled.
+    pub(super) fn recover(&self, g: &Guard<'_>, fault: Fault) -> Result<(), Error> {
+        if g.borrow().recovering {
+            // A fault during replay: the outer recovery loop handles it.
+            return Err(Error::Fault(fault));
+        }
+        let started = Instant::now();
+        self.events.emit(Event::Fault { fault: fault.clone() });
+        let mut fault = fault;
+        loop {
+            let released = {
+                let mut st = g.borrow_mut();
+                st.stats.faults += 1;
+                st.backend.stop();
+                let released = st.tracker.release_all();
+                st.instances.clear();
+                st.lent_callbacks.clear();
+                // Past the restart intensity (at most N restarts in T), the domain is disabled.
+                let now = Instant::now();
+                let period = self.policy.restart_period;
+                while st.restart_times.front().is_some_and(|t| now.duration_since(*t) > period) {
+                    st.restart_times.pop_front();
+                }
+                if st.restart_times.len() >= self.policy.max_restarts as usize {
+                    st.disabled = Some(fault.clone());
+                    let restarts = st.stats.restarts as u32;
+                    drop(st);
+                    self.events.emit(Event::Disabled { domain: self.name.clone(), restarts, fault: fault.clone() });
+                    return Err(self.disabled_error(&g.borrow()).unwrap_or(Error::Fault(fault)));
+                }
+                st.restart_times.push_back(now);
+                st.consecutive_faults += 1;
+                released
+            };
+            let backoff = self.policy.backoff(g.borrow().consecutive_faults);
+            if !backoff.is_zero() {
+                self.events.emit(Event::BackingOff { domain: self.name.clone(), delay: backoff });
+                // A policy delay between restarts of a repeatedly failing extension, not synchronisation.
+                std::thread::sleep(backoff);
+            }
+            g.borrow_mut().recovering = true;
+            let result = self.restart_and_replay(g);
+            g.borrow_mut().recovering = false;
+            match result {
+                Ok((via, replayed)) => {
+                    let incarnation = g.borrow().incarnation;
+                    self.events.emit(Event::Recovered {
+                        domain: self.name.clone(),
+                        incarnation,
+                        via,
+                        released,
+                        replayed,
+                        took: started.elapsed(),
+                    });
+                    return Ok(());
+                }
+                Err(reason) => {
+                    // Restarting or replaying failed: that is a fault of the new incarnation; go round again
+                    // (the restart limit ends this).
+                    fault = Fault {
+                        kind: FaultKind::Protocol { what: format!("recovery failed: {reason}") },
+                        domain: self.name.clone(),
+                        call: fault.call.clone(),
+                        incarnation: g.borrow().incarnation,
+                    };
+                    self.events.emit(Event::Fault { fault: fault.clone() });
+                }
+            }
+        }
+    }
+
+    /// Start a new incarnation and replay the shadow log into it.
+    pub(super) fn restart_and_replay(&self, g: &Guard<'_>) -> Result<(RestartVia, usize), String> {
+        let via = {
+            let mut st = g.borrow_mut();
+            let st = &mut *st;
+            let via = st.backend.restart(&mut st.tracker)?;
+            st.incarnation += 1;
+            st.stats.incarnation = st.incarnation;
+            st.stats.restarts += 1;
+            for s in &mut st.symbols {
+                s.func = None;
+            }
+            via
+        };
+        let entries: Vec<ShadowEntry> = g.borrow().shadow.entries().to_vec();
+        for entry in &entries {
+            self.replay(g, entry)?;
+        }
+        Ok((via, entries.len()))
+    }
+
+    fn replay(&self, g: &Guard<'_>, entry: &ShadowEntry) -> Result<(), String> {
+        let mut scratch: Vec<Vec<u8>> = entry
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                OwnedArg::Out(n) => Some(vec![0u8; *n]),
+                OwnedArg::InOut(b) => Some(b.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut scratch_iter = scratch.iter_mut();
+        let mut args: Vec<Arg<'_>> = Vec::with_capacity(entry.args.len());
+        for a in &entry.args {
+            args.push(match a {
+                OwnedArg::I64(v) => Arg::I64(*v),
+                OwnedArg::U64(v) => Arg::U64(*v),
+                OwnedArg::F64(v) => Arg::F64(*v),
+                OwnedArg::F32(v) => Arg::F32(*v),
+                OwnedArg::Ptr(v) => Arg::Ptr(*v),
+                OwnedArg::In(b) => Arg::In(b),
+                OwnedArg::Str(s) => Arg::Str(s),
+                OwnedArg::Handle(h) => Arg::Handle(*h),
+                OwnedArg::Callback(c) => Arg::Callback(c),
+                OwnedArg::Out(_) => Arg::Out(scratch_iter.next().map(|v| v.as_mut_slice()).unwrap_or_default()),
+                OwnedArg::InOut(_) => Arg::InOut(scratch_iter.next().map(|v| v.as_mut_slice()).unwrap_or_default()),
+            });
+        }
+        let name = g.borrow().symbols.get(entry.symbol).map(|s| s.name.clone()).unwrap_or_default();
+        let timeout = self.policy.deadline_for(&name);
+        match self.attempt(g, entry.symbol, &mut args, entry.ret, timeout, true) {
+            Outcome::Done(value) => {
+                if let (Some(handle), Value::Handle(object)) = (entry.created, value) {
+                    let mut st = g.borrow_mut();
+                    st.handles.lock().unwrap_or_else(|e| e.into_inner()).rebind(handle, object);
+                    let handles = st.handles.clone();
+                    let record = st.tracker.track(ResourceKind::Instance, move || {
+                        if let Ok(mut h) = handles.lock() {
+                            h.rebind(handle, 0);
+                        }
+                    });
+                    st.instances.insert(handle, record);
+                }
+                Ok(())
+            }
+            Outcome::Failed(kind) => {
+                let f = Fault { kind, domain: self.name.clone(), call: Some(name.to_string()), incarnation: 0 };
+                Err(format!("replaying {name}: {}", f.cause()))
+            }
+            Outcome::Stale => Err(format!("replaying {name}: the domain restarted")),
+            Outcome::Error(e) => Err(format!("replaying {name}: {e}")),
+        }
+    }
+}
