@@ -17,6 +17,8 @@
 //! The layering follows DESIGN.md §2: [`backend`]s isolate and carry calls and know nothing of extension classes;
 //! the core (domain, recovery, [`tracker`], shadow log, [`policy`]) drives them.
 
+#![deny(unsafe_code)]
+
 mod backend;
 pub mod call;
 pub mod callback;
@@ -24,6 +26,7 @@ mod domain;
 pub mod error;
 pub mod events;
 pub mod fault;
+#[allow(unsafe_code)]
 mod monitor;
 pub mod policy;
 mod shadow;

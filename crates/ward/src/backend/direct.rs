@@ -4,7 +4,7 @@
 use std::ffi::{c_void, CStr, CString};
 use std::time::Instant;
 
-use ward_abi::RegRet;
+use ward_abi::{RegArgs, RegRet};
 
 use super::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
 use crate::call::RetType;
@@ -63,8 +63,8 @@ impl Backend for DirectBackend {
         Ok((self.functions.len() - 1) as u32)
     }
 
-    fn direct_address(&self, func: u32) -> Option<*const c_void> {
-        self.functions.get(func as usize).copied()
+    fn direct_function(&self, func: u32) -> Option<DirectFn> {
+        self.functions.get(func as usize).map(|&f| DirectFn(f))
     }
 
     fn is_direct(&self) -> bool {
@@ -112,6 +112,23 @@ impl Backend for DirectBackend {
         self.handles.clear();
         self.open_all()?;
         Ok(RestartVia::Reload)
+    }
+}
+
+/// A function of an extension loaded into this very process. Only this backend makes one, from a successful
+/// `dlsym` in an extension it loaded, which stays loaded as long as the backend does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirectFn(*const c_void);
+
+impl DirectFn {
+    /// Call it with register arguments. With isolation `none` there is no boundary: a fault in the extension is a
+    /// fault of the host, which is what `none` means and what it is there to show.
+    pub fn call(self, args: &RegArgs) -> RegRet {
+        // SAFETY: the pointer was resolved with dlsym in an extension this process loaded on purpose and has not
+        // unloaded (DirectFn values are only made by DirectBackend, which keeps the handles open); the caller
+        // declared the signature through its arguments and return type, and every pointer argument the core packed
+        // borrows live host memory for the duration of the call.
+        unsafe { ward_abi::call_native(self.0, args) }
     }
 }
 

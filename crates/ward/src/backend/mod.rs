@@ -1,10 +1,10 @@
 //! Backends: how a domain is isolated and how a call reaches it. The core (policy, recovery, tracker, shadow log)
 //! drives a backend through [`Backend`]; a backend knows nothing of extension classes.
 
+#[allow(unsafe_code)]
 pub(crate) mod direct;
 pub(crate) mod process;
 
-use std::ffi::c_void;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -80,9 +80,10 @@ pub(crate) trait Backend: Send {
     /// Resolve a symbol of extension `ext` (its index in load order) for the current incarnation.
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError>;
 
-    /// For a backend that runs extensions in this process with no boundary: the function's address, which the core
-    /// calls directly. None for isolating backends.
-    fn direct_address(&self, func: u32) -> Option<*const c_void>;
+    /// For a backend that runs extensions in this process with no boundary: the function itself, which the core
+    /// calls directly (without holding its own state borrowed, so callbacks can re-enter). None for isolating
+    /// backends.
+    fn direct_function(&self, func: u32) -> Option<direct::DirectFn>;
 
     /// Start a call: marshal the arguments into the domain and send it.
     fn begin(

@@ -435,10 +435,10 @@ impl Domain {
 
     /// The `none` backend: the function is called right here, host pointers and all.
     fn attempt_direct(&self, g: &Guard<'_>, sym: usize, func: u32, args: &mut [Arg<'_>], ret: RetType) -> Outcome {
-        let (addr, regs) = {
+        let (function, regs) = {
             let st = g.borrow();
             let name = &*st.symbols[sym].name;
-            let Some(addr) = st.backend.direct_address(func) else {
+            let Some(function) = st.backend.direct_function(func) else {
                 return Outcome::Error(Error::BadArguments { call: name.into(), reason: "not resolved".into() });
             };
             if let Err(reason) = check_registers(args) {
@@ -465,13 +465,9 @@ impl Domain {
                     return Outcome::Error(Error::BadArguments { call: name.into(), reason: e.to_string() });
                 }
             }
-            (addr, packer.finish())
+            (function, packer.finish())
         };
-        // SAFETY: `addr` was resolved with dlsym in an extension loaded into this process on purpose (isolation
-        // `none` means exactly this); the caller declared the signature through `args` and `ret`, and every pointer
-        // argument borrows live host memory for the duration of the call.
-        let regs = unsafe { ward_abi::call_native(addr, &regs) };
-        Outcome::Done(Value::from_regs(ret, regs))
+        Outcome::Done(Value::from_regs(ret, function.call(&regs)))
     }
 
     /// Host arguments to what crosses into the domain: handles to objects, callbacks to lent slots.

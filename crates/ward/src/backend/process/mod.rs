@@ -9,9 +9,9 @@
 //! Nothing the domain writes is trusted: replies are copied out of the ring and parsed into a private copy, a
 //! reply whose id is not the innermost call in flight is a protocol violation, and so is a malformed record.
 
+#[allow(unsafe_code)]
 mod spawn;
 
-use std::ffi::c_void;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Child;
@@ -31,6 +31,7 @@ use ward_xpc::Region;
 
 pub(crate) use spawn::find_program;
 
+use super::direct::DirectFn;
 use super::{Backend, BackendError, ExtensionSpec, Frame, Loan, Step, WireValue};
 use crate::call::RetType;
 use crate::events::RestartVia;
@@ -493,7 +494,7 @@ impl Backend for ProcessBackend {
         }
     }
 
-    fn direct_address(&self, _: u32) -> Option<*const c_void> {
+    fn direct_function(&self, _: u32) -> Option<DirectFn> {
         None
     }
 
