@@ -2,10 +2,14 @@
 //! 0 success, 1 a check failed or the run could not complete, 2 bad input.
 
 mod bench;
+mod campaign;
+mod campaign_host;
+mod check;
 mod child;
 mod demo;
 mod faults;
 mod floor;
+mod host;
 mod inject;
 mod native;
 mod report;
@@ -37,6 +41,11 @@ enum Command {
     },
     /// Write a copy of an extension with SWIFI faults injected into its machine code (Nooks, Table II).
     Inject(inject::InjectArgs),
+    /// Reliability campaign: SWIFI-mutated copies of an extension run natively and under ward, outcomes classified
+    /// (Nooks, section 4).
+    Campaign(campaign::CampaignArgs),
+    /// Which isolation kinds each extension can get (none, process, mpk), and every reason it cannot.
+    Check(check::CheckArgs),
     /// Internal: a throwaway host that loads PATH directly and triggers fault KIND (used by `demo`).
     #[command(name = "__native-host", hide = true)]
     NativeHost {
@@ -51,6 +60,9 @@ enum Command {
         #[arg(value_parser = clap::value_parser!(i64).range(1..=13))]
         kind: i64,
     },
+    /// Internal: one run of a campaign trial, in a throwaway host (used by `campaign`).
+    #[command(name = "__campaign-host", hide = true)]
+    CampaignHost(campaign_host::CampaignHostArgs),
 }
 
 #[derive(Args)]
@@ -89,6 +101,9 @@ fn main() -> ExitCode {
         Command::Demo(a) => demo::run(a.isolation, a.json),
         Command::Bench { what: BenchWhat::Xpc { json, quick } } => bench::run(json, quick),
         Command::Inject(a) => inject::run(a),
+        Command::Campaign(a) => campaign::run(a),
+        Command::Check(a) => check::run(a),
+        Command::CampaignHost(a) => campaign_host::main(a),
         Command::NativeHost { path, kind } => native::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),
     };
@@ -97,7 +112,7 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         // A reader that went away (`ward bench xpc | head`) is not an error worth a message.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) if inject::is_bad_input(&e) => {
+        Err(e) if inject::is_bad_input(&e) || campaign::is_bad_input(&e) || check::is_bad_input(&e) => {
             eprintln!("ward: error: {e:#}");
             ExitCode::from(2)
         }

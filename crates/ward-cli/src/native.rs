@@ -18,7 +18,6 @@ use crate::faults;
 
 /// A host with ordinary limits: the memory bomb and the descriptor leak end instead of eating the machine.
 const HOST_ADDRESS_SPACE: u64 = 512 << 20;
-const HOST_OPEN_FILES: u64 = 1024;
 /// How long a native host may run before it counts as hung.
 pub const BOUND: Duration = Duration::from_secs(5);
 /// Exit status of a child host that could not even set itself up.
@@ -64,29 +63,10 @@ fn dlerror() -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-/// Give this process the limits of an ordinary host, no core files, and the default action for SIGSEGV/SIGBUS.
-///
-/// The Rust runtime installs its own SIGSEGV/SIGBUS handlers (to report stack overflows of Rust threads); a C host
-/// has none, so they are reset to show what such a host sees.
+/// Give this process the limits of an ordinary host (with the demo's address space), no core files, and the default
+/// action for SIGSEGV/SIGBUS.
 pub fn become_ordinary_host() -> Result<()> {
-    for (resource, value, what) in [
-        (libc::RLIMIT_AS, HOST_ADDRESS_SPACE, "address space"),
-        (libc::RLIMIT_NOFILE, HOST_OPEN_FILES, "open files"),
-        (libc::RLIMIT_CORE, 0, "core size"),
-    ] {
-        let rl = libc::rlimit { rlim_cur: value, rlim_max: value };
-        // SAFETY: `rl` is a valid rlimit; lowering our own limits needs no privilege.
-        if unsafe { libc::setrlimit(resource, &rl) } != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("cannot limit {what}"));
-        }
-    }
-    for sig in [libc::SIGSEGV, libc::SIGBUS] {
-        // SAFETY: restoring the default disposition of a signal is always valid.
-        if unsafe { libc::signal(sig, libc::SIG_DFL) } == libc::SIG_ERR {
-            return Err(std::io::Error::last_os_error()).context("cannot reset a signal handler");
-        }
-    }
-    Ok(())
+    crate::host::become_ordinary_host(HOST_ADDRESS_SPACE)
 }
 
 /// The child: load, run the scenario, report. Does not return when the fault takes the process down.

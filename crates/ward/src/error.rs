@@ -11,6 +11,9 @@ pub enum Error {
     NotFound { path: PathBuf },
     #[error("{path} is not an ELF shared object ({reason}); ward loads .so files with a C ABI")]
     NotElf { path: PathBuf, reason: String },
+    /// An ELF file that is no x86-64 shared object (32-bit, another processor, an executable, malformed).
+    #[error("{path} cannot be used as an extension: {reason}")]
+    Unusable { path: PathBuf, reason: String },
     #[error("cannot load {path}: {reason}")]
     Load { path: PathBuf, reason: String },
     #[error(

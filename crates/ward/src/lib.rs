@@ -22,6 +22,7 @@
 mod backend;
 pub mod call;
 pub mod callback;
+pub mod check;
 mod domain;
 pub mod error;
 pub mod events;

@@ -267,3 +267,16 @@ fn another_host_thread_waiting_on_a_failing_domain_gets_correct_results() {
     worker.join().unwrap();
     assert!(ext.stats().restarts >= 1);
 }
+
+#[test]
+fn an_extension_that_keeps_calling_back_still_runs_out_of_time() {
+    // well_map_sum(f, n) calls f n times: with an enormous n it loops through the host forever. The deadline bounds
+    // the domain's own time, so the host's time in the callbacks does not keep it alive.
+    let policy = "[extension.well.function.well_map_sum]\ndeadline_ms = 300\nretryable = false\n";
+    let sup = Supervisor::new(Policy::from_toml_str(policy, "test").unwrap());
+    let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+    let identity = sup.register_callback(Signature::new(&[ValType::I64], RetType::I64), |a| a[0]).unwrap();
+    let e = well.call("well_map_sum", &mut [Arg::Callback(&identity), Arg::I64(i64::MAX)], RetType::I64).unwrap_err();
+    assert!(matches!(e.fault().map(|f| &f.kind), Some(FaultKind::Timeout { .. })), "{e}");
+    ward_sum_is_correct(&well);
+}

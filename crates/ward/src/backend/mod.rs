@@ -3,6 +3,7 @@
 
 #[allow(unsafe_code)]
 pub(crate) mod direct;
+pub(crate) mod mpk;
 pub(crate) mod process;
 
 use std::path::PathBuf;

@@ -381,7 +381,9 @@ impl Domain {
                 Err(e) => return backend_outcome(e, &st.symbols[sym].name),
             }
         };
-        // The deadline counts the domain's time: it restarts after each callback the host served.
+        // The deadline bounds the domain's own time in this call: time the host spends serving a callback (which
+        // may include nested calls) moves it later by as much, and nothing else does. An extension that keeps
+        // calling back in a loop therefore still runs out of time.
         let mut deadline = Instant::now() + timeout;
         loop {
             let step = g.borrow_mut().backend.wait(&frame, deadline);
@@ -407,7 +409,9 @@ impl Domain {
                         });
                     }
                     // No borrow is held while host code runs: it may call this domain again.
+                    let host_started = Instant::now();
                     let answer = crate::callback::invoke(slot, &regs);
+                    deadline += host_started.elapsed();
                     let mut st = g.borrow_mut();
                     if st.incarnation != incarnation {
                         st.backend.abandon(frame);
@@ -423,7 +427,6 @@ impl Domain {
                         st.backend.abandon(frame);
                         return backend_outcome(e, &st.symbols[sym].name);
                     }
-                    deadline = Instant::now() + timeout;
                 }
                 Err(e) => {
                     g.borrow_mut().backend.abandon(frame);

@@ -1,0 +1,250 @@
+//! What a campaign is: the extension, the fault types, how many trials of each and faults per trial, the isolation
+//! kinds to compare with the native host, the seed and the time bounds. Two invocations with equal configurations
+//! are the same campaign, so the records of one stand for the other (that is how a campaign resumes).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use ward::Isolation;
+use ward_inject::FaultType;
+
+use crate::error::Error;
+
+/// How a trial's host runs the extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Loaded with dlopen and called directly, as hosts do without ward.
+    Native,
+    /// Under ward, in a `ward-domain` process.
+    Process,
+    /// Under ward with isolation `none`: interposed and tracked, but in the host's own process.
+    None,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Native => "native",
+            Mode::Process => "process",
+            Mode::None => "none",
+        }
+    }
+
+    /// The isolation kind ward is asked for; `None` for the native host.
+    pub fn isolation(self) -> Option<Isolation> {
+        match self {
+            Mode::Native => None,
+            Mode::Process => Some(Isolation::Process),
+            Mode::None => Some(Isolation::None),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = Error;
+
+    /// The isolation kinds a campaign can compare: `process` and `none` (and `native`, for the hidden host).
+    fn from_str(s: &str) -> Result<Mode, Error> {
+        match s {
+            "native" => Ok(Mode::Native),
+            "process" => Ok(Mode::Process),
+            "none" => Ok(Mode::None),
+            "mpk" | "auto" => Err(Error::UnknownIsolation {
+                given: s.to_string(),
+                hint: " (mpk domains are not built yet, and auto means process in this build)",
+            }),
+            _ => Err(Error::UnknownIsolation { given: s.to_string(), hint: "" }),
+        }
+    }
+}
+
+/// Everything that decides which trials a campaign runs and how they are judged (not how fast: `--jobs` is not
+/// here).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignConfig {
+    /// The extension's name, which picks its workload.
+    pub extension: String,
+    /// FNV-1a (64 bit, hex) of the unmutated extension: a rebuilt extension makes another campaign.
+    pub extension_hash: String,
+    /// Fault types asked for, in [`FaultType::ALL`] order.
+    #[serde(with = "fault_types")]
+    pub fault_types: Vec<FaultType>,
+    pub trials_per_type: u32,
+    pub faults_per_trial: u32,
+    /// Isolation kinds each trial also runs under (the native run always comes first).
+    pub isolations: Vec<Mode>,
+    pub seed: u64,
+    /// Deadline of every call under ward.
+    pub deadline_ms: u64,
+    /// A host still running after this long is hung: it is killed.
+    pub host_timeout_ms: u64,
+}
+
+impl CampaignConfig {
+    /// The runs of each trial: native first, then each isolation kind.
+    pub fn modes(&self) -> Vec<Mode> {
+        std::iter::once(Mode::Native).chain(self.isolations.iter().copied()).collect()
+    }
+
+    /// Field by field, what differs from `other` (`seed 1 recorded, 2 asked`), or `None` when they are equal.
+    pub fn differences(&self, asked: &CampaignConfig) -> Option<String> {
+        let mut out = Vec::new();
+        let mut check = |name: &str, recorded: String, now: String| {
+            if recorded != now {
+                out.push(format!("{name} {recorded} recorded, {now} asked"));
+            }
+        };
+        check("extension", self.extension.clone(), asked.extension.clone());
+        check("extension hash", self.extension_hash.clone(), asked.extension_hash.clone());
+        check("types", type_list(&self.fault_types), type_list(&asked.fault_types));
+        check("trials per type", self.trials_per_type.to_string(), asked.trials_per_type.to_string());
+        check("faults per trial", self.faults_per_trial.to_string(), asked.faults_per_trial.to_string());
+        check("isolation", mode_list(&self.isolations), mode_list(&asked.isolations));
+        check("seed", self.seed.to_string(), asked.seed.to_string());
+        check("deadline", format!("{} ms", self.deadline_ms), format!("{} ms", asked.deadline_ms));
+        check("host timeout", format!("{} ms", self.host_timeout_ms), format!("{} ms", asked.host_timeout_ms));
+        (!out.is_empty()).then(|| out.join("; "))
+    }
+}
+
+/// `all`, or fault type names separated by commas; returned in [`FaultType::ALL`] order without repeats.
+pub fn parse_types(text: &str) -> Result<Vec<FaultType>, Error> {
+    if text.trim() == "all" {
+        return Ok(FaultType::ALL.to_vec());
+    }
+    let mut types = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        types.push(name.parse::<FaultType>()?);
+    }
+    if types.is_empty() {
+        return Err(Error::EmptyList { what: "--types" });
+    }
+    types.sort();
+    types.dedup();
+    Ok(types)
+}
+
+/// Isolation kinds separated by commas (`process`, `none`), without repeats, in that order.
+pub fn parse_isolations(text: &str) -> Result<Vec<Mode>, Error> {
+    let mut modes = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match name.parse::<Mode>()? {
+            Mode::Native => return Err(Error::UnknownIsolation { given: name.into(), hint: " (native always runs)" }),
+            mode => modes.push(mode),
+        }
+    }
+    if modes.is_empty() {
+        return Err(Error::EmptyList { what: "--isolation" });
+    }
+    modes.sort();
+    modes.dedup();
+    Ok(modes)
+}
+
+pub fn type_list(types: &[FaultType]) -> String {
+    types.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",")
+}
+
+fn mode_list(modes: &[Mode]) -> String {
+    modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(",")
+}
+
+/// FNV-1a, 64 bit, as 16 hex digits: a fingerprint for equality checks, not a defence against anyone.
+pub fn fingerprint(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// ward-inject's [`FaultType`] serialises by name but does not deserialise; records and configurations read back
+/// through its `FromStr`.
+pub(crate) mod fault_type {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use ward_inject::FaultType;
+
+    pub fn serialize<S: Serializer>(t: &FaultType, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(t.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<FaultType, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+mod fault_types {
+    use serde::ser::SerializeSeq;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use ward_inject::FaultType;
+
+    pub fn serialize<S: Serializer>(types: &[FaultType], s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(types.len()))?;
+        for t in types {
+            seq.serialize_element(t.as_str())?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<FaultType>, D::Error> {
+        let names = Vec::<String>::deserialize(d)?;
+        names.iter().map(|n| n.parse().map_err(serde::de::Error::custom)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_types_in_table_order_without_repeats() {
+        assert_eq!(parse_types("all").unwrap(), FaultType::ALL.to_vec());
+        assert_eq!(parse_types("nop, branch,nop").unwrap(), vec![FaultType::Branch, FaultType::Nop]);
+        let err = parse_types("nop,bogus").unwrap_err();
+        assert!(err.is_bad_input());
+        let msg = err.to_string();
+        assert!(msg.contains("`bogus`") && msg.contains("off-by-one") && msg.contains("all"), "{msg}");
+        assert!(matches!(parse_types(" , "), Err(Error::EmptyList { .. })));
+    }
+
+    #[test]
+    fn parses_isolations() {
+        assert_eq!(parse_isolations("none,process").unwrap(), vec![Mode::Process, Mode::None]);
+        let err = parse_isolations("process,jail").unwrap_err();
+        assert!(err.is_bad_input());
+        assert!(err.to_string().contains("`jail`; valid: process, none"), "{err}");
+        assert!(parse_isolations("mpk").unwrap_err().to_string().contains("not built yet"));
+        assert!(parse_isolations("native").is_err());
+    }
+
+    #[test]
+    fn names_what_differs() {
+        let a = CampaignConfig {
+            extension: "well".into(),
+            extension_hash: fingerprint(b"x"),
+            fault_types: vec![FaultType::Nop],
+            trials_per_type: 2,
+            faults_per_trial: 5,
+            isolations: vec![Mode::Process],
+            seed: 1,
+            deadline_ms: 2000,
+            host_timeout_ms: 20_000,
+        };
+        assert_eq!(a.differences(&a.clone()), None);
+        let b = CampaignConfig { seed: 2, ..a.clone() };
+        assert_eq!(a.differences(&b).as_deref(), Some("seed 1 recorded, 2 asked"));
+        let json = serde_json::to_string(&a).unwrap();
+        assert!(json.contains(r#""fault_types":["nop"]"#), "{json}");
+        assert_eq!(serde_json::from_str::<CampaignConfig>(&json).unwrap(), a);
+    }
+}

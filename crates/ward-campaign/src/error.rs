@@ -1,0 +1,87 @@
+//! What can stop a campaign. Mistakes in what was asked ([`Error::is_bad_input`]) say what to do instead; the
+//! others name what broke. A trial's outcome, however bad, is never an error: it is what the campaign measures.
+
+use std::path::PathBuf;
+
+use crate::config::Mode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}; or `all`")]
+    UnknownFaultType(#[from] ward_inject::UnknownFaultType),
+    #[error("unknown isolation `{given}`; valid: process, none{hint}")]
+    UnknownIsolation { given: String, hint: &'static str },
+    #[error("{what} lists nothing; give at least one value")]
+    EmptyList { what: &'static str },
+    #[error("no campaign workload for extension `{extension}`; extensions with one: {available}")]
+    NoWorkload { extension: String, available: String },
+    #[error("extension {path} does not exist; give the path of an x86-64 ELF shared object or a built-in name")]
+    ExtensionMissing { path: PathBuf },
+    #[error("{path}: {source}")]
+    Inject {
+        path: PathBuf,
+        #[source]
+        source: ward_inject::InjectError,
+    },
+    #[error("no eligible site in {extension} for any fault type asked ({types}); choose other types")]
+    NothingToInject { extension: String, types: String },
+    #[error(
+        "{out} holds another campaign ({differences}); use another --out, or delete {out} to start this one afresh"
+    )]
+    OtherCampaign { out: PathBuf, differences: String },
+    #[error("another ward campaign is running in {out}; wait for it, or use another --out")]
+    Busy { out: PathBuf },
+    #[error("{path} line {line} is not a trial record ({reason}); the directory is damaged: use another --out")]
+    Damaged { path: PathBuf, line: usize, reason: String },
+    #[error("the unmutated extension's output changed since this campaign started ({diff}); use another --out")]
+    ReferenceChanged { diff: String },
+    #[error("the reference run of the unmutated extension failed natively: {0}")]
+    Reference(String),
+    #[error(
+        "the unmutated extension under ward (isolation {mode}) does not match its native output: {detail}; \
+         every trial would be misjudged, so the campaign stops"
+    )]
+    Preflight { mode: Mode, detail: String },
+    #[error("a {mode} host could not set itself up: {message}")]
+    HostSetup { mode: Mode, message: String },
+    #[error("cannot start a throwaway host: {0}")]
+    Launch(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot encode {what} as JSON: {source}")]
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot draw the chart: {0}")]
+    Chart(String),
+}
+
+impl Error {
+    /// A mistake in what the user asked for (the command line, or an `--out` that holds something else): the
+    /// program exits with status 2 for these.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Error::UnknownFaultType(_)
+                | Error::UnknownIsolation { .. }
+                | Error::EmptyList { .. }
+                | Error::NoWorkload { .. }
+                | Error::ExtensionMissing { .. }
+                | Error::Inject { .. }
+                | Error::NothingToInject { .. }
+                | Error::OtherCampaign { .. }
+                | Error::Damaged { .. }
+                | Error::Busy { .. }
+        )
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io { context: context.into(), source }
+    }
+}

@@ -1,0 +1,351 @@
+//! Counting: outcomes per fault type and run (Nooks' Figures 6 and 7 in numbers), and the targets of issue 5.
+//!
+//! - **survival**: of the trials whose native host crashed or hung, the share whose isolated host did neither
+//!   (target 100%; Nooks: 99%);
+//! - **transparency**: of those, the share whose isolated host saw exactly the reference output (target 90%);
+//! - **hangs**: every trial whose native host hung had its hang detected under isolation, no later than the
+//!   deadline plus [`hang_slack`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+use ward_inject::FaultType;
+
+use crate::classify::Outcome;
+use crate::config::{CampaignConfig, Mode};
+use crate::plan::TrialId;
+use crate::record::RunRecord;
+
+/// Share of native host failures the isolated host must survive.
+pub const SURVIVAL_TARGET: f64 = 1.0;
+/// Share of survived failures that must be fully transparent.
+pub const TRANSPARENCY_TARGET: f64 = 0.9;
+
+/// How late past its deadline a hang may be noticed and still count as "within the deadline": the supervisor's
+/// wake-up and the time to stop the domain, at least 50 ms and 10% of the deadline.
+pub fn hang_slack(deadline: Duration) -> Duration {
+    (deadline / 10).max(Duration::from_millis(50))
+}
+
+/// Runs per outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub host_crashed: u32,
+    pub host_hung: u32,
+    pub recovered: u32,
+    pub recovered_wrong_output: u32,
+    pub wrong_output_undetected: u32,
+    pub no_effect: u32,
+}
+
+impl Counts {
+    pub fn add(&mut self, outcome: Outcome) {
+        self.add_n(outcome, 1);
+    }
+
+    pub fn get(&self, outcome: Outcome) -> u32 {
+        match outcome {
+            Outcome::HostCrashed => self.host_crashed,
+            Outcome::HostHung => self.host_hung,
+            Outcome::Recovered => self.recovered,
+            Outcome::RecoveredWrongOutput => self.recovered_wrong_output,
+            Outcome::WrongOutputUndetected => self.wrong_output_undetected,
+            Outcome::NoEffect => self.no_effect,
+        }
+    }
+
+    pub fn total(&self) -> u32 {
+        Outcome::ALL.iter().map(|&o| self.get(o)).sum()
+    }
+
+    fn add_n(&mut self, outcome: Outcome, n: u32) {
+        let slot = match outcome {
+            Outcome::HostCrashed => &mut self.host_crashed,
+            Outcome::HostHung => &mut self.host_hung,
+            Outcome::Recovered => &mut self.recovered,
+            Outcome::RecoveredWrongOutput => &mut self.recovered_wrong_output,
+            Outcome::WrongOutputUndetected => &mut self.wrong_output_undetected,
+            Outcome::NoEffect => &mut self.no_effect,
+        };
+        *slot += n;
+    }
+}
+
+/// One fault type (or the total over all of them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Row {
+    /// A fault type's name, or `total`.
+    pub fault_type: String,
+    pub trials: u32,
+    /// Outcomes of each kind of run.
+    pub runs: BTreeMap<Mode, Counts>,
+    /// Trials whose native host crashed or hung.
+    pub native_lost: u32,
+    /// Per isolation kind: of those trials, how many isolated hosts neither crashed nor hung ...
+    pub survived: BTreeMap<Mode, u32>,
+    /// ... and how many of those saw exactly the reference output ...
+    pub transparent: BTreeMap<Mode, u32>,
+    /// ... or, short of that, saw only clean errors: every result that differs is an error, none a wrong value.
+    pub clean: BTreeMap<Mode, u32>,
+}
+
+impl Row {
+    fn add_trial(&mut self, runs: &HashMap<Mode, &RunRecord>, isolations: &[Mode]) {
+        self.trials += 1;
+        for (mode, record) in runs {
+            self.runs.entry(*mode).or_default().add(record.outcome);
+        }
+        let native_lost = runs.get(&Mode::Native).is_some_and(|r| r.outcome.host_lost());
+        if !native_lost {
+            return;
+        }
+        self.native_lost += 1;
+        for mode in isolations {
+            let Some(r) = runs.get(mode) else { continue };
+            if !r.outcome.host_lost() {
+                *self.survived.entry(*mode).or_default() += 1;
+                if r.outcome.transparent() {
+                    *self.transparent.entry(*mode).or_default() += 1;
+                } else if r.wrong_calls == r.failed_calls {
+                    *self.clean.entry(*mode).or_default() += 1;
+                }
+            }
+        }
+    }
+
+    fn absorb(&mut self, other: &Row) {
+        self.trials += other.trials;
+        self.native_lost += other.native_lost;
+        for (mode, counts) in &other.runs {
+            let mine = self.runs.entry(*mode).or_default();
+            for o in Outcome::ALL {
+                mine.add_n(o, counts.get(o));
+            }
+        }
+        for (mode, n) in &other.survived {
+            *self.survived.entry(*mode).or_default() += n;
+        }
+        for (mode, n) in &other.transparent {
+            *self.transparent.entry(*mode).or_default() += n;
+        }
+        for (mode, n) in &other.clean {
+            *self.clean.entry(*mode).or_default() += n;
+        }
+    }
+}
+
+/// The issue's targets for one isolation kind.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Targets {
+    pub isolation: Mode,
+    pub native_lost: u32,
+    pub survived: u32,
+    pub transparent: u32,
+    /// Survivors that saw only clean errors (no target: it tells a crash turned into an error from silent damage).
+    pub clean: u32,
+    /// `survived / native_lost`; `None` when no native host was lost.
+    pub survival: Option<f64>,
+    /// `transparent / survived`; `None` when nothing survived.
+    pub transparency: Option<f64>,
+    pub survival_met: bool,
+    pub transparency_met: bool,
+    pub hangs: HangTargets,
+}
+
+/// Whether every injected hang was detected within its deadline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HangTargets {
+    /// Trials whose native host hung.
+    pub injected: u32,
+    /// Of those, trials whose isolated host detected a hang and went on to finish.
+    pub detected: u32,
+    /// Hangs detected in all isolated runs of this kind, and how many of them came later than deadline + slack.
+    pub detections: u32,
+    pub late: u32,
+    pub slowest_us: Option<u64>,
+    pub deadline_us: u64,
+    pub slack_us: u64,
+    pub met: bool,
+}
+
+/// A campaign in numbers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub extension: String,
+    pub rows: Vec<Row>,
+    pub total: Row,
+    pub targets: Vec<Targets>,
+}
+
+/// Counts `records` (complete trials of the campaign `config`).
+pub fn summarize(config: &CampaignConfig, records: &[RunRecord]) -> Summary {
+    let mut trials: BTreeMap<TrialId, HashMap<Mode, &RunRecord>> = BTreeMap::new();
+    for r in records {
+        trials.entry(r.trial_id()).or_default().insert(r.isolation, r);
+    }
+    let mut rows: BTreeMap<FaultType, Row> = BTreeMap::new();
+    for (id, runs) in &trials {
+        let row = rows
+            .entry(id.fault_type)
+            .or_insert_with(|| Row { fault_type: id.fault_type.to_string(), ..Row::default() });
+        row.add_trial(runs, &config.isolations);
+    }
+    let mut total = Row { fault_type: "total".into(), ..Row::default() };
+    for row in rows.values() {
+        total.absorb(row);
+    }
+    let deadline = Duration::from_millis(config.deadline_ms);
+    let targets = config.isolations.iter().map(|&mode| targets(mode, &total, &trials, deadline)).collect();
+    Summary { extension: config.extension.clone(), rows: rows.into_values().collect(), total, targets }
+}
+
+fn targets(
+    mode: Mode,
+    total: &Row,
+    trials: &BTreeMap<TrialId, HashMap<Mode, &RunRecord>>,
+    deadline: Duration,
+) -> Targets {
+    let survived = total.survived.get(&mode).copied().unwrap_or(0);
+    let transparent = total.transparent.get(&mode).copied().unwrap_or(0);
+    let clean = total.clean.get(&mode).copied().unwrap_or(0);
+    let ratio = |a: u32, b: u32| (b > 0).then(|| f64::from(a) / f64::from(b));
+    let survival = ratio(survived, total.native_lost);
+    let transparency = ratio(transparent, survived);
+
+    let slack = hang_slack(deadline);
+    let limit = (deadline + slack).as_micros() as u64;
+    let mut hangs = HangTargets {
+        injected: 0,
+        detected: 0,
+        detections: 0,
+        late: 0,
+        slowest_us: None,
+        deadline_us: deadline.as_micros() as u64,
+        slack_us: slack.as_micros() as u64,
+        met: false,
+    };
+    for runs in trials.values() {
+        let Some(run) = runs.get(&mode) else { continue };
+        for h in &run.hangs {
+            hangs.detections += 1;
+            hangs.late += u32::from(h.detected_after_us > limit);
+            hangs.slowest_us = hangs.slowest_us.max(Some(h.detected_after_us));
+        }
+        if runs.get(&Mode::Native).is_some_and(|r| r.outcome == Outcome::HostHung) {
+            hangs.injected += 1;
+            hangs.detected += u32::from(!run.outcome.host_lost() && !run.hangs.is_empty());
+        }
+    }
+    hangs.met = hangs.detected == hangs.injected && hangs.late == 0;
+
+    Targets {
+        isolation: mode,
+        native_lost: total.native_lost,
+        survived,
+        transparent,
+        clean,
+        survival,
+        transparency,
+        survival_met: !matches!(survival, Some(s) if s < SURVIVAL_TARGET),
+        transparency_met: !matches!(transparency, Some(t) if t < TRANSPARENCY_TARGET),
+        hangs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::fingerprint;
+    use crate::host::HangDetection;
+
+    fn config() -> CampaignConfig {
+        CampaignConfig {
+            extension: "well".into(),
+            extension_hash: fingerprint(b""),
+            fault_types: vec![FaultType::Branch, FaultType::Nop],
+            trials_per_type: 2,
+            faults_per_trial: 5,
+            isolations: vec![Mode::Process],
+            seed: 0,
+            deadline_ms: 200,
+            host_timeout_ms: 5000,
+        }
+    }
+
+    fn run(fault_type: FaultType, trial: u32, isolation: Mode, outcome: Outcome, hang_us: Option<u64>) -> RunRecord {
+        RunRecord {
+            extension: "well".into(),
+            fault_type,
+            trial,
+            seed: 0,
+            isolation,
+            outcome,
+            detail: String::new(),
+            wrong_calls: 0,
+            failed_calls: 0,
+            restarts: 0,
+            faults: Vec::new(),
+            detected: Vec::new(),
+            hangs: hang_us
+                .map(|us| HangDetection { call: None, deadline_us: 200_000, detected_after_us: us })
+                .into_iter()
+                .collect(),
+            duration_ms: 0,
+            session: String::new(),
+        }
+    }
+
+    #[test]
+    fn counts_survival_transparency_and_hangs() {
+        use Outcome::*;
+        let records = [
+            // A native crash recovered transparently; a native hang detected in time; a native crash whose
+            // recovery gave wrong output; a wrong output nobody noticed.
+            run(FaultType::Branch, 0, Mode::Native, HostCrashed, None),
+            run(FaultType::Branch, 0, Mode::Process, Recovered, None),
+            run(FaultType::Branch, 1, Mode::Native, HostHung, None),
+            run(FaultType::Branch, 1, Mode::Process, Recovered, Some(201_000)),
+            run(FaultType::Nop, 0, Mode::Native, HostCrashed, None),
+            RunRecord {
+                wrong_calls: 2,
+                failed_calls: 2,
+                ..run(FaultType::Nop, 0, Mode::Process, RecoveredWrongOutput, None)
+            },
+            run(FaultType::Nop, 1, Mode::Native, WrongOutputUndetected, None),
+            run(FaultType::Nop, 1, Mode::Process, WrongOutputUndetected, None),
+        ];
+        let s = summarize(&config(), &records);
+        assert_eq!(s.rows.len(), 2);
+        assert_eq!(s.rows[0].fault_type, "branch");
+        assert_eq!(s.rows[0].native_lost, 2);
+        assert_eq!(s.total.trials, 4);
+        assert_eq!(s.total.native_lost, 3);
+        assert_eq!(s.total.runs[&Mode::Native].host_crashed, 2);
+        assert_eq!(s.total.runs[&Mode::Process].recovered, 2);
+        let t = &s.targets[0];
+        assert_eq!((t.survived, t.transparent, t.clean), (3, 2, 1));
+        assert_eq!(t.survival, Some(1.0));
+        assert!(t.survival_met);
+        assert!(!t.transparency_met, "2 of 3 is under 90%");
+        assert_eq!((t.hangs.injected, t.hangs.detected, t.hangs.late), (1, 1, 0));
+        assert_eq!(t.hangs.slowest_us, Some(201_000));
+        assert!(t.hangs.met);
+    }
+
+    #[test]
+    fn a_late_or_missed_hang_fails_the_hang_target() {
+        use Outcome::*;
+        let records = [
+            run(FaultType::Nop, 0, Mode::Native, HostHung, None),
+            run(FaultType::Nop, 0, Mode::Process, HostHung, None),
+            run(FaultType::Nop, 1, Mode::Native, HostHung, None),
+            run(FaultType::Nop, 1, Mode::Process, Recovered, Some(400_000)),
+        ];
+        let t = &summarize(&config(), &records).targets[0];
+        assert_eq!((t.hangs.injected, t.hangs.detected, t.hangs.late), (2, 1, 1));
+        assert!(!t.hangs.met);
+        assert_eq!(t.survival, Some(0.5));
+        assert!(!t.survival_met);
+    }
+}

@@ -1,0 +1,106 @@
+//! One way to make generic C calls, natively or through ward, so a built-in extension's workload is written once.
+//! Arguments and return types are ward's ([`Arg`], [`RetType`], [`Value`]).
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use ward::{Arg, Extension, Function, RetType, Value};
+use ward_abi::{ArgPacker, RegRet};
+
+/// Makes calls into an extension by symbol name. Errors are text: a workload records them, it does not act on them.
+pub trait Caller {
+    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, String>;
+}
+
+/// Where a native host finds an extension's functions (the host's own dlopen/dlsym).
+pub trait Symbols {
+    fn address(&self, symbol: &str) -> Result<*const c_void, String>;
+}
+
+/// Calls through ward: the extension's domain, with its policy, recovery and events.
+pub struct WardCaller<'e> {
+    ext: &'e Extension,
+    functions: HashMap<String, Function>,
+}
+
+impl<'e> WardCaller<'e> {
+    pub fn new(ext: &'e Extension) -> WardCaller<'e> {
+        WardCaller { ext, functions: HashMap::new() }
+    }
+}
+
+impl Caller for WardCaller<'_> {
+    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, String> {
+        if !self.functions.contains_key(symbol) {
+            // Resolved once: later calls skip the lookup, as a host holding function handles would.
+            let f = self.ext.function(symbol).map_err(|e| e.to_string())?;
+            self.functions.insert(symbol.to_string(), f);
+        }
+        let function = &self.functions[symbol];
+        function.call(args, ret).map_err(|e| e.to_string())
+    }
+}
+
+/// Calls the functions directly, in this process, as a host without ward does: host pointers are passed as they
+/// are, a function pointer is passed as [`Arg::Ptr`], and whatever the function does happens to this process.
+pub struct NativeCaller<'s> {
+    symbols: &'s dyn Symbols,
+    resolved: HashMap<String, usize>,
+}
+
+impl<'s> NativeCaller<'s> {
+    /// # Safety
+    /// Every call made through the caller must match the C declaration of the function it names: the arguments'
+    /// number, order and classes (integer or pointer, `double`, `float`), the return type, and pointers valid for
+    /// what the function does with them.
+    pub unsafe fn new(symbols: &'s dyn Symbols) -> NativeCaller<'s> {
+        NativeCaller { symbols, resolved: HashMap::new() }
+    }
+}
+
+impl Caller for NativeCaller<'_> {
+    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, String> {
+        let address = match self.resolved.get(symbol) {
+            Some(&a) => a,
+            None => {
+                let a = self.symbols.address(symbol)? as usize;
+                self.resolved.insert(symbol.to_string(), a);
+                a
+            }
+        };
+        let mut packer = ArgPacker::new();
+        for arg in args.iter_mut() {
+            let pushed = match arg {
+                Arg::I64(v) => packer.push_int(*v as u64),
+                Arg::U64(v) | Arg::Handle(v) => packer.push_int(*v),
+                Arg::F64(v) => packer.push_f64(*v),
+                Arg::F32(v) => packer.push_f32(*v),
+                Arg::Ptr(p) => packer.push_int(*p as u64),
+                Arg::In(b) => packer.push_int(b.as_ptr() as u64),
+                Arg::Out(b) | Arg::InOut(b) => packer.push_int(b.as_mut_ptr() as u64),
+                Arg::Str(s) => packer.push_int(s.as_ptr() as u64),
+                Arg::Callback(_) => {
+                    return Err(format!("{symbol}: a native host passes its own function pointer (Arg::Ptr)"))
+                }
+            };
+            pushed.map_err(|e| format!("{symbol}: {e}"))?;
+        }
+        let regs = packer.finish();
+        // SAFETY: `address` came from the extension's symbol table; `new`'s contract makes the caller of `call`
+        // match the function's C declaration, and every pointer packed above borrows memory that `args` keeps
+        // alive until this call returns.
+        let ret_regs = unsafe { ward_abi::call_native(address as *const c_void, &regs) };
+        Ok(decode(ret, ret_regs))
+    }
+}
+
+fn decode(ret: RetType, regs: RegRet) -> Value {
+    match ret {
+        RetType::Void => Value::Void,
+        RetType::I64 => Value::I64(regs.as_i64()),
+        RetType::F64 => Value::F64(regs.as_f64()),
+        RetType::F32 => Value::F32(regs.as_f32()),
+        RetType::Handle => Value::Handle(regs.int),
+    }
+}

@@ -1,0 +1,147 @@
+//! Campaigns end to end with a stand-in launcher: no process is started, every host's end is made up, and each
+//! launch is counted, so what a campaign runs again after an interruption is known exactly.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ward_campaign::host::{HostReport, SeenFault};
+use ward_campaign::workload::Entry;
+use ward_campaign::{
+    Campaign, Error, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, Outcome, RunRecord,
+};
+use ward_inject::FaultType;
+
+/// Native hosts of mutated copies crash; isolated ones recover with the reference output. After `fail_after`
+/// trial launches every further one fails, as if the machine ran out of processes.
+struct Stand {
+    original: PathBuf,
+    launches: AtomicUsize,
+    trial_launches: AtomicUsize,
+    fail_after: usize,
+}
+
+impl Stand {
+    fn new(original: &Path, fail_after: usize) -> Stand {
+        Stand {
+            original: original.to_path_buf(),
+            launches: AtomicUsize::new(0),
+            trial_launches: AtomicUsize::new(0),
+            fail_after,
+        }
+    }
+}
+
+fn reference() -> Vec<Entry> {
+    vec![Entry { call: "well_add(2, 40)".into(), result: "42".into() }]
+}
+
+fn printed(report: &HostReport) -> String {
+    serde_json::to_string(report).expect("a report encodes")
+}
+
+impl Launcher for Stand {
+    fn launch(&self, request: &HostRequest<'_>, _bound: Duration) -> Result<HostRun, Error> {
+        self.launches.fetch_add(1, Ordering::SeqCst);
+        let exited =
+            |report: HostReport| HostRun { end: HostEnd::Exited(0), stdout: printed(&report), stderr: String::new() };
+        if request.path == self.original {
+            return Ok(exited(HostReport { output: reference(), ..HostReport::default() }));
+        }
+        if self.trial_launches.fetch_add(1, Ordering::SeqCst) >= self.fail_after {
+            return Err(Error::Launch("out of processes".into()));
+        }
+        Ok(match request.mode {
+            Mode::Native => {
+                HostRun { end: HostEnd::Signaled(libc::SIGSEGV), stdout: String::new(), stderr: String::new() }
+            }
+            _ => exited(HostReport {
+                output: reference(),
+                faults: vec![SeenFault {
+                    kind: "signal".into(),
+                    cause: "null dereference (SIGSEGV at 0x0)".into(),
+                    call: Some("well_add".into()),
+                }],
+                restarts: 1,
+                ..HostReport::default()
+            }),
+        })
+    }
+}
+
+struct Quiet;
+impl Observer for Quiet {}
+
+fn options(out: &Path, seed: u64) -> Options {
+    Options {
+        extension_path: ward_extensions::path_of("well").expect("the built-in well.so"),
+        fault_types: vec![FaultType::Pointer, FaultType::Nop],
+        trials_per_type: 3,
+        faults_per_trial: 5,
+        isolations: vec![Mode::Process],
+        seed,
+        deadline: Duration::from_millis(200),
+        host_timeout: Duration::from_secs(3),
+        out: out.to_path_buf(),
+        jobs: 2,
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ward-campaign-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn sessions(records: &[RunRecord]) -> BTreeSet<&str> {
+    records.iter().map(|r| r.session.as_str()).collect()
+}
+
+#[test]
+fn a_finished_campaign_runs_nothing_again_and_refuses_another_seed() {
+    let out = scratch("finished");
+    let campaign = Campaign::new(options(&out, 1)).expect("a campaign");
+    let stand = Stand::new(&campaign.extension_path, usize::MAX);
+    let first = campaign.run(&stand, &Quiet).expect("the campaign runs");
+    // One reference run, one preflight, then six trials of two runs each.
+    assert_eq!(stand.launches.load(Ordering::SeqCst), 2 + 6 * 2);
+    assert_eq!(first.records.len(), 12);
+    assert_eq!(first.ran_trials, 6);
+    for r in &first.records {
+        let expected = if r.isolation == Mode::Native { Outcome::HostCrashed } else { Outcome::Recovered };
+        assert_eq!(r.outcome, expected, "{r:?}");
+        assert!(!r.faults.is_empty(), "{r:?}");
+    }
+
+    let stand = Stand::new(&campaign.extension_path, usize::MAX);
+    let again = campaign.run(&stand, &Quiet).expect("the campaign resumes");
+    assert_eq!(stand.launches.load(Ordering::SeqCst), 2, "only the reference and the preflight run again");
+    assert_eq!((again.ran_trials, again.resumed_trials), (0, 6));
+    assert_eq!(again.records, first.records);
+
+    let other = Campaign::new(options(&out, 2)).expect("a campaign");
+    let err = other.run(&Stand::new(&other.extension_path, usize::MAX), &Quiet).expect_err("another seed");
+    assert!(err.is_bad_input());
+    assert!(err.to_string().contains("seed 1 recorded, 2 asked"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn an_interrupted_campaign_runs_only_what_is_missing() {
+    let out = scratch("interrupted");
+    let campaign = Campaign::new(options(&out, 3)).expect("a campaign");
+    // Eight trial launches succeed, the ninth fails: at most four trials end whole, and the campaign stops.
+    let stand = Stand::new(&campaign.extension_path, 8);
+    let err = campaign.run(&stand, &Quiet).expect_err("the launcher fails");
+    assert!(matches!(err, Error::Launch(_)), "{err}");
+
+    let stand = Stand::new(&campaign.extension_path, usize::MAX);
+    let finished = campaign.run(&stand, &Quiet).expect("the campaign resumes");
+    assert_eq!(finished.records.len(), 12);
+    assert_eq!(finished.resumed_trials + finished.ran_trials, 6);
+    assert!(finished.resumed_trials >= 1 && finished.resumed_trials <= 4, "{}", finished.resumed_trials);
+    assert_eq!(stand.trial_launches.load(Ordering::SeqCst), 2 * finished.ran_trials, "no recorded trial ran again");
+    assert_eq!(sessions(&finished.records).len(), 2, "two invocations ran the trials");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,0 +1,234 @@
+//! `ward campaign`: the reliability campaign (issue 5). The ward-campaign library plans, judges, records and
+//! reports; this file reads the command line, starts each run's host as a child of this program
+//! (`ward __campaign-host`), shows progress, and prints the summary.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{value_parser, Args};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ward_campaign::{workload, Campaign, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, RunRecord};
+
+use crate::child::{self, End};
+use crate::report::{self, say};
+
+#[derive(Args)]
+pub struct CampaignArgs {
+    /// The extension: a built-in name, or the path of a shared object whose name has a workload (well).
+    #[arg(long, default_value = "well", value_name = "NAME|PATH")]
+    extension: String,
+    /// Fault types: `all`, or some of source, destination, pointer, interface, branch, loop, text, nop, init,
+    /// off-by-one, separated by commas.
+    #[arg(long, default_value = "all", value_name = "all|TYPE,...")]
+    types: String,
+    /// Trials of each fault type.
+    #[arg(long, default_value_t = 50, value_name = "N", value_parser = value_parser!(u32).range(1..=100_000))]
+    trials_per_type: u32,
+    /// Faults injected into each trial's copy, all of its type (Nooks injected five).
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = value_parser!(u32).range(1..=100))]
+    faults_per_trial: u32,
+    /// Isolation kinds each trial also runs under, after the native run: process, none (comma-separated).
+    #[arg(long, default_value = "process", value_name = "KIND,...")]
+    isolation: String,
+    /// Seed of every trial's injection.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Trials run at once [default: the number of CPUs].
+    #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..=1024))]
+    jobs: Option<u32>,
+    /// The campaign directory: records, reports, and what lets an interrupted campaign resume.
+    #[arg(long, default_value = "ward-campaign", value_name = "DIR")]
+    out: PathBuf,
+    /// Print every run's record as a JSON line (and no summary).
+    #[arg(long)]
+    json: bool,
+    /// Deadline of every call under ward, in milliseconds.
+    #[arg(long, default_value_t = 2000, value_name = "MS", value_parser = value_parser!(u64).range(1..=3_600_000))]
+    deadline_ms: u64,
+    /// A host still running after this many seconds is hung and killed.
+    #[arg(long, default_value_t = 20, value_name = "S", value_parser = value_parser!(u64).range(1..=86_400))]
+    host_timeout_s: u64,
+}
+
+/// Whether `e` is a mistake in what the user asked for: `main` exits with status 2 for those.
+pub fn is_bad_input(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<ward_campaign::Error>().is_some_and(ward_campaign::Error::is_bad_input))
+}
+
+pub fn run(args: CampaignArgs) -> Result<bool> {
+    let options = Options {
+        extension_path: extension_path(&args.extension)?,
+        fault_types: ward_campaign::parse_types(&args.types)?,
+        trials_per_type: args.trials_per_type,
+        faults_per_trial: args.faults_per_trial,
+        isolations: ward_campaign::parse_isolations(&args.isolation)?,
+        seed: args.seed,
+        deadline: Duration::from_millis(args.deadline_ms),
+        host_timeout: Duration::from_secs(args.host_timeout_s),
+        out: args.out.clone(),
+        jobs: args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), |j| j as usize),
+    };
+    let campaign = Campaign::new(options)?;
+    let progress = Progress::new(args.json, campaign.config.isolations.first().copied().unwrap_or(Mode::Process));
+    let result = campaign.run(&ChildHosts, &progress);
+    progress.bar.finish_and_clear();
+    let finished = result?;
+    progress.take_error()?;
+    let (_, markdown, written) = ward_campaign::report::write(&campaign.out, &finished)?;
+    if !args.json {
+        say!("{}", markdown.trim_end())?;
+        say!("")?;
+        say!(
+            "Written: {}, {}, {} (records: {})",
+            written.markdown.display(),
+            written.json.display(),
+            written.chart.display(),
+            campaign.out.join("trials.jsonl").display()
+        )?;
+    }
+    Ok(true)
+}
+
+/// A built-in extension's name, or a path (anything with a `/` or ending in `.so`).
+fn extension_path(arg: &str) -> Result<PathBuf> {
+    if arg.contains('/') || arg.ends_with(".so") {
+        return Ok(PathBuf::from(arg));
+    }
+    if workload::for_extension(arg).is_none() {
+        return Err(
+            ward_campaign::Error::NoWorkload { extension: arg.to_string(), available: workload::available() }.into()
+        );
+    }
+    ward_extensions::path_of(arg).with_context(|| format!("cannot extract the built-in extension {arg}.so"))
+}
+
+/// Each run's host is this program again, with a hidden subcommand, bounded in time by the demo's machinery.
+struct ChildHosts;
+
+impl Launcher for ChildHosts {
+    fn launch(&self, request: &HostRequest<'_>, bound: Duration) -> Result<HostRun, ward_campaign::Error> {
+        let args: Vec<OsString> = vec![
+            "__campaign-host".into(),
+            "--workload".into(),
+            request.workload.into(),
+            "--mode".into(),
+            request.mode.as_str().into(),
+            "--deadline-ms".into(),
+            request.deadline.as_millis().to_string().into(),
+            "--".into(),
+            request.path.as_os_str().to_owned(),
+        ];
+        let run = child::run_bounded(&args, bound).map_err(|e| ward_campaign::Error::Launch(format!("{e:#}")))?;
+        let end = match run.end {
+            End::Exited(code) => HostEnd::Exited(code),
+            End::Signaled(sig) => HostEnd::Signaled(sig),
+            End::Hung(after) => HostEnd::Hung(after),
+        };
+        Ok(HostRun { end, stdout: run.stdout, stderr: run.stderr })
+    }
+}
+
+/// The progress bar (on stderr, when it is a terminal and the output is not JSON) and the JSON lines.
+struct Progress {
+    bar: ProgressBar,
+    json: bool,
+    /// The isolation kind the bar's message counts.
+    shown: Mode,
+    tally: Mutex<Tally>,
+    /// The first failure to print a JSON line; the campaign goes on (its records are on disk) and reports it last.
+    error: Mutex<Option<anyhow::Error>>,
+}
+
+#[derive(Default)]
+struct Tally {
+    native_lost: u32,
+    survived: u32,
+    transparent: u32,
+}
+
+impl Progress {
+    fn new(json: bool, shown: Mode) -> Progress {
+        let target = if !json && std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        // Until the trials are counted (after the reference runs), only the time and what is going on.
+        let bar = ProgressBar::with_draw_target(None, target);
+        if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} {msg}") {
+            bar.set_style(style);
+        }
+        bar.set_message("reference runs of the unmutated extension");
+        Progress { bar, json, shown, tally: Mutex::new(Tally::default()), error: Mutex::new(None) }
+    }
+
+    fn take_error(&self) -> Result<()> {
+        match self.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn count(&self, records: &[RunRecord]) {
+        let mut t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+        let native = records.iter().find(|r| r.isolation == Mode::Native);
+        let shown = records.iter().find(|r| r.isolation == self.shown);
+        if let (Some(native), Some(shown)) = (native, shown) {
+            if native.outcome.host_lost() {
+                t.native_lost += 1;
+                t.survived += u32::from(!shown.outcome.host_lost());
+                t.transparent += u32::from(shown.outcome.transparent());
+            }
+        }
+        self.bar.set_message(format!(
+            "native hosts lost {}, under {} survived {} ({} transparent)",
+            t.native_lost, self.shown, t.survived, t.transparent
+        ));
+    }
+
+    fn print(&self, records: &[RunRecord]) {
+        if !self.json {
+            return;
+        }
+        let mut error = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        if error.is_some() {
+            return;
+        }
+        for r in records {
+            if let Err(e) = report::json_line(r) {
+                *error = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn planned(&self, total: usize, recorded: &[RunRecord]) {
+        let style = ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} trials, eta {eta}  {msg}");
+        if let Ok(style) = style {
+            self.bar.set_style(style.progress_chars("=> "));
+        }
+        self.bar.set_length(total as u64);
+        let mut trials: Vec<_> = recorded.iter().map(RunRecord::trial_id).collect();
+        trials.dedup();
+        self.bar.set_position(trials.len() as u64);
+        for trial in recorded.chunk_by(|a, b| a.trial_id() == b.trial_id()) {
+            self.count(trial);
+        }
+        self.print(recorded);
+        if recorded.is_empty() {
+            self.bar.set_message("");
+        }
+    }
+
+    fn trial_done(&self, records: &[RunRecord]) {
+        self.bar.inc(1);
+        self.count(records);
+        self.print(records);
+    }
+}

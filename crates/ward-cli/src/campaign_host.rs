@@ -1,0 +1,73 @@
+//! `ward __campaign-host`: the throwaway host of one campaign run. It takes an ordinary host's limits, runs the
+//! workload on the extension natively (dlopen) or under ward, and prints its report as one JSON line. Whatever the
+//! extension (or ward) does to this process, only this process pays.
+
+use std::ffi::c_void;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use ward_campaign::host::{self, HostReport, SETUP_FAILED};
+use ward_campaign::workload::{self, Symbols};
+use ward_campaign::Mode;
+
+use crate::native::NativeLib;
+use crate::report;
+
+/// A campaign host's address space: room for the workload and ward, not for a runaway allocation.
+const ADDRESS_SPACE: u64 = 1 << 30;
+
+#[derive(Args)]
+pub struct CampaignHostArgs {
+    /// The workload, by its extension's name.
+    #[arg(long)]
+    workload: String,
+    /// `native`, `process` or `none`.
+    #[arg(long)]
+    mode: String,
+    /// Deadline of every call under ward.
+    #[arg(long)]
+    deadline_ms: u64,
+    /// The extension (a mutated copy).
+    path: PathBuf,
+}
+
+pub fn main(args: CampaignHostArgs) -> Result<bool> {
+    let seen = match run(&args) {
+        Ok(seen) => seen,
+        Err(e) => {
+            // The campaign tells a broken setup from an outcome by this status and line.
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "error {e:#}").and_then(|()| out.flush());
+            std::process::exit(SETUP_FAILED);
+        }
+    };
+    report::json_line(&seen)?;
+    Ok(true)
+}
+
+fn run(args: &CampaignHostArgs) -> Result<HostReport> {
+    crate::host::become_ordinary_host(ADDRESS_SPACE)?;
+    let workload = workload::for_extension(&args.workload)
+        .with_context(|| format!("no workload for {}; there are: {}", args.workload, workload::available()))?;
+    let mode: Mode = args.mode.parse()?;
+    match mode.isolation() {
+        None => {
+            let lib = NativeLib::open(&args.path)?;
+            Ok(host::run_native(workload, &Loaded(&lib)))
+        }
+        Some(isolation) => host::run_ward(workload, &args.path, isolation, Duration::from_millis(args.deadline_ms))
+            .map_err(|e| anyhow!(e)),
+    }
+}
+
+/// The native host's own dlopen/dlsym, as the workload's symbol source.
+struct Loaded<'a>(&'a NativeLib);
+
+impl Symbols for Loaded<'_> {
+    fn address(&self, symbol: &str) -> Result<*const c_void, String> {
+        self.0.symbol(symbol).map_err(|e| format!("{e:#}"))
+    }
+}

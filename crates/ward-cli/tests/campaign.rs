@@ -1,0 +1,235 @@
+//! `ward campaign` end to end on the built-in `well` extension: real mutated copies, real throwaway hosts, the
+//! process domain. Build ward-domain with the same profile and target directory first (see tests/cli.rs).
+//!
+//! The campaigns use seed 4, short deadlines and a short hang bound, so that each takes about a second. Which
+//! instructions a seed mutates depends only on well.so's code, which the build compiles the same way every time.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn ward() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ward"))
+}
+
+fn require_domain() {
+    if std::env::var_os("WARD_DOMAIN").is_some() {
+        return;
+    }
+    let beside = PathBuf::from(env!("CARGO_BIN_EXE_ward")).with_file_name("ward-domain");
+    assert!(
+        beside.is_file(),
+        "{} is missing: run `cargo build -p ward-domain` (same profile and target directory) before these tests",
+        beside.display()
+    );
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ward-cli-campaign-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// `ward campaign ARGS --out OUT` with the quick bounds.
+fn campaign(out: &Path, args: &[&str]) -> Output {
+    let quick = ["--deadline-ms", "200", "--host-timeout-s", "3", "--jobs", "2", "--json"];
+    ward().arg("campaign").args(quick).args(args).arg("--out").arg(out).output().expect("cannot run ward")
+}
+
+fn records(out: &Output) -> Vec<Value> {
+    assert!(out.status.success(), "status {:?}; stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+const OUTCOMES: [&str; 6] =
+    ["host_crashed", "host_hung", "recovered", "recovered_wrong_output", "wrong_output_undetected", "no_effect"];
+
+/// The workload's output on the unmutated well.so, worked out here from well.c's definitions.
+fn expected_reference() -> Vec<(String, String)> {
+    let sum: u32 = (0..200u32).map(|i| i * 7 % 251).sum();
+    let xored: String = b"WardKeepsTheHostAlive".iter().map(|b| format!("{:02x}", b ^ 0x20)).collect();
+    let reversed: String = (1..=16u8).rev().map(|b| format!("{b:02x}")).collect();
+    let squares: i64 = (0..10).map(|i| i * i).sum();
+    let mut e: Vec<(String, String)> = vec![
+        ("well_add(2, 40)".into(), "42".into()),
+        ("well_add(-7, 1000000007)".into(), "1000000000".into()),
+        ("well_mul3(3, 5, 7)".into(), "105".into()),
+        ("well_fma(1.5, 2.0, 0.25)".into(), format!("3.25 ({:#018x})", 3.25f64.to_bits())),
+        ("well_halve(3.0)".into(), format!("1.5 ({:#010x})", 1.5f32.to_bits())),
+        ("well_sum(200 bytes)".into(), sum.to_string()),
+        ("well_xor(\"WardKeepsTheHostAlive\", 0x20)".into(), xored),
+        ("well_reverse(01..10)".into(), reversed),
+        ("well_strlen(\"ward campaign\")".into(), "13".into()),
+        ("well_map_sum(square, 10)".into(), squares.to_string()),
+    ];
+    for d in 1..=5 {
+        e.push((format!("counter_add({d})"), (d * (d + 1) / 2).to_string()));
+    }
+    for (call, result) in [
+        ("counter_get()", "15"),
+        ("acc_new(100)", "instance"),
+        ("acc_add(acc, 5)", "105"),
+        ("acc_add(acc, -3)", "102"),
+        ("acc_get(acc)", "102"),
+        ("acc_free(acc)", "done"),
+    ] {
+        e.push((call.into(), result.into()));
+    }
+    e
+}
+
+#[test]
+fn no_host_crash_escapes_under_process_isolation() {
+    require_domain();
+    let out = scratch("small");
+    let lines = records(&campaign(&out, &["--types", "all", "--trials-per-type", "2", "--seed", "4"]));
+
+    // init has no site in well.so (-O2 keeps locals in registers): nine types, two trials, two runs each.
+    assert_eq!(lines.len(), 9 * 2 * 2, "{lines:#?}");
+    let types: BTreeSet<&str> = lines.iter().filter_map(|l| l["fault_type"].as_str()).collect();
+    assert_eq!(types.len(), 9);
+    assert!(!types.contains("init"));
+    for l in &lines {
+        assert_eq!(l["extension"], "well", "{l}");
+        assert!(l["seed"].is_u64() && l["trial"].is_u64() && l["restarts"].is_u64(), "{l}");
+        assert!(l["detail"].is_string(), "{l}");
+        let outcome = l["outcome"].as_str().unwrap_or_else(|| panic!("no outcome: {l}"));
+        assert!(OUTCOMES.contains(&outcome), "{l}");
+        let faults = l["faults"].as_array().unwrap_or_else(|| panic!("no faults: {l}"));
+        assert!(!faults.is_empty(), "{l}");
+        for f in faults {
+            assert!(f["function"].is_string() && f["offset"].is_u64(), "{f}");
+            assert!(f["before"].is_string() && f["after"].is_string(), "{f}");
+        }
+        match l["isolation"].as_str() {
+            Some("native") => assert!(!outcome.starts_with("recovered"), "nothing detects faults natively: {l}"),
+            Some("process") => assert!(
+                outcome != "host_crashed" && outcome != "host_hung",
+                "a host failure escaped process isolation: {l}"
+            ),
+            _ => panic!("unexpected isolation: {l}"),
+        }
+    }
+    let native_crashes = lines.iter().filter(|l| l["isolation"] == "native" && l["outcome"] == "host_crashed").count();
+    assert!(native_crashes > 0, "the campaign should crash some native hosts");
+
+    let reference: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(out.join("reference.json")).expect("reference.json"))
+            .expect("reference.json is JSON");
+    let got: Vec<(String, String)> = reference
+        .iter()
+        .map(|e| (e["call"].as_str().unwrap_or("").to_string(), e["result"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(got, expected_reference());
+
+    let svg = std::fs::read_to_string(out.join("outcomes.svg")).expect("outcomes.svg");
+    assert!(svg.starts_with("<svg") && svg.contains("pointer"), "{}", &svg[..svg.len().min(200)]);
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json")).expect("JSON");
+    assert_eq!(report["summary"]["targets"][0]["survival"], 1.0, "{:#}", report["summary"]["targets"]);
+    let markdown = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(markdown.contains("## Targets (issue 5)"), "{markdown}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_campaign_resumes_and_refuses_another_configuration() {
+    require_domain();
+    let out = scratch("resume");
+    let args = ["--types", "pointer,nop", "--trials-per-type", "2", "--seed", "4"];
+    let first = records(&campaign(&out, &args));
+    assert_eq!(first.len(), 2 * 2 * 2);
+    let recorded = std::fs::read_to_string(out.join("trials.jsonl")).expect("trials.jsonl");
+
+    // The same command again: every trial is recorded, none runs again; --json still lists them all.
+    let second = records(&campaign(&out, &args));
+    assert_eq!(std::fs::read_to_string(out.join("trials.jsonl")).expect("trials.jsonl"), recorded);
+    let key = |l: &Value| (l["fault_type"].to_string(), l["trial"].to_string(), l["isolation"].to_string());
+    let mut a: Vec<_> = first.iter().map(|l| (key(l), l["session"].clone())).collect();
+    let mut b: Vec<_> = second.iter().map(|l| (key(l), l["session"].clone())).collect();
+    a.sort_by(|x, y| x.0.cmp(&y.0));
+    b.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(a, b, "same records from the same session");
+
+    // As if interrupted: the last trial's lines are gone and the one before is torn. Those two trials run again,
+    // and only they.
+    let lines: Vec<&str> = recorded.lines().collect();
+    let kept = format!("{}\n{}", lines[..4].join("\n"), &lines[4][..lines[4].len() / 2]);
+    std::fs::write(out.join("trials.jsonl"), kept).expect("rewrite trials.jsonl");
+    let third = records(&campaign(&out, &args));
+    assert_eq!(third.len(), 8);
+    let sessions: BTreeSet<&str> = third.iter().filter_map(|l| l["session"].as_str()).collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    let now = std::fs::read_to_string(out.join("trials.jsonl")).expect("trials.jsonl");
+    assert!(now.starts_with(&lines[..4].join("\n")), "the whole trials stay as they were");
+    assert_eq!(now.lines().count(), 8);
+
+    let other = campaign(&out, &["--types", "pointer,nop", "--trials-per-type", "2", "--seed", "5"]);
+    assert_eq!(other.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&other.stderr));
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(stderr.contains("another campaign (seed 4 recorded, 5 asked)"), "{stderr}");
+    assert!(other.stdout.is_empty());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn bad_input_exits_2_with_one_message() {
+    let out = scratch("bad");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--types", "nop,bogus"], "unknown fault type `bogus`; valid types: source, destination, pointer"),
+        (&["--isolation", "jail"], "unknown isolation `jail`; valid: process, none"),
+        (&["--extension", "/nonexistent/well.so"], "/nonexistent/well.so does not exist"),
+        (&["--extension", "faulty"], "no campaign workload for extension `faulty`; extensions with one: well"),
+        (&["--trials-per-type", "0"], "0 is not in 1..=100000"),
+    ];
+    for (args, message) in cases {
+        let run = ward().arg("campaign").args(args).arg("--out").arg(&out).output().expect("cannot run ward");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(run.stdout.is_empty(), "{args:?}");
+        assert!(!out.exists(), "{args:?} created {}", out.display());
+    }
+    let run = ward().args(["campaign", "--types", "bogus", "--out"]).arg(&out).output().expect("cannot run ward");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one message: {stderr}");
+    assert!(stderr.contains("off-by-one") && stderr.contains("`all`"), "{stderr}");
+}
+
+/// An extension stuck in a loop that calls back (here well_map_sum with its count parameter never copied: it loops on
+/// a stale register) is stopped at its deadline, which bounds the domain's own time, not the host's time in the
+/// callbacks; the host finishes its work.
+#[test]
+fn a_hang_that_keeps_calling_the_host_is_detected() {
+    require_domain();
+    let dir = scratch("callback-hang");
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let well = ward_extensions::path_of("well").expect("the built-in well.so");
+    let mutant = dir.join("well.so");
+    let inject = ward()
+        .args(["inject", "--type", "interface", "--function", "well_map_sum", "--count", "1", "--seed", "1"])
+        .arg(&well)
+        .arg("-o")
+        .arg(&mutant)
+        .output()
+        .expect("cannot run ward inject");
+    assert!(String::from_utf8_lossy(&inject.stdout).contains("mov r13, rsi -> nop"), "{inject:?}");
+    // `timeout` bounds the host: without the fix it never ends.
+    let host = Command::new("timeout")
+        .arg("20")
+        .arg(env!("CARGO_BIN_EXE_ward"))
+        .args(["__campaign-host", "--workload", "well", "--mode", "process", "--deadline-ms", "200", "--"])
+        .arg(&mutant)
+        .output()
+        .expect("cannot run timeout");
+    assert!(host.status.success(), "the host hung or failed: {host:?}");
+    let report: Value = serde_json::from_slice(&host.stdout).expect("the host's report");
+    let hangs = report["hangs"].as_array().expect("hangs");
+    assert!(!hangs.is_empty(), "{report:#}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,137 @@
+//! `ward check` end to end: arguments, directories, output formats and exit statuses. Nothing is loaded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn ward() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ward"))
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("cannot run the ward binary")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A directory holding copies of the built-in extensions and a text file, removed when the test ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("ward-cli-check-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create a scratch directory");
+        for name in ["well", "faulty"] {
+            let from = ward_extensions::path_of(name).expect("extract the built-in extensions");
+            std::fs::copy(from, dir.join(format!("{name}.so"))).expect("copy a built-in extension");
+        }
+        std::fs::write(dir.join("notes.txt"), "not an extension\n").expect("write");
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn dir(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn human_output_has_a_line_per_extension_reasons_and_a_total() {
+    let s = Scratch::new("human");
+    let out = run(ward().arg("check").arg(s.path("well.so")).arg(s.path("faulty.so")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("well ") && lines[0].ends_with("none ok  process ok  mpk ok"), "{text}");
+    assert!(lines[1].starts_with("faulty ") && lines[1].ends_with("mpk NO (5 reasons)"), "{text}");
+    assert!(lines.iter().any(|l| l.starts_with("    mpk: imports syscall: ")), "{text}");
+    assert_eq!(lines.last(), Some(&"1 of 2 extensions can run under mpk"), "{text}");
+    assert!(!text.contains("imports exit"), "exit is a fault, not a reason: {text}");
+}
+
+#[test]
+fn brief_output_has_summary_lines_only() {
+    let s = Scratch::new("brief");
+    let out = run(ward().args(["check", "--brief"]).arg(s.path("faulty.so")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(!text.contains("    "), "{text}");
+}
+
+#[test]
+fn a_directory_means_every_so_inside_in_name_order() {
+    let s = Scratch::new("dir");
+    let out = run(ward().args(["check", "--json"]).arg(s.dir()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let names: Vec<&str> = lines.iter().map(|l| l["name"].as_str().expect("a name")).collect();
+    assert_eq!(names, ["faulty", "well"], "notes.txt is not a .so and is skipped");
+    for line in &lines {
+        let kinds = line["kinds"].as_array().expect("kinds");
+        let isolations: Vec<&str> = kinds.iter().map(|k| k["isolation"].as_str().expect("isolation")).collect();
+        assert_eq!(isolations, ["none", "process", "mpk"]);
+        assert_eq!(kinds[0]["ok"], true);
+        assert_eq!(kinds[1]["ok"], true);
+        assert!(line["imports"].as_array().is_some_and(|i| !i.is_empty()));
+    }
+    let faulty_mpk = &lines[0]["kinds"][2];
+    assert_eq!(faulty_mpk["ok"], false);
+    let first = &faulty_mpk["reasons"][0];
+    assert_eq!(first["reason"], "unsupported_import");
+    assert_eq!(first["name"], "__getdelim");
+    assert!(first["message"].as_str().is_some_and(|m| m.starts_with("imports __getdelim: ")), "{first}");
+    assert_eq!(lines[1]["kinds"][2]["ok"], true);
+}
+
+#[test]
+fn bad_inputs_exit_2_each_named_and_the_rest_still_checked() {
+    let s = Scratch::new("bad");
+    let missing = s.path("missing.so");
+    let text = s.path("notes.txt");
+    let out = run(ward().arg("check").arg(&missing).arg(s.path("well.so")).arg(&text));
+    assert_eq!(out.status.code(), Some(2), "stdout: {}\nstderr: {}", stdout(&out), stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("{} does not exist", missing.display())), "{err}");
+    assert!(err.contains(&format!("{} is not an ELF shared object", text.display())), "{err}");
+    assert!(err.contains("2 of 3 inputs could not be checked"), "{err}");
+    // The good one is reported all the same.
+    assert!(stdout(&out).starts_with("well "), "{}", stdout(&out));
+    assert!(stdout(&out).contains("1 of 1 extension can run under mpk"), "{}", stdout(&out));
+}
+
+#[test]
+fn a_directory_without_extensions_is_bad_input() {
+    let s = Scratch::new("empty");
+    let empty = s.path("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let out = run(ward().arg("check").arg(&empty));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains(&format!("{} holds no *.so files", empty.display())), "{}", stderr(&out));
+}
+
+#[test]
+fn no_path_is_a_usage_error() {
+    let out = run(ward().arg("check"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("PATH"), "{}", stderr(&out));
+}
