@@ -487,12 +487,12 @@ impl Domain {
         }
         let mut out = SmallVec::new();
         for a in args {
+            if let Some(scalar) = plain_scalar(a) {
+                out.push(scalar);
+                continue;
+            }
             out.push(match a {
-                Arg::I64(v) => WireValue::Int(*v as u64),
-                Arg::U64(v) => WireValue::Int(*v),
-                Arg::Ptr(v) => WireValue::Int(*v as u64),
-                Arg::F64(v) => WireValue::F64(*v),
-                Arg::F32(v) => WireValue::F32(*v),
+                Arg::I64(_) | Arg::U64(_) | Arg::Ptr(_) | Arg::F64(_) | Arg::F32(_) => continue,
                 Arg::In(b) => WireValue::In(b),
                 Arg::Out(b) => WireValue::Out(b.len()),
                 Arg::InOut(b) => WireValue::InOut(b),
@@ -534,23 +534,10 @@ impl Domain {
         // Anything else (and any failure here, which queues nothing) takes the general path below.
         {
             let mut st = g.borrow_mut();
-            let plain = args.len() <= ward_abi::MAX_INT_ARGS
-                && args
-                    .iter()
-                    .all(|a| matches!(a, Arg::I64(_) | Arg::U64(_) | Arg::F64(_) | Arg::F32(_) | Arg::Ptr(_)));
+            let plain = args.len() <= ward_abi::MAX_INT_ARGS && args.iter().all(|a| plain_scalar(a).is_some());
             let func = st.symbols.get(sym).and_then(|s| s.func);
             if let (true, Some(func), true, false) = (plain, func, st.disabled.is_none(), st.backend.is_direct()) {
-                let wire: SmallVec<[WireValue<'_>; 6]> = args
-                    .iter()
-                    .map(|a| match a {
-                        Arg::F64(v) => WireValue::F64(*v),
-                        Arg::F32(v) => WireValue::F32(*v),
-                        Arg::I64(v) => WireValue::Int(*v as u64),
-                        Arg::U64(v) => WireValue::Int(*v),
-                        Arg::Ptr(v) => WireValue::Int(*v as u64),
-                        _ => WireValue::Int(0),
-                    })
-                    .collect();
+                let wire: SmallVec<[WireValue<'_>; 6]> = args.iter().filter_map(plain_scalar).collect();
                 if st.backend.defer(func, &wire).is_ok() {
                     return Ok(());
                 }
@@ -640,6 +627,18 @@ impl Domain {
     fn make_fault(&self, g: &Guard<'_>, kind: FaultKind, call: Option<String>) -> Fault {
         Fault { kind, domain: self.name.clone(), call, incarnation: g.borrow().incarnation }
     }
+}
+
+/// The wire form of an argument that needs no translation (numbers and raw addresses); None for the rest.
+fn plain_scalar(a: &Arg<'_>) -> Option<WireValue<'static>> {
+    Some(match a {
+        Arg::I64(v) => WireValue::Int(*v as u64),
+        Arg::U64(v) => WireValue::Int(*v),
+        Arg::Ptr(v) => WireValue::Int(*v as u64),
+        Arg::F64(v) => WireValue::F64(*v),
+        Arg::F32(v) => WireValue::F32(*v),
+        _ => return None,
+    })
 }
 
 /// ward passes arguments in registers only (DECISIONS.md): at most 6 integer-class and 8 float-class.
