@@ -85,8 +85,8 @@ impl Value {
         }
     }
 
-    /// Decode registers as the given return type.
-    pub(crate) fn from_regs(ret: RetType, regs: ward_abi::RegRet) -> Value {
+    /// Decode return registers as the given return type.
+    pub fn from_regs(ret: RetType, regs: ward_abi::RegRet) -> Value {
         match ret {
             RetType::Void => Value::Void,
             RetType::I64 => Value::I64(regs.as_i64()),
@@ -142,4 +142,31 @@ impl Signature {
         }
         out
     }
+}
+
+/// Pack arguments for a call to a function in this very process (isolation `none`, or a native host): numbers in
+/// registers, buffers and strings as their host addresses. `handle` says what a handle stands for, `callback` what
+/// function pointer a callback becomes; either may refuse with a reason.
+pub fn pack_in_process(
+    args: &mut [Arg<'_>],
+    mut handle: impl FnMut(u64) -> Result<u64, String>,
+    mut callback: impl FnMut(&Callback) -> Result<u64, String>,
+) -> Result<ward_abi::RegArgs, String> {
+    let mut packer = ward_abi::ArgPacker::new();
+    for a in args.iter_mut() {
+        let pushed = match a {
+            Arg::I64(v) => packer.push_int(*v as u64),
+            Arg::U64(v) => packer.push_int(*v),
+            Arg::F64(v) => packer.push_f64(*v),
+            Arg::F32(v) => packer.push_f32(*v),
+            Arg::Ptr(p) => packer.push_int(*p as u64),
+            Arg::In(b) => packer.push_int(b.as_ptr() as u64),
+            Arg::Out(b) | Arg::InOut(b) => packer.push_int(b.as_mut_ptr() as u64),
+            Arg::Str(s) => packer.push_int(s.as_ptr() as u64),
+            Arg::Handle(h) => packer.push_int(handle(*h)?),
+            Arg::Callback(c) => packer.push_int(callback(c)?),
+        };
+        pushed.map_err(|e| e.to_string())?;
+    }
+    Ok(packer.finish())
 }

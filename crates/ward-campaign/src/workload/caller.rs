@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 
 use ward::{Arg, Extension, Function, RetType, Value};
-use ward_abi::{ArgPacker, RegRet};
 
 /// Makes calls into an extension by symbol name. Errors are text: a workload records them, it does not act on them.
 pub trait Caller {
@@ -69,38 +68,14 @@ impl Caller for NativeCaller<'_> {
                 a
             }
         };
-        let mut packer = ArgPacker::new();
-        for arg in args.iter_mut() {
-            let pushed = match arg {
-                Arg::I64(v) => packer.push_int(*v as u64),
-                Arg::U64(v) | Arg::Handle(v) => packer.push_int(*v),
-                Arg::F64(v) => packer.push_f64(*v),
-                Arg::F32(v) => packer.push_f32(*v),
-                Arg::Ptr(p) => packer.push_int(*p as u64),
-                Arg::In(b) => packer.push_int(b.as_ptr() as u64),
-                Arg::Out(b) | Arg::InOut(b) => packer.push_int(b.as_mut_ptr() as u64),
-                Arg::Str(s) => packer.push_int(s.as_ptr() as u64),
-                Arg::Callback(_) => {
-                    return Err(format!("{symbol}: a native host passes its own function pointer (Arg::Ptr)"))
-                }
-            };
-            pushed.map_err(|e| format!("{symbol}: {e}"))?;
-        }
-        let regs = packer.finish();
+        let regs = ward::call::pack_in_process(args, Ok, |_| {
+            Err("a native host passes its own function pointer (Arg::Ptr)".into())
+        })
+        .map_err(|e| format!("{symbol}: {e}"))?;
         // SAFETY: `address` came from the extension's symbol table; `new`'s contract makes the caller of `call`
         // match the function's C declaration, and every pointer packed above borrows memory that `args` keeps
         // alive until this call returns.
         let ret_regs = unsafe { ward_abi::call_native(address as *const c_void, &regs) };
-        Ok(decode(ret, ret_regs))
-    }
-}
-
-fn decode(ret: RetType, regs: RegRet) -> Value {
-    match ret {
-        RetType::Void => Value::Void,
-        RetType::I64 => Value::I64(regs.as_i64()),
-        RetType::F64 => Value::F64(regs.as_f64()),
-        RetType::F32 => Value::F32(regs.as_f32()),
-        RetType::Handle => Value::Handle(regs.int),
+        Ok(Value::from_regs(ret, ret_regs))
     }
 }

@@ -447,28 +447,26 @@ impl Domain {
             if let Err(reason) = check_registers(args) {
                 return Outcome::Error(Error::BadArguments { call: name.into(), reason });
             }
-            let mut packer = ward_abi::ArgPacker::new();
-            for a in args.iter_mut() {
-                let pushed = match a {
-                    Arg::I64(v) => packer.push_int(*v as u64),
-                    Arg::U64(v) => packer.push_int(*v),
-                    Arg::F64(v) => packer.push_f64(*v),
-                    Arg::F32(v) => packer.push_f32(*v),
-                    Arg::Ptr(p) => packer.push_int(*p as u64),
-                    Arg::In(b) => packer.push_int(b.as_ptr() as u64),
-                    Arg::Out(b) | Arg::InOut(b) => packer.push_int(b.as_mut_ptr() as u64),
-                    Arg::Str(s) => packer.push_int(s.as_ptr() as u64),
-                    Arg::Handle(h) => match st.handles.lock().unwrap_or_else(|e| e.into_inner()).object(*h) {
-                        Some(o) => packer.push_int(o),
-                        None => return Outcome::Error(Error::UnknownHandle { call: name.into(), handle: *h }),
-                    },
-                    Arg::Callback(c) => packer.push_int(c.stub() as u64),
-                };
-                if let Err(e) = pushed {
-                    return Outcome::Error(Error::BadArguments { call: name.into(), reason: e.to_string() });
+            let handles = st.handles.lock().unwrap_or_else(|e| e.into_inner());
+            let mut unknown = None;
+            let packed = crate::call::pack_in_process(
+                args,
+                |h| {
+                    handles.object(h).ok_or_else(|| {
+                        unknown = Some(h);
+                        String::new()
+                    })
+                },
+                |c| Ok(c.stub() as u64),
+            );
+            let regs = match (packed, unknown) {
+                (Ok(regs), _) => regs,
+                (Err(_), Some(handle)) => {
+                    return Outcome::Error(Error::UnknownHandle { call: name.into(), handle });
                 }
-            }
-            (function, packer.finish())
+                (Err(reason), None) => return Outcome::Error(Error::BadArguments { call: name.into(), reason }),
+            };
+            (function, regs)
         };
         Outcome::Done(Value::from_regs(ret, function.call(&regs)))
     }
