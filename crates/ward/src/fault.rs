@@ -17,6 +17,9 @@ pub enum FaultKind {
     /// The domain broke the protocol: a malformed record, a reply for a call not in flight, a pointer outside its
     /// pool. The host trusts no byte the domain writes.
     Protocol { what: String },
+    /// A class wrapper's output check failed (audio with NaN or infinity, say): the call returned, but what it
+    /// returned is wrong.
+    BadOutput { what: String },
     /// The domain ended and nothing says how.
     Vanished,
 }
@@ -89,6 +92,7 @@ impl Fault {
             FaultKind::Timeout { .. } => "timeout",
             FaultKind::HeartbeatMissed { .. } => "heartbeat",
             FaultKind::Protocol { .. } => "protocol",
+            FaultKind::BadOutput { .. } => "bad-output",
             FaultKind::Vanished => "vanished",
         }
     }
@@ -110,6 +114,7 @@ impl Fault {
                 format!("missed heartbeat (no answer within {})", fmt_duration(*interval))
             }
             FaultKind::Protocol { what } => format!("protocol violation: {what}"),
+            FaultKind::BadOutput { what } => format!("output check failed: {what}"),
             FaultKind::Vanished => "domain vanished".into(),
         }
     }

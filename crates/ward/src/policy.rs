@@ -34,6 +34,7 @@
 //! wait = "adaptive"          # adaptive | poll | sleep
 //! spin = 2000                # spin iterations before sleeping (adaptive)
 //! init = "well_init"         # called after load (no args, returns int64; nonzero = load failure)
+//! check_output = false       # class output checks (audio with NaN or infinity is a fault)
 //! [defaults.limits]
 //! address_space_mb = 1024    # 0 = unlimited
 //! cpu_s = 0                  # 0 = unlimited
@@ -270,6 +271,8 @@ pub struct ExtensionPolicy {
     /// Function called (no arguments, returns int64; nonzero = load
     /// failure) after load.
     pub init: Option<String>,
+    /// Class output checks: a class wrapper treats wrong output (audio with NaN or infinity) as a fault.
+    pub check_output: bool,
     /// Resource limits of the domain.
     pub limits: Limits,
     /// Policies of single functions, by name.
@@ -295,6 +298,7 @@ impl Default for ExtensionPolicy {
             wait: WaitMode::Adaptive,
             spin: 2000,
             init: None,
+            check_output: false,
             limits: Limits::default(),
             functions: BTreeMap::new(),
         }
@@ -384,6 +388,7 @@ pub struct ExtensionOverride {
     pub wait: Option<WaitMode>,
     pub spin: Option<u32>,
     pub init: Option<String>,
+    pub check_output: Option<bool>,
     pub limits: LimitsOverride,
     pub functions: BTreeMap<String, FunctionOverride>,
 }
@@ -419,6 +424,7 @@ impl ExtensionOverride {
             zygote,
             wait,
             spin,
+            check_output,
         );
         if let Some(group) = &self.group {
             policy.group = Some(group.clone());
@@ -569,7 +575,7 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 
 /// Fields of `[extension.NAME]` (and `[defaults]`) that a `[group.NAME]`
 /// section cannot set, being per extension.
-const EXTENSION_ONLY_FIELDS: &[&str] = &["group", "on_fault", "max_retries", "init", "function"];
+const EXTENSION_ONLY_FIELDS: &[&str] = &["group", "on_fault", "max_retries", "init", "check_output", "function"];
 
 /// For serde's "unknown field `x`, expected one of `a`, `b`" message, what
 /// to do: set a per-extension field elsewhere, or the closest expected field.
@@ -666,6 +672,8 @@ struct RawExtension {
     spin: Option<u32>,
     #[serde(default, deserialize_with = "de_init")]
     init: Option<String>,
+    #[serde(default, deserialize_with = "de_check_output")]
+    check_output: Option<bool>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -691,6 +699,7 @@ impl RawExtension {
             wait: self.wait,
             spin: self.spin,
             init: self.init,
+            check_output: self.check_output,
             limits: self.limits.into_override(),
             functions: self.function.into_iter().map(|(name, section)| (name.0, section.into_override())).collect(),
         }
@@ -1112,6 +1121,10 @@ fn de_max_retries<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Err
 
 fn de_spin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     checked(d, |v| whole("spin", 0, 10_000_000, "a whole number from 0 to 10000000", v).map(|n| n as u32))
+}
+
+fn de_check_output<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    checked(d, |v| boolean("check_output", v))
 }
 
 fn de_zygote<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {

@@ -18,7 +18,8 @@ use crate::domain::{Domain, DomainStats};
 use crate::error::Error;
 use crate::events::{Event, EventBus};
 use crate::monitor::Monitor;
-use crate::policy::{ExtensionPolicy, Isolation, Policy};
+use crate::fault::FaultKind;
+use crate::policy::{ExtensionPolicy, FunctionPolicy, Isolation, Policy};
 use crate::tracker::Tracker;
 
 /// Loads extensions into protection domains and keeps them running.
@@ -85,7 +86,30 @@ impl Supervisor {
         let path = path.as_ref();
         check_elf(path)?;
         let name = extension_name(path);
+        let policy = self.inner.policy.for_extension(&name);
+        self.load_as(path, name, policy, isolation)
+    }
+
+    /// Load a class adapter in place of a plugin (see [`AdapterLoad`]): the domain runs the adapter, which opens
+    /// the plugin itself; the extension is named, and its policy looked up, after the plugin.
+    pub fn load_adapter(&self, load: &AdapterLoad<'_>) -> Result<Extension, Error> {
+        check_elf(load.plugin)?;
+        check_elf(load.adapter)?;
+        let name = extension_name(load.plugin);
         let mut policy = self.inner.policy.for_extension(&name);
+        for (function, default) in load.functions {
+            policy.functions.entry((*function).to_string()).or_insert_with(|| default.clone());
+        }
+        self.load_as(load.adapter, name, policy, load.isolation)
+    }
+
+    fn load_as(
+        &self,
+        path: &Path,
+        name: String,
+        mut policy: ExtensionPolicy,
+        isolation: Option<Isolation>,
+    ) -> Result<Extension, Error> {
         if let Some(iso) = isolation {
             policy.isolation = iso;
         }
@@ -252,6 +276,21 @@ fn check_elf(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// A class adapter to load in place of a plugin: a small library of the class (LADSPA, frei0r, ...) that opens the
+/// plugin inside the domain and offers its interface as flat calls.
+#[derive(Debug, Clone)]
+pub struct AdapterLoad<'a> {
+    /// The adapter shared object: what the domain loads.
+    pub adapter: &'a Path,
+    /// The plugin the adapter will open: names the extension for policy and events.
+    pub plugin: &'a Path,
+    /// Overrides the policy's isolation kind.
+    pub isolation: Option<Isolation>,
+    /// The class's policy for its adapter functions (which establish state, which destroy an instance); a
+    /// function section of the policy file overrides them.
+    pub functions: &'a [(&'a str, FunctionPolicy)],
+}
+
 /// A loaded extension.
 #[derive(Clone)]
 pub struct Extension {
@@ -303,6 +342,17 @@ impl Extension {
 
     pub fn stats(&self) -> DomainStats {
         self.domain.stats()
+    }
+
+    /// The extension's effective policy.
+    pub fn policy(&self) -> ExtensionPolicy {
+        self.domain.extension_policy(self.ext)
+    }
+
+    /// A class wrapper found the result of `call` wrong (see [`crate::FaultKind::BadOutput`]): the domain is
+    /// recovered as after any fault. Fails when the domain is, or now becomes, disabled.
+    pub fn declare_fault(&self, call: &str, kind: FaultKind) -> Result<(), Error> {
+        self.domain.declare_fault(call, kind)
     }
 
     /// The process id of the domain's running incarnation (process isolation only).

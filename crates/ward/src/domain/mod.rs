@@ -149,6 +149,13 @@ impl Domain {
         Ok(index)
     }
 
+    /// The effective policy of extension `ext` of this domain.
+    pub fn extension_policy(&self, ext: usize) -> ExtensionPolicy {
+        let g = self.lock.lock();
+        let st = g.borrow();
+        st.extensions.get(ext).map(|e| e.1.clone()).unwrap_or_else(|| self.policy.clone())
+    }
+
     /// Find or resolve a symbol; returns its index in the symbol table.
     pub fn symbol(&self, ext: usize, name: &str) -> Result<usize, Error> {
         let g = self.lock.lock();
@@ -303,6 +310,21 @@ impl Domain {
             }
             return Err(Error::Fault(fault));
         }
+    }
+
+    /// A class wrapper found a call's result wrong: recover the domain as if the call had faulted. The caller
+    /// retries the call itself if it wants to (the recovered domain is ready for it) and gets an error when the
+    /// domain is or becomes disabled.
+    pub fn declare_fault(&self, call: &str, kind: FaultKind) -> Result<(), Error> {
+        let g = self.lock.lock();
+        if let Some(e) = self.disabled_error(&g.borrow()) {
+            return Err(e);
+        }
+        let fault = {
+            let st = g.borrow();
+            Fault { kind, domain: self.name.clone(), call: Some(call.to_string()), incarnation: st.incarnation }
+        };
+        self.recover(&g, fault)
     }
 
     /// Bookkeeping after a successful call: handles, shadow log, destroyed instances.

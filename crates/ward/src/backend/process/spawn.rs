@@ -75,6 +75,8 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
             cmd.arg("--init").arg(init);
         }
     }
+    // A preload shim (`ward run`) belongs to the host: the domain must load the plugin itself, not a proxy.
+    cmd.env_remove("LD_PRELOAD");
     cmd.stdin(Stdio::null());
     let sources: [RawFd; 4] = [
         std::os::fd::AsFd::as_fd(&theirs).as_raw_fd(),

@@ -1,0 +1,240 @@
+/* ward's LADSPA class adapter: loaded into a domain in place of the plugin library, it opens the library there and
+ * turns LADSPA's pointer-rich interface into flat calls: descriptors are serialised, instances are handles, and a
+ * block's ports travel as two packed buffers (inputs in port order, outputs in port order), copied into port
+ * buffers that end at guard pages so an overrunning plugin faults instead of corrupting anything. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include "ward_adapter_common.h"
+#include "ward_ladspa_abi.h"
+
+/* More descriptors than any library has; a loop guard against a library that never returns NULL. */
+#define MAX_DESCRIPTORS 4096
+
+/* Flags of a described plugin: which optional functions it has. */
+#define HAS_ACTIVATE 0x1
+#define HAS_DEACTIVATE 0x2
+#define HAS_RUN_ADDING 0x4
+#define HAS_SET_RUN_ADDING_GAIN 0x8
+#define HAS_CLEANUP 0x10
+#define HAS_RUN 0x20
+
+/* One opened plugin library. Several may be open in one domain (a group, or the none backend, where every user
+ * of this adapter shares it), so nothing about a library is global. */
+struct library {
+    void *dl;
+    LADSPA_Descriptor_Function descriptor_fn;
+    unsigned long count;
+};
+
+struct instance {
+    const LADSPA_Descriptor *desc;
+    LADSPA_Handle handle;
+    unsigned long port_count;
+    struct guarded *buffers; /* one per port */
+    LADSPA_Data **connected; /* what each port is connected to now */
+};
+
+static const LADSPA_Descriptor *descriptor(const struct library *lib, uint64_t index) {
+    if (index >= lib->count)
+        return NULL;
+    return lib->descriptor_fn((unsigned long)index);
+}
+
+/* Open a plugin library; NULL when it cannot be opened or is no LADSPA library (ward_ladspa_error says why). */
+WARD_ADAPTER_EXPORT struct library *ward_ladspa_open(const char *path) {
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (dl == NULL)
+        return NULL;
+    LADSPA_Descriptor_Function fn = (LADSPA_Descriptor_Function)(uintptr_t)dlsym(dl, "ladspa_descriptor");
+    if (fn == NULL)
+        return NULL;
+    struct library *lib = calloc(1, sizeof *lib);
+    if (lib == NULL)
+        return NULL;
+    lib->dl = dl;
+    lib->descriptor_fn = fn;
+    while (lib->count < MAX_DESCRIPTORS && fn(lib->count) != NULL)
+        lib->count++;
+    return lib;
+}
+
+/* How many plugins the library has. */
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_count(const struct library *lib) { return (int64_t)lib->count; }
+
+/* Forget the library (its code stays mapped: a plugin's static destructors are not worth the risk). */
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_close(struct library *lib) {
+    free(lib);
+    return 0;
+}
+
+/* The last dlopen error, for the host's message. */
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_error(unsigned char *out, uint64_t cap) {
+    const char *e = dlerror();
+    struct writer w = {out, cap, 0};
+    put_str(&w, e == NULL ? "" : e);
+    return writer_result(&w);
+}
+
+/* Serialise plugin `index`: u64 id, i32 properties, u32 port count, u32 flags, label, name, maker, copyright,
+ * then per port i32 descriptor, i32 hint, f32 lower, f32 upper, name. */
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_describe(const struct library *lib, uint64_t index, unsigned char *out,
+                                                 uint64_t cap) {
+    const LADSPA_Descriptor *d = descriptor(lib, index);
+    if (d == NULL)
+        return WARD_ADAPTER_E_INDEX;
+    uint32_t flags = (d->activate ? HAS_ACTIVATE : 0) | (d->deactivate ? HAS_DEACTIVATE : 0) |
+                     (d->run_adding ? HAS_RUN_ADDING : 0) | (d->set_run_adding_gain ? HAS_SET_RUN_ADDING_GAIN : 0) |
+                     (d->cleanup ? HAS_CLEANUP : 0) | (d->run ? HAS_RUN : 0);
+    struct writer w = {out, cap, 0};
+    put_u64(&w, d->UniqueID);
+    put_i32(&w, d->Properties);
+    put_u32(&w, (uint32_t)d->PortCount);
+    put_u32(&w, flags);
+    put_str(&w, d->Label);
+    put_str(&w, d->Name);
+    put_str(&w, d->Maker);
+    put_str(&w, d->Copyright);
+    for (unsigned long p = 0; p < d->PortCount; p++) {
+        put_i32(&w, d->PortDescriptors ? d->PortDescriptors[p] : 0);
+        const LADSPA_PortRangeHint *h = d->PortRangeHints ? &d->PortRangeHints[p] : NULL;
+        put_i32(&w, h ? h->HintDescriptor : 0);
+        put_f32(&w, h ? h->LowerBound : 0.0f);
+        put_f32(&w, h ? h->UpperBound : 0.0f);
+        put_str(&w, d->PortNames ? d->PortNames[p] : NULL);
+    }
+    return writer_result(&w);
+}
+
+static void instance_free(struct instance *inst) {
+    if (inst->buffers != NULL)
+        for (unsigned long p = 0; p < inst->port_count; p++)
+            guarded_free(&inst->buffers[p]);
+    free(inst->buffers);
+    free(inst->connected);
+    free(inst);
+}
+
+/* Create an instance of plugin `index`; NULL when the plugin refuses. */
+WARD_ADAPTER_EXPORT struct instance *ward_ladspa_instantiate(const struct library *lib, uint64_t index,
+                                                            uint64_t sample_rate) {
+    const LADSPA_Descriptor *d = descriptor(lib, index);
+    if (d == NULL || d->instantiate == NULL)
+        return NULL;
+    struct instance *inst = calloc(1, sizeof *inst);
+    if (inst == NULL)
+        return NULL;
+    inst->desc = d;
+    inst->port_count = d->PortCount;
+    inst->buffers = calloc(d->PortCount + 1, sizeof *inst->buffers);
+    inst->connected = calloc(d->PortCount + 1, sizeof *inst->connected);
+    if (inst->buffers == NULL || inst->connected == NULL) {
+        instance_free(inst);
+        return NULL;
+    }
+    inst->handle = d->instantiate(d, (unsigned long)sample_rate);
+    if (inst->handle == NULL) {
+        instance_free(inst);
+        return NULL;
+    }
+    return inst;
+}
+
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_activate(struct instance *inst) {
+    if (inst->desc->activate)
+        inst->desc->activate(inst->handle);
+    return 0;
+}
+
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_deactivate(struct instance *inst) {
+    if (inst->desc->deactivate)
+        inst->desc->deactivate(inst->handle);
+    return 0;
+}
+
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_set_run_adding_gain(struct instance *inst, double gain) {
+    if (inst->desc->set_run_adding_gain)
+        inst->desc->set_run_adding_gain(inst->handle, (LADSPA_Data)gain);
+    return 0;
+}
+
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_cleanup(struct instance *inst) {
+    if (inst->desc->cleanup)
+        inst->desc->cleanup(inst->handle);
+    instance_free(inst);
+    return 0;
+}
+
+static size_t port_floats(int descriptor, uint64_t samples) {
+    return (descriptor & LADSPA_PORT_AUDIO) ? (size_t)samples : 1;
+}
+
+/* Run one block of `samples` samples. `in` holds every input port in port order (one float for a control port,
+ * `samples` floats for an audio port), `out` every output port likewise. With `adding` set, `out` also brings the
+ * outputs' current contents and run_adding mixes into them. */
+static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned char *in, uint64_t in_len,
+                         unsigned char *out, uint64_t out_len, int adding) {
+    const LADSPA_Descriptor *d = inst->desc;
+    size_t want_in = 0, want_out = 0;
+    for (unsigned long p = 0; p < inst->port_count; p++) {
+        int pd = d->PortDescriptors[p];
+        size_t bytes = port_floats(pd, samples) * sizeof(LADSPA_Data);
+        if (pd & LADSPA_PORT_INPUT)
+            want_in += bytes;
+        else
+            want_out += bytes;
+    }
+    if (want_in != in_len || want_out != out_len)
+        return WARD_ADAPTER_E_LAYOUT;
+    if ((adding && d->run_adding == NULL) || (!adding && d->run == NULL))
+        return WARD_ADAPTER_E_SYMBOL;
+
+    size_t at_in = 0, at_out = 0;
+    for (unsigned long p = 0; p < inst->port_count; p++) {
+        int pd = d->PortDescriptors[p];
+        size_t bytes = port_floats(pd, samples) * sizeof(LADSPA_Data);
+        /* Audio ports 16-byte aligned for vector code; a control port ends exactly at its guard. */
+        LADSPA_Data *buf = guarded_get(&inst->buffers[p], bytes, (pd & LADSPA_PORT_AUDIO) ? 16 : 4);
+        if (buf == NULL)
+            return WARD_ADAPTER_E_NOMEM;
+        if (pd & LADSPA_PORT_INPUT) {
+            memcpy(buf, in + at_in, bytes);
+            at_in += bytes;
+        } else {
+            if (adding)
+                memcpy(buf, out + at_out, bytes);
+            at_out += bytes;
+        }
+        if (inst->connected[p] != buf) {
+            d->connect_port(inst->handle, p, buf);
+            inst->connected[p] = buf;
+        }
+    }
+    if (adding)
+        d->run_adding(inst->handle, (unsigned long)samples);
+    else
+        d->run(inst->handle, (unsigned long)samples);
+
+    at_out = 0;
+    for (unsigned long p = 0; p < inst->port_count; p++) {
+        int pd = d->PortDescriptors[p];
+        if (pd & LADSPA_PORT_INPUT)
+            continue;
+        size_t bytes = port_floats(pd, samples) * sizeof(LADSPA_Data);
+        memcpy(out + at_out, inst->connected[p], bytes);
+        at_out += bytes;
+    }
+    return 0;
+}
+
+/* Six arguments each, so that every argument travels in a register. */
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_run(struct instance *inst, uint64_t samples, const unsigned char *in,
+                                            uint64_t in_len, unsigned char *out, uint64_t out_len) {
+    return run_block(inst, samples, in, in_len, out, out_len, 0);
+}
+
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_run_adding(struct instance *inst, uint64_t samples, const unsigned char *in,
+                                                   uint64_t in_len, unsigned char *out, uint64_t out_len) {
+    return run_block(inst, samples, in, in_len, out, out_len, 1);
+}

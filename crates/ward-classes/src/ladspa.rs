@@ -1,0 +1,604 @@
+//! The LADSPA class: audio plugins (`ladspa.h`), typed for Rust hosts and shared by the preload shim.
+//!
+//! A [`Library`] is one plugin library opened through the class adapter inside a domain; its [`Descriptor`]s are
+//! read once, through the domain. An [`Instance`] is one plugin instance: the host hands [`Instance::run`] one
+//! [`PortBuffer`] per port and the block crosses call-by-value-result (inputs copied in, outputs copied back only when
+//! the block succeeded), so a failed block is retried on intact input after recovery. The shadow log holds what
+//! makes a restarted instance the same as the old one: the library's opening, the instantiation, activation and the
+//! run-adding gain. Port connections need no replay: the wrapper hands the ports over with every block.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ward::policy::FunctionPolicy;
+use ward::{AdapterLoad, Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor, Value};
+
+use crate::reader::Reader;
+use crate::{adapters, ClassError, Processed};
+
+/// Port flags (`LADSPA_PORT_*`).
+pub const PORT_INPUT: i32 = 0x1;
+pub const PORT_OUTPUT: i32 = 0x2;
+pub const PORT_CONTROL: i32 = 0x4;
+pub const PORT_AUDIO: i32 = 0x8;
+
+/// Range hint flags (`LADSPA_HINT_*`).
+pub const HINT_BOUNDED_BELOW: i32 = 0x1;
+pub const HINT_BOUNDED_ABOVE: i32 = 0x2;
+pub const HINT_TOGGLED: i32 = 0x4;
+pub const HINT_SAMPLE_RATE: i32 = 0x8;
+pub const HINT_LOGARITHMIC: i32 = 0x10;
+pub const HINT_INTEGER: i32 = 0x20;
+const HINT_DEFAULT_MASK: i32 = 0x3C0;
+
+/// Plugin property: the plugin cannot process in place.
+pub const PROPERTY_INPLACE_BROKEN: i32 = 0x2;
+
+/// Flags of the adapter's description: which optional functions the plugin has.
+const HAS_ACTIVATE: u32 = 0x1;
+const HAS_DEACTIVATE: u32 = 0x2;
+const HAS_RUN_ADDING: u32 = 0x4;
+const HAS_SET_RUN_ADDING_GAIN: u32 = 0x8;
+const HAS_RUN: u32 = 0x20;
+
+/// Adapter results below this are its error codes (see `ward_adapter_common.h`), above it minus a needed size.
+const ADAPTER_ERROR_BELOW: i64 = -0x1_0000_0000;
+/// First guess of a description's size.
+const DESCRIBE_BUFFER: usize = 16 * 1024;
+/// Plugins with more ports than this are refused (a description claiming more is malformed).
+const MAX_PORTS: u32 = 4096;
+
+const ADAPTER: &str = "ward_ladspa_adapter";
+
+/// The adapter functions and what each means to the core: which establish state (replayed, in order, after a
+/// restart) and which destroy the handle they are given.
+fn function_policies() -> [(&'static str, FunctionPolicy); 6] {
+    let state = FunctionPolicy { state: true, ..FunctionPolicy::default() };
+    let destroys = FunctionPolicy { destroys: true, ..FunctionPolicy::default() };
+    [
+        ("ward_ladspa_open", state.clone()),
+        ("ward_ladspa_instantiate", state.clone()),
+        ("ward_ladspa_activate", state.clone()),
+        ("ward_ladspa_deactivate", state.clone()),
+        ("ward_ladspa_set_run_adding_gain", state),
+        ("ward_ladspa_cleanup", destroys),
+    ]
+}
+
+/// One port of a plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Port {
+    /// `PORT_*` flags.
+    pub descriptor: i32,
+    pub name: String,
+    /// `HINT_*` flags and the default hint.
+    pub hint: i32,
+    pub lower: f32,
+    pub upper: f32,
+}
+
+impl Port {
+    pub fn is_input(&self) -> bool {
+        self.descriptor & PORT_INPUT != 0
+    }
+
+    pub fn is_output(&self) -> bool {
+        !self.is_input()
+    }
+
+    pub fn is_audio(&self) -> bool {
+        self.descriptor & PORT_AUDIO != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        !self.is_audio()
+    }
+
+    /// The default value the plugin's hints give this control port at `sample_rate`, as LADSPA defines it (bounds
+    /// scaled by the sample rate when so hinted; low, middle and high interpolated geometrically on a logarithmic
+    /// port); `None` when the port has no default.
+    pub fn default_value(&self, sample_rate: u64) -> Option<f32> {
+        let scale = if self.hint & HINT_SAMPLE_RATE != 0 { sample_rate as f32 } else { 1.0 };
+        let (lo, hi) = (self.lower * scale, self.upper * scale);
+        let log = self.hint & HINT_LOGARITHMIC != 0 && lo > 0.0 && hi > 0.0;
+        let between = |w: f32| {
+            if log {
+                (lo.ln() * (1.0 - w) + hi.ln() * w).exp()
+            } else {
+                lo * (1.0 - w) + hi * w
+            }
+        };
+        let value = match self.hint & HINT_DEFAULT_MASK {
+            0x40 => lo,
+            0x80 => between(0.25),
+            0xC0 => between(0.5),
+            0x100 => between(0.75),
+            0x140 => hi,
+            0x200 => 0.0,
+            0x240 => 1.0,
+            0x280 => 100.0,
+            0x2C0 => 440.0,
+            _ => return None,
+        };
+        Some(if self.hint & HINT_INTEGER != 0 { value.round() } else { value })
+    }
+}
+
+/// What a plugin says about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Descriptor {
+    /// Its index in the library.
+    pub index: usize,
+    pub unique_id: u64,
+    pub label: String,
+    pub properties: i32,
+    pub name: String,
+    pub maker: String,
+    pub copyright: String,
+    pub ports: Vec<Port>,
+    pub has_activate: bool,
+    pub has_deactivate: bool,
+    pub has_run: bool,
+    pub has_run_adding: bool,
+    pub has_set_run_adding_gain: bool,
+}
+
+impl Descriptor {
+    fn parse(index: usize, bytes: &[u8]) -> Result<Descriptor, String> {
+        let mut r = Reader::new(bytes);
+        let unique_id = r.u64()?;
+        let properties = r.i32()?;
+        let port_count = r.u32()?;
+        if port_count > MAX_PORTS {
+            return Err(format!("plugin {index} claims {port_count} ports"));
+        }
+        let flags = r.u32()?;
+        let (label, name, maker, copyright) = (r.string()?, r.string()?, r.string()?, r.string()?);
+        let mut ports = Vec::with_capacity(port_count as usize);
+        for p in 0..port_count {
+            let descriptor = r.i32()?;
+            let (hint, lower, upper, pname) = (r.i32()?, r.f32()?, r.f32()?, r.string()?);
+            let input = descriptor & PORT_INPUT != 0;
+            let output = descriptor & PORT_OUTPUT != 0;
+            let audio = descriptor & PORT_AUDIO != 0;
+            let control = descriptor & PORT_CONTROL != 0;
+            if input == output || audio == control {
+                return Err(format!("port {p} ({pname}) of {label} has flags {descriptor:#x}: not one direction and kind"));
+            }
+            ports.push(Port { descriptor, name: pname, hint, lower, upper });
+        }
+        r.finish()?;
+        Ok(Descriptor {
+            index,
+            unique_id,
+            label,
+            properties,
+            name,
+            maker,
+            copyright,
+            ports,
+            has_activate: flags & HAS_ACTIVATE != 0,
+            has_deactivate: flags & HAS_DEACTIVATE != 0,
+            has_run: flags & HAS_RUN != 0,
+            has_run_adding: flags & HAS_RUN_ADDING != 0,
+            has_set_run_adding_gain: flags & HAS_SET_RUN_ADDING_GAIN != 0,
+        })
+    }
+
+    /// Bytes of the packed inputs and outputs of one block of `samples` samples.
+    fn packed_sizes(&self, samples: usize) -> (usize, usize) {
+        let mut sizes = (0, 0);
+        for port in &self.ports {
+            let bytes = if port.is_audio() { samples * 4 } else { 4 };
+            if port.is_input() {
+                sizes.0 += bytes;
+            } else {
+                sizes.1 += bytes;
+            }
+        }
+        sizes
+    }
+}
+
+struct Functions {
+    instantiate: Function,
+    activate: Function,
+    deactivate: Function,
+    set_gain: Function,
+    run: Function,
+    run_adding: Function,
+    cleanup: Function,
+}
+
+struct LibraryInner {
+    path: PathBuf,
+    ext: Extension,
+    plugins: Vec<Arc<Descriptor>>,
+    library: u64,
+    functions: Functions,
+    check_output: bool,
+}
+
+/// An opened LADSPA plugin library.
+#[derive(Clone)]
+pub struct Library {
+    inner: Arc<LibraryInner>,
+}
+
+impl std::fmt::Debug for Library {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ladspa::Library({}, {} plugins)", self.inner.path.display(), self.inner.plugins.len())
+    }
+}
+
+impl Library {
+    /// Open the library at `path` in a domain of the isolation its policy gives it (or `isolation`), and read its
+    /// plugins' descriptors.
+    pub fn open(supervisor: &Supervisor, path: &Path, isolation: Option<Isolation>) -> Result<Library, ClassError> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let adapter = adapters::path(ADAPTER)?;
+        let policies = function_policies();
+        let ext = supervisor.load_adapter(&AdapterLoad {
+            adapter: &adapter,
+            plugin: &path,
+            isolation,
+            functions: &policies,
+        })?;
+        let not_a_plugin = |reason: String| ClassError::NotAPlugin { path: path.clone(), class: "LADSPA", reason };
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| not_a_plugin("the path contains a NUL byte".into()))?;
+        let library = ext.call("ward_ladspa_open", &mut [Arg::Str(&c_path)], RetType::Handle)?;
+        let library = match library.as_handle() {
+            Some(h) if h != 0 => h,
+            _ => return Err(not_a_plugin(adapter_error(&ext, "ward_ladspa_error"))),
+        };
+        let count = ext.call("ward_ladspa_count", &mut [Arg::Handle(library)], RetType::I64)?;
+        let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
+        if count == 0 {
+            return Err(not_a_plugin("ladspa_descriptor(0) returned NULL: the library has no plugins".into()));
+        }
+        let describe = ext.function("ward_ladspa_describe")?;
+        let mut plugins = Vec::with_capacity(count);
+        for index in 0..count {
+            let bytes = describe_one(&describe, library, index)
+                .map_err(|reason| ClassError::BadPlugin { path: path.clone(), reason })?;
+            let d = Descriptor::parse(index, &bytes).map_err(|reason| ClassError::BadPlugin {
+                path: path.clone(),
+                reason: format!("plugin {index}: {reason}"),
+            })?;
+            plugins.push(Arc::new(d));
+        }
+        let functions = Functions {
+            instantiate: ext.function("ward_ladspa_instantiate")?,
+            activate: ext.function("ward_ladspa_activate")?,
+            deactivate: ext.function("ward_ladspa_deactivate")?,
+            set_gain: ext.function("ward_ladspa_set_run_adding_gain")?,
+            run: ext.function("ward_ladspa_run")?,
+            run_adding: ext.function("ward_ladspa_run_adding")?,
+            cleanup: ext.function("ward_ladspa_cleanup")?,
+        };
+        let check_output = ext.policy().check_output;
+        Ok(Library { inner: Arc::new(LibraryInner { path, ext, plugins, library, functions, check_output }) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The plugins of the library, in index order.
+    pub fn plugins(&self) -> &[Arc<Descriptor>] {
+        &self.inner.plugins
+    }
+
+    /// The plugin labelled `label`.
+    pub fn plugin(&self, label: &str) -> Result<&Arc<Descriptor>, ClassError> {
+        self.inner.plugins.iter().find(|d| d.label == label).ok_or_else(|| ClassError::NoSuchPlugin {
+            path: self.inner.path.clone(),
+            which: format!("labelled {label}"),
+            count: self.inner.plugins.len(),
+        })
+    }
+
+    /// The extension running the library (for its statistics and domain).
+    pub fn extension(&self) -> &Extension {
+        &self.inner.ext
+    }
+
+    /// Create an instance of plugin `index` at `sample_rate`.
+    pub fn instantiate(&self, index: usize, sample_rate: u64) -> Result<Instance, ClassError> {
+        let plugin = self.inner.plugins.get(index).cloned().ok_or_else(|| ClassError::NoSuchPlugin {
+            path: self.inner.path.clone(),
+            which: format!("#{index}"),
+            count: self.inner.plugins.len(),
+        })?;
+        let value = self.inner.functions.instantiate.call(
+            &mut [Arg::Handle(self.inner.library), Arg::U64(index as u64), Arg::U64(sample_rate)],
+            RetType::Handle,
+        )?;
+        let handle = match value.as_handle() {
+            Some(h) if h != 0 => h,
+            _ => {
+                return Err(ClassError::Refused {
+                    plugin: plugin.label.clone(),
+                    what: format!("instantiate at {sample_rate} Hz returned NULL"),
+                })
+            }
+        };
+        Ok(Instance {
+            lib: self.inner.clone(),
+            plugin,
+            handle,
+            gain: 1.0,
+            input: Vec::new(),
+            output: Vec::new(),
+        })
+    }
+}
+
+/// Ask the adapter for a description, growing the buffer once if it says it needs more.
+fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u8>, String> {
+    let mut buf = vec![0u8; DESCRIBE_BUFFER];
+    for _ in 0..2 {
+        let cap = buf.len() as u64;
+        let n = describe
+            .call(&mut [Arg::Handle(library), Arg::U64(index as u64), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)
+            .map_err(|e| format!("describing plugin {index}: {e}"))?
+            .as_i64()
+            .unwrap_or(ADAPTER_ERROR_BELOW);
+        if n >= 0 && n as u64 <= cap {
+            buf.truncate(n as usize);
+            return Ok(buf);
+        }
+        if n <= ADAPTER_ERROR_BELOW {
+            return Err(format!("the adapter could not describe plugin {index} (code {n})"));
+        }
+        buf = vec![0u8; n.unsigned_abs() as usize];
+    }
+    Err(format!("the description of plugin {index} keeps growing"))
+}
+
+/// The adapter's last error message (a dlopen error, say).
+pub(crate) fn adapter_error(ext: &Extension, function: &str) -> String {
+    let mut buf = vec![0u8; 4096];
+    let cap = buf.len() as u64;
+    match ext.call(function, &mut [Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64) {
+        Ok(Value::I64(n)) if n >= 4 && n as u64 <= cap => {
+            let mut r = Reader::new(&buf[..n as usize]);
+            match r.string() {
+                Ok(s) if !s.is_empty() => s,
+                _ => "the library could not be opened".into(),
+            }
+        }
+        _ => "the library could not be opened".into(),
+    }
+}
+
+/// The data of one port for one block: a control port's slice holds its one value.
+#[derive(Debug)]
+pub enum PortBuffer<'a> {
+    Input(&'a [f32]),
+    Output(&'a mut [f32]),
+}
+
+/// One instance of a plugin.
+pub struct Instance {
+    lib: Arc<LibraryInner>,
+    plugin: Arc<Descriptor>,
+    handle: u64,
+    gain: f32,
+    /// Packing buffers, kept between blocks.
+    input: Vec<u8>,
+    output: Vec<u8>,
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ladspa::Instance({})", self.plugin.label)
+    }
+}
+
+impl Instance {
+    pub fn descriptor(&self) -> &Arc<Descriptor> {
+        &self.plugin
+    }
+
+    /// Activate the instance. A disabled plugin is activated as far as the host can tell (it is bypassed).
+    pub fn activate(&mut self) -> Result<Processed, ClassError> {
+        self.lifecycle(true)
+    }
+
+    pub fn deactivate(&mut self) -> Result<Processed, ClassError> {
+        self.lifecycle(false)
+    }
+
+    fn lifecycle(&mut self, activate: bool) -> Result<Processed, ClassError> {
+        let f = if activate { &self.lib.functions.activate } else { &self.lib.functions.deactivate };
+        match f.call(&mut [Arg::Handle(self.handle)], RetType::I64) {
+            Ok(_) => Ok(Processed::Ran),
+            Err(e) => Ok(self.degraded(e)),
+        }
+    }
+
+    /// Set the gain `run_adding` mixes with.
+    pub fn set_run_adding_gain(&mut self, gain: f32) -> Result<Processed, ClassError> {
+        self.gain = gain;
+        match self.lib.functions.set_gain.call(&mut [Arg::Handle(self.handle), Arg::F64(f64::from(gain))], RetType::I64)
+        {
+            Ok(_) => Ok(Processed::Ran),
+            Err(e) => Ok(self.degraded(e)),
+        }
+    }
+
+    /// Run one block of `samples` samples; `ports` has one buffer per port, in port order.
+    pub fn run(&mut self, samples: usize, ports: &mut [PortBuffer<'_>]) -> Result<Processed, ClassError> {
+        self.block(samples, ports, false)
+    }
+
+    /// Run one block, mixing into the outputs with the run-adding gain.
+    pub fn run_adding(&mut self, samples: usize, ports: &mut [PortBuffer<'_>]) -> Result<Processed, ClassError> {
+        self.block(samples, ports, true)
+    }
+
+    fn block(&mut self, samples: usize, ports: &mut [PortBuffer<'_>], adding: bool) -> Result<Processed, ClassError> {
+        self.check_ports(samples, ports)?;
+        let has = if adding { self.plugin.has_run_adding } else { self.plugin.has_run };
+        if !has {
+            let what = if adding { "run_adding" } else { "run" };
+            return Err(self.bad(format!("the plugin has no {what} function")));
+        }
+        self.pack(samples, ports, adding);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.call_block(samples, adding) {
+                Err(e) => {
+                    self.bypass(samples, ports, adding);
+                    return Ok(self.degraded(e));
+                }
+                Ok(code) if code != 0 => {
+                    return Err(self.bad(format!("the adapter refused the block (code {code})")));
+                }
+                Ok(_) => {}
+            }
+            if self.lib.check_output {
+                if let Some(what) = self.non_finite_output(samples) {
+                    let call = if adding { "ward_ladspa_run_adding" } else { "ward_ladspa_run" };
+                    let declared = self.lib.ext.declare_fault(call, FaultKind::BadOutput { what: what.clone() });
+                    if declared.is_ok() && attempts <= self.lib.ext.policy().max_retries {
+                        // The domain was recovered; the packed input is intact: try again.
+                        if adding {
+                            self.pack(samples, ports, adding);
+                        }
+                        continue;
+                    }
+                    self.bypass(samples, ports, adding);
+                    return Ok(Processed::Bypassed { reason: format!("output check failed: {what}") });
+                }
+            }
+            self.unpack(samples, ports);
+            return Ok(Processed::Ran);
+        }
+    }
+
+    fn call_block(&mut self, samples: usize, adding: bool) -> Result<i64, ward::Error> {
+        let (in_len, out_len) = (self.input.len() as u64, self.output.len() as u64);
+        let f = if adding { &self.lib.functions.run_adding } else { &self.lib.functions.run };
+        let out = if adding { Arg::InOut(&mut self.output) } else { Arg::Out(&mut self.output) };
+        let value = f.call(
+            &mut [Arg::Handle(self.handle), Arg::U64(samples as u64), Arg::In(&self.input), Arg::U64(in_len), out, Arg::U64(out_len)],
+            RetType::I64,
+        )?;
+        Ok(value.as_i64().unwrap_or(0))
+    }
+
+    fn bad(&self, reason: String) -> ClassError {
+        ClassError::BadArguments { plugin: self.plugin.label.clone(), reason }
+    }
+
+    fn check_ports(&self, samples: usize, ports: &[PortBuffer<'_>]) -> Result<(), ClassError> {
+        if ports.len() != self.plugin.ports.len() {
+            return Err(self.bad(format!("{} port buffers for {} ports", ports.len(), self.plugin.ports.len())));
+        }
+        for (i, (port, buf)) in self.plugin.ports.iter().zip(ports.iter()).enumerate() {
+            let (len, input) = match buf {
+                PortBuffer::Input(s) => (s.len(), true),
+                PortBuffer::Output(s) => (s.len(), false),
+            };
+            if input != port.is_input() {
+                let want = if port.is_input() { "an input" } else { "an output" };
+                return Err(self.bad(format!("port {i} ({}) is {want}", port.name)));
+            }
+            let need = if port.is_audio() { samples } else { 1 };
+            if len < need {
+                return Err(self.bad(format!("port {i} ({}) needs {need} values, got {len}", port.name)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Inputs (and, for run_adding, the outputs' contents) into the packing buffers.
+    fn pack(&mut self, samples: usize, ports: &[PortBuffer<'_>], adding: bool) {
+        let (in_len, out_len) = self.plugin.packed_sizes(samples);
+        self.input.clear();
+        self.input.reserve(in_len);
+        self.output.clear();
+        for (port, buf) in self.plugin.ports.iter().zip(ports.iter()) {
+            let n = if port.is_audio() { samples } else { 1 };
+            match buf {
+                PortBuffer::Input(s) => s[..n].iter().for_each(|v| self.input.extend_from_slice(&v.to_ne_bytes())),
+                PortBuffer::Output(s) if adding => {
+                    s[..n].iter().for_each(|v| self.output.extend_from_slice(&v.to_ne_bytes()))
+                }
+                PortBuffer::Output(_) => {}
+            }
+        }
+        self.output.resize(out_len, 0);
+    }
+
+    /// Outputs from the packing buffer back into the host's buffers.
+    fn unpack(&self, samples: usize, ports: &mut [PortBuffer<'_>]) {
+        let mut at = 0;
+        for (port, buf) in self.plugin.ports.iter().zip(ports.iter_mut()) {
+            let PortBuffer::Output(s) = buf else { continue };
+            let n = if port.is_audio() { samples } else { 1 };
+            for (dst, src) in s[..n].iter_mut().zip(self.output[at..at + n * 4].chunks_exact(4)) {
+                *dst = f32::from_ne_bytes([src[0], src[1], src[2], src[3]]);
+            }
+            at += n * 4;
+        }
+    }
+
+    /// The first non-finite audio output sample, described.
+    fn non_finite_output(&self, samples: usize) -> Option<String> {
+        let mut at = 0;
+        for port in self.plugin.ports.iter().filter(|p| p.is_output()) {
+            let n = if port.is_audio() { samples } else { 1 };
+            if port.is_audio() {
+                let bytes = &self.output[at..at + n * 4];
+                if let Some(i) = bytes.chunks_exact(4).position(|c| !f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+                {
+                    return Some(format!("{} wrote a NaN or infinity to {} at sample {i}", self.plugin.label, port.name));
+                }
+            }
+            at += n * 4;
+        }
+        None
+    }
+
+    /// The class's fallback for a block the plugin cannot process: the i-th audio input goes to the i-th audio
+    /// output (added with the gain for run_adding), other audio outputs get silence (left as they are for
+    /// run_adding); control outputs keep their values.
+    fn bypass(&self, samples: usize, ports: &mut [PortBuffer<'_>], adding: bool) {
+        let inputs: Vec<usize> =
+            self.plugin.ports.iter().enumerate().filter(|(_, p)| p.is_input() && p.is_audio()).map(|(i, _)| i).collect();
+        let outputs: Vec<usize> =
+            self.plugin.ports.iter().enumerate().filter(|(_, p)| p.is_output() && p.is_audio()).map(|(i, _)| i).collect();
+        for (k, &o) in outputs.iter().enumerate() {
+            let source: Option<Vec<f32>> = inputs.get(k).and_then(|&i| match &ports[i] {
+                PortBuffer::Input(s) => Some(s[..samples].to_vec()),
+                PortBuffer::Output(_) => None,
+            });
+            let PortBuffer::Output(out) = &mut ports[o] else { continue };
+            match (source, adding) {
+                (Some(src), false) => out[..samples].copy_from_slice(&src),
+                (Some(src), true) => out[..samples].iter_mut().zip(src).for_each(|(d, s)| *d += s * self.gain),
+                (None, false) => out[..samples].fill(0.0),
+                (None, true) => {}
+            }
+        }
+    }
+
+    /// A call failed even after recovery (or the plugin is disabled): say so once per cause and go on.
+    fn degraded(&self, e: ward::Error) -> Processed {
+        tracing::debug!(plugin = %self.plugin.label, error = %e, "bypassed");
+        Processed::Bypassed { reason: e.to_string() }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // A failure here leaves nothing behind in the host: the domain's memory goes with it.
+        let _ = self.lib.functions.cleanup.call(&mut [Arg::Handle(self.handle)], RetType::I64);
+    }
+}
