@@ -4,6 +4,7 @@
  * buffers that end at guard pages so an overrunning plugin faults instead of corrupting anything. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ward_adapter_common.h"
@@ -34,6 +35,7 @@ struct instance {
     unsigned long port_count;
     struct guarded *buffers; /* one per port */
     LADSPA_Data **connected; /* what each port is connected to now */
+    int activate_pending;    /* activated by the host before any port was connected: done at the first block */
 };
 
 static const LADSPA_Descriptor *descriptor(const struct library *lib, uint64_t index) {
@@ -42,17 +44,35 @@ static const LADSPA_Descriptor *descriptor(const struct library *lib, uint64_t i
     return lib->descriptor_fn((unsigned long)index);
 }
 
+/* Why the last open failed, per thread, kept at the time of failure: the domain's own dl* calls (looking up the
+ * next function the host calls, say) would clear dlerror before the host asks. */
+static __thread char last_error[512];
+
+static void set_error(const char *what) {
+    snprintf(last_error, sizeof last_error, "%s", what != NULL ? what : "dlopen failed");
+}
+
 /* Open a plugin library; NULL when it cannot be opened or is no LADSPA library (ward_ladspa_error says why). */
 WARD_ADAPTER_EXPORT struct library *ward_ladspa_open(const char *path) {
+    last_error[0] = '\0';
+    /* Hosts of audio plugins link libm, and some plugins rely on it without linking it themselves (ladspa-sdk's
+     * filter.so imports cos and sqrtf but needs only libc): give the domain the libm such a host has. */
+    (void)dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL);
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (dl == NULL)
+    if (dl == NULL) {
+        set_error(dlerror());
         return NULL;
+    }
     LADSPA_Descriptor_Function fn = (LADSPA_Descriptor_Function)(uintptr_t)dlsym(dl, "ladspa_descriptor");
-    if (fn == NULL)
+    if (fn == NULL) {
+        set_error("it exports no ladspa_descriptor");
         return NULL;
+    }
     struct library *lib = calloc(1, sizeof *lib);
-    if (lib == NULL)
+    if (lib == NULL) {
+        set_error("out of memory");
         return NULL;
+    }
     lib->dl = dl;
     lib->descriptor_fn = fn;
     while (lib->count < MAX_DESCRIPTORS && fn(lib->count) != NULL)
@@ -69,11 +89,15 @@ WARD_ADAPTER_EXPORT int64_t ward_ladspa_close(struct library *lib) {
     return 0;
 }
 
-/* The last dlopen error, for the host's message. */
+/* Why the last open failed, for the host's message: the reason kept then, else the last dlerror. */
 WARD_ADAPTER_EXPORT int64_t ward_ladspa_error(unsigned char *out, uint64_t cap) {
-    const char *e = dlerror();
     struct writer w = {out, cap, 0};
-    put_str(&w, e == NULL ? "" : e);
+    if (last_error[0] != '\0') {
+        put_str(&w, last_error);
+    } else {
+        const char *e = dlerror();
+        put_str(&w, e == NULL ? "" : e);
+    }
     return writer_result(&w);
 }
 
@@ -141,13 +165,35 @@ WARD_ADAPTER_EXPORT struct instance *ward_ladspa_instantiate(const struct librar
     return inst;
 }
 
+/* Every port is connected (the instance has run a block). */
+static int all_connected(const struct instance *inst) {
+    for (unsigned long p = 0; p < inst->port_count; p++)
+        if (inst->connected[p] == NULL)
+            return 0;
+    return 1;
+}
+
+/* Activate the instance. Hosts connect every port before they activate, and plugins rely on it (swh's IIR filters
+ * read their control ports in activate), but ports are connected here only when a block brings their buffers: an
+ * instance whose ports are not connected yet is activated at its first block, after the connections and before
+ * the run, which is the order such a host uses, with the control values of that block. */
 WARD_ADAPTER_EXPORT int64_t ward_ladspa_activate(struct instance *inst) {
-    if (inst->desc->activate)
-        inst->desc->activate(inst->handle);
+    if (inst->desc->activate == NULL)
+        return 0;
+    if (!all_connected(inst)) {
+        inst->activate_pending = 1;
+        return 0;
+    }
+    inst->desc->activate(inst->handle);
     return 0;
 }
 
 WARD_ADAPTER_EXPORT int64_t ward_ladspa_deactivate(struct instance *inst) {
+    if (inst->activate_pending) {
+        /* Never activated in the plugin: nothing to undo. */
+        inst->activate_pending = 0;
+        return 0;
+    }
     if (inst->desc->deactivate)
         inst->desc->deactivate(inst->handle);
     return 0;
@@ -210,6 +256,10 @@ static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned
             d->connect_port(inst->handle, p, buf);
             inst->connected[p] = buf;
         }
+    }
+    if (inst->activate_pending) {
+        inst->activate_pending = 0;
+        d->activate(inst->handle);
     }
     if (adding)
         d->run_adding(inst->handle, (unsigned long)samples);

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ward::policy::FunctionPolicy;
-use ward::{AdapterLoad, Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor, Value};
+use ward::{AdapterLoad, Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
 use crate::reader::Reader;
 use crate::{adapters, ClassError, Processed};
@@ -164,7 +164,9 @@ impl Descriptor {
             let audio = descriptor & PORT_AUDIO != 0;
             let control = descriptor & PORT_CONTROL != 0;
             if input == output || audio == control {
-                return Err(format!("port {p} ({pname}) of {label} has flags {descriptor:#x}: not one direction and kind"));
+                return Err(format!(
+                    "port {p} ({pname}) of {label} has flags {descriptor:#x}: not one direction and kind"
+                ));
             }
             ports.push(Port { descriptor, name: pname, hint, lower, upper });
         }
@@ -251,7 +253,7 @@ impl Library {
         let library = ext.call("ward_ladspa_open", &mut [Arg::Str(&c_path)], RetType::Handle)?;
         let library = match library.as_handle() {
             Some(h) if h != 0 => h,
-            _ => return Err(not_a_plugin(adapter_error(&ext, "ward_ladspa_error"))),
+            _ => return Err(not_a_plugin(adapters::last_error(&ext, "ward_ladspa_error"))),
         };
         let count = ext.call("ward_ladspa_count", &mut [Arg::Handle(library)], RetType::I64)?;
         let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
@@ -325,14 +327,7 @@ impl Library {
                 })
             }
         };
-        Ok(Instance {
-            lib: self.inner.clone(),
-            plugin,
-            handle,
-            gain: 1.0,
-            input: Vec::new(),
-            output: Vec::new(),
-        })
+        Ok(Instance { lib: self.inner.clone(), plugin, handle, gain: 1.0, input: Vec::new(), output: Vec::new() })
     }
 }
 
@@ -356,22 +351,6 @@ fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u
         buf = vec![0u8; n.unsigned_abs() as usize];
     }
     Err(format!("the description of plugin {index} keeps growing"))
-}
-
-/// The adapter's last error message (a dlopen error, say).
-pub(crate) fn adapter_error(ext: &Extension, function: &str) -> String {
-    let mut buf = vec![0u8; 4096];
-    let cap = buf.len() as u64;
-    match ext.call(function, &mut [Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64) {
-        Ok(Value::I64(n)) if n >= 4 && n as u64 <= cap => {
-            let mut r = Reader::new(&buf[..n as usize]);
-            match r.string() {
-                Ok(s) if !s.is_empty() => s,
-                _ => "the library could not be opened".into(),
-            }
-        }
-        _ => "the library could not be opened".into(),
-    }
 }
 
 /// The data of one port for one block: a control port's slice holds its one value.
@@ -486,7 +465,14 @@ impl Instance {
         let f = if adding { &self.lib.functions.run_adding } else { &self.lib.functions.run };
         let out = if adding { Arg::InOut(&mut self.output) } else { Arg::Out(&mut self.output) };
         let value = f.call(
-            &mut [Arg::Handle(self.handle), Arg::U64(samples as u64), Arg::In(&self.input), Arg::U64(in_len), out, Arg::U64(out_len)],
+            &mut [
+                Arg::Handle(self.handle),
+                Arg::U64(samples as u64),
+                Arg::In(&self.input),
+                Arg::U64(in_len),
+                out,
+                Arg::U64(out_len),
+            ],
             RetType::I64,
         )?;
         Ok(value.as_i64().unwrap_or(0))
@@ -556,9 +542,13 @@ impl Instance {
             let n = if port.is_audio() { samples } else { 1 };
             if port.is_audio() {
                 let bytes = &self.output[at..at + n * 4];
-                if let Some(i) = bytes.chunks_exact(4).position(|c| !f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+                if let Some(i) =
+                    bytes.chunks_exact(4).position(|c| !f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).is_finite())
                 {
-                    return Some(format!("{} wrote a NaN or infinity to {} at sample {i}", self.plugin.label, port.name));
+                    return Some(format!(
+                        "{} wrote a NaN or infinity to {} at sample {i}",
+                        self.plugin.label, port.name
+                    ));
                 }
             }
             at += n * 4;
@@ -570,10 +560,22 @@ impl Instance {
     /// output (added with the gain for run_adding), other audio outputs get silence (left as they are for
     /// run_adding); control outputs keep their values.
     fn bypass(&self, samples: usize, ports: &mut [PortBuffer<'_>], adding: bool) {
-        let inputs: Vec<usize> =
-            self.plugin.ports.iter().enumerate().filter(|(_, p)| p.is_input() && p.is_audio()).map(|(i, _)| i).collect();
-        let outputs: Vec<usize> =
-            self.plugin.ports.iter().enumerate().filter(|(_, p)| p.is_output() && p.is_audio()).map(|(i, _)| i).collect();
+        let inputs: Vec<usize> = self
+            .plugin
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_input() && p.is_audio())
+            .map(|(i, _)| i)
+            .collect();
+        let outputs: Vec<usize> = self
+            .plugin
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_output() && p.is_audio())
+            .map(|(i, _)| i)
+            .collect();
         for (k, &o) in outputs.iter().enumerate() {
             let source: Option<Vec<f32>> = inputs.get(k).and_then(|&i| match &ports[i] {
                 PortBuffer::Input(s) => Some(s[..samples].to_vec()),

@@ -12,11 +12,13 @@
 //! * [`frei0r`]: frei0r video filters.
 
 mod adapters;
+pub mod detect;
 mod error;
 pub mod frei0r;
 pub mod ladspa;
 mod reader;
 
+pub use detect::{class_of, Class};
 pub use error::ClassError;
 
 /// What a wrapper did with one processing call.

@@ -6,6 +6,7 @@ mod campaign;
 mod campaign_host;
 mod check;
 mod child;
+mod corpus;
 mod demo;
 mod faults;
 mod floor;
@@ -13,6 +14,7 @@ mod host;
 mod inject;
 mod native;
 mod report;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,6 +48,11 @@ enum Command {
     Campaign(campaign::CampaignArgs),
     /// Which isolation kinds each extension can get (none, process, mpk), and every reason it cannot.
     Check(check::CheckArgs),
+    /// Every installed LADSPA and frei0r plugin on a fixed input, natively and under each isolation kind: is the
+    /// output identical?
+    Corpus(corpus::CorpusArgs),
+    /// Run an unmodified host with every plugin of a known class (LADSPA, frei0r) it opens under ward.
+    Run(run::RunArgs),
     /// Internal: a throwaway host that loads PATH directly and triggers fault KIND (used by `demo`).
     #[command(name = "__native-host", hide = true)]
     NativeHost {
@@ -63,6 +70,9 @@ enum Command {
     /// Internal: one run of a campaign trial, in a throwaway host (used by `campaign`).
     #[command(name = "__campaign-host", hide = true)]
     CampaignHost(campaign_host::CampaignHostArgs),
+    /// Internal: one plugin run (or one library listed) for `corpus`, in a throwaway process.
+    #[command(name = "__corpus-run", hide = true)]
+    CorpusRun(corpus::runner::RunArgs),
 }
 
 #[derive(Args)]
@@ -103,6 +113,9 @@ fn main() -> ExitCode {
         Command::Inject(a) => inject::run(a),
         Command::Campaign(a) => campaign::run(a),
         Command::Check(a) => check::run(a),
+        Command::Corpus(a) => corpus::run(a),
+        Command::CorpusRun(a) => corpus::runner::main(a),
+        Command::Run(a) => run::run(a),
         Command::CampaignHost(a) => campaign_host::main(a),
         Command::NativeHost { path, kind } => native::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),
@@ -112,7 +125,13 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         // A reader that went away (`ward bench xpc | head`) is not an error worth a message.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) if inject::is_bad_input(&e) || campaign::is_bad_input(&e) || check::is_bad_input(&e) => {
+        Err(e)
+            if inject::is_bad_input(&e)
+                || campaign::is_bad_input(&e)
+                || check::is_bad_input(&e)
+                || run::is_bad_input(&e)
+                || corpus::is_bad_input(&e) =>
+        {
             eprintln!("ward: error: {e:#}");
             ExitCode::from(2)
         }

@@ -40,6 +40,35 @@ pub enum Event {
     Disabled { domain: String, restarts: u32, fault: Fault },
 }
 
+/// One line per event, for logs and standard error.
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::Fault { fault } => write!(f, "{}: fault: {fault}", fault.domain),
+            Event::Recovered { domain, incarnation, via, replayed, took, .. } => {
+                let via = match via {
+                    RestartVia::Zygote => "forked from the zygote",
+                    RestartVia::Spawn => "spawned",
+                    RestartVia::Reload => "reloaded",
+                };
+                write!(
+                    f,
+                    "{domain}: recovered in {:.2} ms (incarnation {incarnation}, {via}, {replayed} calls replayed)",
+                    took.as_secs_f64() * 1e3
+                )
+            }
+            Event::Retried { domain, call, ok: true } => write!(f, "{domain}: {call} retried: succeeded"),
+            Event::Retried { domain, call, ok: false } => write!(f, "{domain}: {call} retried: failed again"),
+            Event::BackingOff { domain, delay } => {
+                write!(f, "{domain}: backing off {:.1} ms before restarting", delay.as_secs_f64() * 1e3)
+            }
+            Event::Disabled { domain, restarts, fault } => {
+                write!(f, "{domain}: disabled after {restarts} restarts (last fault: {fault})")
+            }
+        }
+    }
+}
+
 /// Events a subscriber has not read are kept up to this many; older ones are dropped (a host that never reads
 /// must not grow without bound).
 const QUEUE: usize = 4096;

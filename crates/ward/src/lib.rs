@@ -41,4 +41,4 @@ pub use error::Error;
 pub use events::{Event, RestartVia};
 pub use fault::{Fault, FaultKind, SignalCause};
 pub use policy::{Isolation, Policy};
-pub use supervisor::{extension_name, AdapterLoad, Extension, Function, Supervisor};
+pub use supervisor::{domain_program, extension_name, AdapterLoad, Extension, Function, Supervisor};

@@ -17,8 +17,8 @@ use crate::callback::Callback;
 use crate::domain::{Domain, DomainStats};
 use crate::error::Error;
 use crate::events::{Event, EventBus};
-use crate::monitor::Monitor;
 use crate::fault::FaultKind;
+use crate::monitor::Monitor;
 use crate::policy::{ExtensionPolicy, FunctionPolicy, Isolation, Policy};
 use crate::tracker::Tracker;
 
@@ -240,6 +240,11 @@ fn resolve_isolation(iso: Isolation) -> Result<Isolation, Error> {
         )),
         other => Ok(other),
     }
+}
+
+/// Where the `ward-domain` program is: `$WARD_DOMAIN`, else beside the running program, else one directory up.
+pub fn domain_program() -> Result<PathBuf, Error> {
+    find_program().map_err(Error::DomainProgramMissing)
 }
 
 /// The extension's name for policy: the file stem without a `lib` prefix.

@@ -1,0 +1,577 @@
+//! The LADSPA class's recovery, driven by the built-in faulty plugin library (`faulty_ladspa`): every crash kind, a
+//! hang, an overrun and NaN output in the middle of a stream of blocks, a plugin that fails on every block until it
+//! is disabled, run_adding, two instances sharing a domain, and what the host's buffers see through all of it.
+//!
+//! faulty_amp's block counter ("Blocks") is reset by `activate`, so it tells the incarnations apart: a retried block
+//! runs on a restarted instance (instantiate and activate replayed) and reports 1. The same reset means a fault
+//! armed "at block 1" fires again on the retry: tests of a transparent recovery arm a later block.
+
+use std::path::PathBuf;
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use ward::{Event, FaultKind, Isolation, Policy, SignalCause, Supervisor};
+use ward_classes::ladspa::{Instance, Library, PortBuffer};
+use ward_classes::{ClassError, Processed};
+
+/// Samples per block (a multiple of 4: the adapter's audio buffers then end exactly at their guard page).
+const N: usize = 64;
+/// faulty_amp's gain in most tests.
+const GAIN: f32 = 0.5;
+/// What the host's output buffers hold before a block: a value no plugin or fallback of these tests produces.
+const SENTINEL: f32 = -777.0;
+/// Extra host output samples past the block: never written.
+const TAIL: usize = 16;
+/// The adapter functions a block is run through.
+const RUN: &str = "ward_ladspa_run";
+
+const NULL_DEREF: f32 = 1.0;
+const ABORT: f32 = 3.0;
+const EXIT3: f32 = 4.0;
+const INFINITE_LOOP: f32 = 5.0;
+const RECURSION: f32 = 6.0;
+const DIV_ZERO: f32 = 12.0;
+const ILLEGAL: f32 = 13.0;
+const OVERRUN: f32 = 20.0;
+const NAN: f32 = 21.0;
+
+/// How a block's fault ports are set.
+#[derive(Debug, Clone, Copy)]
+struct Arm {
+    kind: f32,
+    /// 0 = every block.
+    at: f32,
+    repeat: bool,
+}
+
+const CLEAN: Arm = Arm { kind: 0.0, at: 1.0, repeat: false };
+
+fn arm(kind: f32, at: u32) -> Arm {
+    Arm { kind, at: at as f32, repeat: false }
+}
+
+fn plugin_path() -> PathBuf {
+    ward_extensions::path_of("faulty_ladspa").expect("the built-in faulty_ladspa extracts")
+}
+
+/// A supervisor whose policy for the library is `keys` (lines of `[extension.faulty_ladspa]`), subscribed to its
+/// events, and the library opened with `isolation`.
+fn open(keys: &str, isolation: Isolation) -> (Supervisor, Library, Receiver<Event>) {
+    let text = format!("[extension.faulty_ladspa]\n{keys}\n");
+    let sup = Supervisor::new(Policy::from_toml_str(&text, "ladspa_faults policy").unwrap());
+    let events = sup.subscribe();
+    let lib = Library::open(&sup, &plugin_path(), Some(isolation)).unwrap();
+    assert_eq!(lib.extension().name(), "faulty_ladspa", "the policy section applies to the library");
+    (sup, lib, events)
+}
+
+/// An activated faulty_amp of `lib`.
+fn amp(lib: &Library) -> Instance {
+    let index = lib.plugin("faulty_amp").unwrap().index;
+    let mut inst = lib.instantiate(index, 48000).unwrap();
+    assert_eq!(inst.activate().unwrap(), Processed::Ran);
+    inst
+}
+
+/// A block of input: exact binary fractions, so gains of powers of two give exact products and sums.
+fn signal(seed: usize) -> Vec<f32> {
+    (0..N).map(|i| (((i * 7 + seed * 13) % 33) as f32 - 16.0) / 8.0).collect()
+}
+
+fn scaled(input: &[f32], gain: f32) -> Vec<f32> {
+    input.iter().map(|x| x * gain).collect()
+}
+
+/// A host output buffer: the block plus a tail, all SENTINEL.
+fn output() -> Vec<f32> {
+    vec![SENTINEL; N + TAIL]
+}
+
+/// What one block of faulty_amp came to.
+#[derive(Debug)]
+struct Block {
+    processed: Processed,
+    /// The host's output buffer after the block (block and tail).
+    out: Vec<f32>,
+    /// The "Blocks" control output (SENTINEL when nothing wrote it).
+    blocks: f32,
+}
+
+impl Block {
+    fn state(&self) -> (Processed, f32) {
+        (self.processed.clone(), self.blocks)
+    }
+
+    fn audio(&self) -> &[f32] {
+        &self.out[..N]
+    }
+
+    fn assert_tail_untouched(&self) {
+        assert!(self.out[N..].iter().all(|&v| v == SENTINEL), "samples past the block were written: {:?}", self.out);
+    }
+}
+
+/// Runs one block of faulty_amp with `gain` and `arm` on `input`, into `out` (run_adding when `adding`). The host
+/// never gets an error for a block: a fault is recovered or bypassed.
+fn amp_block(inst: &mut Instance, gain: f32, arm: Arm, input: &[f32], mut out: Vec<f32>, adding: bool) -> Block {
+    let copy = input.to_vec();
+    let (gain, kind, at, repeat) = ([gain], [arm.kind], [arm.at], [if arm.repeat { 1.0 } else { 0.0 }]);
+    let mut blocks = [SENTINEL];
+    let mut ports = [
+        PortBuffer::Input(input),
+        PortBuffer::Output(&mut out),
+        PortBuffer::Input(&gain),
+        PortBuffer::Input(&kind),
+        PortBuffer::Input(&at),
+        PortBuffer::Input(&repeat),
+        PortBuffer::Output(&mut blocks),
+    ];
+    let processed = if adding { inst.run_adding(N, &mut ports) } else { inst.run(N, &mut ports) }
+        .unwrap_or_else(|e| panic!("a block of faulty_amp ({arm:?}) failed the host: {e}"));
+    assert_eq!(input, &copy[..], "the host's input buffer was modified");
+    let block = Block { processed, out, blocks: blocks[0] };
+    block.assert_tail_untouched();
+    block
+}
+
+fn run(inst: &mut Instance, arm: Arm, input: &[f32]) -> Block {
+    amp_block(inst, GAIN, arm, input, output(), false)
+}
+
+fn faults(events: &[Event]) -> Vec<ward::Fault> {
+    events.iter().filter_map(|e| if let Event::Fault { fault } = e { Some(fault.clone()) } else { None }).collect()
+}
+
+fn replayed(events: &[Event]) -> Vec<usize> {
+    events
+        .iter()
+        .filter_map(|e| if let Event::Recovered { replayed, .. } = e { Some(*replayed) } else { None })
+        .collect()
+}
+
+fn retried(events: &[Event]) -> Vec<bool> {
+    events.iter().filter_map(|e| if let Event::Retried { ok, .. } = e { Some(*ok) } else { None }).collect()
+}
+
+fn disabled(events: &[Event]) -> bool {
+    events.iter().any(|e| matches!(e, Event::Disabled { .. }))
+}
+
+fn is_bypassed(p: &Processed) -> bool {
+    matches!(p, Processed::Bypassed { .. })
+}
+
+fn assert_no_nan(block: &Block) {
+    assert!(block.out.iter().all(|v| v.is_finite()), "a non-finite sample reached the host: {:?}", block.out);
+}
+
+// ---- no fault ----------------------------------------------------------------------------------------------------
+
+#[test]
+fn without_faults_both_isolations_process_identically_and_count_blocks() {
+    for iso in [Isolation::None, Isolation::Process] {
+        let (_sup, lib, events) = open("", iso);
+        let mut inst = amp(&lib);
+        for n in 1..=4 {
+            let input = signal(n);
+            let b = run(&mut inst, CLEAN, &input);
+            assert_eq!(b.processed, Processed::Ran, "{iso:?} block {n}");
+            assert_eq!(b.audio(), scaled(&input, GAIN), "{iso:?} block {n}");
+            assert_eq!(b.blocks, n as f32, "{iso:?}: the block counter");
+        }
+        let stats = lib.extension().stats();
+        assert_eq!((stats.faults, stats.restarts, stats.incarnation), (0, 0, 1), "{iso:?}");
+        assert!(events.try_iter().next().is_none(), "{iso:?}: no recovery events without faults");
+    }
+}
+
+// ---- crashes and a hang at block 3 -------------------------------------------------------------------------------
+
+/// Blocks 1 and 2 run; block 3 crashes with `kind` and is recovered transparently: restart, replay of the
+/// library's opening, the instantiation and the activation, retry on intact input. Returns the one fault.
+fn transparent_at_block_3(kind: f32, keys: &str) -> ward::Fault {
+    let (_sup, lib, events) = open(keys, Isolation::Process);
+    let mut inst = amp(&lib);
+    let armed = arm(kind, 3);
+    for n in 1..=2 {
+        let input = signal(n);
+        let b = run(&mut inst, armed, &input);
+        assert_eq!(b.processed, Processed::Ran, "kind {kind}, block {n}");
+        assert_eq!(b.audio(), scaled(&input, GAIN));
+        assert_eq!(b.blocks, n as f32);
+    }
+    assert_eq!(lib.extension().stats().restarts, 0);
+
+    let input = signal(3);
+    let b = run(&mut inst, armed, &input);
+    assert_eq!(b.processed, Processed::Ran, "kind {kind}: block 3 is recovered transparently");
+    assert_eq!(b.audio(), scaled(&input, GAIN), "kind {kind}: the retried block is correct");
+    // The retry ran on a new instance, instantiated and activated by the replay: its counter started again.
+    assert_eq!(b.blocks, 1.0, "kind {kind}: the block was retried on the new incarnation");
+    let stats = lib.extension().stats();
+    assert_eq!((stats.faults, stats.restarts, stats.incarnation), (1, 1, 2), "kind {kind}: {stats:?}");
+    assert!(!stats.disabled);
+    let seen: Vec<Event> = events.try_iter().collect();
+    assert_eq!(replayed(&seen), [3], "kind {kind}: open, instantiate and activate replayed: {seen:?}");
+    assert_eq!(retried(&seen), [true], "kind {kind}: {seen:?}");
+    let mut fault = faults(&seen);
+    assert_eq!(fault.len(), 1, "kind {kind}: {fault:?}");
+    let fault = fault.remove(0);
+    assert_eq!(fault.call.as_deref(), Some(RUN));
+    assert_eq!(fault.incarnation, 1);
+
+    // The new incarnation counts on from 1: its block 2 is clean, its block 3 is armed again and recovered again.
+    let input = signal(4);
+    let b = run(&mut inst, armed, &input);
+    assert_eq!(b.state(), (Processed::Ran, 2.0), "kind {kind}");
+    assert_eq!(b.audio(), scaled(&input, GAIN));
+    assert_eq!(lib.extension().stats().faults, 1, "kind {kind}: the new incarnation's block 2 is clean");
+    let input = signal(5);
+    let b = run(&mut inst, armed, &input);
+    assert_eq!(b.state(), (Processed::Ran, 1.0), "kind {kind}");
+    assert_eq!(b.audio(), scaled(&input, GAIN));
+    let stats = lib.extension().stats();
+    assert_eq!((stats.faults, stats.restarts, stats.incarnation), (2, 2, 3), "kind {kind}: {stats:?}");
+    fault
+}
+
+fn signal_cause(fault: &ward::Fault) -> (String, SignalCause) {
+    match fault.kind {
+        FaultKind::Signal { signo, cause, .. } => (ward::fault::signal_name(signo), cause),
+        ref other => panic!("expected a signal fault, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_null_dereference_at_block_3_is_recovered_transparently() {
+    let f = transparent_at_block_3(NULL_DEREF, "");
+    assert_eq!(signal_cause(&f), ("SIGSEGV".into(), SignalCause::NullDereference));
+}
+
+#[test]
+fn an_abort_at_block_3_is_recovered_transparently() {
+    let f = transparent_at_block_3(ABORT, "");
+    assert_eq!(signal_cause(&f), ("SIGABRT".into(), SignalCause::Abort));
+}
+
+#[test]
+fn an_exit_at_block_3_is_recovered_transparently() {
+    let f = transparent_at_block_3(EXIT3, "");
+    assert_eq!(f.kind, FaultKind::Exited { status: 3 });
+}
+
+#[test]
+fn a_stack_overflow_at_block_3_is_recovered_transparently() {
+    let f = transparent_at_block_3(RECURSION, "");
+    assert_eq!(signal_cause(&f), ("SIGSEGV".into(), SignalCause::StackOverflow));
+}
+
+#[test]
+fn a_division_by_zero_at_block_3_is_recovered_transparently() {
+    let f = transparent_at_block_3(DIV_ZERO, "");
+    assert_eq!(signal_cause(&f), ("SIGFPE".into(), SignalCause::Arithmetic));
+}
+
+#[test]
+fn an_illegal_instruction_at_block_3_is_recovered_transparently() {
+    let f = transparent_at_block_3(ILLEGAL, "");
+    assert_eq!(signal_cause(&f), ("SIGILL".into(), SignalCause::IllegalInstruction));
+}
+
+#[test]
+fn a_hang_at_block_3_is_stopped_at_the_deadline_and_recovered_transparently() {
+    let f = transparent_at_block_3(INFINITE_LOOP, "deadline_ms = 300");
+    assert_eq!(f.kind, FaultKind::Timeout { deadline: Duration::from_millis(300) });
+}
+
+// ---- overrun ----------------------------------------------------------------------------------------------------
+
+#[test]
+fn an_output_overrun_is_caught_as_a_segfault_never_silent_corruption() {
+    let (_sup, lib, events) = open("", Isolation::Process);
+    let mut inst = amp(&lib);
+    let armed = arm(OVERRUN, 3);
+    for n in 1..=3 {
+        let input = signal(n);
+        let b = run(&mut inst, armed, &input);
+        assert_eq!(b.processed, Processed::Ran, "block {n}");
+        // No trace of the overrun's 1e30 anywhere in the host's buffer (the tail is checked by amp_block).
+        assert_eq!(b.audio(), scaled(&input, GAIN), "block {n}");
+    }
+    let seen: Vec<Event> = events.try_iter().collect();
+    let f = faults(&seen);
+    assert_eq!(f.len(), 1, "the overrun is a fault: {seen:?}");
+    assert_eq!(signal_cause(&f[0]).0, "SIGSEGV", "{:?}", f[0]);
+    assert_eq!(f[0].call.as_deref(), Some(RUN));
+    assert_eq!(retried(&seen), [true]);
+    let stats = lib.extension().stats();
+    assert_eq!((stats.faults, stats.restarts), (1, 1));
+}
+
+// ---- NaN output ---------------------------------------------------------------------------------------------------
+
+#[test]
+fn nan_output_passes_unnoticed_by_default() {
+    let (_sup, lib, events) = open("", Isolation::Process);
+    assert!(!lib.extension().policy().check_output);
+    let mut inst = amp(&lib);
+    let b = run(&mut inst, arm(NAN, 1), &signal(1));
+    // The documented default: without output checks the class does not look at the audio.
+    assert_eq!(b.processed, Processed::Ran);
+    assert!(b.audio().iter().all(|v| v.is_nan()), "{:?}", b.out);
+    assert_eq!(lib.extension().stats().faults, 0);
+    assert!(events.try_iter().next().is_none());
+}
+
+#[test]
+fn with_check_output_a_nan_block_is_a_fault_recovered_and_retried() {
+    let (_sup, lib, events) = open("check_output = true", Isolation::Process);
+    let mut inst = amp(&lib);
+    let armed = arm(NAN, 3);
+    for n in 1..=3 {
+        let input = signal(n);
+        let b = run(&mut inst, armed, &input);
+        assert_eq!(b.processed, Processed::Ran, "block {n}");
+        assert_eq!(b.audio(), scaled(&input, GAIN), "block {n}");
+        assert_no_nan(&b);
+        if n == 3 {
+            assert_eq!(b.blocks, 1.0, "the NaN block was retried on a new incarnation");
+        }
+    }
+    let seen: Vec<Event> = events.try_iter().collect();
+    let f = faults(&seen);
+    assert_eq!(f.len(), 1, "{seen:?}");
+    assert!(matches!(f[0].kind, FaultKind::BadOutput { .. }), "{:?}", f[0]);
+    assert_eq!(f[0].call.as_deref(), Some(RUN));
+    assert_eq!(replayed(&seen), [3]);
+    let stats = lib.extension().stats();
+    assert_eq!((stats.faults, stats.restarts, stats.incarnation), (1, 1, 2));
+}
+
+#[test]
+fn with_check_output_a_plugin_that_keeps_writing_nan_is_bypassed() {
+    let (_sup, lib, events) = open("check_output = true", Isolation::Process);
+    let mut inst = amp(&lib);
+    // From block 1 on, every block: the retry, block 1 of the new incarnation, writes NaN again.
+    let always = Arm { kind: NAN, at: 1.0, repeat: true };
+    let input = signal(1);
+    let b = run(&mut inst, always, &input);
+    assert!(is_bypassed(&b.processed), "{:?}", b.processed);
+    assert_eq!(b.audio(), input, "bypass: the input passes through");
+    assert_no_nan(&b);
+    assert_eq!(b.blocks, SENTINEL, "a bypassed block leaves the control outputs alone");
+    let seen: Vec<Event> = events.try_iter().collect();
+    let f = faults(&seen);
+    assert!(!f.is_empty() && f.iter().all(|f| matches!(f.kind, FaultKind::BadOutput { .. })), "{seen:?}");
+    assert!(!replayed(&seen).is_empty(), "the domain was recovered: {seen:?}");
+    assert!(!lib.extension().stats().disabled);
+
+    // A clean block afterwards runs again.
+    let input = signal(2);
+    let b = run(&mut inst, CLEAN, &input);
+    assert_eq!(b.processed, Processed::Ran);
+    assert_eq!(b.audio(), scaled(&input, GAIN));
+}
+
+// ---- past the restart limit --------------------------------------------------------------------------------------
+
+const DISABLE_KEYS: &str =
+    "max_restarts = 3\nrestart_period_s = 3600\nbackoff_initial_ms = 0.001\nbackoff_max_ms = 0.001";
+
+#[test]
+fn a_plugin_crashing_on_every_block_is_disabled_and_bypassed() {
+    let (_sup, lib, events) = open(DISABLE_KEYS, Isolation::Process);
+    let mut inst = amp(&lib);
+    let every = arm(NULL_DEREF, 0);
+    for n in 1..=4 {
+        let input = signal(n);
+        let b = run(&mut inst, every, &input);
+        assert!(is_bypassed(&b.processed), "block {n}: {:?}", b.processed);
+        assert_eq!(b.audio(), input, "block {n}: bypass passes the input through");
+        assert_eq!(b.blocks, SENTINEL, "block {n}: control outputs keep their values");
+    }
+    let stats = lib.extension().stats();
+    assert!(stats.disabled, "{stats:?}");
+    assert_eq!(stats.restarts, 3, "{stats:?}");
+    let seen: Vec<Event> = events.try_iter().collect();
+    assert!(disabled(&seen), "{seen:?}");
+    assert!(faults(&seen).iter().all(|f| signal_cause(f).1 == SignalCause::NullDereference), "{seen:?}");
+
+    // Disabled: blocks fail fast, with a reason saying so, and nothing else reaches the host either.
+    let input = signal(5);
+    let b = run(&mut inst, CLEAN, &input);
+    match &b.processed {
+        Processed::Bypassed { reason } => assert!(reason.contains("disabled"), "{reason}"),
+        other => panic!("a disabled plugin ran: {other:?}"),
+    }
+    assert_eq!(b.audio(), input);
+    assert!(events.try_iter().all(|e| !matches!(e, Event::Fault { .. } | Event::Recovered { .. })));
+    assert!(is_bypassed(&inst.deactivate().unwrap()));
+    assert!(is_bypassed(&inst.activate().unwrap()));
+    assert!(is_bypassed(&inst.set_run_adding_gain(0.25).unwrap()));
+    // run_adding's fallback mixes the input in with the run-adding gain.
+    let base = signal(6);
+    let b = amp_block(&mut inst, GAIN, CLEAN, &input, [base.clone(), vec![SENTINEL; TAIL]].concat(), true);
+    assert!(is_bypassed(&b.processed));
+    let mixed: Vec<f32> = base.iter().zip(&input).map(|(o, i)| o + i * 0.25).collect();
+    assert_eq!(b.audio(), mixed);
+}
+
+#[test]
+fn a_disabled_generator_is_bypassed_to_silence() {
+    let (_sup, lib, events) = open(DISABLE_KEYS, Isolation::Process);
+    let tone = lib.plugin("faulty_tone").unwrap().clone();
+    assert!(tone.ports.iter().all(|p| !(p.is_input() && p.is_audio())), "a generator: no audio input");
+    let mut inst = lib.instantiate(tone.index, 48000).unwrap();
+    assert_eq!(inst.activate().unwrap(), Processed::Ran);
+    let (freq, kind, at, repeat) = ([440.0f32], [NULL_DEREF], [0.0f32], [0.0f32]);
+    for n in 1..=4 {
+        let mut out = output();
+        let processed = inst
+            .run(
+                N,
+                &mut [
+                    PortBuffer::Output(&mut out),
+                    PortBuffer::Input(&freq),
+                    PortBuffer::Input(&kind),
+                    PortBuffer::Input(&at),
+                    PortBuffer::Input(&repeat),
+                ],
+            )
+            .unwrap();
+        assert!(is_bypassed(&processed), "block {n}: {processed:?}");
+        assert!(out[..N].iter().all(|&v| v == 0.0), "block {n}: a bypassed generator is silent: {out:?}");
+        assert!(out[N..].iter().all(|&v| v == SENTINEL), "block {n}: {out:?}");
+    }
+    assert!(lib.extension().stats().disabled);
+    assert!(disabled(&events.try_iter().collect::<Vec<_>>()));
+}
+
+// ---- run_adding ---------------------------------------------------------------------------------------------------
+
+const ADDING_GAIN: f32 = 0.25;
+
+/// run_adding with faulty_amp's gain and a run-adding gain of ADDING_GAIN, `arm`ed, over blocks 1 to 3: each must
+/// mix exactly once into what the host's output held.
+fn run_adding_over_three_blocks(keys: &str, armed: Arm) -> Vec<Event> {
+    let (_sup, lib, events) = open(keys, Isolation::Process);
+    let mut inst = amp(&lib);
+    assert_eq!(inst.set_run_adding_gain(ADDING_GAIN).unwrap(), Processed::Ran);
+    for n in 1..=3 {
+        let input = signal(n);
+        let base = signal(n + 10);
+        let out = [base.clone(), vec![SENTINEL; TAIL]].concat();
+        let b = amp_block(&mut inst, GAIN, armed, &input, out, true);
+        assert_eq!(b.processed, Processed::Ran, "block {n}");
+        let mixed: Vec<f32> = base.iter().zip(&input).map(|(o, i)| o + i * (GAIN * ADDING_GAIN)).collect();
+        assert_eq!(b.audio(), mixed, "block {n}: output += input * gain * run-adding gain");
+        let expect_blocks = if n == 3 { 1.0 } else { n as f32 };
+        assert_eq!(b.blocks, expect_blocks, "block {n}");
+    }
+    let stats = lib.extension().stats();
+    assert_eq!((stats.faults, stats.restarts), (1, 1));
+    events.try_iter().collect()
+}
+
+#[test]
+fn run_adding_mixes_with_its_gain_across_a_crash() {
+    // The overrun mixes into the domain's copy of the output before it crashes: the retry must mix into the
+    // host's original output once, with the run-adding gain replayed into the new instance.
+    let seen = run_adding_over_three_blocks("", arm(OVERRUN, 3));
+    assert_eq!(faults(&seen)[0].call.as_deref(), Some("ward_ladspa_run_adding"));
+    assert_eq!(replayed(&seen), [4], "open, instantiate, activate and set_run_adding_gain: {seen:?}");
+}
+
+#[test]
+fn run_adding_mixes_with_its_gain_across_a_nan_block() {
+    let seen = run_adding_over_three_blocks("check_output = true", arm(NAN, 3));
+    assert!(matches!(faults(&seen)[0].kind, FaultKind::BadOutput { .. }), "{seen:?}");
+}
+
+// ---- two instances, one domain -------------------------------------------------------------------------------------
+
+#[test]
+fn a_fault_in_one_instance_leaves_the_other_working() {
+    let (_sup, lib, events) = open("", Isolation::Process);
+    let (mut a, mut b) = (amp(&lib), amp(&lib));
+    const GAIN_B: f32 = 2.0;
+    let armed = arm(NULL_DEREF, 3);
+    for n in 1..=2 {
+        let input = signal(n);
+        let ra = run(&mut a, armed, &input);
+        let rb = amp_block(&mut b, GAIN_B, CLEAN, &input, output(), false);
+        assert_eq!(ra.state(), (Processed::Ran, n as f32));
+        assert_eq!(rb.state(), (Processed::Ran, n as f32));
+        assert_eq!(rb.audio(), scaled(&input, GAIN_B));
+    }
+    let input = signal(3);
+    let ra = run(&mut a, armed, &input);
+    assert_eq!(ra.state(), (Processed::Ran, 1.0), "A's block 3 recovered and retried");
+    assert_eq!(ra.audio(), scaled(&input, GAIN));
+    let seen: Vec<Event> = events.try_iter().collect();
+    assert_eq!(faults(&seen).len(), 1);
+    assert_eq!(replayed(&seen), [5], "open, and instantiate and activate of both instances: {seen:?}");
+
+    // B lost its old instance with the domain; the replay made it a fresh, activated one (its counter restarts).
+    for n in 1..=2 {
+        let input = signal(10 + n);
+        let rb = amp_block(&mut b, GAIN_B, CLEAN, &input, output(), false);
+        assert_eq!(rb.state(), (Processed::Ran, n as f32), "B after the recovery, block {n}");
+        assert_eq!(rb.audio(), scaled(&input, GAIN_B));
+    }
+    // And the handles still point at the right instances: A counts on from its retried block.
+    let input = signal(20);
+    let ra = run(&mut a, CLEAN, &input);
+    assert_eq!(ra.state(), (Processed::Ran, 2.0));
+    assert_eq!(ra.audio(), scaled(&input, GAIN));
+    assert_eq!(lib.extension().stats().restarts, 1);
+}
+
+// ---- the host's buffers ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_hosts_input_is_never_modified_and_output_is_written_only_on_success_or_bypass() {
+    let (_sup, lib, _events) = open("check_output = true", Isolation::Process);
+    let mut inst = amp(&lib);
+    let input = signal(1);
+    let copy = input.clone();
+
+    // A host error (the output buffer too short for the block): nothing is written.
+    let (gain, kind, at, repeat) = ([GAIN], [0.0f32], [1.0f32], [0.0f32]);
+    let mut short = vec![SENTINEL; N - 1];
+    let mut blocks = [SENTINEL];
+    let err = inst.run(
+        N,
+        &mut [
+            PortBuffer::Input(&input),
+            PortBuffer::Output(&mut short),
+            PortBuffer::Input(&gain),
+            PortBuffer::Input(&kind),
+            PortBuffer::Input(&at),
+            PortBuffer::Input(&repeat),
+            PortBuffer::Output(&mut blocks),
+        ],
+    );
+    assert!(matches!(err, Err(ClassError::BadArguments { .. })), "{err:?}");
+    assert!(short.iter().all(|&v| v == SENTINEL) && blocks[0] == SENTINEL, "a refused block wrote output");
+    assert_eq!(input, copy);
+
+    // Faulted attempts write nothing: neither the overrun's output (written before it crashed, and again on the
+    // retry, block 1 of the new incarnation) nor NaN reach the host; the block is bypassed.
+    for (what, armed) in [("overrun", arm(OVERRUN, 1)), ("NaN", Arm { kind: NAN, at: 1.0, repeat: true })] {
+        let b = run(&mut inst, armed, &input);
+        assert!(is_bypassed(&b.processed), "{what}: {:?}", b.processed);
+        assert_eq!(b.audio(), input, "{what}: the bypassed block passes the input through");
+        assert_eq!(b.blocks, SENTINEL, "{what}: no control output of a failed attempt");
+        assert_no_nan(&b);
+        assert_eq!(input, copy, "{what}");
+    }
+
+    // A block that succeeds writes the block, and only the block.
+    let b = run(&mut inst, CLEAN, &input);
+    assert_eq!(b.processed, Processed::Ran);
+    assert_eq!(b.audio(), scaled(&input, GAIN));
+    assert_eq!(b.blocks, 1.0);
+    assert_eq!(input, copy);
+    assert!(!lib.extension().stats().disabled);
+}

@@ -1,0 +1,123 @@
+//! `ward run`: an unmodified host with the preload shim, so that every plugin of a known class it opens runs under
+//! ward (DESIGN.md §5, transparent mode).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use ward::{Isolation, Policy};
+
+/// Name of the shim's shared object, built by the workspace beside the `ward` program.
+const SHIM: &str = "libward_preload.so";
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Isolation of the plugins the host opens: auto, mpk, process or none.
+    #[arg(long, default_value = "auto")]
+    isolation: String,
+    /// Policy file (TOML); the defaults without one.
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Also append the recovery events to this file.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Say which plugins are put under ward, one line each on standard error.
+    #[arg(long, short)]
+    verbose: bool,
+    /// The host program and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "HOST ARGS")]
+    command: Vec<OsString>,
+}
+
+/// A mistake in what the user asked for (exit status 2).
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+pub fn is_bad_input(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<BadInput>().is_some() || c.downcast_ref::<ward::policy::PolicyError>().is_some())
+}
+
+pub fn run(args: RunArgs) -> Result<bool> {
+    let isolation: Isolation = args.isolation.parse().map_err(|e: String| anyhow!(BadInput(e)))?;
+    if isolation == Isolation::Mpk {
+        return Err(anyhow!(BadInput(
+            "--isolation mpk: this build has no protection-key domains yet; use auto, process or none".into()
+        )));
+    }
+    if let Some(policy) = &args.policy {
+        Policy::from_file(policy)?;
+    }
+    if let Some(log) = &args.log {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| anyhow!(BadInput(format!("cannot open the log file {}: {e}", log.display()))))?;
+    }
+    let (host, host_args) = args.command.split_first().ok_or_else(|| anyhow!(BadInput("no host program".into())))?;
+    let host_path = find_in_path(Path::new(host)).ok_or_else(|| {
+        anyhow!(BadInput(format!("no program {} (not a file, and not found in PATH)", Path::new(host).display())))
+    })?;
+    let shim = find_shim()?;
+    let domain = ward::domain_program().context("cannot find the ward-domain program")?;
+
+    let mut preload = shim.into_os_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        preload.push(":");
+        preload.push(existing);
+    }
+    let mut cmd = std::process::Command::new(&host_path);
+    cmd.arg0(host).args(host_args);
+    cmd.env("LD_PRELOAD", preload).env("WARD_DOMAIN", domain).env("WARD_ISOLATION", isolation.to_string());
+    match &args.policy {
+        Some(p) => cmd.env("WARD_POLICY", std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+        None => cmd.env_remove("WARD_POLICY"),
+    };
+    if args.verbose {
+        cmd.env("WARD_VERBOSE", "1");
+    } else {
+        cmd.env_remove("WARD_VERBOSE");
+    }
+    match &args.log {
+        Some(p) => cmd.env("WARD_LOG", std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+        None => cmd.env_remove("WARD_LOG"),
+    };
+    // exec returns only on failure: the host's exit status is `ward run`'s.
+    let e = cmd.exec();
+    Err(anyhow!(e).context(format!("cannot run {}", host_path.display())))
+}
+
+/// `program` itself when it names a path, else the first match in PATH.
+fn find_in_path(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return program.is_file().then(|| program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| candidate.is_file())
+}
+
+/// The shim: `$WARD_PRELOAD`, else beside the running program, else one directory up.
+fn find_shim() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("WARD_PRELOAD") {
+        let p = PathBuf::from(p);
+        return if p.is_file() { Ok(p) } else { Err(anyhow!("WARD_PRELOAD={} is not a file", p.display())) };
+    }
+    let exe = std::env::current_exe().context("cannot find the running program")?;
+    let dirs: Vec<&Path> = exe.parent().into_iter().chain(exe.parent().and_then(Path::parent)).collect();
+    dirs.iter().map(|d| d.join(SHIM)).find(|p| p.is_file()).ok_or_else(|| {
+        anyhow!(
+            "cannot find {SHIM} (looked in {}); build the whole workspace: cargo build --release --workspace",
+            dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        )
+    })
+}

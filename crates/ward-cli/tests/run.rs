@@ -1,0 +1,235 @@
+//! `ward run` end to end: unmodified Debian hosts (`applyplugin`, `sox`, `ffmpeg`) with Debian's plugins and the
+//! built-in faulty ones, natively and under ward. The hosts come from scripts/deps, which the test command runs
+//! first.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ward() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ward"))
+}
+
+fn output(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A host program Debian ships; the test fails (never skips) when it is missing.
+fn host(name: &str) -> &str {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join(name).is_file());
+    assert!(found, "{name} is not installed: run scripts/deps (it installs ladspa-sdk, sox and ffmpeg)");
+    name
+}
+
+/// A scratch directory for one test, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("ward-cli-run-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create a scratch directory");
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A mono 16-bit WAV of `seconds` seconds at 48 kHz: a sine, made by sox itself without dither.
+fn sine_wav(path: &Path, seconds: u32) {
+    let out =
+        output(Command::new(host("sox")).args(["-D", "-n", "-r", "48000", "-c", "1", "-b", "16"]).arg(path).args([
+            "synth",
+            &seconds.to_string(),
+            "sine",
+            "440",
+            "vol",
+            "0.5",
+        ]));
+    assert!(out.status.success(), "sox could not make a test signal: {}", stderr(&out));
+}
+
+/// The directory the built-in extensions are extracted to (LADSPA_PATH and FREI0R_PATH for the hosts).
+fn builtin_dir() -> PathBuf {
+    ward_extensions::extracted().expect("extract the built-in extensions")
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+#[test]
+fn applyplugin_output_is_bit_identical_under_ward() {
+    let s = Scratch::new("applyplugin");
+    sine_wav(&s.path("in.wav"), 1);
+    let native = output(Command::new(host("applyplugin")).arg(s.path("in.wav")).arg(s.path("native.wav")).args([
+        "/usr/lib/ladspa/amp.so",
+        "amp_mono",
+        "0.5",
+    ]));
+    assert!(native.status.success(), "{}", stderr(&native));
+    for iso in ["process", "none"] {
+        let out = output(
+            ward()
+                .args(["run", "--verbose", "--isolation", iso, "--", "applyplugin"])
+                .arg(s.path("in.wav"))
+                .arg(s.path("ward.wav"))
+                .args(["/usr/lib/ladspa/amp.so", "amp_mono", "0.5"]),
+        );
+        let err = stderr(&out);
+        assert!(out.status.success(), "{iso}: {err}");
+        assert!(err.contains(&format!("amp.so: LADSPA plugin under ward (isolation {iso}")), "{err}");
+        assert_eq!(read(&s.path("native.wav")), read(&s.path("ward.wav")), "{iso}: outputs differ");
+    }
+}
+
+/// sox's ladspa effect wants a value for every control port, outputs included: gain, fault kind, fault at block,
+/// repeat, and the "Blocks" output.
+fn sox_faulty(s: &Scratch, out: &str, gain: &str, kind: &str, at: &str, repeat: &str) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["-D", "in.wav", out, "ladspa", "faulty_ladspa", "faulty_amp"].map(String::from).to_vec();
+    args.extend([gain, kind, at, repeat, "0"].map(String::from));
+    args[1] = s.path("in.wav").display().to_string();
+    args[2] = s.path(out).display().to_string();
+    args
+}
+
+#[test]
+fn sox_finishes_with_a_crashing_ladspa_plugin_that_kills_it_natively() {
+    let s = Scratch::new("sox-crash");
+    sine_wav(&s.path("in.wav"), 2);
+    let args = sox_faulty(&s, "out.wav", "0.5", "1", "3", "0");
+    let native = output(Command::new(host("sox")).args(&args).env("LADSPA_PATH", builtin_dir()));
+    assert_eq!(native.status.signal(), Some(libc::SIGSEGV), "natively sox dies: {:?}", native.status);
+
+    let log = s.path("events.log");
+    let out = output(
+        ward().args(["run", "--log"]).arg(&log).args(["--", "sox"]).args(&args).env("LADSPA_PATH", builtin_dir()),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "under ward sox finishes: {:?}\n{err}", out.status);
+    assert!(err.contains("ward: faulty_ladspa: fault: null dereference"), "{err}");
+    assert!(err.contains("ward: faulty_ladspa: recovered in"), "{err}");
+    assert!(err.contains("retried: succeeded"), "{err}");
+    let logged = String::from_utf8_lossy(&read(&log)).into_owned();
+    assert!(logged.contains("recovered in"), "the log file gets the events too: {logged}");
+
+    // Every block was processed (transparent recovery, the failed block retried): the output is the input at half
+    // gain, exactly as a run without the fault gives.
+    let clean = sox_faulty(&s, "clean.wav", "0.5", "0", "0", "0");
+    let reference = output(Command::new("sox").args(&clean).env("LADSPA_PATH", builtin_dir()));
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    assert_eq!(read(&s.path("out.wav")), read(&s.path("clean.wav")));
+}
+
+#[test]
+fn sox_gets_its_audio_through_when_the_plugin_is_disabled() {
+    let s = Scratch::new("sox-disabled");
+    sine_wav(&s.path("in.wav"), 1);
+    let policy = s.path("policy.toml");
+    std::fs::write(&policy, "[defaults]\nmax_restarts = 2\n").expect("write the policy");
+    // Faults on every block: restarted twice, then disabled and bypassed.
+    let args = sox_faulty(&s, "out.wav", "0.5", "3", "0", "1");
+    let out = output(
+        ward().args(["run", "--policy"]).arg(&policy).args(["--", "sox"]).args(&args).env("LADSPA_PATH", builtin_dir()),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{:?}\n{err}", out.status);
+    assert!(err.contains("disabled after 2 restarts"), "{err}");
+    // Bypassed: the input, not the half-gain output.
+    let plain = output(Command::new("sox").arg("-D").arg(s.path("in.wav")).arg(s.path("plain.wav")));
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert_eq!(read(&s.path("out.wav")), read(&s.path("plain.wav")));
+}
+
+/// ffmpeg reading a generated test pattern and writing raw frames through a frei0r filter.
+fn ffmpeg_args(filter: &str, out: &Path) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["-hide_banner", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i"].map(String::from).to_vec();
+    args.push("testsrc=size=160x120:rate=25:duration=1".into());
+    args.extend(["-vf".into(), filter.into(), "-f".into(), "rawvideo".into(), "-pix_fmt".into(), "rgba".into()]);
+    args.extend(["-y".into(), out.display().to_string()]);
+    args
+}
+
+#[test]
+fn ffmpeg_finishes_with_a_crashing_frei0r_filter_that_kills_it_natively() {
+    let s = Scratch::new("ffmpeg-crash");
+    let crash = ffmpeg_args("frei0r=faulty_frei0r:1|5", &s.path("out.rgba"));
+    let native = output(Command::new(host("ffmpeg")).args(&crash).env("FREI0R_PATH", builtin_dir()));
+    assert_eq!(native.status.signal(), Some(libc::SIGSEGV), "natively ffmpeg dies: {:?}", native.status);
+
+    let out = output(ward().args(["run", "--", "ffmpeg"]).args(&crash).env("FREI0R_PATH", builtin_dir()));
+    let err = stderr(&out);
+    assert!(out.status.success(), "under ward ffmpeg finishes: {:?}\n{err}", out.status);
+    assert!(err.contains("ward: faulty_frei0r: fault: null dereference"), "{err}");
+    assert!(err.contains("recovered in"), "{err}");
+
+    // The same frames as a run without the fault.
+    let clean = ffmpeg_args("frei0r=faulty_frei0r:0", &s.path("clean.rgba"));
+    let reference = output(Command::new("ffmpeg").args(&clean).env("FREI0R_PATH", builtin_dir()));
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    let (got, want) = (read(&s.path("out.rgba")), read(&s.path("clean.rgba")));
+    assert_eq!(got.len(), 25 * 160 * 120 * 4);
+    assert!(got == want, "frames differ from the run without the fault");
+}
+
+#[test]
+fn ffmpeg_real_frei0r_filter_is_bit_identical_under_ward() {
+    let s = Scratch::new("ffmpeg-real");
+    let args = ffmpeg_args("frei0r=invert0r", &s.path("native.rgba"));
+    let native = output(Command::new(host("ffmpeg")).args(&args));
+    assert!(native.status.success(), "{}", stderr(&native));
+    let args = ffmpeg_args("frei0r=invert0r", &s.path("ward.rgba"));
+    let out = output(ward().args(["run", "--verbose", "--isolation", "process", "--", "ffmpeg"]).args(&args));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("invert0r.so: frei0r plugin under ward (isolation process, domain process"), "{err}");
+    assert!(read(&s.path("native.rgba")) == read(&s.path("ward.rgba")), "frames differ");
+}
+
+#[test]
+fn bad_input_gets_one_clear_message_and_status_2() {
+    let s = Scratch::new("bad-input");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--isolation".into(), "sideways".into(), "--".into(), "true".into()], "sideways"),
+        (vec!["--isolation".into(), "mpk".into(), "--".into(), "true".into()], "mpk"),
+        (vec!["--".into(), "/nonexistent/host".into()], "/nonexistent/host"),
+        (
+            vec!["--policy".into(), s.path("missing.toml").display().to_string(), "--".into(), "true".into()],
+            "missing.toml",
+        ),
+    ];
+    for (args, named) in cases {
+        let out = output(ward().arg("run").args(&args));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(named), "{args:?}: the message names {named}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+    }
+    std::fs::write(s.path("bad.toml"), "[defaults]\nmax_restarts = -1\n").expect("write");
+    let out = output(ward().arg("run").arg("--policy").arg(s.path("bad.toml")).args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("max_restarts"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_hosts_exit_status_is_passed_on_and_other_libraries_are_untouched() {
+    let out = output(ward().args(["run", "--", "sh", "-c", "exit 7"]));
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    // A host that opens no plugin runs as it would without ward, and ward says nothing.
+    let out = output(ward().args(["run", "--", "sox", "--version"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "nothing from ward when no plugin is opened: {}", stderr(&out));
+}

@@ -1,0 +1,380 @@
+//! frei0r behind the proxy: plugin and parameter information the host reads (kept here, in the host's memory) and
+//! the instance functions (the class wrappers).
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::path::Path;
+
+use ward::{Isolation, Supervisor};
+use ward_classes::frei0r::{ColorModel, Instance, Library, ParamKind, ParamValue, PluginType};
+use ward_classes::ClassError;
+
+use crate::interpose::inside_ward;
+use crate::runtime::{self, Plugin};
+
+/// `f0r_plugin_info_t`, field for field.
+#[repr(C)]
+struct RawPluginInfo {
+    name: *const c_char,
+    author: *const c_char,
+    plugin_type: c_int,
+    color_model: c_int,
+    frei0r_version: c_int,
+    major_version: c_int,
+    minor_version: c_int,
+    num_params: c_int,
+    explanation: *const c_char,
+}
+
+/// `f0r_param_info_t`, field for field.
+#[repr(C)]
+struct RawParamInfo {
+    name: *const c_char,
+    kind: c_int,
+    explanation: *const c_char,
+}
+
+/// The C names of one parameter.
+struct ParamNames {
+    name: CString,
+    explanation: CString,
+}
+
+/// A frei0r plugin under ward, with the strings the host may keep pointers to.
+pub(crate) struct ProxyLibrary {
+    library: Library,
+    name: CString,
+    author: CString,
+    explanation: CString,
+    params: Vec<ParamNames>,
+}
+
+fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).unwrap_or_default()
+}
+
+impl ProxyLibrary {
+    pub(crate) fn open(
+        sup: &Supervisor,
+        path: &Path,
+        isolation: Option<Isolation>,
+    ) -> Result<ProxyLibrary, ClassError> {
+        let library = Library::open(sup, path, isolation)?;
+        let info = library.info();
+        let params = info
+            .params
+            .iter()
+            .map(|p| ParamNames { name: c_string(&p.name), explanation: c_string(&p.explanation) })
+            .collect();
+        Ok(ProxyLibrary {
+            name: c_string(&info.name),
+            author: c_string(&info.author),
+            explanation: c_string(&info.explanation),
+            params,
+            library,
+        })
+    }
+}
+
+impl ProxyLibrary {
+    pub(crate) fn extension(&self) -> ward::Extension {
+        self.library.extension().clone()
+    }
+}
+
+// The C values of the class's enums (frei0r.h).
+fn plugin_type_code(t: PluginType) -> c_int {
+    match t {
+        PluginType::Filter => 0,
+        PluginType::Source => 1,
+        PluginType::Mixer2 => 2,
+        PluginType::Mixer3 => 3,
+        PluginType::Other(v) => v,
+    }
+}
+
+fn color_model_code(c: ColorModel) -> c_int {
+    match c {
+        ColorModel::Bgra8888 => 0,
+        ColorModel::Rgba8888 => 1,
+        ColorModel::Packed32 => 2,
+        ColorModel::Other(v) => v,
+    }
+}
+
+fn param_kind_code(k: ParamKind) -> c_int {
+    match k {
+        ParamKind::Bool => 0,
+        ParamKind::Double => 1,
+        ParamKind::Color => 2,
+        ParamKind::Position => 3,
+        ParamKind::String => 4,
+        ParamKind::Other(v) => v,
+    }
+}
+
+fn library(id: u64) -> Option<std::sync::Arc<ProxyLibrary>> {
+    match runtime::get()?.plugin(id)? {
+        Plugin::Frei0r(lib) => Some(lib),
+        Plugin::Ladspa(_) => None,
+    }
+}
+
+fn report() {
+    if let Some(rt) = runtime::get() {
+        rt.report();
+    }
+}
+
+/// The plugin was initialised in its domain when it was opened.
+#[no_mangle]
+pub extern "C" fn ward_preload_f0r_init(library_id: u64) -> c_int {
+    c_int::from(library(library_id).is_some())
+}
+
+/// Nothing to do: the plugin's domain goes when the host closes the library.
+#[no_mangle]
+pub extern "C" fn ward_preload_f0r_deinit(_library_id: u64) {}
+
+/// # Safety
+/// `info` points to a writable `f0r_plugin_info_t` (frei0r contract).
+#[no_mangle]
+pub unsafe extern "C" fn ward_preload_f0r_get_plugin_info(library_id: u64, info: *mut c_void) {
+    let Some(lib) = library(library_id) else { return };
+    let i = lib.library.info();
+    let raw = RawPluginInfo {
+        name: lib.name.as_ptr(),
+        author: lib.author.as_ptr(),
+        plugin_type: plugin_type_code(i.plugin_type),
+        color_model: color_model_code(i.color_model),
+        frei0r_version: i.frei0r_version,
+        major_version: i.major_version,
+        minor_version: i.minor_version,
+        num_params: lib.params.len() as c_int,
+        explanation: lib.explanation.as_ptr(),
+    };
+    if !info.is_null() {
+        // SAFETY: per the contract; the strings live as long as the library (the host must not use them after
+        // dlclose, as with any plugin).
+        unsafe { (info as *mut RawPluginInfo).write(raw) };
+    }
+}
+
+/// # Safety
+/// `info` points to a writable `f0r_param_info_t` (frei0r contract).
+#[no_mangle]
+pub unsafe extern "C" fn ward_preload_f0r_get_param_info(library_id: u64, info: *mut c_void, index: c_int) {
+    let Some(lib) = library(library_id) else { return };
+    let (Some(names), Some(param)) = (lib.params.get(index as usize), lib.library.info().params.get(index as usize))
+    else {
+        return;
+    };
+    if !info.is_null() {
+        let raw = RawParamInfo {
+            name: names.name.as_ptr(),
+            kind: param_kind_code(param.kind),
+            explanation: names.explanation.as_ptr(),
+        };
+        // SAFETY: per the contract; the strings live as long as the library.
+        unsafe { (info as *mut RawParamInfo).write(raw) };
+    }
+}
+
+/// One instance as the host holds it.
+struct ProxyInstance {
+    instance: Instance,
+    library: std::sync::Arc<ProxyLibrary>,
+    pixels: usize,
+    /// Strings returned by get_param_value, kept until the next call for the same parameter.
+    strings: Vec<Option<CString>>,
+    /// Copies of input frames the host passed overlapping the output frame.
+    scratch: [Vec<u8>; 3],
+}
+
+#[no_mangle]
+pub extern "C" fn ward_preload_f0r_construct(library_id: u64, width: c_uint, height: c_uint) -> *mut c_void {
+    let Some(lib) = library(library_id) else { return std::ptr::null_mut() };
+    let result = inside_ward(|| lib.library.construct(width, height));
+    report();
+    match result {
+        Ok(instance) => {
+            let params = lib.params.len();
+            Box::into_raw(Box::new(ProxyInstance {
+                instance,
+                library: lib,
+                pixels: width as usize * height as usize,
+                strings: vec![None; params],
+                scratch: Default::default(),
+            })) as *mut c_void
+        }
+        Err(e) => {
+            eprintln!("ward: {e}");
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// # Safety
+/// `instance` came from our construct and was not destructed; one thread at a time (frei0r's rule).
+unsafe fn instance<'a>(instance: *mut c_void) -> Option<&'a mut ProxyInstance> {
+    // SAFETY: per the function's contract.
+    unsafe { (instance as *mut ProxyInstance).as_mut() }
+}
+
+/// # Safety
+/// `instance` came from our construct and is not used again (frei0r contract).
+#[no_mangle]
+pub unsafe extern "C" fn ward_preload_f0r_destruct(instance: *mut c_void) {
+    if instance.is_null() {
+        return;
+    }
+    // SAFETY: per the contract; it came from Box::into_raw.
+    let boxed = unsafe { Box::from_raw(instance as *mut ProxyInstance) };
+    inside_ward(|| drop(boxed));
+    report();
+}
+
+/// # Safety
+/// `param` points to a value of the parameter's type (frei0r contract: a double, a colour, a position, or a
+/// pointer to a C string).
+#[no_mangle]
+pub unsafe extern "C" fn ward_preload_f0r_set_param_value(instance_ptr: *mut c_void, param: *mut c_void, index: c_int) {
+    // SAFETY: the host passes an instance of ours (frei0r contract).
+    let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
+    let Some(info) = inst.library.library.info().params.get(index as usize) else { return };
+    if param.is_null() {
+        return;
+    }
+    // SAFETY: param points to a value of the parameter's declared type (contract): a double, three floats, two
+    // doubles, or a pointer to a NUL-terminated string (checked for null before it is read).
+    let value = unsafe {
+        match info.kind {
+            ParamKind::Bool => ParamValue::Bool(*(param as *const f64)),
+            ParamKind::Double => ParamValue::Double(*(param as *const f64)),
+            ParamKind::Color => {
+                let c = std::slice::from_raw_parts(param as *const f32, 3);
+                ParamValue::Color { r: c[0], g: c[1], b: c[2] }
+            }
+            ParamKind::Position => {
+                let p = std::slice::from_raw_parts(param as *const f64, 2);
+                ParamValue::Position { x: p[0], y: p[1] }
+            }
+            ParamKind::String => {
+                let s = *(param as *const *const c_char);
+                if s.is_null() {
+                    return;
+                }
+                ParamValue::String(CStr::from_ptr(s).to_string_lossy().into_owned())
+            }
+            ParamKind::Other(_) => return,
+        }
+    };
+    let _ = inside_ward(|| inst.instance.set_param(index as usize, &value));
+    report();
+}
+
+/// # Safety
+/// `param` points to writable storage for the parameter's type (frei0r contract).
+#[no_mangle]
+pub unsafe extern "C" fn ward_preload_f0r_get_param_value(instance_ptr: *mut c_void, param: *mut c_void, index: c_int) {
+    // SAFETY: the host passes an instance of ours (frei0r contract).
+    let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
+    if param.is_null() {
+        return;
+    }
+    let result = inside_ward(|| inst.instance.get_param(index as usize));
+    report();
+    let Ok(value) = result else { return };
+    match value {
+        // SAFETY: param points to storage for the parameter's declared type (contract), which the class checked
+        // the value against: one double, three floats or two doubles.
+        ParamValue::Bool(v) | ParamValue::Double(v) => unsafe { *(param as *mut f64) = v },
+        // SAFETY: as above.
+        ParamValue::Color { r, g, b } => unsafe {
+            let c = param as *mut f32;
+            c.write(r);
+            c.add(1).write(g);
+            c.add(2).write(b);
+        },
+        // SAFETY: as above.
+        ParamValue::Position { x, y } => unsafe {
+            let p = param as *mut f64;
+            p.write(x);
+            p.add(1).write(y);
+        },
+        ParamValue::String(s) => {
+            let Some(slot) = inst.strings.get_mut(index as usize) else { return };
+            let c = slot.insert(c_string(&s));
+            // SAFETY: the string lives in the instance until the next get for this parameter.
+            unsafe { *(param as *mut *const c_char) = c.as_ptr() };
+        }
+    }
+}
+
+/// An input frame as bytes the wrapper may read while the output frame is written: copied when it overlaps the
+/// output (a host processing in place).
+///
+/// # Safety
+/// `frame` is null or points to `bytes` readable bytes.
+unsafe fn input(frame: *const u32, bytes: usize, out: *mut u32, scratch: &mut Vec<u8>) -> Option<&[u8]> {
+    if frame.is_null() {
+        return None;
+    }
+    let (a, b) = (frame as usize, out as usize);
+    let overlaps = a < b + bytes && b < a + bytes;
+    // SAFETY: per the function's contract.
+    let frame = unsafe { std::slice::from_raw_parts(frame as *const u8, bytes) };
+    if overlaps {
+        scratch.clear();
+        scratch.extend_from_slice(frame);
+        Some(scratch)
+    } else {
+        // It does not overlap the output, so no &mut aliases it.
+        Some(frame)
+    }
+}
+
+/// # Safety
+/// `in_frame` and `out_frame` point to width × height pixels (frei0r contract).
+#[no_mangle]
+pub unsafe extern "C" fn ward_preload_f0r_update(
+    instance_ptr: *mut c_void,
+    time: f64,
+    in_frame: *const u32,
+    out_frame: *mut u32,
+) {
+    // SAFETY: forwarded under the same contract.
+    unsafe { ward_preload_f0r_update2(instance_ptr, time, in_frame, std::ptr::null(), std::ptr::null(), out_frame) }
+}
+
+/// # Safety
+/// Every non-null frame points to width × height pixels (frei0r contract).
+#[no_mangle]
+pub unsafe extern "C" fn ward_preload_f0r_update2(
+    instance_ptr: *mut c_void,
+    time: f64,
+    in1: *const u32,
+    in2: *const u32,
+    in3: *const u32,
+    out_frame: *mut u32,
+) {
+    // SAFETY: the host passes an instance of ours (frei0r contract).
+    let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
+    if out_frame.is_null() {
+        return;
+    }
+    // Frames cross as bytes, as the host has them: no conversion to pixels and back.
+    let bytes = inst.pixels * 4;
+    let [s1, s2, s3] = &mut inst.scratch;
+    // SAFETY: per the contract.
+    let (i1, i2, i3) = unsafe {
+        (input(in1, bytes, out_frame, s1), input(in2, bytes, out_frame, s2), input(in3, bytes, out_frame, s3))
+    };
+    // SAFETY: the output frame has `bytes` bytes (contract) and no input slice aliases it (copied if it did).
+    let out = unsafe { std::slice::from_raw_parts_mut(out_frame as *mut u8, bytes) };
+    let instance = &mut inst.instance;
+    let result = inside_ward(|| instance.update2_bytes(time, i1, i2, i3, out));
+    if let Err(e) = result {
+        eprintln!("ward: {e}");
+    }
+    report();
+}

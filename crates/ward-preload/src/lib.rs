@@ -1,0 +1,20 @@
+//! The preload shim of `ward run` (DESIGN.md §5, transparent mode).
+//!
+//! `ward run` starts an unmodified host with this library in `LD_PRELOAD`. The shim defines `dlopen` and `dlclose`:
+//! when the host opens a shared object of a known class (a LADSPA or frei0r plugin, recognised by its exports), the
+//! shim opens the plugin under ward instead (in a domain of the isolation `ward run` asked for) and hands the host a
+//! **proxy**: a small library exporting the class's entry points, whose functions are the class wrappers. The host
+//! cannot tell: it reads descriptors and calls function pointers as it always did. Everything else the host opens
+//! goes to the real `dlopen` untouched.
+//!
+//! Configuration comes from the environment `ward run` sets: `WARD_ISOLATION`, `WARD_POLICY` (a policy file),
+//! `WARD_LOG` (a file that receives the recovery events too). Recovery events go to standard error, one line each.
+//!
+//! This crate is one of the few whose job is unsafe code: it implements C entry points called by foreign code with
+//! raw pointers. Every unsafe block says why it is sound, given the class's C contract.
+
+mod frei0r;
+mod interpose;
+mod ladspa;
+mod proxy;
+mod runtime;
