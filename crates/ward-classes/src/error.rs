@@ -15,8 +15,8 @@ pub enum ClassError {
     #[error("{path}: {reason}")]
     BadPlugin { path: PathBuf, reason: String },
     /// No plugin with that index or label.
-    #[error("{path} has no plugin {which} (it has {count}); list them with `ward check --plugins`")]
-    NoSuchPlugin { path: PathBuf, which: String, count: usize },
+    #[error("{path} has no plugin {which}; it has {count}: {labels}")]
+    NoSuchPlugin { path: PathBuf, which: String, count: usize, labels: String },
     /// The plugin would not create an instance.
     #[error("{plugin} refused to create an instance ({what})")]
     Refused { plugin: String, what: String },

@@ -299,7 +299,13 @@ impl Library {
             path: self.inner.path.clone(),
             which: format!("labelled {label}"),
             count: self.inner.plugins.len(),
+            labels: self.labels(),
         })
+    }
+
+    /// The plugins' labels, comma-separated, for messages.
+    fn labels(&self) -> String {
+        self.inner.plugins.iter().map(|d| d.label.as_str()).collect::<Vec<_>>().join(", ")
     }
 
     /// The extension running the library (for its statistics and domain).
@@ -313,6 +319,7 @@ impl Library {
             path: self.inner.path.clone(),
             which: format!("#{index}"),
             count: self.inner.plugins.len(),
+            labels: self.labels(),
         })?;
         let value = self.inner.functions.instantiate.call(
             &mut [Arg::Handle(self.inner.library), Arg::U64(index as u64), Arg::U64(sample_rate)],

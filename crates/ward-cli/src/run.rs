@@ -121,3 +121,16 @@ fn find_shim() -> Result<PathBuf> {
         )
     })
 }
+
+/// `ward builtins`: the extracted built-in extensions.
+pub fn builtins(dir_only: bool) -> Result<bool> {
+    let dir = ward_extensions::extracted().context("cannot write out the built-in extensions")?;
+    if dir_only {
+        println!("{}", dir.display());
+        return Ok(true);
+    }
+    for b in ward_extensions::ALL {
+        println!("{:<14} {:<60} {}", b.name, dir.join(b.file_name).display(), b.description);
+    }
+    Ok(true)
+}

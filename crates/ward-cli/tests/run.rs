@@ -233,3 +233,16 @@ fn the_hosts_exit_status_is_passed_on_and_other_libraries_are_untouched() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).is_empty(), "nothing from ward when no plugin is opened: {}", stderr(&out));
 }
+
+#[test]
+fn builtins_names_the_directory_hosts_find_the_test_plugins_in() {
+    let out = output(ward().args(["builtins", "--dir"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    for name in ["faulty_ladspa.so", "faulty_frei0r.so", "well.so", "faulty.so"] {
+        assert!(dir.join(name).is_file(), "{} has no {name}", dir.display());
+    }
+    let out = output(ward().arg("builtins"));
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(listing.lines().any(|l| l.starts_with("faulty_ladspa") && l.contains("faulty_ladspa.so")), "{listing}");
+}

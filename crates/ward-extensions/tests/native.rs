@@ -58,6 +58,22 @@ const EXPORTS: &[(&str, &[&str])] = &[
             "faulty_illegal",
         ],
     ),
+    ("faulty_ladspa", &["ladspa_descriptor"]),
+    (
+        "faulty_frei0r",
+        &[
+            "f0r_init",
+            "f0r_deinit",
+            "f0r_get_plugin_info",
+            "f0r_get_param_info",
+            "f0r_construct",
+            "f0r_destruct",
+            "f0r_set_param_value",
+            "f0r_get_param_value",
+            "f0r_update",
+            "f0r_update2",
+        ],
+    ),
 ];
 
 /// Fault kinds of faulty.so (see the comment at the top of faulty.c).
