@@ -372,7 +372,7 @@ impl Library {
             .checked_mul(height as usize)
             .filter(|p| p.checked_mul(4).is_some_and(|b| b <= isize::MAX as usize))
             .ok_or_else(|| bad(format!("a frame of {width}x{height} pixels is too large")))?;
-        let flags = if self.inner.ext.isolation() == Isolation::Process { DIRECT_OUTPUT } else { 0 };
+        let flags = if self.inner.ext.lends_guarded_buffers() { DIRECT_OUTPUT } else { 0 };
         let value = self.inner.functions.construct.call(
             &mut [
                 Arg::Handle(self.inner.library),

@@ -51,6 +51,12 @@ enum Command {
     /// Every installed LADSPA and frei0r plugin on a fixed input, natively and under each isolation kind: is the
     /// output identical?
     Corpus(corpus::CorpusArgs),
+    /// Where the built-in extensions are (written out on first use): name, path and purpose of each.
+    Builtins {
+        /// Print only their directory (for LADSPA_PATH or FREI0R_PATH).
+        #[arg(long)]
+        dir: bool,
+    },
     /// Run an unmodified host with every plugin of a known class (LADSPA, frei0r) it opens under ward.
     Run(run::RunArgs),
     /// Internal: a throwaway host that loads PATH directly and triggers fault KIND (used by `demo`).
@@ -116,6 +122,7 @@ fn main() -> ExitCode {
         Command::Corpus(a) => corpus::run(a),
         Command::CorpusRun(a) => corpus::runner::main(a),
         Command::Run(a) => run::run(a),
+        Command::Builtins { dir } => run::builtins(dir),
         Command::CampaignHost(a) => campaign_host::main(a),
         Command::NativeHost { path, kind } => native::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),

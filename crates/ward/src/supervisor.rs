@@ -349,6 +349,14 @@ impl Extension {
         self.domain.stats()
     }
 
+    /// Whether an `Out` or `InOut` buffer the extension is given ends at a guard page (so writing past its end
+    /// faults): true where buffers cross through the domain's pools (process domains), false where the extension
+    /// gets the host's own buffer (`none`). A class adapter may then let a plugin write such a buffer directly
+    /// instead of its own guarded copy.
+    pub fn lends_guarded_buffers(&self) -> bool {
+        self.domain.isolation == Isolation::Process
+    }
+
     /// The extension's effective policy.
     pub fn policy(&self) -> ExtensionPolicy {
         self.domain.extension_policy(self.ext)
