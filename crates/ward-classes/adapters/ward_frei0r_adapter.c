@@ -382,12 +382,18 @@ static const uint32_t *input_frame(struct instance *inst, int k, const unsigned 
 
 /* The frame the plugin writes: the caller's `out` itself when the host said its buffers end at a guard page and
  * this one is aligned and ends at a page boundary, else the adapter's own, ending at a guard page (exactly, when
- * the frame is a multiple of 16 bytes). NULL when out of memory. */
+ * the frame is a multiple of 16 bytes). Either way the plugin finds in it what the host's output frame holds
+ * (`out` comes in as well as out): some plugins read their output frame (an echo reading the frame it wrote last
+ * time, say) or leave pixels unwritten, and they must see exactly what they would natively. NULL when out of
+ * memory. */
 static uint32_t *output_frame(struct instance *inst, unsigned char *out) {
     uintptr_t start = (uintptr_t)out, end = start + inst->frame_bytes;
     if (inst->direct_output && (start & (FRAME_ALIGN - 1)) == 0 && (end & (ward_page_size() - 1)) == 0)
         return (uint32_t *)(void *)out;
-    return guarded_get(&inst->out, inst->frame_bytes, FRAME_ALIGN);
+    uint32_t *frame = guarded_get(&inst->out, inst->frame_bytes, FRAME_ALIGN);
+    if (frame != NULL)
+        memcpy(frame, out, inst->frame_bytes);
+    return frame;
 }
 
 /* After the update: the frame into the caller's buffer, unless the plugin wrote it there. */

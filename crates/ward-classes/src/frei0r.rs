@@ -590,7 +590,9 @@ impl Instance {
         if let Some(input) = input {
             words_to_bytes(input, vec_of(&mut self.input, self.pixels * 4));
         }
+        // The plugin sees what the host's output frame holds, as natively (see call_frame).
         let out = vec_of(&mut self.output, self.pixels * 4);
+        words_to_bytes(output, out);
         let in_bytes = input.map(|_| self.input.as_slice());
         match call_frame(&self.lib, self.handle, time, in_bytes, None, out, false) {
             Frame::Ran => {
@@ -648,7 +650,9 @@ impl Instance {
                 words_to_bytes(src.unwrap_or_default(), &mut rest[k * frame..(k + 1) * frame]);
             }
         }
+        // The plugin sees what the host's output frame holds, as natively (see call_frame).
         let out = vec_of(&mut self.output, frame);
+        words_to_bytes(output, out);
         let first = in1.map(|_| self.input.as_slice());
         let rest = (count >= 2).then_some(self.rest.as_slice());
         match call_frame(&self.lib, self.handle, time, first, rest, out, true) {
@@ -771,7 +775,9 @@ fn classify(code: i64, what: &str) -> Frame {
 }
 
 /// One frame through `ward_frei0r_update` (`two` false; `rest` unused) or `ward_frei0r_update2`. Absent frames
-/// cross as NULL.
+/// cross as NULL. The output frame goes in as well as out: some plugins read their output frame (an
+/// echo reading what it wrote last time) or leave pixels unwritten, and they must find what the host's frame holds,
+/// as they would natively. It comes back only when the frame was processed.
 fn call_frame(
     lib: &LibraryInner,
     handle: u64,
@@ -788,14 +794,22 @@ fn call_frame(
         let in1 = in1.map_or_else(absent, Arg::In);
         let rest = rest.map_or_else(absent, Arg::In);
         lib.functions.update2.call(
-            &mut [Arg::Handle(handle), Arg::F64(time), in1, rest, Arg::U64(rest_len), Arg::Out(out), Arg::U64(out_len)],
+            &mut [
+                Arg::Handle(handle),
+                Arg::F64(time),
+                in1,
+                rest,
+                Arg::U64(rest_len),
+                Arg::InOut(out),
+                Arg::U64(out_len),
+            ],
             RetType::I64,
         )
     } else {
         let in_len = in1.map_or(0, |i| i.len() as u64);
         let in1 = in1.map_or_else(absent, Arg::In);
         lib.functions.update.call(
-            &mut [Arg::Handle(handle), Arg::F64(time), in1, Arg::U64(in_len), Arg::Out(out), Arg::U64(out_len)],
+            &mut [Arg::Handle(handle), Arg::F64(time), in1, Arg::U64(in_len), Arg::InOut(out), Arg::U64(out_len)],
             RetType::I64,
         )
     };

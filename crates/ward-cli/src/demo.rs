@@ -143,7 +143,13 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
         say!("well-behaved extension under ward (isolation {iso_name}):")?;
     }
     let well_ok = well_section(isolation, json)?;
-    Ok(all && well_ok)
+    let iso = match isolation {
+        DemoIsolation::Process => Isolation::Process,
+        DemoIsolation::None => Isolation::None,
+    };
+    // Under `none` a plugin's crash is the host's: the plugin part runs with process isolation only.
+    let plugins_ok = if iso == Isolation::Process { crate::demo_plugins::run(iso, json)? } else { true };
+    Ok(all && well_ok && plugins_ok)
 }
 
 fn iso_name(isolation: DemoIsolation) -> &'static str {

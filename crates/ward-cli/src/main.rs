@@ -2,12 +2,14 @@
 //! 0 success, 1 a check failed or the run could not complete, 2 bad input.
 
 mod bench;
+mod bench_hosts;
 mod campaign;
 mod campaign_host;
 mod check;
 mod child;
 mod corpus;
 mod demo;
+mod demo_plugins;
 mod faults;
 mod floor;
 mod host;
@@ -108,6 +110,10 @@ enum BenchWhat {
         #[arg(long)]
         quick: bool,
     },
+    /// sox through a chain of five LADSPA plugins: native, and under `ward run` with isolation none and process.
+    Sox(bench_hosts::SoxArgs),
+    /// ffmpeg with a frei0r filter on 300 frames of 1920x1080: native, and under `ward run` (none, process).
+    Ffmpeg(bench_hosts::FfmpegArgs),
 }
 
 fn main() -> ExitCode {
@@ -116,6 +122,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo(a) => demo::run(a.isolation, a.json),
         Command::Bench { what: BenchWhat::Xpc { json, quick } } => bench::run(json, quick),
+        Command::Bench { what: BenchWhat::Sox(a) } => bench_hosts::sox(a),
+        Command::Bench { what: BenchWhat::Ffmpeg(a) } => bench_hosts::ffmpeg(a),
         Command::Inject(a) => inject::run(a),
         Command::Campaign(a) => campaign::run(a),
         Command::Check(a) => check::run(a),
@@ -157,6 +165,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// library reports each one as a warning.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+        // The commands report faults and recoveries themselves; the library's own log only on request (RUST_LOG).
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -11,6 +11,10 @@ use super::input::{self, Digest, BLOCKS, HEIGHT, MAX_BLOCK, SAMPLE_RATE, TIMES, 
 use super::Listed;
 use crate::native::NativeLib;
 
+/// Values of margin on each side of a LADSPA port buffer, and rows on each side of a frei0r frame.
+const PORT_MARGIN: usize = 64;
+const FRAME_MARGIN_ROWS: usize = 4;
+
 /// More plugins than any library has; the loop guard of a library whose `ladspa_descriptor` never returns NULL
 /// (the class adapter's bound).
 const MAX_DESCRIPTORS: usize = 4096;
@@ -65,8 +69,9 @@ pub enum Memory {
     /// As the process leaves it (deterministic in a fresh process).
     AsIs,
     /// Fresh heap memory filled with one pattern and freed memory with another (glibc's `M_PERTURB`), and the
-    /// stack the plugin is about to use scribbled over before every call into it: output that depends on
-    /// uninitialised memory comes out different from an [`Memory::AsIs`] run.
+    /// stack the plugin is about to use scribbled over before every call into it, and the margins around input
+    /// buffers filled with a pattern: output that depends on uninitialised memory, or on memory just outside the
+    /// inputs, comes out different from an [`Memory::AsIs`] run.
     Perturbed,
 }
 
@@ -76,10 +81,23 @@ const PERTURB_BYTE: i32 = 0xA5;
 const SCRIBBLE_BYTES: usize = 128 * 1024;
 
 impl Memory {
+    /// What the margins around input buffers hold: reading past a buffer then gives different output in an
+    /// [`Memory::AsIs`] and a [`Memory::Perturbed`] run.
+    fn margin_bits(self) -> u32 {
+        match self {
+            Memory::AsIs => 0,
+            Memory::Perturbed => 0xA5A5_A5A5,
+        }
+    }
+
     fn start(self) {
         if self == Memory::Perturbed {
             // SAFETY: mallopt only changes glibc's allocator settings; no allocation is in flight (one thread).
-            unsafe { libc::mallopt(libc::M_PERTURB, PERTURB_BYTE) };
+            // Large blocks come from the heap too (mmap'd ones are always zero, and perturbing skips them).
+            unsafe {
+                libc::mallopt(libc::M_PERTURB, PERTURB_BYTE);
+                libc::mallopt(libc::M_MMAP_MAX, 0);
+            }
         }
     }
 
@@ -95,6 +113,53 @@ impl Memory {
 
 fn open(path: &Path) -> Result<NativeLib, String> {
     NativeLib::open(path).map_err(|e| format!("{e:#}"))
+}
+
+/// What the margins around output buffers hold before each call, to see whether the plugin writes outside them.
+const CANARY: u32 = 0x5EED_CAFE;
+
+/// A buffer of 32-bit values (floats or pixels, as bits) with margins on both sides: the plugin gets the middle.
+/// Margins around inputs are filled per [`Memory`]; margins around outputs hold [`CANARY`] and are checked.
+struct Padded {
+    buf: Vec<u32>,
+    margin: usize,
+    len: usize,
+}
+
+impl Padded {
+    /// `margin` is a multiple of 4 values, so the middle keeps the allocation's 16-byte alignment.
+    fn new(len: usize, margin: usize) -> Padded {
+        Padded { buf: vec![0; len + 2 * margin], margin, len }
+    }
+
+    fn data(&self) -> &[u32] {
+        &self.buf[self.margin..self.margin + self.len]
+    }
+
+    fn data_mut(&mut self) -> &mut [u32] {
+        &mut self.buf[self.margin..self.margin + self.len]
+    }
+
+    fn ptr(&mut self) -> *mut u32 {
+        self.data_mut().as_mut_ptr()
+    }
+
+    /// Fill everything from `used` values into the middle to the end, and the margin before, with `bits`.
+    fn fill_outside(&mut self, used: usize, bits: u32) {
+        let (margin, len) = (self.margin, self.len);
+        self.buf[..margin].fill(bits);
+        self.buf[margin + used.min(len)..].fill(bits);
+    }
+
+    /// Whether everything outside the first `used` values still holds `bits`.
+    fn outside_holds(&self, used: usize, bits: u32) -> bool {
+        let (margin, len) = (self.margin, self.len);
+        self.buf[..margin].iter().chain(&self.buf[margin + used.min(len)..]).all(|&v| v == bits)
+    }
+}
+
+fn as_f32(bits: &[u32]) -> Vec<f32> {
+    bits.iter().map(|&b| f32::from_bits(b)).collect()
 }
 
 /// A C string of the plugin's, copied; empty for NULL.
@@ -175,13 +240,15 @@ pub fn ladspa_run(path: &Path, index: usize, memory: Memory) -> Result<Digest, S
         return Err("the plugin lacks instantiate, connect_port or run".into());
     };
 
-    // One buffer per port, kept for the whole run: audio ports hold the largest block, control ports one value.
-    let mut buffers: Vec<Vec<f32>> =
-        ports.iter().map(|p| vec![0.0; if p.is_audio() { MAX_BLOCK } else { 1 }]).collect();
+    // One buffer per port, kept for the whole run: audio ports hold the largest block, control ports one value,
+    // each between margins (floats as bits).
+    let mut buffers: Vec<Padded> =
+        ports.iter().map(|p| Padded::new(if p.is_audio() { MAX_BLOCK } else { 1 }, PORT_MARGIN)).collect();
     let mut signals = Vec::new();
     for (port, buf) in ports.iter().zip(buffers.iter_mut()) {
         if port.is_input() && port.is_control() {
-            buf[0] = input::control_input(port);
+            buf.data_mut()[0] = input::control_input(port).to_bits();
+            buf.fill_outside(1, memory.margin_bits());
         }
         if port.is_input() && port.is_audio() {
             signals.push(input::audio_input(signals.len()));
@@ -195,9 +262,9 @@ pub fn ladspa_run(path: &Path, index: usize, memory: Memory) -> Result<Digest, S
         return Err(format!("instantiate at {SAMPLE_RATE} Hz returned NULL"));
     }
     for (p, buf) in buffers.iter_mut().enumerate() {
-        // SAFETY: `handle` is a live instance; the buffer is as long as any block and outlives every run below
-        // (the vectors are never resized, so the pointer stays valid).
-        unsafe { connect(handle, p as c_ulong, buf.as_mut_ptr()) };
+        // SAFETY: `handle` is a live instance; the buffer holds as many floats as any block and outlives every run
+        // below (the vectors are never resized, so the pointer stays valid).
+        unsafe { connect(handle, p as c_ulong, buf.ptr().cast::<f32>()) };
     }
     if let Some(activate) = d.activate {
         memory.before_call();
@@ -209,17 +276,27 @@ pub fn ladspa_run(path: &Path, index: usize, memory: Memory) -> Result<Digest, S
     for samples in BLOCKS {
         let mut k = 0;
         for (port, buf) in ports.iter().zip(buffers.iter_mut()) {
+            let used = if port.is_audio() { samples } else { 1 };
             if port.is_input() && port.is_audio() {
-                buf[..samples].copy_from_slice(&signals[k][at..at + samples]);
+                let signal = &signals[k][at..at + samples];
+                buf.data_mut()[..samples].iter_mut().zip(signal).for_each(|(d, s)| *d = s.to_bits());
+                buf.fill_outside(samples, memory.margin_bits());
                 k += 1;
+            }
+            if port.is_output() {
+                buf.fill_outside(used, CANARY);
             }
         }
         memory.before_call();
         // SAFETY: a live, activated instance whose audio ports hold at least `samples` (<= MAX_BLOCK) values.
         unsafe { run(handle, samples as c_ulong) };
-        for (port, buf) in ports.iter().zip(buffers.iter()) {
+        for (p, (port, buf)) in ports.iter().zip(buffers.iter()).enumerate() {
             if port.is_output() {
-                digest.f32s(&buf[..if port.is_audio() { samples } else { 1 }]);
+                let used = if port.is_audio() { samples } else { 1 };
+                if !buf.outside_holds(used, CANARY) {
+                    return Err(format!("it writes outside output port {p} in a block of {samples} samples"));
+                }
+                digest.f32s(&as_f32(&buf.data()[..used]));
             }
         }
         at += samples;
@@ -386,26 +463,37 @@ pub fn frei0r_run(path: &Path, memory: Memory) -> Result<Digest, String> {
         return Err(format!("f0r_construct({WIDTH}, {HEIGHT}) returned NULL"));
     }
     let pixels = (WIDTH * HEIGHT) as usize;
-    // One output frame for all updates, as hosts (and the class adapter) keep one.
-    let mut out = vec![0u32; pixels];
+    let margin = FRAME_MARGIN_ROWS * WIDTH as usize;
+    // One output frame for all updates, as hosts (and the class adapter) keep one; every frame between margins.
+    let mut out = Padded::new(pixels, margin);
+    let mut images: Vec<Padded> = (0..inputs).map(|_| Padded::new(pixels, margin)).collect();
     let mut digest = Digest::default();
     for (frame, &time) in TIMES.iter().enumerate() {
-        let images: Vec<Vec<u32>> = (0..inputs).map(|i| input::image(i, frame)).collect();
-        let arg = |i: usize| images.get(i).map_or(std::ptr::null(), |v| v.as_ptr());
+        for (i, image) in images.iter_mut().enumerate() {
+            image.data_mut().copy_from_slice(&input::image(i, frame));
+            image.fill_outside(pixels, memory.margin_bits());
+        }
+        let mut arg = |i: usize| images.get_mut(i).map_or(std::ptr::null(), |v| v.ptr().cast_const());
+        let (in1, in2, in3) = (arg(0), arg(1), arg(2));
+        out.fill_outside(pixels, CANARY);
+        let dst = out.ptr();
         memory.before_call();
         match (inputs, f.update, f.update2) {
             (0 | 1, Some(update), _) => {
                 // SAFETY: a live instance; every frame holds WIDTH x HEIGHT pixels (a source's input is NULL, as
                 // frei0r specifies).
-                unsafe { update(inst, time, arg(0), out.as_mut_ptr()) }
+                unsafe { update(inst, time, in1, dst) }
             }
             (_, _, Some(update2)) => {
                 // SAFETY: as above; unused inputs are NULL.
-                unsafe { update2(inst, time, arg(0), arg(1), arg(2), out.as_mut_ptr()) }
+                unsafe { update2(inst, time, in1, in2, in3, dst) }
             }
             _ => unreachable!("checked above"),
         }
-        digest.u32s(&out);
+        if !out.outside_holds(pixels, CANARY) {
+            return Err(format!("it writes outside its output frame (frame {frame})"));
+        }
+        digest.u32s(out.data());
     }
     if let Some(destruct) = f.destruct {
         // SAFETY: a live instance, not used again.

@@ -1,0 +1,182 @@
+//! The plugin part of `ward demo`: the built-in faulty LADSPA and frei0r plugins through their class wrappers, as a
+//! host using ward's typed APIs sees them. A crash in the middle of a stream is recovered and the block or frame
+//! retried on intact input; a plugin that fails on every block ends disabled and bypassed.
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use ward::{Isolation, Policy, Supervisor};
+use ward_classes::frei0r;
+use ward_classes::ladspa::{self, PortBuffer};
+use ward_classes::Processed;
+
+use crate::report::{self, say};
+
+/// Samples per LADSPA block.
+const BLOCK: usize = 1024;
+/// Blocks (and frames) per scenario.
+const STEPS: usize = 6;
+/// The step at which the plugin is told to fail.
+const FAULT_AT: usize = 3;
+/// Frame size for frei0r.
+const WIDTH: u32 = 64;
+const HEIGHT: u32 = 48;
+
+#[derive(Serialize)]
+struct PluginLine {
+    #[serde(rename = "type")]
+    kind_of_line: &'static str,
+    class: &'static str,
+    scenario: &'static str,
+    isolation: String,
+    steps: usize,
+    ran: usize,
+    bypassed: usize,
+    /// Every step's output is what it must be: processed, or the input passed through when bypassed.
+    output_ok: bool,
+    restarts: u64,
+    ok: bool,
+}
+
+/// Run every scenario; false when an output is wrong.
+pub fn run(isolation: Isolation, json: bool) -> Result<bool> {
+    if !json {
+        say!("")?;
+        say!("plugins through their class wrappers (isolation {isolation}), {STEPS} blocks or frames each:")?;
+    }
+    let mut all = true;
+    let lines = [
+        ladspa_scenario(isolation, "crash at block 3, recovered", 1, false)?,
+        ladspa_scenario(isolation, "overrun of the output port at block 3", 20, false)?,
+        ladspa_scenario(isolation, "crash on every block from 3: disabled, bypassed", 1, true)?,
+        frei0r_scenario(isolation, "crash at frame 3, recovered", 1.0, false)?,
+        frei0r_scenario(isolation, "abort on every frame: disabled, bypassed", 3.0, true)?,
+    ];
+    for line in lines {
+        all &= line.ok;
+        if json {
+            report::json_line(&line)?;
+        } else {
+            let verdict = if line.ok { "correct" } else { "WRONG" };
+            say!(
+                "  {:<7} {:<50} {} processed, {} bypassed, {} restarts: output {verdict}",
+                line.class,
+                line.scenario,
+                line.ran,
+                line.bypassed,
+                line.restarts
+            )?;
+        }
+    }
+    Ok(all)
+}
+
+/// A policy whose restart limit a repeating fault reaches within the scenario.
+fn demo_policy() -> Result<Policy> {
+    Ok(Policy::from_toml_str("[defaults]\nmax_restarts = 2\ndeadline_ms = 2000\n", "the demo's policy")?)
+}
+
+fn ladspa_scenario(isolation: Isolation, scenario: &'static str, kind: i32, repeat: bool) -> Result<PluginLine> {
+    let path = ward_extensions::path_of("faulty_ladspa").context("cannot extract faulty_ladspa.so")?;
+    let sup = Supervisor::new(demo_policy()?);
+    let lib = ladspa::Library::open(&sup, &path, Some(isolation))
+        .with_context(|| format!("cannot open {} under ward", path.display()))?;
+    let index = lib.plugin("faulty_amp")?.index;
+    let mut inst = lib.instantiate(index, 48_000)?;
+    inst.activate()?;
+    let gain = 0.5f32;
+    let (mut ran, mut bypassed, mut output_ok) = (0, 0, true);
+    for step in 1..=STEPS {
+        let input: Vec<f32> = (0..BLOCK).map(|i| ((step * BLOCK + i) as f32 * 0.01).sin()).collect();
+        let mut output = vec![0f32; BLOCK];
+        let mut blocks = [0f32];
+        // Once: the plugin faults on its FAULT_AT-th block since activation; a recovered incarnation counts from 1
+        // again, so the retried block passes and the fault comes back FAULT_AT blocks later. Repeating: from step
+        // FAULT_AT on, the plugin faults on every block, the retry included.
+        let (armed, at) = match repeat {
+            false => (kind as f32, FAULT_AT as f32),
+            true if step >= FAULT_AT => (kind as f32, 0.0),
+            true => (0.0, 0.0),
+        };
+        let outcome = inst.run(
+            BLOCK,
+            &mut [
+                PortBuffer::Input(&input),
+                PortBuffer::Output(&mut output),
+                PortBuffer::Input(&[gain]),
+                PortBuffer::Input(&[armed]),
+                PortBuffer::Input(&[at]),
+                PortBuffer::Input(&[0.0]),
+                PortBuffer::Output(&mut blocks),
+            ],
+        )?;
+        let expected: Vec<f32> = match outcome {
+            Processed::Ran => {
+                ran += 1;
+                input.iter().map(|x| x * gain).collect()
+            }
+            Processed::Bypassed { .. } => {
+                bypassed += 1;
+                input.clone()
+            }
+        };
+        output_ok &= output == expected;
+    }
+    let restarts = lib.extension().stats().restarts;
+    let ok = output_ok && if repeat { bypassed > 0 } else { ran == STEPS && restarts >= 1 };
+    Ok(PluginLine {
+        kind_of_line: "plugin",
+        class: "LADSPA",
+        scenario,
+        isolation: isolation.to_string(),
+        steps: STEPS,
+        ran,
+        bypassed,
+        output_ok,
+        restarts,
+        ok,
+    })
+}
+
+fn frei0r_scenario(isolation: Isolation, scenario: &'static str, kind: f64, repeat: bool) -> Result<PluginLine> {
+    let path = ward_extensions::path_of("faulty_frei0r").context("cannot extract faulty_frei0r.so")?;
+    let sup = Supervisor::new(demo_policy()?);
+    let lib = frei0r::Library::open(&sup, &path, Some(isolation))
+        .with_context(|| format!("cannot open {} under ward", path.display()))?;
+    let mut inst = lib.construct(WIDTH, HEIGHT)?;
+    // Once: a fault on the plugin's FAULT_AT-th update (a recovered incarnation counts from 1 again). Repeating: a
+    // fault on every update, retries included.
+    inst.set_param(0, &frei0r::ParamValue::Double(kind))?;
+    inst.set_param(1, &frei0r::ParamValue::Double(if repeat { 0.0 } else { FAULT_AT as f64 }))?;
+    let pixels = (WIDTH * HEIGHT) as usize;
+    let (mut ran, mut bypassed, mut output_ok) = (0, 0, true);
+    for step in 0..STEPS {
+        let input: Vec<u32> = (0..pixels).map(|i| (i as u32).wrapping_mul(2_654_435_761) ^ (step as u32)).collect();
+        let mut output = vec![0u32; pixels];
+        let outcome = inst.update(step as f64 / 25.0, &input, &mut output)?;
+        let expected: Vec<u32> = match outcome {
+            Processed::Ran => {
+                ran += 1;
+                input.iter().map(|p| p ^ 0x00FF_FFFF).collect()
+            }
+            Processed::Bypassed { .. } => {
+                bypassed += 1;
+                input.clone()
+            }
+        };
+        output_ok &= output == expected;
+    }
+    let restarts = lib.extension().stats().restarts;
+    let ok = output_ok && if repeat { bypassed > 0 } else { ran == STEPS && restarts >= 1 };
+    Ok(PluginLine {
+        kind_of_line: "plugin",
+        class: "frei0r",
+        scenario,
+        isolation: isolation.to_string(),
+        steps: STEPS,
+        ran,
+        bypassed,
+        output_ok,
+        restarts,
+        ok,
+    })
+}
