@@ -1,0 +1,701 @@
+//! `ward bench sox` and `ward bench ffmpeg`: unmodified hosts timed natively and under `ward run`, side by side.
+//!
+//! Each variant runs the same host command: plain (native), then through `ward run --isolation none` and
+//! `ward run --isolation process` (the `ward` being this program). The variants are interleaved run by run, so
+//! drift on a shared machine hits all of them alike. One untimed round comes first: it warms the page cache and the
+//! plugins' files, and its outputs are compared with native's (sox's output files byte for byte; for ffmpeg, which
+//! discards its frames in the timed runs, a checksum of every output frame). Each time is the wall time of
+//! `Command::status()`; the table gives the median, the minimum and the maximum of the timed runs of each variant
+//! and the ratio of its median to native's median.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+
+use crate::report::{say, Columns};
+use crate::run::BadInput;
+
+#[derive(Args)]
+pub struct SoxArgs {
+    /// Timed runs of each variant (after one untimed check run).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    runs: u32,
+    /// One JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct FfmpegArgs {
+    /// Timed runs of each variant (after one untimed check run).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    runs: u32,
+    /// One JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// The frei0r filter, as ffmpeg's `frei0r=` takes it: NAME or NAME:PARAMS. invert0r (next to no work per pixel:
+    /// the worst case for the boundary's share) is measured too.
+    #[arg(long, default_value = "vignette")]
+    filter: String,
+}
+
+/// Where Debian installs the plugins (swh-plugins, ladspa-sdk, frei0r-plugins).
+const LADSPA_DIR: &str = "/usr/lib/ladspa";
+const FREI0R_DIRS: &[&str] = &["/usr/lib/frei0r-1", "/usr/local/lib/frei0r-1"];
+
+/// The sox chain: five real effects, each with a value for every control port, control outputs included (sox's
+/// `ladspa` effect asks for those too). `-r` runs a mono plugin once per channel.
+const SOX_CHAIN: &[(&str, &str, bool, &str, &str)] = &[
+    // (file, label, one instance per channel, arguments, what it does)
+    ("amp_1181.so", "amp", true, "-3", "amp: gain -3 dB"),
+    ("svf_1214.so", "svf", true, "2 80 0.3 0", "state-variable filter: high-pass 80 Hz"),
+    ("delay.so", "delay_5s", true, "0.25 0.3", "delay line: 250 ms, 30% wet"),
+    ("sc4_1882.so", "sc4", false, "0 20 200 -18 4 6 6 0 0", "SC4 stereo compressor: -18 dB, 4:1, +6 dB makeup"),
+    (
+        "triple_para_1204.so",
+        "triplePara",
+        true,
+        "3 100 0.5 -2 400 1 2 3000 1 -4 8000 0.5 1 12000 0.5",
+        "triple-band parametric EQ with shelves",
+    ),
+];
+
+const SOX_TARGET: f64 = 1.15;
+const FFMPEG_TARGET: f64 = 1.20;
+const MPK_TARGET: f64 = 1.05;
+/// What the worst case of pure overhead is measured with.
+const WORST_CASE_FILTER: &str = "invert0r";
+
+/// The video: 300 frames of 1920x1080 at 25 frames per second.
+const WIDTH: u64 = 1920;
+const HEIGHT: u64 = 1080;
+const FRAMES: u64 = 300;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Native,
+    WardNone,
+    WardProcess,
+}
+
+const VARIANTS: [Variant; 3] = [Variant::Native, Variant::WardNone, Variant::WardProcess];
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Native => "native",
+            Variant::WardNone | Variant::WardProcess => "ward run",
+        }
+    }
+
+    fn isolation(self) -> &'static str {
+        match self {
+            Variant::Native => "-",
+            Variant::WardNone => "none",
+            Variant::WardProcess => "process",
+        }
+    }
+
+    /// Short, for file names and progress lines.
+    fn key(self) -> &'static str {
+        match self {
+            Variant::Native => "native",
+            Variant::WardNone => "none",
+            Variant::WardProcess => "process",
+        }
+    }
+}
+
+/// One host command to time. `args` gets the file the variant may write its output to and whether this is the
+/// check run.
+struct Case {
+    /// What this case is called in the table and the JSON ("sox", "vignette").
+    name: String,
+    program: PathBuf,
+    args: Box<dyn Fn(&Path, bool) -> Vec<OsString>>,
+    /// Extension of the check run's output file.
+    ext: &'static str,
+    /// What the check run's outputs are, for the report.
+    compared: &'static str,
+    target: f64,
+}
+
+/// Wall seconds of the timed runs of each variant, in `VARIANTS` order.
+struct Timings {
+    seconds: [Vec<f64>; 3],
+    identical: bool,
+    /// Which ward variants' output differed from native's.
+    differing: Vec<&'static str>,
+    /// The 1-minute load average before the check run and after the last timed run: this machine is shared.
+    load: (Option<f64>, Option<f64>),
+}
+
+#[derive(Serialize)]
+struct JsonReport {
+    bench: &'static str,
+    note: &'static str,
+    runs: u32,
+    cpus: usize,
+    workload: String,
+    cases: Vec<JsonCase>,
+}
+
+#[derive(Serialize)]
+struct JsonCase {
+    name: String,
+    command: String,
+    outputs_identical: bool,
+    /// What the check run compared.
+    compared: &'static str,
+    /// The 1-minute load average before the first and after the last run of the case.
+    load_before: Option<f64>,
+    load_after: Option<f64>,
+    variants: Vec<JsonVariant>,
+}
+
+#[derive(Serialize)]
+struct JsonVariant {
+    variant: &'static str,
+    isolation: &'static str,
+    available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unavailable_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    median_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_s: Option<f64>,
+    /// Median over native's median.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    samples_s: Vec<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_met: Option<bool>,
+}
+
+pub fn sox(args: SoxArgs) -> Result<bool> {
+    catch_interrupts();
+    let sox = need_program("sox")?;
+    for (file, ..) in SOX_CHAIN {
+        let p = Path::new(LADSPA_DIR).join(file);
+        if !p.is_file() {
+            return Err(anyhow!(BadInput(format!(
+                "the LADSPA plugin {} is missing (packages swh-plugins, ladspa-sdk); run scripts/deps",
+                p.display()
+            ))));
+        }
+    }
+    let ward = std::env::current_exe().context("cannot find the running ward program")?;
+    let tmp = TempDir::new("ward-bench-sox")?;
+    let input = tmp.path().join("in.wav");
+    progress("sox: making 60 s of 48 kHz stereo 16-bit audio (two sines and pink noise, fixed seed)");
+    let made = Command::new(&sox)
+        .args(["-D", "-R", "-r", "48000", "-c", "2", "-b", "16", "-n"])
+        .arg(&input)
+        .args("synth 60 sine 440 sine 660 synth pinknoise mix vol 0.4".split(' '))
+        .stdin(Stdio::null())
+        .status()
+        .context("cannot run sox")?;
+    check_interrupted()?;
+    if !made.success() {
+        bail!("sox could not make the test audio ({made})");
+    }
+
+    let chain: Vec<OsString> = SOX_CHAIN
+        .iter()
+        .flat_map(|(file, label, per_channel, values, _)| {
+            let mut a: Vec<OsString> = vec!["ladspa".into()];
+            if *per_channel {
+                a.push("-r".into());
+            }
+            a.push(Path::new(LADSPA_DIR).join(file).into_os_string());
+            a.push((*label).into());
+            a.extend(values.split(' ').map(OsString::from));
+            a
+        })
+        .collect();
+    let input_arg = input.clone().into_os_string();
+    let case = Case {
+        name: "sox".into(),
+        program: sox,
+        args: Box::new(move |out, _check| {
+            let mut a: Vec<OsString> = vec!["-D".into(), input_arg.clone(), out.as_os_str().to_owned()];
+            a.extend(chain.iter().cloned());
+            a
+        }),
+        ext: "wav",
+        compared: "the output files, byte for byte",
+        target: SOX_TARGET,
+    };
+    let timings = measure(&case, &ward, tmp.path(), args.runs)?;
+    let workload = "60 s of 48 kHz stereo 16-bit WAV (sine 440 Hz left, 660 Hz right, pink noise, seed fixed by -R)";
+    if args.json {
+        return print_json("sox", args.runs, workload, &[(&case, &timings, command_text(&case, tmp.path()))]);
+    }
+    say!(
+        "ward bench sox: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
+        args.runs,
+        cpus()
+    )?;
+    say!("workload: {workload}")?;
+    say!("command: sox -D in.wav out.wav, then five LADSPA effects (sox's ladspa effect):")?;
+    for (file, label, per_channel, values, what) in SOX_CHAIN {
+        say!("  ladspa {}{LADSPA_DIR}/{file} {label} {values}    ({what})", if *per_channel { "-r " } else { "" })?;
+    }
+    say!("")?;
+    print_table(&case, &timings)?;
+    Ok(true)
+}
+
+pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
+    catch_interrupts();
+    let ffmpeg = need_program("ffmpeg")?;
+    let mut filters = vec![args.filter.clone()];
+    if plugin_name(&args.filter) != WORST_CASE_FILTER {
+        filters.push(WORST_CASE_FILTER.to_string());
+    }
+    for f in &filters {
+        let name = plugin_name(f);
+        if name.is_empty()
+            || name.contains('/')
+            || !FREI0R_DIRS.iter().any(|d| Path::new(d).join(format!("{name}.so")).is_file())
+        {
+            return Err(anyhow!(BadInput(format!(
+                "no frei0r filter {name:?} in {} (package frei0r-plugins; run scripts/deps)",
+                FREI0R_DIRS.join(" or ")
+            ))));
+        }
+    }
+    let ward = std::env::current_exe().context("cannot find the running ward program")?;
+    let tmp = TempDir::new("ward-bench-ffmpeg")?;
+    let input = tmp.path().join("in.rgba");
+    let size = format!("{WIDTH}x{HEIGHT}");
+    progress(&format!(
+        "ffmpeg: making {FRAMES} frames of {size} raw RGBA video (testsrc2, {:.1} GB) so that decoding is a plain read",
+        (WIDTH * HEIGHT * 4 * FRAMES) as f64 / 1e9
+    ));
+    let made = Command::new(&ffmpeg)
+        .args(["-nostdin", "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i"])
+        .arg(format!("testsrc2=size={size}:rate=25:duration={}", FRAMES / 25))
+        .args(["-pix_fmt", "rgba", "-f", "rawvideo", "-y"])
+        .arg(&input)
+        .stdin(Stdio::null())
+        .status()
+        .context("cannot run ffmpeg")?;
+    check_interrupted()?;
+    let len = std::fs::metadata(&input).map(|m| m.len()).unwrap_or(0);
+    if !made.success() || len != WIDTH * HEIGHT * 4 * FRAMES {
+        bail!("ffmpeg could not make the test video ({made}, {len} bytes)");
+    }
+
+    let cases: Vec<Case> = filters
+        .iter()
+        .map(|filter| {
+            let input = input.clone().into_os_string();
+            let size = size.clone();
+            let filter = filter.clone();
+            Case {
+                name: filter.clone(),
+                program: ffmpeg.clone(),
+                args: Box::new(move |out, check| {
+                    let mut a: Vec<OsString> = ["-nostdin", "-hide_banner", "-loglevel", "error"]
+                        .into_iter()
+                        .chain(["-f", "rawvideo", "-pix_fmt", "rgba", "-s", &size, "-r", "25", "-i"])
+                        .map(OsString::from)
+                        .collect();
+                    a.push(input.clone());
+                    a.push("-vf".into());
+                    a.push(format!("frei0r={filter}").into());
+                    // The check run writes an Adler-32 of every output frame (MD5 of 2.5 GB would take longer than the
+                    // filtering); the timed runs throw the frames away.
+                    if check {
+                        a.extend(["-f", "framecrc", "-y"].map(OsString::from));
+                        a.push(out.as_os_str().to_owned());
+                    } else {
+                        a.extend(["-f", "null", "-"].map(OsString::from));
+                    }
+                    a
+                }),
+                ext: "framecrc",
+                compared: "the Adler-32 of every output frame (ffmpeg -f framecrc)",
+                target: FFMPEG_TARGET,
+            }
+        })
+        .collect();
+    let workload = format!(
+        "{FRAMES} frames of {size} RGBA (testsrc2, made once, read raw), one frei0r filter each, output -f null"
+    );
+    let mut measured = Vec::new();
+    for case in &cases {
+        let t = measure(case, &ward, tmp.path(), args.runs)?;
+        measured.push(t);
+    }
+    if args.json {
+        let list: Vec<_> = cases.iter().zip(&measured).map(|(c, t)| (c, t, command_text(c, tmp.path()))).collect();
+        return print_json("ffmpeg", args.runs, &workload, &list);
+    }
+    say!(
+        "ward bench ffmpeg: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
+        args.runs,
+        cpus()
+    )?;
+    say!("workload: {workload}")?;
+    say!("ffmpeg's own threading left at its defaults (its frei0r filter runs on one thread)")?;
+    for (case, t) in cases.iter().zip(&measured) {
+        say!("")?;
+        say!("command: {}", command_text(case, tmp.path()))?;
+        print_table(case, t)?;
+    }
+    Ok(true)
+}
+
+/// The plugin's name in a `frei0r=` argument: what comes before the first `:`.
+fn plugin_name(filter: &str) -> &str {
+    filter.split(':').next().unwrap_or("")
+}
+
+/// The 1-minute load average, from /proc/loadavg.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get())
+}
+
+fn progress(text: &str) {
+    eprintln!("bench {text}");
+}
+
+/// `program` in PATH, or bad input that says how to install it.
+fn need_program(program: &str) -> Result<PathBuf> {
+    std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file()))
+        .ok_or_else(|| anyhow!(BadInput(format!("{program} is not installed (not found in PATH); run scripts/deps"))))
+}
+
+/// The host command as it is timed, for the report, with files of the temporary directory by their names only.
+fn command_text(case: &Case, dir: &Path) -> String {
+    let out = dir.join(format!("out.{}", case.ext));
+    let mut text = case.program.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    for a in (case.args)(&out, false) {
+        let p = Path::new(&a);
+        let shown = match p.strip_prefix(dir) {
+            Ok(rest) => rest.as_os_str().to_string_lossy(),
+            Err(_) => a.to_string_lossy(),
+        };
+        text.push(' ');
+        text.push_str(&shown);
+    }
+    text
+}
+
+/// The check run, then `runs` interleaved timed runs of every variant.
+fn measure(case: &Case, ward: &Path, dir: &Path, runs: u32) -> Result<Timings> {
+    let load_before = load_average();
+    let out_of = |v: Variant| dir.join(format!("out-{}-{}.{}", case_slug(&case.name), v.key(), case.ext));
+    for v in VARIANTS {
+        let secs = run_once(case, ward, v, &out_of(v), true, dir)?;
+        progress(&format!("{}: check run, {:<7} {secs:.2} s", case.name, v.key()));
+    }
+    let native = std::fs::read(out_of(Variant::Native))
+        .with_context(|| format!("{}: the native check run wrote no output", case.name))?;
+    let mut differing = Vec::new();
+    for v in [Variant::WardNone, Variant::WardProcess] {
+        let out = std::fs::read(out_of(v)).unwrap_or_default();
+        if out != native {
+            differing.push(v.key());
+        }
+    }
+    let mut seconds: [Vec<f64>; 3] = Default::default();
+    for round in 1..=runs {
+        let mut line = format!("{}: run {round}/{runs}:", case.name);
+        for (i, v) in VARIANTS.into_iter().enumerate() {
+            let secs = run_once(case, ward, v, &out_of(v), false, dir)?;
+            seconds[i].push(secs);
+            line.push_str(&format!(" {} {secs:.2} s", v.key()));
+        }
+        progress(&line);
+    }
+    Ok(Timings { seconds, identical: differing.is_empty(), differing, load: (load_before, load_average()) })
+}
+
+fn case_slug(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+/// One run of the host as `variant`; its wall time in seconds. A failed run, or ward reporting a fault, is an error:
+/// a recovery would be timed instead of the plugins.
+fn run_once(case: &Case, ward: &Path, variant: Variant, out: &Path, check: bool, dir: &Path) -> Result<f64> {
+    let args = (case.args)(out, check);
+    let mut cmd = match variant {
+        Variant::Native => Command::new(&case.program),
+        Variant::WardNone | Variant::WardProcess => {
+            let mut c = Command::new(ward);
+            c.args(["run", "--isolation", variant.isolation(), "--"]).arg(&case.program);
+            c
+        }
+    };
+    cmd.args(&args);
+    let err_path = dir.join(format!("stderr-{}.txt", variant.key()));
+    let err = File::create(&err_path).with_context(|| format!("cannot create {}", err_path.display()))?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
+    let t = Instant::now();
+    let status = cmd.status().with_context(|| format!("cannot run {}", case.program.display()))?;
+    let secs = t.elapsed().as_secs_f64();
+    check_interrupted()?;
+    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let what = format!("{} ({} {})", case.name, variant.name(), variant.isolation());
+    if !status.success() {
+        bail!("{what} failed ({status}):\n{}", tail(&stderr, 20));
+    }
+    if variant != Variant::Native && stderr.lines().any(|l| l.starts_with("ward: ")) {
+        bail!("{what}: ward reported faults, so the plugins do not run cleanly under ward:\n{}", tail(&stderr, 20));
+    }
+    Ok(secs)
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+struct Summary {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn summarise(v: &[f64]) -> Summary {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let median = if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    Summary { median, min: s.first().copied().unwrap_or(f64::NAN), max: s.last().copied().unwrap_or(f64::NAN) }
+}
+
+/// Why there is no mpk line.
+fn mpk_unavailable() -> String {
+    let pku = std::fs::read_to_string("/proc/cpuinfo")
+        .is_ok_and(|c| c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "pku")));
+    if pku {
+        "unavailable: not built (ward run has no protection-key domains yet)".into()
+    } else {
+        "unavailable: no PKU on this machine / not built".into()
+    }
+}
+
+fn print_table(case: &Case, t: &Timings) -> Result<()> {
+    let cols = Columns::new(&[9, 9, 9, 9, 9, 7]);
+    say!("{}", cols.row(&["variant", "isolation", "median", "min", "max", "ratio", "target"]))?;
+    let native = summarise(&t.seconds[0]).median;
+    for (i, v) in VARIANTS.into_iter().enumerate() {
+        let s = summarise(&t.seconds[i]);
+        let ratio = s.median / native;
+        let target = match v {
+            Variant::WardProcess => {
+                format!("<= {:.2}x: {}", case.target, if ratio <= case.target { "met" } else { "MISSED" })
+            }
+            _ => String::new(),
+        };
+        say!(
+            "{}",
+            cols.row(&[
+                v.name(),
+                v.isolation(),
+                &format!("{:.3} s", s.median),
+                &format!("{:.3} s", s.min),
+                &format!("{:.3} s", s.max),
+                &format!("{ratio:.3}x"),
+                &target,
+            ])
+        )?;
+    }
+    say!("{}", cols.row(&["ward run", "mpk", &format!("{}; target <= {MPK_TARGET:.2}x", mpk_unavailable())]))?;
+    if t.identical {
+        say!("outputs identical: yes (ward run none and process against native: {})", case.compared)?;
+    } else {
+        say!("outputs identical: no (differing from native: {})", t.differing.join(", "))?;
+    }
+    let show = |l: Option<f64>| l.map_or_else(|| "?".to_string(), |l| format!("{l:.2}"));
+    say!("load average (1 min) before / after: {} / {}", show(t.load.0), show(t.load.1))?;
+    Ok(())
+}
+
+fn print_json(bench: &'static str, runs: u32, workload: &str, cases: &[(&Case, &Timings, String)]) -> Result<bool> {
+    let report = JsonReport {
+        bench,
+        note: "wall seconds per run of the whole host; ratio = median / native median",
+        runs,
+        cpus: cpus(),
+        workload: workload.to_string(),
+        cases: cases
+            .iter()
+            .map(|(case, t, command)| {
+                let native = summarise(&t.seconds[0]).median;
+                let mut variants: Vec<JsonVariant> = VARIANTS
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let s = summarise(&t.seconds[i]);
+                        let ratio = round(s.median / native, 4);
+                        let target = (v == Variant::WardProcess).then_some(case.target);
+                        JsonVariant {
+                            variant: v.key(),
+                            isolation: v.isolation(),
+                            available: true,
+                            unavailable_reason: None,
+                            median_s: Some(round(s.median, 4)),
+                            min_s: Some(round(s.min, 4)),
+                            max_s: Some(round(s.max, 4)),
+                            ratio: Some(ratio),
+                            samples_s: t.seconds[i].iter().map(|&x| round(x, 4)).collect(),
+                            target_ratio: target,
+                            target_met: target.map(|r| ratio <= r),
+                        }
+                    })
+                    .collect();
+                variants.push(JsonVariant {
+                    variant: "mpk",
+                    isolation: "mpk",
+                    available: false,
+                    unavailable_reason: Some(mpk_unavailable()),
+                    median_s: None,
+                    min_s: None,
+                    max_s: None,
+                    ratio: None,
+                    samples_s: Vec::new(),
+                    target_ratio: Some(MPK_TARGET),
+                    target_met: None,
+                });
+                JsonCase {
+                    name: case.name.clone(),
+                    command: command.clone(),
+                    outputs_identical: t.identical,
+                    compared: case.compared,
+                    load_before: t.load.0,
+                    load_after: t.load.1,
+                    variants,
+                }
+            })
+            .collect(),
+    };
+    let text = serde_json::to_string_pretty(&report).context("cannot encode the results as JSON")?;
+    say!("{text}")?;
+    Ok(true)
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_signal: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Ctrl-C stops the host being timed (it gets the signal too) and then the benchmark, which removes its temporary
+/// directory (gigabytes of video for ffmpeg) on the way out instead of dying with it in place.
+fn catch_interrupts() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the hosts started later get the
+        // default disposition back when they exec.
+        unsafe { libc::signal(signal, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+}
+
+fn check_interrupted() -> Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+/// A directory of this process's own under the system's temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(prefix: &str) -> Result<TempDir> {
+        let base = std::env::temp_dir();
+        for attempt in 0..100u32 {
+            let nanos =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+            let p = base.join(format!("{prefix}-{}-{nanos}-{attempt}", std::process::id()));
+            match std::fs::create_dir(&p) {
+                Ok(()) => return Ok(TempDir(p)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
+            }
+        }
+        bail!("cannot create a temporary directory under {}", base.display())
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        let s = summarise(&[3.0, 1.0, 2.0]);
+        assert_eq!((s.median, s.min, s.max), (2.0, 1.0, 3.0));
+        assert_eq!(summarise(&[4.0, 1.0, 2.0, 3.0]).median, 2.5);
+        assert!(summarise(&[]).median.is_nan());
+    }
+
+    #[test]
+    fn plugin_names_drop_parameters() {
+        assert_eq!(plugin_name("vignette"), "vignette");
+        assert_eq!(plugin_name("vignette:0.5|0.2|0.1"), "vignette");
+        assert_eq!(plugin_name(""), "");
+    }
+
+    #[test]
+    fn command_text_names_temporary_files_by_name() {
+        let dir = Path::new("/tmp/ward-bench-x");
+        let input = dir.join("in.wav").into_os_string();
+        let case = Case {
+            name: "sox".into(),
+            program: PathBuf::from("/usr/bin/sox"),
+            args: Box::new(move |out, _| vec!["-D".into(), input.clone(), out.as_os_str().to_owned(), "amp".into()]),
+            ext: "wav",
+            compared: "",
+            target: SOX_TARGET,
+        };
+        assert_eq!(command_text(&case, dir), "sox -D in.wav out.wav amp");
+    }
+
+    #[test]
+    fn the_sox_chain_has_five_plugins() {
+        assert_eq!(SOX_CHAIN.len(), 5);
+    }
+}
