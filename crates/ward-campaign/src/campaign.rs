@@ -23,7 +23,7 @@ use crate::workload::{self, first_difference, Entry};
 /// What the user asks for.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The unmutated extension; its name picks the workload.
+    /// The unmutated extension; its class (a plugin's) or its name (a built-in extension's) picks the workload.
     pub extension_path: PathBuf,
     pub fault_types: Vec<FaultType>,
     pub trials_per_type: u32,
@@ -81,9 +81,9 @@ impl Campaign {
             _ => Error::io(format!("cannot read {}", path.display()), e),
         })?;
         let extension = ward::extension_name(&path);
-        if workload::for_extension(&extension).is_none() {
+        let Some(workload) = workload::for_path(&path) else {
             return Err(Error::NoWorkload { extension, available: workload::available() });
-        }
+        };
         if options.fault_types.is_empty() {
             return Err(Error::EmptyList { what: "--types" });
         }
@@ -92,6 +92,7 @@ impl Campaign {
         }
         let config = CampaignConfig {
             extension,
+            workload: workload.name().to_string(),
             extension_hash: fingerprint(&original),
             fault_types: options.fault_types,
             trials_per_type: options.trials_per_type,

@@ -7,10 +7,14 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use crate::classify::Outcome;
 use crate::config::{CampaignConfig, Mode};
 use crate::error::Error;
-use crate::summary::Summary;
+use crate::summary::{Row, Summary};
 
 const WIDTH: u32 = 1000;
 const HEIGHT: u32 = 520;
+/// Narrowest slot of one bar, in pixels.
+const SLOT: u32 = 18;
+/// Width of a label's character, about (the text is left to the viewer's fonts).
+const CHAR: u32 = 7;
 /// Bars of one fault type sit side by side; this much of a bar's slot is bar, the rest is gap.
 const BAR: f64 = 0.8;
 
@@ -25,39 +29,53 @@ fn colour(o: Outcome) -> RGBColor {
     }
 }
 
-/// The chart as SVG text.
+/// The chart of one campaign as SVG text: a group of bars per fault type.
 pub fn svg(config: &CampaignConfig, summary: &Summary) -> Result<String, Error> {
-    let mut out = String::new();
-    draw(&mut out, config, summary).map_err(|e| Error::Chart(e.to_string()))?;
-    Ok(out)
-}
-
-fn draw(out: &mut String, config: &CampaignConfig, summary: &Summary) -> Result<(), Box<dyn std::error::Error>> {
-    let modes = config.modes();
-    let group = modes.len() + 1;
-    let slots = (summary.rows.len() * group).max(1) as f64;
-    let tallest = summary.rows.iter().map(|r| r.trials).max().unwrap_or(1).max(1);
-
-    let root = SVGBackend::with_string(out, (WIDTH, HEIGHT)).into_drawing_area();
-    root.fill(&WHITE)?;
     let title = format!(
         "ward campaign: {} — outcomes per fault type ({} trials each; bars: {})",
         config.extension,
         config.trials_per_type,
-        modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+        config.modes().iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
     );
+    svg_of(&title, &config.modes(), &summary.rows)
+}
+
+/// A chart as SVG text: a group of bars per row (`Row::fault_type` labels it: a fault type, or an extension), one
+/// bar per kind of run in `modes`.
+pub fn svg_of(title: &str, modes: &[Mode], rows: &[Row]) -> Result<String, Error> {
+    let mut out = String::new();
+    draw(&mut out, title, modes, rows).map_err(|e| Error::Chart(e.to_string()))?;
+    Ok(out)
+}
+
+fn draw(out: &mut String, title: &str, modes: &[Mode], rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
+    let group = modes.len() + 1;
+    let slots = (rows.len() * group).max(1) as f64;
+    let tallest = rows.iter().map(|r| r.trials).max().unwrap_or(1).max(1);
+    // Many groups (a chart per extension) widen the chart, at least SLOT pixels a bar; labels wider than their
+    // group (extension names) hang down from the axis instead.
+    let width = WIDTH.max(80 + (slots as u32) * SLOT);
+    let group_px = (width - 80) as f64 / slots * group as f64;
+    let longest = rows.iter().map(|r| r.fault_type.chars().count()).max().unwrap_or(0) as u32;
+    let hang = f64::from(longest * CHAR) > group_px;
+    let label_area = if hang { 30 + longest * CHAR } else { 40 };
+    let height = HEIGHT + label_area - 40;
+
+    let root = SVGBackend::with_string(out, (width, height)).into_drawing_area();
+    root.fill(&WHITE)?;
     let centred = Pos::new(HPos::Center, VPos::Top);
-    root.draw(&Text::new(title, (WIDTH as i32 / 2, 8), ("sans-serif", 17).into_font().color(&BLACK).pos(centred)))?;
+    let heading = ("sans-serif", 17).into_font().color(&BLACK).pos(centred);
+    root.draw(&Text::new(title.to_string(), (width as i32 / 2, 8), heading))?;
     legend(&root)?;
 
     let area = root.margin(56, 8, 8, 12);
     let mut chart = ChartBuilder::on(&area)
-        .x_label_area_size(40)
+        .x_label_area_size(label_area)
         .y_label_area_size(44)
         .build_cartesian_2d(-0.5f64..slots - 0.5, 0u32..tallest)?;
     chart.configure_mesh().disable_x_mesh().x_labels(0).y_desc("runs").label_style(("sans-serif", 12)).draw()?;
 
-    for (g, row) in summary.rows.iter().enumerate() {
+    for (g, row) in rows.iter().enumerate() {
         for (m, mode) in modes.iter().enumerate() {
             let x = (g * group + m) as f64;
             let Some(counts) = row.runs.get(mode) else { continue };
@@ -77,8 +95,13 @@ fn draw(out: &mut String, config: &CampaignConfig, summary: &Summary) -> Result<
         }
         let centre = (g * group) as f64 + (modes.len() as f64 - 1.0) / 2.0;
         let (px, py) = chart.backend_coord(&(centre, 0));
-        let label = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Top));
-        root.draw(&Text::new(row.fault_type.clone(), (px, py + 20), label))?;
+        let label = ("sans-serif", 12).into_font().color(&BLACK);
+        if hang {
+            let down = label.transform(FontTransform::Rotate90).pos(Pos::new(HPos::Left, VPos::Center));
+            root.draw(&Text::new(row.fault_type.clone(), (px, py + 20), down))?;
+        } else {
+            root.draw(&Text::new(row.fault_type.clone(), (px, py + 20), label.pos(Pos::new(HPos::Center, VPos::Top))))?;
+        }
     }
 
     root.present()?;

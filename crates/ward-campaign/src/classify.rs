@@ -117,7 +117,9 @@ pub fn classify(end: HostEnd, stderr: &str, report: Option<&HostReport>, referen
         (HostEnd::Exited(_), Some(r)) => r,
     };
 
-    let detected = !report.faults.is_empty() || report.load_error.is_some();
+    // A call the class wrapper bypassed counts as detected even without a fault event: the host survived and was
+    // told.
+    let detected = !report.faults.is_empty() || report.load_error.is_some() || !report.bypassed.is_empty();
     let difference = match &report.load_error {
         Some(e) => Some(format!("ward did not load the extension: {e}")),
         None => first_difference(reference, &report.output),
@@ -155,6 +157,11 @@ fn fault_summary(report: &HostReport) -> String {
     s.push_str(&format!(", {} restart{}", report.restarts, if report.restarts == 1 { "" } else { "s" }));
     if report.disabled {
         s.push_str(", extension disabled");
+    }
+    if let Some(first) = report.bypassed.first() {
+        let n = report.bypassed.len();
+        let first: String = first.chars().take(120).collect();
+        s.push_str(&format!(", {n} call{} bypassed (first: {first})", if n == 1 { "" } else { "s" }));
     }
     s
 }
@@ -258,6 +265,21 @@ mod tests {
         let j = judge(HostEnd::Exited(0), Some(&report("42", 0)));
         assert_eq!(j.outcome, Outcome::NoEffect);
         assert_eq!(j.detail, "");
+    }
+
+    #[test]
+    fn a_bypassed_call_is_detected_even_without_a_fault_event() {
+        let mut r = report("41", 0);
+        r.bypassed = vec!["extension disabled".into()];
+        let j = judge(HostEnd::Exited(0), Some(&r));
+        assert_eq!(j.outcome, Outcome::RecoveredWrongOutput);
+        assert_eq!(
+            j.detail,
+            "no fault event, 0 restarts, 1 call bypassed (first: extension disabled); well_add(2, 40): expected 42, \
+             got 41"
+        );
+        r.output[0].result = "42".into();
+        assert_eq!(judge(HostEnd::Exited(0), Some(&r)).outcome, Outcome::Recovered, "a bypass with the same output");
     }
 
     #[test]

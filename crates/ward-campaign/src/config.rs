@@ -70,8 +70,12 @@ impl FromStr for Mode {
 /// here).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CampaignConfig {
-    /// The extension's name, which picks its workload.
+    /// The extension's name (as ward names it: `well`, `amp_1181`).
     pub extension: String,
+    /// Its workload: `well`, `ladspa` or `frei0r`. Campaigns recorded before plugins had workloads were all of
+    /// `well`.
+    #[serde(default = "well")]
+    pub workload: String,
     /// FNV-1a (64 bit, hex) of the unmutated extension: a rebuilt extension makes another campaign.
     pub extension_hash: String,
     /// Fault types asked for, in [`FaultType::ALL`] order.
@@ -103,6 +107,7 @@ impl CampaignConfig {
             }
         };
         check("extension", self.extension.clone(), asked.extension.clone());
+        check("workload", self.workload.clone(), asked.workload.clone());
         check("extension hash", self.extension_hash.clone(), asked.extension_hash.clone());
         check("types", type_list(&self.fault_types), type_list(&asked.fault_types));
         check("trials per type", self.trials_per_type.to_string(), asked.trials_per_type.to_string());
@@ -113,6 +118,10 @@ impl CampaignConfig {
         check("host timeout", format!("{} ms", self.host_timeout_ms), format!("{} ms", asked.host_timeout_ms));
         (!out.is_empty()).then(|| out.join("; "))
     }
+}
+
+fn well() -> String {
+    "well".into()
 }
 
 /// `all`, or fault type names separated by commas; returned in [`FaultType::ALL`] order without repeats.
@@ -159,12 +168,7 @@ fn mode_list(modes: &[Mode]) -> String {
 
 /// FNV-1a, 64 bit, as 16 hex digits: a fingerprint for equality checks, not a defence against anyone.
 pub fn fingerprint(bytes: &[u8]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", crate::workload::digest(bytes))
 }
 
 /// ward-inject's [`FaultType`] serialises by name but does not deserialise; records and configurations read back
@@ -231,6 +235,7 @@ mod tests {
     fn names_what_differs() {
         let a = CampaignConfig {
             extension: "well".into(),
+            workload: "well".into(),
             extension_hash: fingerprint(b"x"),
             fault_types: vec![FaultType::Nop],
             trials_per_type: 2,

@@ -15,6 +15,8 @@ pub enum Error {
     EmptyList { what: &'static str },
     #[error("no campaign workload for extension `{extension}`; extensions with one: {available}")]
     NoWorkload { extension: String, available: String },
+    #[error("extension {extension} is given twice (extensions are named after their file); give each once")]
+    DuplicateExtension { extension: String },
     #[error("extension {path} does not exist; give the path of an x86-64 ELF shared object or a built-in name")]
     ExtensionMissing { path: PathBuf },
     #[error("{path}: {source}")]
@@ -72,6 +74,7 @@ impl Error {
                 | Error::UnknownIsolation { .. }
                 | Error::EmptyList { .. }
                 | Error::NoWorkload { .. }
+                | Error::DuplicateExtension { .. }
                 | Error::ExtensionMissing { .. }
                 | Error::Inject { .. }
                 | Error::NothingToInject { .. }

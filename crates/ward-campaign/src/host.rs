@@ -33,6 +33,9 @@ pub struct HostReport {
     pub hangs: Vec<HangDetection>,
     /// ward refused or failed to load the extension; the workload did not run.
     pub load_error: Option<String>,
+    /// Why each call the class wrapper bypassed (a plugin's block or frame it could not process) was bypassed.
+    #[serde(default)]
+    pub bypassed: Vec<String>,
 }
 
 /// A fault as ward reported it.
@@ -63,6 +66,10 @@ pub fn run_native(workload: &dyn Workload, symbols: &dyn Symbols) -> HostReport 
 
 /// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline`.
 /// Fails only if this host cannot set itself up.
+///
+/// The restarts reported are those of the extension's domain when the workload ended; when the workload could not
+/// load the extension at all (a plugin whose opening failed even after recovery, say), they are unknown and
+/// reported as 0, and the faults ward reported say what happened.
 pub fn run_ward(
     workload: &dyn Workload,
     path: &Path,
@@ -73,14 +80,14 @@ pub fn run_ward(
     let sup = Supervisor::new(workload.policy(deadline));
     let listener = Listener::start(sup.subscribe(), origin)?;
     let mut out = Recorder::new(origin);
-    let (restarts, disabled, load_error) = match sup.load_with(path, Some(isolation)) {
+    let (restarts, disabled, load_error) = match workload.run_ward(&sup, path, isolation, &mut out) {
         Ok(ext) => {
-            workload.run_ward(&sup, &ext, &mut out);
             let stats = ext.stats();
             (stats.restarts, stats.disabled, None)
         }
-        Err(e) => (0, false, Some(e.to_string())),
+        Err(e) => (0, false, Some(e)),
     };
+    let bypassed = out.bypasses().to_vec();
     let events = listener.finish();
     let hangs = hang_detections(&events, out.spans());
     let faults = events
@@ -92,7 +99,7 @@ pub fn run_ward(
             _ => None,
         })
         .collect();
-    Ok(HostReport { output: out.into_entries(), faults, restarts, disabled, hangs, load_error })
+    Ok(HostReport { output: out.into_entries(), faults, restarts, disabled, hangs, load_error, bypassed })
 }
 
 /// Receives ward's events on a thread of its own and notes when each arrived: events are emitted inside the

@@ -12,7 +12,7 @@ use crate::host::HostReport;
 /// What one host is to do.
 #[derive(Debug, Clone, Copy)]
 pub struct HostRequest<'a> {
-    /// The workload, by its extension's name.
+    /// The workload, by name (`well`, `ladspa`, `frei0r`).
     pub workload: &'a str,
     /// The extension to load (a mutated copy, or the original for the reference run).
     pub path: &'a Path,

@@ -35,6 +35,9 @@ pub struct RunRecord {
     pub detected: Vec<SeenFault>,
     /// Hangs ward detected, each with how long it took.
     pub hangs: Vec<HangDetection>,
+    /// Calls the class wrapper bypassed (blocks or frames the plugin could not process; 0 natively).
+    #[serde(default)]
+    pub bypassed: u32,
     /// Wall time of the host process.
     pub duration_ms: u64,
     /// Which invocation of `ward campaign` ran it: `UNIX-SECONDS.PID.N`.

@@ -11,6 +11,7 @@ use crate::campaign::Finished;
 use crate::classify::Outcome;
 use crate::config::{type_list, CampaignConfig, Mode};
 use crate::error::Error;
+use crate::record::RunRecord;
 use crate::store::write_atomically;
 use crate::summary::{summarize, Row, Summary, Targets, TRANSPARENCY_TARGET};
 use crate::workload::{self, Entry};
@@ -20,7 +21,10 @@ use crate::workload::{self, Entry};
 pub struct Written {
     pub markdown: PathBuf,
     pub json: PathBuf,
+    /// Outcomes per fault type.
     pub chart: PathBuf,
+    /// Outcomes per extension (a report over several campaigns only).
+    pub chart_by_extension: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -39,8 +43,12 @@ struct ReportJson<'a> {
 pub fn write(dir: &Path, finished: &Finished) -> Result<(Summary, String, Written), Error> {
     let summary = summarize(&finished.config, &finished.records);
     let markdown = markdown(finished, &summary);
-    let written =
-        Written { markdown: dir.join("report.md"), json: dir.join("report.json"), chart: dir.join("outcomes.svg") };
+    let written = Written {
+        markdown: dir.join("report.md"),
+        json: dir.join("report.json"),
+        chart: dir.join("outcomes.svg"),
+        chart_by_extension: None,
+    };
     write_atomically(&written.markdown, markdown.as_bytes())?;
     let json = ReportJson {
         config: &finished.config,
@@ -59,6 +67,157 @@ pub fn write(dir: &Path, finished: &Finished) -> Result<(Summary, String, Writte
     Ok((summary, markdown, written))
 }
 
+/// One extension's part of a report over several campaigns.
+#[derive(Serialize)]
+struct ExtensionJson<'a> {
+    extension: &'a str,
+    workload: &'a str,
+    extension_hash: &'a str,
+    no_site: Vec<&'static str>,
+    trials: u32,
+    resumed_trials: usize,
+    ran_trials: usize,
+    summary: &'a Summary,
+}
+
+#[derive(Serialize)]
+struct CombinedJson<'a> {
+    extensions: Vec<ExtensionJson<'a>>,
+    /// Each extension's totals, then the total over all (`fault_type` names the extension).
+    by_extension: &'a [Row],
+    /// Every trial of every extension, per fault type, with the targets over all of them.
+    summary: &'a Summary,
+    elapsed_ms: u64,
+}
+
+/// Reports several campaigns with the same settings (one per extension) together, into `dir`: `report.md`,
+/// `report.json`, `outcomes.svg` (per fault type, over every extension) and `outcomes-by-extension.svg`. Returns
+/// the summary over every extension and the Markdown. `elapsed` is the invocation's wall time.
+pub fn write_combined(
+    dir: &Path,
+    campaigns: &[Finished],
+    elapsed: Duration,
+) -> Result<(Summary, String, Written), Error> {
+    let Some(first) = campaigns.first() else {
+        return Err(Error::EmptyList { what: "--extension" });
+    };
+    let all = CampaignConfig { extension: format!("{} extensions", campaigns.len()), ..first.config.clone() };
+    let records: Vec<RunRecord> = campaigns.iter().flat_map(|f| f.records.iter().cloned()).collect();
+    let summary = summarize(&all, &records);
+    let each: Vec<Summary> = campaigns.iter().map(|f| summarize(&f.config, &f.records)).collect();
+    let mut by_extension: Vec<Row> =
+        each.iter().map(|s| Row { fault_type: s.extension.clone(), ..s.total.clone() }).collect();
+    by_extension.push(summary.total.clone());
+    let markdown = combined_markdown(campaigns, &all, &summary, &by_extension, elapsed);
+
+    let written = Written {
+        markdown: dir.join("report.md"),
+        json: dir.join("report.json"),
+        chart: dir.join("outcomes.svg"),
+        chart_by_extension: Some(dir.join("outcomes-by-extension.svg")),
+    };
+    write_atomically(&written.markdown, markdown.as_bytes())?;
+    let json = CombinedJson {
+        extensions: campaigns
+            .iter()
+            .zip(&each)
+            .map(|(f, s)| ExtensionJson {
+                extension: &f.config.extension,
+                workload: &f.config.workload,
+                extension_hash: &f.config.extension_hash,
+                no_site: f.no_site.iter().map(|t| t.as_str()).collect(),
+                trials: s.total.trials,
+                resumed_trials: f.resumed_trials,
+                ran_trials: f.ran_trials,
+                summary: s,
+            })
+            .collect(),
+        by_extension: &by_extension,
+        summary: &summary,
+        elapsed_ms: elapsed.as_millis() as u64,
+    };
+    let text = serde_json::to_string_pretty(&json).map_err(|source| Error::Json { what: "the report", source })?;
+    write_atomically(&written.json, format!("{text}\n").as_bytes())?;
+    let modes = all.modes();
+    let bars = modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ");
+    let title = format!(
+        "ward campaign: {} extensions — outcomes per fault type ({} trials; bars: {bars})",
+        campaigns.len(),
+        summary.total.trials
+    );
+    write_atomically(&written.chart, crate::chart::svg_of(&title, &modes, &summary.rows)?.as_bytes())?;
+    let title = format!(
+        "ward campaign — outcomes per extension ({} trials of each fault type with a site; bars: {bars})",
+        all.trials_per_type
+    );
+    let per = crate::chart::svg_of(&title, &modes, &by_extension[..by_extension.len() - 1])?;
+    if let Some(path) = &written.chart_by_extension {
+        write_atomically(path, per.as_bytes())?;
+    }
+    Ok((summary, markdown, written))
+}
+
+fn combined_markdown(
+    campaigns: &[Finished],
+    all: &CampaignConfig,
+    summary: &Summary,
+    by_extension: &[Row],
+    elapsed: Duration,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# ward campaign: {} extensions\n", campaigns.len());
+    let names: Vec<String> =
+        campaigns.iter().map(|f| format!("{} ({})", f.config.extension, f.config.workload)).collect();
+    let iso_names = all.isolations.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(" and ");
+    let _ = writeln!(
+        s,
+        "{} trials over {} extensions: {}. Each extension had {} trials of each fault type asked ({}) that has a \
+         site in it, {} faults of that type per trial, seed {}. Each trial's mutated extension ran natively and \
+         under isolation {}, every run in a throwaway host process doing its workload. Under ward every call had a \
+         deadline of {}; a host still running after {} counted as hung.",
+        summary.total.trials,
+        campaigns.len(),
+        names.join(", "),
+        all.trials_per_type,
+        type_list(&all.fault_types),
+        all.faults_per_trial,
+        all.seed,
+        iso_names,
+        duration(Duration::from_millis(all.deadline_ms)),
+        duration(Duration::from_millis(all.host_timeout_ms)),
+    );
+    let _ = writeln!(s, "\nWorkloads:\n");
+    let mut workloads: Vec<&str> = campaigns.iter().map(|f| f.config.workload.as_str()).collect();
+    workloads.sort_unstable();
+    workloads.dedup();
+    for w in workloads {
+        let what = workload::by_name(w).map(|w| w.describe()).unwrap_or("");
+        let _ = writeln!(s, "- `{w}`: {what}.");
+    }
+    let missing: Vec<String> = campaigns
+        .iter()
+        .filter(|f| !f.no_site.is_empty())
+        .map(|f| format!("{} ({})", f.config.extension, type_list(&f.no_site)))
+        .collect();
+    if !missing.is_empty() {
+        let _ = writeln!(s, "\nFault types without a site (no trials): {}.", missing.join("; "));
+    }
+    figure6(&mut s, "Host failures per extension (Nooks, Figure 6)", "extension", by_extension.iter(), &all.isolations);
+    let rows = || summary.rows.iter().chain(std::iter::once(&summary.total));
+    figure6(&mut s, "Host failures per fault type, all extensions", "fault type", rows(), &all.isolations);
+    figure7(&mut s, "Every outcome per extension (Nooks, Figure 7)", "extension", by_extension.iter(), &all.modes());
+    figure7(&mut s, "Every outcome per fault type, all extensions", "fault type", rows(), &all.modes());
+    targets_section(&mut s, summary);
+    let ran: usize = campaigns.iter().map(|f| f.ran_trials).sum();
+    let resumed: usize = campaigns.iter().map(|f| f.resumed_trials).sum();
+    let _ = writeln!(
+        s,
+        "\nThis invocation ran {ran} trials in {}; {resumed} were recorded by an earlier one.",
+        duration(elapsed)
+    );
+    s
+}
+
 /// The whole Markdown report.
 pub fn markdown(finished: &Finished, summary: &Summary) -> String {
     let c = &finished.config;
@@ -66,7 +225,7 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
     let iso_names = isolations.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(" and ");
     let mut s = String::new();
     let _ = writeln!(s, "# ward campaign: {}\n", c.extension);
-    let what = workload::for_extension(&c.extension).map(|w| w.describe()).unwrap_or("");
+    let what = workload::by_name(&c.workload).map(|w| w.describe()).unwrap_or("");
     let types: Vec<_> = c.fault_types.iter().filter(|t| !finished.no_site.contains(t)).copied().collect();
     let _ = writeln!(
         s,
@@ -92,7 +251,24 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
         );
     }
 
-    let _ = writeln!(s, "\n## Host failures (Nooks, Figure 6)\n");
+    let rows = || summary.rows.iter().chain(std::iter::once(&summary.total));
+    figure6(&mut s, "Host failures (Nooks, Figure 6)", "fault type", rows(), &isolations);
+    figure7(&mut s, "Every outcome (Nooks, Figure 7)", "fault type", rows(), &c.modes());
+    targets_section(&mut s, summary);
+    let _ = writeln!(
+        s,
+        "\nThis invocation ran {} trials in {}; {} were recorded by an earlier one.",
+        finished.ran_trials,
+        duration(finished.elapsed),
+        finished.resumed_trials
+    );
+    s
+}
+
+/// Nooks' Figure 6 in numbers: native host failures, and what became of them under each isolation kind. `rows`
+/// are fault types or extensions (`what` says which), the total last.
+fn figure6<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<Item = &'r Row>, isolations: &[Mode]) {
+    let _ = writeln!(s, "\n## {heading}\n");
     let _ = writeln!(
         s,
         "Trials whose native host crashed or hung; of those, how many isolated hosts survived (neither crashed nor \
@@ -100,17 +276,17 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
          the others saw only clean errors (every result that differs is an error returned by ward, none a wrong \
          value).\n"
     );
-    let mut header = "| fault type | trials | native crashed | native hung |".to_string();
+    let mut header = format!("| {what} | trials | native crashed | native hung |");
     let mut rule = "| --- | ---: | ---: | ---: |".to_string();
-    for m in &isolations {
+    for m in isolations {
         let _ = write!(header, " survived ({m}) | transparent ({m}) | clean errors only ({m}) |");
         rule.push_str(" ---: | ---: | ---: |");
     }
     let _ = writeln!(s, "{header}\n{rule}");
-    for row in summary.rows.iter().chain(std::iter::once(&summary.total)) {
+    for row in rows {
         let native = row.runs.get(&Mode::Native).copied().unwrap_or_default();
         let _ = write!(s, "| {} | {} | {} | {} |", name(row), row.trials, native.host_crashed, native.host_hung);
-        for m in &isolations {
+        for m in isolations {
             let survived = row.survived.get(m).copied().unwrap_or(0);
             let transparent = row.transparent.get(m).copied().unwrap_or(0);
             let clean = row.clean.get(m).copied().unwrap_or(0);
@@ -124,17 +300,20 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
         }
         s.push('\n');
     }
+}
 
-    let _ = writeln!(s, "\n## Every outcome (Nooks, Figure 7)\n");
-    let mut header = "| fault type | run |".to_string();
+/// Nooks' Figure 7 in numbers: every outcome of every kind of run.
+fn figure7<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<Item = &'r Row>, modes: &[Mode]) {
+    let _ = writeln!(s, "\n## {heading}\n");
+    let mut header = format!("| {what} | run |");
     let mut rule = "| --- | --- |".to_string();
     for o in Outcome::ALL {
         let _ = write!(header, " {} |", o.label());
         rule.push_str(" ---: |");
     }
     let _ = writeln!(s, "{header}\n{rule}");
-    for row in summary.rows.iter().chain(std::iter::once(&summary.total)) {
-        for mode in c.modes() {
+    for row in rows {
+        for &mode in modes {
             let counts = row.runs.get(&mode).copied().unwrap_or_default();
             let _ = write!(s, "| {} | {mode} |", name(row));
             for o in Outcome::ALL {
@@ -148,20 +327,14 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
             s.push('\n');
         }
     }
+}
 
+fn targets_section(s: &mut String, summary: &Summary) {
     let _ = writeln!(s, "\n## Targets (issue 5)\n");
     let _ = writeln!(s, "| isolation | target | measured | met |\n| --- | --- | --- | --- |");
     for t in &summary.targets {
-        target_rows(&mut s, t);
+        target_rows(s, t);
     }
-    let _ = writeln!(
-        s,
-        "\nThis invocation ran {} trials in {}; {} were recorded by an earlier one.",
-        finished.ran_trials,
-        duration(finished.elapsed),
-        finished.resumed_trials
-    );
-    s
 }
 
 fn target_rows(s: &mut String, t: &Targets) {

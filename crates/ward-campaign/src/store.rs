@@ -202,6 +202,7 @@ mod tests {
     fn config(seed: u64) -> CampaignConfig {
         CampaignConfig {
             extension: "well".into(),
+            workload: "well".into(),
             extension_hash: fingerprint(b"well"),
             fault_types: vec![FaultType::Nop],
             trials_per_type: 3,
@@ -228,6 +229,7 @@ mod tests {
             faults: Vec::new(),
             detected: Vec::new(),
             hangs: Vec::new(),
+            bypassed: 0,
             duration_ms: 1,
             session: "s".into(),
         }

@@ -178,14 +178,18 @@ pub struct Summary {
     pub targets: Vec<Targets>,
 }
 
-/// Counts `records` (complete trials of the campaign `config`).
+/// A trial of one extension, and its runs.
+type Trials<'r> = BTreeMap<(&'r str, TrialId), HashMap<Mode, &'r RunRecord>>;
+
+/// Counts `records` (complete trials of the campaign `config`, or of several campaigns with its settings: trials
+/// are told apart by their extension too).
 pub fn summarize(config: &CampaignConfig, records: &[RunRecord]) -> Summary {
-    let mut trials: BTreeMap<TrialId, HashMap<Mode, &RunRecord>> = BTreeMap::new();
+    let mut trials: Trials<'_> = BTreeMap::new();
     for r in records {
-        trials.entry(r.trial_id()).or_default().insert(r.isolation, r);
+        trials.entry((r.extension.as_str(), r.trial_id())).or_default().insert(r.isolation, r);
     }
     let mut rows: BTreeMap<FaultType, Row> = BTreeMap::new();
-    for (id, runs) in &trials {
+    for ((_, id), runs) in &trials {
         let row = rows
             .entry(id.fault_type)
             .or_insert_with(|| Row { fault_type: id.fault_type.to_string(), ..Row::default() });
@@ -200,12 +204,7 @@ pub fn summarize(config: &CampaignConfig, records: &[RunRecord]) -> Summary {
     Summary { extension: config.extension.clone(), rows: rows.into_values().collect(), total, targets }
 }
 
-fn targets(
-    mode: Mode,
-    total: &Row,
-    trials: &BTreeMap<TrialId, HashMap<Mode, &RunRecord>>,
-    deadline: Duration,
-) -> Targets {
+fn targets(mode: Mode, total: &Row, trials: &Trials<'_>, deadline: Duration) -> Targets {
     let survived = total.survived.get(&mode).copied().unwrap_or(0);
     let transparent = total.transparent.get(&mode).copied().unwrap_or(0);
     let clean = total.clean.get(&mode).copied().unwrap_or(0);
@@ -262,6 +261,7 @@ mod tests {
     fn config() -> CampaignConfig {
         CampaignConfig {
             extension: "well".into(),
+            workload: "well".into(),
             extension_hash: fingerprint(b""),
             fault_types: vec![FaultType::Branch, FaultType::Nop],
             trials_per_type: 2,
@@ -291,6 +291,7 @@ mod tests {
                 .map(|us| HangDetection { call: None, deadline_us: 200_000, detected_after_us: us })
                 .into_iter()
                 .collect(),
+            bypassed: 0,
             duration_ms: 0,
             session: String::new(),
         }

@@ -74,6 +74,7 @@ impl TrialRunner<'_> {
                 faults: faults.clone(),
                 detected: report.map(|r| r.faults.clone()).unwrap_or_default(),
                 hangs: report.map(|r| r.hangs.clone()).unwrap_or_default(),
+                bypassed: report.map_or(0, |r| r.bypassed.len() as u32),
                 duration_ms: judged.took.as_millis() as u64,
                 session: self.session.to_string(),
             });
@@ -93,7 +94,7 @@ pub(crate) fn run_and_judge(
     reference: &[Entry],
 ) -> Result<Judged, Error> {
     let request =
-        HostRequest { workload: &config.extension, path, mode, deadline: Duration::from_millis(config.deadline_ms) };
+        HostRequest { workload: &config.workload, path, mode, deadline: Duration::from_millis(config.deadline_ms) };
     let started = Instant::now();
     let run = launcher.launch(&request, Duration::from_millis(config.host_timeout_ms))?;
     let took = started.elapsed();

@@ -6,10 +6,10 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use clap::{value_parser, Args};
+use clap::{value_parser, ArgAction, Args};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ward_campaign::{workload, Campaign, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, RunRecord};
 
@@ -18,9 +18,11 @@ use crate::report::{self, say};
 
 #[derive(Args)]
 pub struct CampaignArgs {
-    /// The extension: a built-in name, or the path of a shared object whose name has a workload (well).
-    #[arg(long, default_value = "well", value_name = "NAME|PATH")]
-    extension: String,
+    /// The extensions, one campaign each: built-in names (well) or paths of LADSPA or frei0r plugin libraries,
+    /// separated by commas or given by repeating the option. With more than one, each campaign has its own
+    /// directory under --out (named after its extension) and a report over all of them is written to --out.
+    #[arg(long, default_value = "well", value_name = "NAME|PATH,...", value_delimiter = ',', action = ArgAction::Append)]
+    extension: Vec<String>,
     /// Fault types: `all`, or some of source, destination, pointer, interface, branch, loop, text, nop, init,
     /// off-by-one, separated by commas.
     #[arg(long, default_value = "all", value_name = "all|TYPE,...")]
@@ -40,7 +42,8 @@ pub struct CampaignArgs {
     /// Trials run at once [default: the number of CPUs].
     #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..=1024))]
     jobs: Option<u32>,
-    /// The campaign directory: records, reports, and what lets an interrupted campaign resume.
+    /// The campaign directory: records, reports, and what lets an interrupted campaign resume (with several
+    /// extensions, a directory per extension in it, and the report over all of them).
     #[arg(long, default_value = "ward-campaign", value_name = "DIR")]
     out: PathBuf,
     /// Print every run's record as a JSON line (and no summary).
@@ -60,35 +63,79 @@ pub fn is_bad_input(e: &anyhow::Error) -> bool {
 }
 
 pub fn run(args: CampaignArgs) -> Result<bool> {
-    let options = Options {
-        extension_path: extension_path(&args.extension)?,
-        fault_types: ward_campaign::parse_types(&args.types)?,
-        trials_per_type: args.trials_per_type,
-        faults_per_trial: args.faults_per_trial,
-        isolations: ward_campaign::parse_isolations(&args.isolation)?,
-        seed: args.seed,
-        deadline: Duration::from_millis(args.deadline_ms),
-        host_timeout: Duration::from_secs(args.host_timeout_s),
-        out: args.out.clone(),
-        jobs: args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), |j| j as usize),
-    };
-    let campaign = Campaign::new(options)?;
-    let progress = Progress::new(args.json, campaign.config.isolations.first().copied().unwrap_or(Mode::Process));
-    let result = campaign.run(&ChildHosts, &progress);
-    progress.bar.finish_and_clear();
-    let finished = result?;
-    progress.take_error()?;
-    let (_, markdown, written) = ward_campaign::report::write(&campaign.out, &finished)?;
-    if !args.json {
-        say!("{}", markdown.trim_end())?;
-        say!("")?;
-        say!(
-            "Written: {}, {}, {} (records: {})",
-            written.markdown.display(),
-            written.json.display(),
-            written.chart.display(),
-            campaign.out.join("trials.jsonl").display()
-        )?;
+    let started = Instant::now();
+    let fault_types = ward_campaign::parse_types(&args.types)?;
+    let isolations = ward_campaign::parse_isolations(&args.isolation)?;
+    let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), |j| j as usize);
+    let names: Vec<&str> = args.extension.iter().map(|e| e.trim()).filter(|e| !e.is_empty()).collect();
+    if names.is_empty() {
+        return Err(ward_campaign::Error::EmptyList { what: "--extension" }.into());
+    }
+    // Every extension is checked before any campaign starts (or creates a directory).
+    let several = names.len() > 1;
+    let mut campaigns = Vec::with_capacity(names.len());
+    for name in &names {
+        let path = extension_path(name)?;
+        let out = if several { args.out.join(ward::extension_name(&path)) } else { args.out.clone() };
+        let campaign = Campaign::new(Options {
+            extension_path: path,
+            fault_types: fault_types.clone(),
+            trials_per_type: args.trials_per_type,
+            faults_per_trial: args.faults_per_trial,
+            isolations: isolations.clone(),
+            seed: args.seed,
+            deadline: Duration::from_millis(args.deadline_ms),
+            host_timeout: Duration::from_secs(args.host_timeout_s),
+            out,
+            jobs,
+        })?;
+        if campaigns.iter().any(|c: &Campaign| c.config.extension == campaign.config.extension) {
+            return Err(ward_campaign::Error::DuplicateExtension { extension: campaign.config.extension }.into());
+        }
+        campaigns.push(campaign);
+    }
+
+    let mut finished = Vec::with_capacity(campaigns.len());
+    for (i, campaign) in campaigns.iter().enumerate() {
+        let label = if several {
+            format!("[{}/{}] {} ", i + 1, campaigns.len(), campaign.config.extension)
+        } else {
+            String::new()
+        };
+        let progress = Progress::new(args.json, isolations.first().copied().unwrap_or(Mode::Process), label);
+        let result = campaign.run(&ChildHosts, &progress);
+        progress.bar.finish_and_clear();
+        let done = result?;
+        progress.take_error()?;
+        let (_, markdown, written) = ward_campaign::report::write(&campaign.out, &done)?;
+        if !args.json && !several {
+            say!("{}", markdown.trim_end())?;
+            say!("")?;
+            say!(
+                "Written: {}, {}, {} (records: {})",
+                written.markdown.display(),
+                written.json.display(),
+                written.chart.display(),
+                campaign.out.join("trials.jsonl").display()
+            )?;
+        }
+        finished.push(done);
+    }
+    if several {
+        let (_, markdown, written) = ward_campaign::report::write_combined(&args.out, &finished, started.elapsed())?;
+        if !args.json {
+            say!("{}", markdown.trim_end())?;
+            say!("")?;
+            let by_extension =
+                written.chart_by_extension.as_ref().map(|p| format!(", {}", p.display())).unwrap_or_default();
+            say!(
+                "Written: {}, {}, {}{by_extension} (each extension's records and report: {})",
+                written.markdown.display(),
+                written.json.display(),
+                written.chart.display(),
+                args.out.join("EXTENSION").display()
+            )?;
+        }
     }
     Ok(true)
 }
@@ -98,7 +145,7 @@ fn extension_path(arg: &str) -> Result<PathBuf> {
     if arg.contains('/') || arg.ends_with(".so") {
         return Ok(PathBuf::from(arg));
     }
-    if workload::for_extension(arg).is_none() {
+    if workload::for_builtin(arg).is_none() {
         return Err(
             ward_campaign::Error::NoWorkload { extension: arg.to_string(), available: workload::available() }.into()
         );
@@ -136,6 +183,8 @@ impl Launcher for ChildHosts {
 struct Progress {
     bar: ProgressBar,
     json: bool,
+    /// Which campaign, when there are several: `[3/22] gverb_1216 `.
+    label: String,
     /// The isolation kind the bar's message counts.
     shown: Mode,
     tally: Mutex<Tally>,
@@ -151,7 +200,7 @@ struct Tally {
 }
 
 impl Progress {
-    fn new(json: bool, shown: Mode) -> Progress {
+    fn new(json: bool, shown: Mode, label: String) -> Progress {
         let target = if !json && std::io::stderr().is_terminal() {
             ProgressDrawTarget::stderr()
         } else {
@@ -162,8 +211,8 @@ impl Progress {
         if let Ok(style) = ProgressStyle::with_template("{elapsed_precise} {msg}") {
             bar.set_style(style);
         }
-        bar.set_message("reference runs of the unmutated extension");
-        Progress { bar, json, shown, tally: Mutex::new(Tally::default()), error: Mutex::new(None) }
+        bar.set_message(format!("{label}reference runs of the unmutated extension"));
+        Progress { bar, json, label, shown, tally: Mutex::new(Tally::default()), error: Mutex::new(None) }
     }
 
     fn take_error(&self) -> Result<()> {
@@ -185,8 +234,8 @@ impl Progress {
             }
         }
         self.bar.set_message(format!(
-            "native hosts lost {}, under {} survived {} ({} transparent)",
-            t.native_lost, self.shown, t.survived, t.transparent
+            "{}native hosts lost {}, under {} survived {} ({} transparent)",
+            self.label, t.native_lost, self.shown, t.survived, t.transparent
         ));
     }
 
@@ -222,7 +271,7 @@ impl Observer for Progress {
         }
         self.print(recorded);
         if recorded.is_empty() {
-            self.bar.set_message("");
+            self.bar.set_message(self.label.clone());
         }
     }
 

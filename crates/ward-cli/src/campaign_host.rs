@@ -21,7 +21,7 @@ const ADDRESS_SPACE: u64 = 1 << 30;
 
 #[derive(Args)]
 pub struct CampaignHostArgs {
-    /// The workload, by its extension's name.
+    /// The workload: well, ladspa or frei0r.
     #[arg(long)]
     workload: String,
     /// `native`, `process` or `none`.
@@ -50,8 +50,8 @@ pub fn main(args: CampaignHostArgs) -> Result<bool> {
 
 fn run(args: &CampaignHostArgs) -> Result<HostReport> {
     crate::host::become_ordinary_host(ADDRESS_SPACE)?;
-    let workload = workload::for_extension(&args.workload)
-        .with_context(|| format!("no workload for {}; there are: {}", args.workload, workload::available()))?;
+    let workload =
+        workload::by_name(&args.workload).with_context(|| format!("no workload called {}", args.workload))?;
     let mode: Mode = args.mode.parse()?;
     match mode.isolation() {
         None => {

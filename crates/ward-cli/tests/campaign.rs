@@ -1,5 +1,5 @@
-//! `ward campaign` end to end on the built-in `well` extension: real mutated copies, real throwaway hosts, the
-//! process domain. Build ward-domain with the same profile and target directory first (see tests/cli.rs).
+//! `ward campaign` end to end on the built-in `well` extension and on two of Debian's plugins (a LADSPA and a frei0r
+//! one): real mutated copies, real throwaway hosts, the process domain. Build ward-domain with the same profile and target directory first (see tests/cli.rs).
 //!
 //! The campaigns use seed 4, short deadlines and a short hang bound, so that each takes about a second. Which
 //! instructions a seed mutates depends only on well.so's code, which the build compiles the same way every time.
@@ -180,12 +180,16 @@ fn a_campaign_resumes_and_refuses_another_configuration() {
 #[test]
 fn bad_input_exits_2_with_one_message() {
     let out = scratch("bad");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--types", "nop,bogus"], "unknown fault type `bogus`; valid types: source, destination, pointer"),
         (&["--isolation", "jail"], "unknown isolation `jail`; valid: process, none"),
         (&["--extension", "/nonexistent/well.so"], "/nonexistent/well.so does not exist"),
-        (&["--extension", "faulty"], "no campaign workload for extension `faulty`; extensions with one: well"),
+        (
+            &["--extension", "faulty"],
+            "no campaign workload for extension `faulty`; extensions with one: well, and any LADSPA or frei0r plugin",
+        ),
         (&["--trials-per-type", "0"], "0 is not in 1..=100000"),
+        (&["--extension", "well,well"], "extension well is given twice"),
     ];
     for (args, message) in cases {
         let run = ward().arg("campaign").args(args).arg("--out").arg(&out).output().expect("cannot run ward");
@@ -232,4 +236,99 @@ fn a_hang_that_keeps_calling_the_host_is_detected() {
     let hangs = report["hangs"].as_array().expect("hangs");
     assert!(!hangs.is_empty(), "{report:#}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The smallest plugins of Debian's collections: the swh amplifier and the frei0r inverter (scripts/deps installs
+/// swh-plugins and frei0r-plugins).
+const AMP: &str = "/usr/lib/ladspa/amp_1181.so";
+const INVERT: &str = "/usr/lib/frei0r-1/invert0r.so";
+
+fn require_plugins() {
+    for (path, package) in [(AMP, "swh-plugins"), (INVERT, "frei0r-plugins")] {
+        assert!(Path::new(path).exists(), "{path} is missing: run scripts/deps (it installs {package})");
+    }
+}
+
+/// A campaign over a real LADSPA plugin and a real frei0r plugin, stripped as Debian ships them: both workloads
+/// run natively and under process isolation on the same mutated copies, and no host failure escapes.
+#[test]
+fn plugin_campaigns_keep_every_host_alive_under_process_isolation() {
+    require_domain();
+    require_plugins();
+    let out = scratch("plugins");
+    let extensions = format!("{AMP},{INVERT}");
+    let args = ["--extension", &extensions, "--types", "all", "--trials-per-type", "3", "--seed", "4"];
+    let lines = records(&campaign(&out, &args));
+
+    let extensions: BTreeSet<&str> = lines.iter().filter_map(|l| l["extension"].as_str()).collect();
+    assert_eq!(extensions, BTreeSet::from(["amp_1181", "invert0r"]));
+    for l in &lines {
+        let outcome = l["outcome"].as_str().unwrap_or_else(|| panic!("no outcome: {l}"));
+        assert!(OUTCOMES.contains(&outcome), "{l}");
+        match l["isolation"].as_str() {
+            Some("native") => {
+                assert!(!outcome.starts_with("recovered"), "nothing detects faults natively: {l}");
+                assert_eq!(l["bypassed"], 0, "{l}");
+            }
+            Some("process") => assert!(
+                outcome != "host_crashed" && outcome != "host_hung",
+                "a host failure escaped process isolation: {l}"
+            ),
+            _ => panic!("unexpected isolation: {l}"),
+        }
+    }
+    for ext in ["amp_1181", "invert0r"] {
+        let of = |isolation: &str, outcome: &str| {
+            lines
+                .iter()
+                .filter(|l| l["extension"] == ext && l["isolation"] == isolation && l["outcome"] == outcome)
+                .count()
+        };
+        assert!(of("native", "host_crashed") > 0, "{ext}: the campaign should crash some native hosts");
+        let recovered = of("process", "recovered") + of("process", "recovered_wrong_output");
+        assert!(recovered > 0, "{ext}: ward should detect some faults");
+    }
+    // Debian strips its plugins: faults still reach their internal functions (found through the unwind tables).
+    let internal = |l: &&Value| {
+        l["faults"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["function"].as_str().is_some_and(|n| n.starts_with("sub_"))))
+    };
+    assert!(lines.iter().any(|l| l["extension"] == "amp_1181" && internal(&l)), "no fault in amp's internal functions");
+    // A plugin that fails in every retry of a block ends bypassed: the host is told, so the run counts as detected.
+    assert!(
+        lines.iter().any(|l| l["isolation"] == "process" && l["bypassed"].as_u64().is_some_and(|b| b > 0)),
+        "no block or frame was bypassed"
+    );
+
+    // The unmutated plugins' reference output, measured natively (and matched under ward before any trial ran).
+    let reference = |ext: &str| -> Vec<(String, String)> {
+        let text = std::fs::read_to_string(out.join(ext).join("reference.json")).expect("reference.json");
+        let entries: Vec<Value> = serde_json::from_str(&text).expect("reference.json is JSON");
+        entries
+            .iter()
+            .map(|e| (e["call"].as_str().unwrap_or("").to_string(), e["result"].as_str().unwrap_or("").to_string()))
+            .collect()
+    };
+    let amp = reference("amp_1181");
+    assert_eq!(amp[0], ("plugins".to_string(), "1".to_string()));
+    assert!(amp[1].1.starts_with("amp \"Simple amplifier\" (id 1181"), "{amp:?}");
+    assert_eq!(amp.len(), 3 + 4, "plugins, describe, instantiate and four blocks: {amp:?}");
+    let invert = reference("invert0r");
+    assert!(invert[0].1.starts_with("\"Invert0r\" by "), "{invert:?}");
+    assert_eq!(invert.len(), 2 + 4, "info, construct and four frames: {invert:?}");
+
+    // The report over both campaigns.
+    let markdown = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(markdown.contains("# ward campaign: 2 extensions"), "{markdown}");
+    assert!(markdown.contains("| amp_1181 | ") && markdown.contains("| invert0r | "), "{markdown}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json")).expect("JSON");
+    assert_eq!(report["summary"]["targets"][0]["survival"], 1.0, "{:#}", report["summary"]["targets"]);
+    assert_eq!(report["extensions"].as_array().map(Vec::len), Some(2));
+    for chart in ["outcomes.svg", "outcomes-by-extension.svg"] {
+        let svg = std::fs::read_to_string(out.join(chart)).expect(chart);
+        assert!(svg.starts_with("<svg") && svg.contains("invert0r") == (chart != "outcomes.svg"), "{chart}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }

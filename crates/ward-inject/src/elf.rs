@@ -2,7 +2,9 @@
 //!
 //! Where the code comes from, in order of preference:
 //! 1. `.symtab`: every defined `STT_FUNC` symbol with a nonzero size inside an executable section;
-//! 2. `.dynsym`, the same way, when the object was stripped of `.symtab`;
+//! 2. `.dynsym`, the same way, when the object was stripped of `.symtab`, together with every function the unwind
+//!    tables (`.eh_frame`) describe that no dynamic symbol covers: the stripped object's internal functions, named
+//!    `sub_` and their address in hex, as disassemblers name them;
 //! 3. with no such symbols, each executable section as one region named after the section;
 //! 4. with no section headers at all, each executable `PT_LOAD` segment.
 //!
@@ -77,6 +79,8 @@ pub fn functions(bytes: &[u8]) -> Result<Vec<Function>, InjectError> {
     let mut found = symbol_functions(file.symbols(), &sections);
     if found.is_empty() {
         found = symbol_functions(file.dynamic_symbols(), &sections);
+        let unnamed = unwound_functions(&file, &sections, &found);
+        found.extend(unnamed);
     }
     if found.is_empty() {
         found = sections
@@ -209,6 +213,36 @@ fn symbol_functions<'data, S: ObjectSymbol<'data>>(
             })
         })
         .collect()
+}
+
+/// The functions `.eh_frame` describes that lie wholly inside one executable section (not a linker stub section)
+/// and overlap none of `named`, each named `sub_ADDRESS`.
+fn unwound_functions(file: &ElfFile64<'_, Endianness>, sections: &[ExecSection], named: &[Function]) -> Vec<Function> {
+    let Some(eh_frame) = file.section_by_name(".eh_frame") else { return Vec::new() };
+    let Ok(data) = eh_frame.data() else { return Vec::new() };
+    let mut found: Vec<Function> = Vec::new();
+    for fde in crate::ehframe::fdes(data, eh_frame.address()) {
+        let Some(end) = fde.start.checked_add(fde.len) else { continue };
+        let Some(section) = sections
+            .iter()
+            .find(|s| !STUB_SECTIONS.contains(&s.name.as_str()) && s.address <= fde.start && end <= s.address + s.size)
+        else {
+            continue;
+        };
+        let overlaps = |f: &Function| f.address < end && fde.start < f.address + f.size;
+        if named.iter().chain(found.iter()).any(overlaps) {
+            continue;
+        }
+        found.push(Function {
+            name: format!("sub_{:x}", fde.start),
+            section: section.name.clone(),
+            address: fde.start,
+            offset: section.offset + (fde.start - section.address),
+            size: fde.len,
+            toolchain: false,
+        });
+    }
+    found
 }
 
 /// Executable `PT_LOAD` segments, for objects whose section headers were stripped.

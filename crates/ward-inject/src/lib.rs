@@ -16,6 +16,7 @@
 //! - faults never share a byte.
 
 mod decode;
+mod ehframe;
 mod elf;
 mod encode;
 mod error;

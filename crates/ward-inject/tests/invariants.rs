@@ -180,13 +180,46 @@ fn stripped_objects_fall_back_to_dynamic_symbols() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Hidden functions: once stripped, neither .symtab nor .dynsym names them.
+const HIDDEN: &str = "__attribute__((visibility(\"hidden\"))) int twice(int x) { return x < 10 ? x * 2 : x; }\n\
+                      __attribute__((visibility(\"hidden\"))) int thrice(int x) { return twice(x) + x; }\n\
+                      int exported(int x) { return thrice(x) - 1; }\n";
+
+#[test]
+fn stripped_objects_name_their_internal_functions_from_the_unwind_tables() {
+    let dir = scratch_dir("unwind");
+    let so = write_temp(&dir, "unwind.so", &compile("unwind", HIDDEN, &["-O1", "-shared", "-fPIC", "-fno-inline"]));
+    let Ok(status) = std::process::Command::new("strip").arg("--strip-all").arg(&so).status() else {
+        eprintln!("strip is not installed; skipping");
+        return;
+    };
+    assert!(status.success());
+    let bytes = std::fs::read(&so).expect("read the stripped object");
+    let functions = ward_inject::functions(&bytes).expect("functions");
+    assert!(functions.iter().any(|f| f.name == "exported"), "{functions:?}");
+    let unnamed: Vec<_> = functions.iter().filter(|f| f.name.starts_with("sub_")).collect();
+    assert_eq!(unnamed.len(), 2, "twice and thrice: {functions:?}");
+    for f in &unnamed {
+        assert_eq!(f.name, format!("sub_{:x}", f.address));
+        assert!(!f.toolchain && f.section == ".text", "{f:?}");
+    }
+    for pair in functions.windows(2) {
+        assert!(pair[0].offset + pair[0].size <= pair[1].offset, "functions overlap: {pair:?}");
+    }
+    let injection = inject_ok(&bytes, &plan(FaultType::Nop, 6));
+    assert!(injection.faults.iter().any(|f| f.function.starts_with("sub_")), "{:#?}", injection.faults);
+    check_invariants(&bytes, &injection, FaultType::Nop);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn sections_stand_in_when_there_are_no_function_symbols() {
-    // Every function hidden, then stripped: neither .symtab nor .dynsym names a function.
+    // Every function hidden, then stripped, and no unwind tables: nothing names or bounds a function.
     let source = "__attribute__((visibility(\"hidden\"))) int twice(int x) { return x < 10 ? x * 2 : x; }\n\
                   __attribute__((visibility(\"hidden\"))) int thrice(int x) { return twice(x) + x; }\n";
     let dir = scratch_dir("nosym");
-    let so = write_temp(&dir, "nosym.so", &compile("nosym", source, &["-O2", "-shared", "-fPIC"]));
+    let flags = ["-O2", "-shared", "-fPIC", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables"];
+    let so = write_temp(&dir, "nosym.so", &compile("nosym", source, &flags));
     let Ok(status) = std::process::Command::new("strip").arg("--strip-all").arg(&so).status() else {
         eprintln!("strip is not installed; skipping");
         return;

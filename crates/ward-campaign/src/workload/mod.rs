@@ -1,51 +1,135 @@
-//! Workloads: what a trial's host does with the extension. Each extension a campaign can take has one, a fixed
-//! sequence of calls covering its interface whose results make the run's output; the unmutated extension's native
-//! output is the reference every run is compared with.
+//! Workloads: what a trial's host does with the extension. Each kind of extension a campaign can take has one, a
+//! fixed sequence of calls covering its interface whose results make the run's output; the unmutated extension's
+//! native output is the reference every run is compared with.
 //!
 //! A workload runs twice over: natively, where the host resolves symbols itself and calls them directly, and under
 //! ward, through a [`Supervisor`]. Built-in test extensions are driven through the generic call API ([`Caller`]);
-//! plugin classes (LADSPA, frei0r) will drive theirs through their class wrappers, which is why the trait takes the
-//! extension in both forms rather than one call interface.
+//! plugin libraries (LADSPA, frei0r) through their class wrappers, which load the class's adapter into the domain
+//! and open the plugin there themselves: so [`Workload::run_ward`] gets the supervisor and the plugin's path, not a
+//! loaded extension. A plugin's workload is chosen by its class ([`ward_classes::class_of`]), a built-in
+//! extension's by its name ([`for_path`]).
 
 mod caller;
+mod frei0r;
+mod ladspa;
+mod native;
 mod recorder;
 mod well;
 
+use std::path::Path;
 use std::time::Duration;
 
-use ward::{Extension, Policy, Supervisor};
+use ward::{Extension, Isolation, Policy, Supervisor};
+use ward_classes::Class;
 
 pub use caller::{Caller, NativeCaller, Symbols, WardCaller};
 pub use recorder::{count_differences, first_difference, Entry, Recorder, Span};
 
-/// What a host does with one extension.
+/// What a host does with one kind of extension.
 pub trait Workload: Sync {
-    /// The name of the extension this workload drives (as ward names extensions: `well` for `libwell.so`).
-    fn extension(&self) -> &'static str;
+    /// The workload's name (`well`, `ladspa`, `frei0r`): what a host is told to run.
+    fn name(&self) -> &'static str;
+
+    /// The built-in extension this workload drives (as ward names extensions: `well` for `libwell.so`); `None` for
+    /// a plugin class's workload, which drives any plugin of its class.
+    fn builtin(&self) -> Option<&'static str>;
 
     /// One sentence on what it does, for reports.
     fn describe(&self) -> &'static str;
 
-    /// The policy the extension runs under in ward: which calls establish state, which destroy instances, and
-    /// `deadline` for every call.
+    /// The policy the extension runs under in ward: its restart budget, `deadline` for every call, and for a
+    /// built-in extension which calls establish state and which destroy instances (a class wrapper says that of
+    /// its own adapter's functions).
     fn policy(&self, deadline: Duration) -> Policy;
 
     /// Run natively: the extension is loaded into this process; `symbols` finds its functions.
     fn run_native(&self, symbols: &dyn Symbols, out: &mut Recorder);
 
-    /// Run under ward: `ext` was loaded by `sup` with [`Workload::policy`].
-    fn run_ward(&self, sup: &Supervisor, ext: &Extension, out: &mut Recorder);
+    /// Run under ward: load the extension at `path` through `sup` (made with [`Workload::policy`]) with
+    /// `isolation`, and do the work. Returns the extension, for its statistics, or why it could not be loaded or
+    /// opened (then the workload did not run).
+    fn run_ward(
+        &self,
+        sup: &Supervisor,
+        path: &Path,
+        isolation: Isolation,
+        out: &mut Recorder,
+    ) -> Result<Extension, String>;
 }
 
-/// Every workload, one per extension.
-static WORKLOADS: &[&dyn Workload] = &[&well::Well];
+/// Every workload.
+static WORKLOADS: &[&dyn Workload] = &[&well::Well, &ladspa::Ladspa, &frei0r::Frei0r];
 
-/// The workload of the extension called `name`.
-pub fn for_extension(name: &str) -> Option<&'static dyn Workload> {
-    WORKLOADS.iter().copied().find(|w| w.extension() == name)
+/// The workload called `name`.
+pub fn by_name(name: &str) -> Option<&'static dyn Workload> {
+    WORKLOADS.iter().copied().find(|w| w.name() == name)
 }
 
-/// The extensions that have a workload, comma-separated.
+/// The workload of the built-in extension called `name`.
+pub fn for_builtin(name: &str) -> Option<&'static dyn Workload> {
+    WORKLOADS.iter().copied().find(|w| w.builtin() == Some(name))
+}
+
+/// The workload of the extension at `path`: its plugin class's, else its built-in name's.
+pub fn for_path(path: &Path) -> Option<&'static dyn Workload> {
+    match ward_classes::class_of(path) {
+        Some(Class::Ladspa) => Some(&ladspa::Ladspa),
+        Some(Class::Frei0r) => Some(&frei0r::Frei0r),
+        None => for_builtin(&ward::extension_name(path)),
+    }
+}
+
+/// What has a workload, for messages.
 pub fn available() -> String {
-    WORKLOADS.iter().map(|w| w.extension()).collect::<Vec<_>>().join(", ")
+    let builtin: Vec<&str> = WORKLOADS.iter().filter_map(|w| w.builtin()).collect();
+    format!("{}, and any LADSPA or frei0r plugin library (by path)", builtin.join(", "))
+}
+
+/// FNV-1a (64 bit) of `bytes`: how a plugin workload writes a buffer into its output, so that equal outputs are
+/// equal text and a report line stays short.
+pub(crate) fn digest(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// Restarts a plugin's domain may have in a minute: enough for a deterministic fault in every block or frame to
+/// cost its two (the failed call, and its retry), and few enough that a plugin that hangs in every call is disabled
+/// (and bypassed at once) long before the host's bound.
+const PLUGIN_MAX_RESTARTS: u32 = 12;
+
+/// The policy of a plugin class's workload: every call's `deadline`, the restart budget, and short backoffs (a
+/// deterministic fault fails again at every retry; the pauses would only add to a trial's time). Which adapter
+/// calls establish state, destroy instances or may be retried is the class's business.
+pub(crate) fn class_policy(deadline: Duration) -> Policy {
+    let mut policy = Policy::default();
+    let d = policy.defaults_mut();
+    d.deadline = Some(deadline);
+    d.max_restarts = Some(PLUGIN_MAX_RESTARTS);
+    d.restart_period = Some(Duration::from_secs(60));
+    d.backoff_initial = Some(Duration::from_micros(100));
+    d.backoff_max = Some(Duration::from_millis(10));
+    policy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_gets_its_class_workload_and_a_builtin_its_own() {
+        let well = ward_extensions::path_of("well").expect("the built-in well.so");
+        assert_eq!(for_path(&well).map(|w| w.name()), Some("well"));
+        assert_eq!(for_builtin("well").map(|w| w.name()), Some("well"));
+        assert!(for_builtin("faulty").is_none());
+        for (path, name) in [("/usr/lib/ladspa/amp_1181.so", "ladspa"), ("/usr/lib/frei0r-1/invert0r.so", "frei0r")] {
+            assert!(Path::new(path).exists(), "{path} is missing: run scripts/deps");
+            assert_eq!(for_path(Path::new(path)).map(|w| w.name()), Some(name), "{path}");
+            assert_eq!(by_name(name).map(|w| w.builtin()), Some(None));
+        }
+        assert!(available().starts_with("well, and any LADSPA or frei0r"), "{}", available());
+    }
 }

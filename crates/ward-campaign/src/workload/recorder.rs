@@ -1,6 +1,7 @@
 //! A run's output: one entry per call, the call written out and its result as text, so outputs compare by equality
 //! and a difference reads as "well_add(2, 40): expected 42, got 41". Each call's time span is kept too, to measure
-//! how long ward took to notice a hang in it.
+//! how long ward took to notice a hang in it, and so is every block or frame a class wrapper bypassed (the host was
+//! told that the plugin could not process it).
 
 use std::time::{Duration, Instant};
 
@@ -28,12 +29,13 @@ pub struct Recorder {
     origin: Instant,
     entries: Vec<Entry>,
     spans: Vec<Span>,
+    bypassed: Vec<String>,
 }
 
 impl Recorder {
     /// Spans are measured from `origin`.
     pub fn new(origin: Instant) -> Recorder {
-        Recorder { origin, entries: Vec::new(), spans: Vec::new() }
+        Recorder { origin, entries: Vec::new(), spans: Vec::new(), bypassed: Vec::new() }
     }
 
     /// Make one call: `f` does it, `show` writes a successful result. Returns the result for later calls to use.
@@ -57,6 +59,17 @@ impl Recorder {
     /// A call not made, and why; it still counts in the output.
     pub fn skip(&mut self, call: impl Into<String>, why: &str) {
         self.entries.push(Entry { call: call.into(), result: format!("skipped: {why}") });
+    }
+
+    /// The class wrapper bypassed the plugin in the last call (`Processed::Bypassed`): its output is the class's
+    /// fallback, and the host was told why. The output is recorded as usual; this notes that the host knew.
+    pub fn bypassed(&mut self, reason: impl Into<String>) {
+        self.bypassed.push(reason.into());
+    }
+
+    /// Why each bypassed call was bypassed, in order.
+    pub fn bypasses(&self) -> &[String] {
+        &self.bypassed
     }
 
     pub fn entries(&self) -> &[Entry] {

@@ -4,10 +4,11 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
+use std::path::Path;
 use std::time::Duration;
 
 use ward::policy::FunctionOverride;
-use ward::{Arg, Extension, Policy, RetType, Signature, Supervisor, ValType, Value};
+use ward::{Arg, Extension, Isolation, Policy, RetType, Signature, Supervisor, ValType, Value};
 
 use super::{Caller, NativeCaller, Recorder, Symbols, WardCaller, Workload};
 
@@ -18,8 +19,12 @@ pub struct Well;
 const MAX_RESTARTS: u32 = 100;
 
 impl Workload for Well {
-    fn extension(&self) -> &'static str {
+    fn name(&self) -> &'static str {
         "well"
+    }
+
+    fn builtin(&self) -> Option<&'static str> {
+        Some("well")
     }
 
     fn describe(&self) -> &'static str {
@@ -50,15 +55,23 @@ impl Workload for Well {
         sequence(&mut caller, Ok(Arg::Ptr(square as *const () as usize)), out);
     }
 
-    fn run_ward(&self, sup: &Supervisor, ext: &Extension, out: &mut Recorder) {
+    fn run_ward(
+        &self,
+        sup: &Supervisor,
+        path: &Path,
+        isolation: Isolation,
+        out: &mut Recorder,
+    ) -> Result<Extension, String> {
+        let ext = sup.load_with(path, Some(isolation)).map_err(|e| e.to_string())?;
         let callback = sup.register_callback(Signature::new(&[ValType::I64], RetType::I64), |args| {
             Value::I64(square(args.first().and_then(Value::as_i64).unwrap_or(0)))
         });
-        let mut caller = WardCaller::new(ext);
+        let mut caller = WardCaller::new(&ext);
         match &callback {
             Ok(cb) => sequence(&mut caller, Ok(Arg::Callback(cb)), out),
             Err(e) => sequence(&mut caller, Err(e.to_string()), out),
         }
+        Ok(ext)
     }
 }
 
