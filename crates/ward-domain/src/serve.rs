@@ -112,22 +112,44 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
     }
 }
 
+/// Calls of a batch prepared under one borrow of the serving state (a thread-local lookup and a borrow per call cost
+/// as much as the call itself).
+const BATCH_CHUNK: usize = 32;
+
 /// Run every call of a batch in order. No replies: these are deferred calls. A call that cannot run (an unknown
 /// function, arguments that do not fit) is skipped, as its synchronous twin would have been refused.
 fn run_batch(record: &[u8]) -> Result<(), String> {
     let batch = BatchView::parse(record).map_err(|e| format!("bad batch from the host: {e}"))?;
-    for entry in batch.entries() {
-        let Ok((func, regs)) = with_server(|s| prepare(s, entry.func, entry.args(), &[])) else {
-            continue;
-        };
+    let mut entries = batch.entries();
+    let mut ready: [(*const std::ffi::c_void, RegArgs); BATCH_CHUNK] =
+        [(std::ptr::null(), RegArgs::default()); BATCH_CHUNK];
+    loop {
+        // Prepare up to a chunk; the calls run outside the borrow, as they may call back into the host.
+        let n = with_server(|s| {
+            let mut n = 0;
+            for entry in entries.by_ref() {
+                if let Ok(call) = prepare(s, entry.func, entry.args(), &[]) {
+                    ready[n] = call;
+                    n += 1;
+                    if n == BATCH_CHUNK {
+                        break;
+                    }
+                }
+            }
+            n
+        });
+        if n == 0 {
+            return Ok(());
+        }
         let outer = CURRENT_CALL.load(Ordering::Relaxed);
         CURRENT_CALL.store(batch.id(), Ordering::Relaxed);
-        // SAFETY: as for a single call (see serve_until): a function the host resolved in an extension it asked us
-        // to load, with arguments translated by `prepare`; only scalars travel in a batch.
-        unsafe { ward_abi::call_native(func, &regs) };
+        for (func, regs) in &ready[..n] {
+            // SAFETY: as for a single call (see serve_until): a function the host resolved in an extension it asked
+            // us to load, with arguments translated by `prepare`; only scalars travel in a batch.
+            unsafe { ward_abi::call_native(*func, regs) };
+        }
         CURRENT_CALL.store(outer, Ordering::Relaxed);
     }
-    Ok(())
 }
 
 /// Copy out the next request; for a call, resolve its function and translate its arguments.

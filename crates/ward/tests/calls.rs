@@ -138,6 +138,16 @@ fn deferred_calls_run_in_order_before_the_next_call() {
             add.defer(&[Arg::I64(i)]).unwrap();
         }
         assert_eq!(i64_call(&ext, "counter_get", &mut []), 500_500, "{iso}");
+        // Order across a batch (and the domain's chunks of it): the reset lands between the two runs of adds.
+        let reset = ext.function("counter_reset").unwrap();
+        for _ in 0..100 {
+            add.defer(&[Arg::I64(1)]).unwrap();
+        }
+        reset.defer(&[]).unwrap();
+        for i in 1..=50 {
+            add.defer(&[Arg::I64(i)]).unwrap();
+        }
+        assert_eq!(i64_call(&ext, "counter_get", &mut []), 1275, "{iso}");
         ext.defer("well_sum", &[Arg::In(b"\x01\x02\x03"), Arg::U64(3)]).unwrap();
         ext.flush().unwrap();
     }
