@@ -30,6 +30,9 @@ pub struct SoxArgs {
     /// One JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// Policy file (TOML) for the `ward run` variants, as `ward run --policy` takes it; ward's defaults without one.
+    #[arg(long)]
+    policy: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -40,6 +43,9 @@ pub struct FfmpegArgs {
     /// One JSON document instead of a table.
     #[arg(long)]
     json: bool,
+    /// Policy file (TOML) for the `ward run` variants, as `ward run --policy` takes it; ward's defaults without one.
+    #[arg(long)]
+    policy: Option<PathBuf>,
     /// The frei0r filter, as ffmpeg's `frei0r=` takes it: NAME or NAME:PARAMS. invert0r (next to no work per pixel:
     /// the worst case for the boundary's share) is measured too.
     #[arg(long, default_value = "vignette")]
@@ -113,13 +119,40 @@ impl Variant {
     }
 }
 
-/// One host command to time. `args` gets the file the variant may write its output to and whether this is the
-/// check run.
+/// This program, and how its `ward run` variants run.
+struct Ward {
+    exe: PathBuf,
+    policy: Option<PathBuf>,
+}
+
+impl Ward {
+    fn new(policy: Option<&Path>) -> Result<Ward> {
+        let exe = std::env::current_exe().context("cannot find the running ward program")?;
+        let policy = match policy {
+            Some(p) => {
+                // Read once here, so that a mistake in it is bad input before anything is timed.
+                ward::Policy::from_file(p)?;
+                Some(std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+            }
+            None => None,
+        };
+        Ok(Ward { exe, policy })
+    }
+
+    fn policy_text(&self) -> String {
+        self.policy.as_ref().map_or_else(|| "ward's defaults".to_string(), |p| p.display().to_string())
+    }
+}
+
+/// A case's host arguments, given the file the variant may write its output to and whether this is the check run.
+type ArgsFn = Box<dyn Fn(&Path, bool) -> Vec<OsString>>;
+
+/// One host command to time.
 struct Case {
     /// What this case is called in the table and the JSON ("sox", "vignette").
     name: String,
     program: PathBuf,
-    args: Box<dyn Fn(&Path, bool) -> Vec<OsString>>,
+    args: ArgsFn,
     /// Extension of the check run's output file.
     ext: &'static str,
     /// What the check run's outputs are, for the report.
@@ -143,6 +176,8 @@ struct JsonReport {
     note: &'static str,
     runs: u32,
     cpus: usize,
+    /// The policy file of the `ward run` variants; none for ward's defaults.
+    policy: Option<String>,
     workload: String,
     cases: Vec<JsonCase>,
 }
@@ -196,7 +231,7 @@ pub fn sox(args: SoxArgs) -> Result<bool> {
             ))));
         }
     }
-    let ward = std::env::current_exe().context("cannot find the running ward program")?;
+    let ward = Ward::new(args.policy.as_deref())?;
     let tmp = TempDir::new("ward-bench-sox")?;
     let input = tmp.path().join("in.wav");
     progress("sox: making 60 s of 48 kHz stereo 16-bit audio (two sines and pink noise, fixed seed)");
@@ -241,7 +276,7 @@ pub fn sox(args: SoxArgs) -> Result<bool> {
     let timings = measure(&case, &ward, tmp.path(), args.runs)?;
     let workload = "60 s of 48 kHz stereo 16-bit WAV (sine 440 Hz left, 660 Hz right, pink noise, seed fixed by -R)";
     if args.json {
-        return print_json("sox", args.runs, workload, &[(&case, &timings, command_text(&case, tmp.path()))]);
+        return print_json("sox", args.runs, &ward, workload, &[(&case, &timings, command_text(&case, tmp.path()))]);
     }
     say!(
         "ward bench sox: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
@@ -249,6 +284,7 @@ pub fn sox(args: SoxArgs) -> Result<bool> {
         cpus()
     )?;
     say!("workload: {workload}")?;
+    say!("policy of the ward run variants: {}", ward.policy_text())?;
     say!("command: sox -D in.wav out.wav, then five LADSPA effects (sox's ladspa effect):")?;
     for (file, label, per_channel, values, what) in SOX_CHAIN {
         say!("  ladspa {}{LADSPA_DIR}/{file} {label} {values}    ({what})", if *per_channel { "-r " } else { "" })?;
@@ -277,7 +313,7 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
             ))));
         }
     }
-    let ward = std::env::current_exe().context("cannot find the running ward program")?;
+    let ward = Ward::new(args.policy.as_deref())?;
     let tmp = TempDir::new("ward-bench-ffmpeg")?;
     let input = tmp.path().join("in.rgba");
     let size = format!("{WIDTH}x{HEIGHT}");
@@ -343,7 +379,7 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
     }
     if args.json {
         let list: Vec<_> = cases.iter().zip(&measured).map(|(c, t)| (c, t, command_text(c, tmp.path()))).collect();
-        return print_json("ffmpeg", args.runs, &workload, &list);
+        return print_json("ffmpeg", args.runs, &ward, &workload, &list);
     }
     say!(
         "ward bench ffmpeg: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
@@ -351,6 +387,7 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
         cpus()
     )?;
     say!("workload: {workload}")?;
+    say!("policy of the ward run variants: {}", ward.policy_text())?;
     say!("ffmpeg's own threading left at its defaults (its frei0r filter runs on one thread)")?;
     for (case, t) in cases.iter().zip(&measured) {
         say!("")?;
@@ -402,7 +439,7 @@ fn command_text(case: &Case, dir: &Path) -> String {
 }
 
 /// The check run, then `runs` interleaved timed runs of every variant.
-fn measure(case: &Case, ward: &Path, dir: &Path, runs: u32) -> Result<Timings> {
+fn measure(case: &Case, ward: &Ward, dir: &Path, runs: u32) -> Result<Timings> {
     let load_before = load_average();
     let out_of = |v: Variant| dir.join(format!("out-{}-{}.{}", case_slug(&case.name), v.key(), case.ext));
     for v in VARIANTS {
@@ -437,13 +474,17 @@ fn case_slug(name: &str) -> String {
 
 /// One run of the host as `variant`; its wall time in seconds. A failed run, or ward reporting a fault, is an error:
 /// a recovery would be timed instead of the plugins.
-fn run_once(case: &Case, ward: &Path, variant: Variant, out: &Path, check: bool, dir: &Path) -> Result<f64> {
+fn run_once(case: &Case, ward: &Ward, variant: Variant, out: &Path, check: bool, dir: &Path) -> Result<f64> {
     let args = (case.args)(out, check);
     let mut cmd = match variant {
         Variant::Native => Command::new(&case.program),
         Variant::WardNone | Variant::WardProcess => {
-            let mut c = Command::new(ward);
-            c.args(["run", "--isolation", variant.isolation(), "--"]).arg(&case.program);
+            let mut c = Command::new(&ward.exe);
+            c.args(["run", "--isolation", variant.isolation()]);
+            if let Some(policy) = &ward.policy {
+                c.arg("--policy").arg(policy);
+            }
+            c.arg("--").arg(&case.program);
             c
         }
     };
@@ -539,12 +580,19 @@ fn print_table(case: &Case, t: &Timings) -> Result<()> {
     Ok(())
 }
 
-fn print_json(bench: &'static str, runs: u32, workload: &str, cases: &[(&Case, &Timings, String)]) -> Result<bool> {
+fn print_json(
+    bench: &'static str,
+    runs: u32,
+    ward: &Ward,
+    workload: &str,
+    cases: &[(&Case, &Timings, String)],
+) -> Result<bool> {
     let report = JsonReport {
         bench,
         note: "wall seconds per run of the whole host; ratio = median / native median",
         runs,
         cpus: cpus(),
+        policy: ward.policy.as_ref().map(|p| p.display().to_string()),
         workload: workload.to_string(),
         cases: cases
             .iter()
