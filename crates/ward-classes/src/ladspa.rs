@@ -518,11 +518,10 @@ impl Instance {
         self.output.clear();
         for (port, buf) in self.plugin.ports.iter().zip(ports.iter()) {
             let n = if port.is_audio() { samples } else { 1 };
+            // Whole ports at a time (samples as their native bytes), not sample by sample.
             match buf {
-                PortBuffer::Input(s) => s[..n].iter().for_each(|v| self.input.extend_from_slice(&v.to_ne_bytes())),
-                PortBuffer::Output(s) if adding => {
-                    s[..n].iter().for_each(|v| self.output.extend_from_slice(&v.to_ne_bytes()))
-                }
+                PortBuffer::Input(s) => self.input.extend_from_slice(bytemuck::cast_slice(&s[..n])),
+                PortBuffer::Output(s) if adding => self.output.extend_from_slice(bytemuck::cast_slice(&s[..n])),
                 PortBuffer::Output(_) => {}
             }
         }
@@ -535,9 +534,8 @@ impl Instance {
         for (port, buf) in self.plugin.ports.iter().zip(ports.iter_mut()) {
             let PortBuffer::Output(s) = buf else { continue };
             let n = if port.is_audio() { samples } else { 1 };
-            for (dst, src) in s[..n].iter_mut().zip(self.output[at..at + n * 4].chunks_exact(4)) {
-                *dst = f32::from_ne_bytes([src[0], src[1], src[2], src[3]]);
-            }
+            // The destination as bytes: always aligned, whatever the packing buffer's alignment.
+            bytemuck::cast_slice_mut::<f32, u8>(&mut s[..n]).copy_from_slice(&self.output[at..at + n * 4]);
             at += n * 4;
         }
     }

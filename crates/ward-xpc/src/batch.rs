@@ -4,8 +4,11 @@
 //! ```text
 //! header   len u32 @0 | op u8 @4 = 8 | nargs 0 | ret 0 | flags 0 | id u64 @8
 //! body     count u32 @16, pad u32 @20, entries @24, zero padding to a multiple of 16
-//! entry    func u32 @0, nargs u8 @4, pad 3, kinds u64 @8 (argument i's ArgKind code in bits 4i..4i+4),
-//!          values nargs x u64 @16 (Int: the value; F64, F32: the bits; Callback: the stub slot)
+//! entry    func u32 @0, nargs u8 @4, pad 3; with arguments only: kinds u64 @8 (argument i's ArgKind code in
+//!          bits 4i..4i+4), values nargs x u64 @16 (Int: the value; F64, F32: the bits; Callback: the stub slot)
+//!
+//! An entry without arguments is 8 bytes: the record is written into memory the other side has just read, so every
+//! byte saved is a cache line fewer to pull across for a run of argument-less calls.
 //! ```
 //!
 //! [`BatchView::parse`] checks the whole record before any entry is handed out: every entry lies inside the record,
@@ -16,11 +19,18 @@ use crate::wire::{round_up, ArgKind, Op, WireArg, WireError, MAX_ARGS};
 
 const COUNT: usize = 16;
 const ENTRIES: usize = 24;
-const ENTRY_HEADER: usize = 16;
+/// An entry's function and argument count.
+const ENTRY_HEADER: usize = 8;
+/// Where an entry's argument values start (after its kinds), when it has arguments.
+const ENTRY_VALUES: usize = 16;
 
 /// Bytes one entry with `nargs` arguments takes.
 pub const fn entry_len(nargs: usize) -> usize {
-    ENTRY_HEADER + 8 * nargs
+    if nargs == 0 {
+        ENTRY_HEADER
+    } else {
+        ENTRY_VALUES + 8 * nargs
+    }
 }
 
 fn is_scalar(kind: ArgKind) -> bool {
@@ -78,12 +88,14 @@ impl BatchWriter {
                 return Err(WireError("only scalar arguments travel in a batch"));
             }
             kinds |= u64::from(u8::from(a.kind) & 0xf) << (4 * i);
-            let v = at + ENTRY_HEADER + 8 * i;
+            let v = at + ENTRY_VALUES + 8 * i;
             self.buf[v..v + 8].copy_from_slice(&a.a.to_le_bytes());
         }
         self.buf[at..at + 4].copy_from_slice(&func.to_le_bytes());
         self.buf[at + 4..at + 8].copy_from_slice(&[nargs as u8, 0, 0, 0]);
-        self.buf[at + 8..at + 16].copy_from_slice(&kinds.to_le_bytes());
+        if nargs > 0 {
+            self.buf[at + 8..at + 16].copy_from_slice(&kinds.to_le_bytes());
+        }
         self.end += entry_len(nargs);
         self.count += 1;
         Ok(())
@@ -207,7 +219,7 @@ impl<'a> BatchView<'a> {
         let mut at = ENTRIES;
         (0..self.count).map_while(move |_| {
             let (func, nargs, kinds) = entry_header(record, at).ok()?;
-            let values = record.get(at + ENTRY_HEADER..at + entry_len(nargs))?;
+            let values = if nargs == 0 { &[][..] } else { record.get(at + ENTRY_VALUES..at + entry_len(nargs))? };
             at += entry_len(nargs);
             Some(BatchEntry { func, kinds, values })
         })
@@ -223,7 +235,8 @@ fn entry_header(record: &[u8], at: usize) -> Result<(u32, usize, u64), WireError
     if nargs > MAX_ARGS {
         return Err(WireError("batch entry with more than 14 arguments"));
     }
-    Ok((func, nargs, u64_at(record, at + 8)?))
+    let kinds = if nargs == 0 { 0 } else { u64_at(record, at + 8)? };
+    Ok((func, nargs, kinds))
 }
 
 #[cfg(test)]
