@@ -8,6 +8,7 @@ use ward::{Isolation, Supervisor};
 use ward_classes::frei0r::{ColorModel, Instance, Library, ParamKind, ParamValue, PluginType};
 use ward_classes::ClassError;
 
+use crate::c_string;
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
@@ -46,10 +47,6 @@ pub(crate) struct ProxyLibrary {
     author: CString,
     explanation: CString,
     params: Vec<ParamNames>,
-}
-
-fn c_string(s: &str) -> CString {
-    CString::new(s.replace('\0', "")).unwrap_or_default()
 }
 
 impl ProxyLibrary {

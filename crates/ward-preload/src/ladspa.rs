@@ -9,6 +9,7 @@ use ward::{Isolation, Supervisor};
 use ward_classes::ladspa::{Instance, Library, PortBuffer};
 use ward_classes::{ClassError, Processed};
 
+use crate::c_string;
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
@@ -74,10 +75,6 @@ pub(crate) struct ProxyLibrary {
 unsafe impl Send for ProxyLibrary {}
 // SAFETY: as above: immutable after construction.
 unsafe impl Sync for ProxyLibrary {}
-
-fn c_string(s: &str) -> CString {
-    CString::new(s.replace('\0', "")).unwrap_or_default()
-}
 
 impl ProxyLibrary {
     pub(crate) fn open(

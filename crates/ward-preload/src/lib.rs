@@ -18,3 +18,8 @@ mod interpose;
 mod ladspa;
 mod proxy;
 mod runtime;
+
+/// A plugin's name or description as a C string for the host (a NUL inside, which C cannot carry, is dropped).
+fn c_string(s: &str) -> std::ffi::CString {
+    std::ffi::CString::new(s.replace('\0', "")).unwrap_or_default()
+}
