@@ -68,6 +68,7 @@ pub fn run(args: RunArgs) -> Result<bool> {
     let host_path = find_in_path(Path::new(host)).ok_or_else(|| {
         anyhow!(BadInput(format!("no program {} (not a file, and not found in PATH)", Path::new(host).display())))
     })?;
+    refuse_unpreloadable(&host_path)?;
     let shim = find_shim()?;
     let domain = ward::domain_program().context("cannot find the ward-domain program")?;
 
@@ -95,6 +96,37 @@ pub fn run(args: RunArgs) -> Result<bool> {
     // exec returns only on failure: the host's exit status is `ward run`'s.
     let e = cmd.exec();
     Err(anyhow!(e).context(format!("cannot run {}", host_path.display())))
+}
+
+/// Hosts the dynamic linker will not preload the shim into, refused with the reason: a statically linked program
+/// (no dynamic linker at all) and a set-user-ID or set-group-ID one (the linker ignores `LD_PRELOAD` for it). A
+/// script is fine: its interpreter is what runs.
+fn refuse_unpreloadable(host: &Path) -> Result<()> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(host).with_context(|| format!("cannot read {}", host.display()))?;
+    if meta.permissions().mode() & 0o6000 != 0 {
+        return Err(anyhow!(BadInput(format!(
+            "{} is set-user-ID or set-group-ID: the dynamic linker ignores LD_PRELOAD for it, so ward cannot see \
+             the plugins it opens",
+            host.display()
+        ))));
+    }
+    let bytes = std::fs::read(host).with_context(|| format!("cannot read {}", host.display()))?;
+    let Ok(header) = object::elf::FileHeader64::<object::LittleEndian>::parse(&bytes[..]) else {
+        return Ok(()); // not a 64-bit ELF file (a script, say): the kernel and its interpreter decide
+    };
+    let endian = object::LittleEndian;
+    let Ok(segments) = header.program_headers(endian, &bytes[..]) else { return Ok(()) };
+    let dynamic = segments.iter().any(|s| s.p_type(endian) == object::elf::PT_INTERP);
+    if header.e_type.get(endian) == object::elf::ET_EXEC && !dynamic {
+        return Err(anyhow!(BadInput(format!(
+            "{} is statically linked: there is no dynamic linker to preload ward into (and it cannot load plugins \
+             with dlopen anyway)",
+            host.display()
+        ))));
+    }
+    Ok(())
 }
 
 /// `program` itself when it names a path, else the first match in PATH.

@@ -218,6 +218,17 @@ fn bad_input_gets_one_clear_message_and_status_2() {
         assert!(err.contains(named), "{args:?}: the message names {named}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
     }
+    // Hosts the dynamic linker will not preload into: set-user-ID (passwd, in every Debian), statically linked.
+    let out = output(ward().args(["run", "--", "/usr/bin/passwd", "--help"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("set-user-ID"), "{}", stderr(&out));
+    std::fs::write(s.path("st.c"), "int main(void) { return 0; }\n").expect("write");
+    let cc = output(Command::new("cc").arg("-static").arg("-o").arg(s.path("st")).arg(s.path("st.c")));
+    assert!(cc.status.success(), "cc -static: {}", stderr(&cc));
+    let out = output(ward().arg("run").arg("--").arg(s.path("st")));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("statically linked"), "{}", stderr(&out));
+
     std::fs::write(s.path("bad.toml"), "[defaults]\nmax_restarts = -1\n").expect("write");
     let out = output(ward().arg("run").arg("--policy").arg(s.path("bad.toml")).args(["--", "true"]));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
