@@ -227,11 +227,16 @@ pub struct FunctionPolicy {
     /// Releases the handle passed as its first Handle argument: its
     /// shadow-log entries are dropped.
     pub destroys: bool,
+    /// For a state-establishing setter: a call whose first `n` arguments
+    /// equal an earlier logged call's replaces it, so the shadow log keeps
+    /// only the last value (a parameter set every frame does not grow it).
+    /// `None`: every call is kept. Set by class wrappers, not by policy files.
+    pub replaces_same: Option<usize>,
 }
 
 impl Default for FunctionPolicy {
     fn default() -> Self {
-        FunctionPolicy { state: false, retryable: true, deadline: None, destroys: false }
+        FunctionPolicy { state: false, retryable: true, deadline: None, destroys: false, replaces_same: None }
     }
 }
 
@@ -1283,7 +1288,8 @@ zygote = false
                 state: true,
                 retryable: true,
                 deadline: Some(Duration::from_millis(100)),
-                destroys: false
+                destroys: false,
+                replaces_same: None
             }
         );
         assert!(!policy.for_group("demo").zygote);
@@ -1358,7 +1364,7 @@ retryable = true
 
         let unknown = e.function("not_listed");
         assert_eq!(unknown, FunctionPolicy::default());
-        assert_eq!(unknown, FunctionPolicy { state: false, retryable: true, deadline: None, destroys: false });
+        assert_eq!(unknown, FunctionPolicy::default());
         assert_eq!(e.deadline_for("not_listed"), Duration::from_millis(300));
     }
 

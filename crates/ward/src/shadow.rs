@@ -43,6 +43,19 @@ impl OwnedArg {
     }
 }
 
+/// Two arguments that are the same scalar or handle (buffers, strings and callbacks never are).
+fn same_scalar(a: &OwnedArg, b: &OwnedArg) -> bool {
+    match (a, b) {
+        (OwnedArg::I64(x), OwnedArg::I64(y)) => x == y,
+        (OwnedArg::U64(x), OwnedArg::U64(y)) => x == y,
+        (OwnedArg::F64(x), OwnedArg::F64(y)) => x.to_bits() == y.to_bits(),
+        (OwnedArg::F32(x), OwnedArg::F32(y)) => x.to_bits() == y.to_bits(),
+        (OwnedArg::Ptr(x), OwnedArg::Ptr(y)) => x == y,
+        (OwnedArg::Handle(x), OwnedArg::Handle(y)) => x == y,
+        _ => false,
+    }
+}
+
 /// One recorded call.
 #[derive(Debug, Clone)]
 pub(crate) struct ShadowEntry {
@@ -67,6 +80,19 @@ pub(crate) struct ShadowLog {
 
 impl ShadowLog {
     pub fn record(&mut self, entry: ShadowEntry) {
+        self.entries.push(entry);
+    }
+
+    /// Record `entry`, dropping earlier entries of the same function whose first `key` arguments are the same
+    /// (a setter: only the last value needs replaying). Only scalars and handles count as the same.
+    pub fn record_replacing(&mut self, entry: ShadowEntry, key: usize) {
+        let same = |e: &ShadowEntry| {
+            e.symbol == entry.symbol
+                && e.args.len() >= key
+                && entry.args.len() >= key
+                && e.args[..key].iter().zip(&entry.args[..key]).all(|(a, b)| same_scalar(a, b))
+        };
+        self.entries.retain(|e| !same(e));
         self.entries.push(entry);
     }
 
@@ -133,6 +159,31 @@ impl HandleMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn setter(symbol: usize, handle: u64, index: u64, value: &[u8]) -> ShadowEntry {
+        let args = vec![OwnedArg::Handle(handle), OwnedArg::U64(index), OwnedArg::In(value.to_vec())];
+        ShadowEntry { symbol, args, ret: RetType::I64, created: None }
+    }
+
+    #[test]
+    fn a_replacing_setter_keeps_only_its_last_value_per_key() {
+        let mut log = ShadowLog::default();
+        log.record(setter(0, 7, 0, b"create"));
+        for frame in 0..1000u32 {
+            log.record_replacing(setter(1, 7, 0, &frame.to_le_bytes()), 2);
+            log.record_replacing(setter(1, 7, 1, b"other"), 2);
+            log.record_replacing(setter(1, 8, 0, b"another instance"), 2);
+        }
+        // The creation, and one entry per (instance, index), the last in order.
+        assert_eq!(log.len(), 4);
+        let last = &log.entries()[1..];
+        assert!(matches!(&last[0].args[2], OwnedArg::In(v) if v[..] == 999u32.to_le_bytes()));
+        assert!(matches!(&last[0].args[1], OwnedArg::U64(0)));
+        assert!(matches!(&last[1].args[1], OwnedArg::U64(1)));
+        assert!(matches!(&last[2].args[0], OwnedArg::Handle(8)));
+        // Another function's entries are never replaced.
+        assert!(matches!(&log.entries()[0].args[2], OwnedArg::In(v) if v == b"create"));
+    }
 
     #[test]
     fn handles_are_stable_across_rebinding() {

@@ -367,7 +367,10 @@ impl Domain {
         }
         if fpolicy.state {
             let entry = ShadowEntry { symbol: sym, args: args.iter().map(OwnedArg::from_arg).collect(), ret, created };
-            st.shadow.record(entry);
+            match fpolicy.replaces_same {
+                Some(key) => st.shadow.record_replacing(entry, key),
+                None => st.shadow.record(entry),
+            }
         }
         value
     }
