@@ -63,7 +63,8 @@ fn function_policies() -> [(&'static str, FunctionPolicy); 6] {
     [
         ("ward_frei0r_open", state.clone()),
         ("ward_frei0r_construct", state.clone()),
-        ("ward_frei0r_set_param", state),
+        // Only a parameter's last value needs replaying: (instance, index) is the key.
+        ("ward_frei0r_set_param", FunctionPolicy { replaces_same: Some(2), ..state.clone() }),
         ("ward_frei0r_destruct", destroys),
         ("ward_frei0r_update", retryable.clone()),
         ("ward_frei0r_update2", retryable),
@@ -86,7 +87,7 @@ pub enum PluginType {
 }
 
 impl PluginType {
-    fn from_raw(v: i32) -> PluginType {
+    pub(crate) fn from_raw(v: i32) -> PluginType {
         match v {
             0 => PluginType::Filter,
             1 => PluginType::Source,
@@ -121,7 +122,7 @@ pub enum ColorModel {
 }
 
 impl ColorModel {
-    fn from_raw(v: i32) -> ColorModel {
+    pub(crate) fn from_raw(v: i32) -> ColorModel {
         match v {
             0 => ColorModel::Bgra8888,
             1 => ColorModel::Rgba8888,
@@ -144,7 +145,7 @@ pub enum ParamKind {
 }
 
 impl ParamKind {
-    fn from_raw(v: i32) -> ParamKind {
+    pub(crate) fn from_raw(v: i32) -> ParamKind {
         match v {
             0 => ParamKind::Bool,
             1 => ParamKind::Double,

@@ -61,7 +61,8 @@ fn function_policies() -> [(&'static str, FunctionPolicy); 6] {
         ("ward_ladspa_instantiate", state.clone()),
         ("ward_ladspa_activate", state.clone()),
         ("ward_ladspa_deactivate", state.clone()),
-        ("ward_ladspa_set_run_adding_gain", state),
+        // Only the last gain of an instance needs replaying.
+        ("ward_ladspa_set_run_adding_gain", FunctionPolicy { replaces_same: Some(1), ..state }),
         ("ward_ladspa_cleanup", destroys),
     ]
 }

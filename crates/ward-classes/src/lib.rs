@@ -10,12 +10,15 @@
 //!
 //! * [`ladspa`]: LADSPA audio plugins.
 //! * [`frei0r`]: frei0r video filters.
+//! * [`native`]: both ABIs called directly in this process, without ward (native hosts, campaigns, the corpus).
 
+pub mod abi;
 mod adapters;
 pub mod detect;
 mod error;
 pub mod frei0r;
 pub mod ladspa;
+pub mod native;
 mod reader;
 
 pub use detect::{class_of, Class};

@@ -12,27 +12,7 @@ use crate::c_string;
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
-/// `f0r_plugin_info_t`, field for field.
-#[repr(C)]
-struct RawPluginInfo {
-    name: *const c_char,
-    author: *const c_char,
-    plugin_type: c_int,
-    color_model: c_int,
-    frei0r_version: c_int,
-    major_version: c_int,
-    minor_version: c_int,
-    num_params: c_int,
-    explanation: *const c_char,
-}
-
-/// `f0r_param_info_t`, field for field.
-#[repr(C)]
-struct RawParamInfo {
-    name: *const c_char,
-    kind: c_int,
-    explanation: *const c_char,
-}
+use ward_classes::abi::{F0rParamInfo as RawParamInfo, F0rPluginInfo as RawPluginInfo};
 
 /// The C names of one parameter.
 struct ParamNames {

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ward::{Isolation, Supervisor};
+use ward_classes::abi::{LadspaDescriptor, LadspaPortRangeHint};
 use ward_classes::ladspa::{Instance, Library, PortBuffer};
 use ward_classes::{ClassError, Processed};
 
@@ -13,42 +14,11 @@ use crate::c_string;
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
-#[repr(C)]
-struct RangeHint {
-    hint: c_int,
-    lower: f32,
-    upper: f32,
-}
-
-type InstantiateFn = unsafe extern "C" fn(*const RawDescriptor, c_ulong) -> *mut c_void;
-type ConnectFn = unsafe extern "C" fn(*mut c_void, c_ulong, *mut f32);
+type RawDescriptor = LadspaDescriptor;
+type RangeHint = LadspaPortRangeHint;
 type HandleFn = unsafe extern "C" fn(*mut c_void);
 type RunFn = unsafe extern "C" fn(*mut c_void, c_ulong);
 type GainFn = unsafe extern "C" fn(*mut c_void, f32);
-
-/// `LADSPA_Descriptor`, field for field.
-#[repr(C)]
-struct RawDescriptor {
-    unique_id: c_ulong,
-    label: *const c_char,
-    properties: c_int,
-    name: *const c_char,
-    maker: *const c_char,
-    copyright: *const c_char,
-    port_count: c_ulong,
-    port_descriptors: *const c_int,
-    port_names: *const *const c_char,
-    port_range_hints: *const RangeHint,
-    implementation_data: *mut c_void,
-    instantiate: Option<InstantiateFn>,
-    connect_port: Option<ConnectFn>,
-    activate: Option<HandleFn>,
-    run: Option<RunFn>,
-    run_adding: Option<RunFn>,
-    set_run_adding_gain: Option<GainFn>,
-    deactivate: Option<HandleFn>,
-    cleanup: Option<HandleFn>,
-}
 
 /// One descriptor handed to the host, with everything its pointers point to. `raw` comes first so that the
 /// descriptor pointer the host passes back to `instantiate` is a pointer to this struct.

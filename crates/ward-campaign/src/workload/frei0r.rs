@@ -16,7 +16,7 @@ use ward::{Extension, Isolation, Policy, Supervisor};
 use ward_classes::frei0r::{Instance, Library, PluginInfo, PluginType};
 use ward_classes::Processed;
 
-use super::native::{Frei0rInstance, Frei0rLibrary, Words};
+use super::native::{self, Frei0rInstance, Words};
 use super::{class_policy, digest, Recorder, Symbols, Workload};
 use crate::plan::mix;
 
@@ -49,13 +49,8 @@ impl Workload for Frei0r {
     }
 
     fn run_native(&self, symbols: &dyn Symbols, out: &mut Recorder) {
-        let lib = Frei0rLibrary::resolve(symbols).and_then(|lib| {
-            if lib.init() {
-                Ok(lib)
-            } else {
-                Err("its f0r_init failed".into())
-            }
-        });
+        let lib = native::frei0r(symbols);
+        let lib = lib.and_then(|lib| if lib.init() { Ok(lib) } else { Err("its f0r_init failed".into()) });
         let (lib, info) = match lib {
             Ok(lib) => {
                 let info = lib.info();

@@ -19,7 +19,7 @@ use ward_classes::ladspa::{
 };
 use ward_classes::Processed;
 
-use super::native::{LadspaInstance, LadspaLibrary};
+use super::native::{self, LadspaInstance, Words};
 use super::{class_policy, digest, Recorder, Symbols, Workload};
 use crate::plan::mix;
 
@@ -53,7 +53,7 @@ impl Workload for Ladspa {
     }
 
     fn run_native(&self, symbols: &dyn Symbols, out: &mut Recorder) {
-        let lib = match LadspaLibrary::resolve(symbols) {
+        let lib = match native::ladspa(symbols) {
             Ok(lib) => lib,
             Err(e) => {
                 out.call("plugins", || Err::<usize, String>(e), |_| String::new());
@@ -74,7 +74,7 @@ impl Workload for Ladspa {
             };
             let instance = out.call(
                 format!("plugin {index}: instantiate at {SAMPLE_RATE} Hz"),
-                || plugin.instantiate(SAMPLE_RATE, BLOCK),
+                || native::instantiate(&plugin, SAMPLE_RATE, BLOCK),
                 |_| "instance".into(),
             );
             let Some(mut instance) = instance else {
@@ -95,7 +95,7 @@ impl Workload for Ladspa {
                 let call = || {
                     fill_native(&d, &mut instance, block);
                     instance.run(BLOCK)?;
-                    Ok::<String, String>(outputs(&d, |p| instance.values(p)))
+                    Ok::<String, String>(outputs(&d, |p| instance.buffer(p).map_or_else(Vec::new, Words::floats)))
                 };
                 out.call(run_call(index, block), call, String::clone);
             }
@@ -289,9 +289,11 @@ fn fill(d: &Descriptor, buffers: &mut [Vec<f32>], block: usize) {
     }
 }
 
-fn fill_native(d: &Descriptor, instance: &mut LadspaInstance, block: usize) {
+fn fill_native(d: &Descriptor, instance: &mut LadspaInstance<'_>, block: usize) {
     for (i, values) in inputs(d, block) {
-        instance.set_values(i, &values);
+        if let Some(b) = instance.buffer_mut(i) {
+            b.set_floats(&values);
+        }
     }
 }
 
