@@ -16,7 +16,9 @@
  * Ring positions (head, tail) are byte counts that only grow; the offset of a
  * position in the data area is pos & (capacity - 1). Records are 16-byte
  * aligned and never straddle the end of the data area (a PAD record fills the
- * rest instead).
+ * rest instead). A record is ready when the u32 length at its start is
+ * non-zero: the producer writes the body, zeroes the length of the slot after
+ * it, and stores the record's length last; the tail is a wake-up hint.
  */
 #ifndef WARD_XPC_LAYOUT_H
 #define WARD_XPC_LAYOUT_H
