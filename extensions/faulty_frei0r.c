@@ -25,30 +25,19 @@
  *                     (SIGSEGV when the frame ends at a guard page)
  * Any other kind does nothing.
  *
- * Self-contained on purpose (no libm, no shared helpers): each extension is
- * one shared object. Built with -fvisibility=hidden: only the f0r_* entry
+ * Self-contained (no libm; shared helpers are header-only, in faulty_common.h):
+ * each extension is one shared object. Built with -fvisibility=hidden: only the f0r_* entry
  * points are exported.
  */
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
+
+#include "faulty_common.h"
 
 #include "ward_frei0r_abi.h"
 
 #define FAULTY_EXPORT __attribute__((visibility("default")))
 
-enum fault_kind {
-    FAULT_NONE = 0,
-    FAULT_NULL_DEREF = 1,
-    FAULT_ABORT = 3,
-    FAULT_EXIT3 = 4,
-    FAULT_INFINITE_LOOP = 5,
-    FAULT_RECURSION = 6,
-    FAULT_DIV_ZERO = 12,
-    FAULT_ILLEGAL = 13,
-    FAULT_OVERRUN = 20,
-};
 
 enum param {
     PARAM_KIND,
@@ -57,68 +46,10 @@ enum param {
     PARAM_COUNT,
 };
 
-#define OVERRUN_BYTES (64u * 1024u)
 #define OVERRUN_VALUE 0xDEADBEEFu /* easy to spot in a frame that survives */
 #define INVERT_MASK 0x00FFFFFFu   /* R, G and B of an RGBA8888 pixel, little-endian */
-#define RECURSION_FRAME 1024
-/* Largest call number a parameter maps to; far beyond any real run. */
-#define MAX_CALL 1.0e15
 
 /* ---- the faults ---------------------------------------------------------- */
-
-/*
- * Every frame owns a volatile array that is used after the recursive call, so
- * the call cannot become a loop; the volatile read in the exit test keeps the
- * recursion from being provably endless (-Winfinite-recursion).
- */
-__attribute__((noinline)) static unsigned recurse(unsigned depth) {
-    volatile unsigned char frame[RECURSION_FRAME];
-    for (size_t i = 0; i < sizeof frame; i += 64) {
-        frame[i] = (unsigned char)depth;
-    }
-    if (frame[0] != (unsigned char)depth) {
-        return depth;
-    }
-    return recurse(depth + 1) + frame[(depth % (RECURSION_FRAME / 64)) * 64];
-}
-
-/* Performs the kinds that end (or stop) the process; returns for the others. */
-static void crash(long kind) {
-    switch (kind) {
-    case FAULT_NULL_DEREF: {
-        /* A volatile pointer variable: the compiler cannot see it is NULL. */
-        volatile int *volatile p = NULL;
-        *p = 1;
-        break;
-    }
-    case FAULT_ABORT:
-        abort();
-    case FAULT_EXIT3:
-        exit(3);
-    case FAULT_INFINITE_LOOP: {
-        volatile unsigned long spins = 0;
-        for (;;) {
-            spins = spins + 1;
-        }
-    }
-    case FAULT_RECURSION:
-        (void)recurse(0);
-        break;
-    case FAULT_DIV_ZERO: {
-        volatile int zero = 0;
-        volatile int one = 1;
-        volatile int result = one / zero;
-        (void)result;
-        /* Only reached on architectures whose division does not trap. */
-        raise(SIGFPE);
-        break;
-    }
-    case FAULT_ILLEGAL:
-        __builtin_trap();
-    default:
-        break;
-    }
-}
 
 /* Writes OVERRUN_BYTES of pixels starting at `end`, one past the frame. */
 static void overrun(uint32_t *end) {
@@ -129,32 +60,6 @@ static void overrun(uint32_t *end) {
 }
 
 /* ---- parameters ---------------------------------------------------------- */
-
-/* Nearest integer; NaN and absurd values mean "no fault". */
-static long to_kind(double v) {
-    if (!(v > -1.0e6 && v < 1.0e6)) {
-        return FAULT_NONE;
-    }
-    return v >= 0.0 ? (long)(v + 0.5) : -(long)(0.5 - v);
-}
-
-/* Nearest call number; anything below 0.5 (NaN too) is 0, "every call". */
-static uint64_t to_call(double v) {
-    if (!(v >= 0.5)) {
-        return 0;
-    }
-    if (v >= MAX_CALL) {
-        return (uint64_t)MAX_CALL;
-    }
-    return (uint64_t)(v + 0.5);
-}
-
-static int fault_due(long kind, uint64_t call, uint64_t at, int repeat) {
-    if (kind == FAULT_NONE) {
-        return 0;
-    }
-    return at == 0 || call == at || (repeat && call >= at);
-}
 
 /* ---- the plugin ------------------------------------------------------------ */
 
@@ -238,7 +143,7 @@ FAULTY_EXPORT void f0r_update(f0r_instance_t instance, double time, const uint32
     struct instance *inst = instance;
     inst->calls++;
     long kind = to_kind(inst->params[PARAM_KIND]);
-    uint64_t at = to_call(inst->params[PARAM_FRAME]);
+    uint64_t at = to_count(inst->params[PARAM_FRAME]);
     int repeat = inst->params[PARAM_REPEAT] >= 0.5;
     int due = fault_due(kind, inst->calls, at, repeat);
     if (due) {

@@ -25,94 +25,24 @@
  *   21 NAN            every output sample is NaN
  * Any other kind does nothing.
  *
- * Self-contained on purpose (no libm, no shared helpers): each extension is
- * one shared object. Built with -fvisibility=hidden: only ladspa_descriptor
+ * Self-contained (no libm; shared helpers are header-only, in faulty_common.h):
+ * each extension is one shared object. Built with -fvisibility=hidden: only ladspa_descriptor
  * is exported.
  */
 #include <math.h> /* NAN only: a constant, no libm import */
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
+
+#include "faulty_common.h"
 
 #include "ward_ladspa_abi.h"
 
 #define FAULTY_EXPORT __attribute__((visibility("default")))
 
-enum fault_kind {
-    FAULT_NONE = 0,
-    FAULT_NULL_DEREF = 1,
-    FAULT_ABORT = 3,
-    FAULT_EXIT3 = 4,
-    FAULT_INFINITE_LOOP = 5,
-    FAULT_RECURSION = 6,
-    FAULT_DIV_ZERO = 12,
-    FAULT_ILLEGAL = 13,
-    FAULT_OVERRUN = 20,
-    FAULT_NAN = 21,
-};
 
-#define OVERRUN_BYTES (64u * 1024u)
 #define OVERRUN_VALUE 1.0e30f /* loud enough to spot in a buffer that survives */
-#define RECURSION_FRAME 1024
-/* Largest block number a control value maps to; far beyond any real run. */
-#define MAX_BLOCK 1.0e15
 
 /* ---- the faults ---------------------------------------------------------- */
-
-/*
- * Every frame owns a volatile array that is used after the recursive call, so
- * the call cannot become a loop; the volatile read in the exit test keeps the
- * recursion from being provably endless (-Winfinite-recursion).
- */
-__attribute__((noinline)) static unsigned recurse(unsigned depth) {
-    volatile unsigned char frame[RECURSION_FRAME];
-    for (size_t i = 0; i < sizeof frame; i += 64) {
-        frame[i] = (unsigned char)depth;
-    }
-    if (frame[0] != (unsigned char)depth) {
-        return depth;
-    }
-    return recurse(depth + 1) + frame[(depth % (RECURSION_FRAME / 64)) * 64];
-}
-
-/* Performs the kinds that end (or stop) the process; returns for the others. */
-static void crash(long kind) {
-    switch (kind) {
-    case FAULT_NULL_DEREF: {
-        /* A volatile pointer variable: the compiler cannot see it is NULL. */
-        volatile int *volatile p = NULL;
-        *p = 1;
-        break;
-    }
-    case FAULT_ABORT:
-        abort();
-    case FAULT_EXIT3:
-        exit(3);
-    case FAULT_INFINITE_LOOP: {
-        volatile unsigned long spins = 0;
-        for (;;) {
-            spins = spins + 1;
-        }
-    }
-    case FAULT_RECURSION:
-        (void)recurse(0);
-        break;
-    case FAULT_DIV_ZERO: {
-        volatile int zero = 0;
-        volatile int one = 1;
-        volatile int result = one / zero;
-        (void)result;
-        /* Only reached on architectures whose division does not trap. */
-        raise(SIGFPE);
-        break;
-    }
-    case FAULT_ILLEGAL:
-        __builtin_trap();
-    default:
-        break;
-    }
-}
 
 /* Writes OVERRUN_BYTES of floats starting at `end`, one past the buffer. */
 static void overrun(LADSPA_Data *end) {
@@ -127,32 +57,6 @@ static void overrun(LADSPA_Data *end) {
 /* Hosts must connect every port; an unconnected control reads as its default. */
 static LADSPA_Data control(const LADSPA_Data *port, LADSPA_Data fallback) {
     return port != NULL ? *port : fallback;
-}
-
-/* Nearest integer; NaN and absurd values mean "no fault". */
-static long to_kind(LADSPA_Data v) {
-    if (!(v > -1.0e6f && v < 1.0e6f)) {
-        return FAULT_NONE;
-    }
-    return v >= 0.0f ? (long)(v + 0.5f) : -(long)(0.5f - v);
-}
-
-/* Nearest block number; anything below 0.5 (NaN too) is 0, "every block". */
-static uint64_t to_block(LADSPA_Data v) {
-    if (!(v >= 0.5f)) {
-        return 0;
-    }
-    if (v >= MAX_BLOCK) {
-        return (uint64_t)MAX_BLOCK;
-    }
-    return (uint64_t)((double)v + 0.5);
-}
-
-static int fault_due(long kind, uint64_t block, uint64_t at, int repeat) {
-    if (kind == FAULT_NONE) {
-        return 0;
-    }
-    return at == 0 || block == at || (repeat && block >= at);
 }
 
 /* ---- instances (shared by both plugins) --------------------------------- */
@@ -237,7 +141,7 @@ static void cleanup(LADSPA_Handle handle) {
 static long begin_block(struct instance *inst, int kind_port, int at_port, int repeat_port) {
     inst->blocks++;
     long kind = to_kind(control(inst->ports[kind_port], 0.0f));
-    uint64_t at = to_block(control(inst->ports[at_port], 1.0f));
+    uint64_t at = to_count(control(inst->ports[at_port], 1.0f));
     int repeat = control(inst->ports[repeat_port], 0.0f) >= 0.5f;
     if (!fault_due(kind, inst->blocks, at, repeat)) {
         return FAULT_NONE;

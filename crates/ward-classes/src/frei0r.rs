@@ -14,21 +14,19 @@
 //! Frames are `width * height` 32-bit pixels in the plugin's [`ColorModel`], as `u32` slices ([`Instance::update`])
 //! or, saving a conversion each way, as byte slices in native byte order ([`Instance::update_bytes`]).
 
-use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ward::policy::FunctionPolicy;
-use ward::{AdapterLoad, Arg, Extension, Function, Isolation, RetType, Supervisor};
+use ward::{Arg, Extension, Function, Isolation, RetType, Supervisor};
 
+use crate::adapters::ADAPTER_ERROR_BELOW;
 use crate::reader::Reader;
 use crate::{adapters, ClassError, Processed};
 
 const ADAPTER: &str = "ward_frei0r_adapter";
 const CLASS: &str = "frei0r";
 
-/// Adapter results at or below this are its error codes (see `ward_adapter_common.h`), above it minus a needed size.
-const ADAPTER_ERROR_BELOW: i64 = -0x1_0000_0000;
 const E_SYMBOL: i64 = ADAPTER_ERROR_BELOW - 2;
 const E_INDEX: i64 = ADAPTER_ERROR_BELOW - 3;
 const E_LAYOUT: i64 = ADAPTER_ERROR_BELOW - 4;
@@ -316,23 +314,15 @@ impl Library {
     /// Open the plugin at `path` in a domain of the isolation its policy gives it (or `isolation`), and read what
     /// it says about itself. A shared object that is no frei0r plugin is [`ClassError::NotAPlugin`].
     pub fn open(supervisor: &Supervisor, path: &Path, isolation: Option<Isolation>) -> Result<Library, ClassError> {
-        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        let adapter = adapters::path(ADAPTER)?;
         let policies = function_policies();
-        let ext = supervisor.load_adapter(&AdapterLoad {
-            adapter: &adapter,
-            plugin: &path,
-            isolation,
+        let spec = adapters::OpenSpec {
+            adapter: ADAPTER,
+            class: CLASS,
             functions: &policies,
-        })?;
-        let not_a_plugin = |reason: String| ClassError::NotAPlugin { path: path.clone(), class: CLASS, reason };
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| not_a_plugin("the path contains a NUL byte".into()))?;
-        let library = ext.call("ward_frei0r_open", &mut [Arg::Str(&c_path)], RetType::Handle)?;
-        let library = match library.as_handle() {
-            Some(h) if h != 0 => h,
-            _ => return Err(not_a_plugin(adapters::last_error(&ext, "ward_frei0r_error"))),
+            open: "ward_frei0r_open",
+            error: "ward_frei0r_error",
         };
+        let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
         let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.clone(), reason };
         let describe = ext.function("ward_frei0r_describe")?;
         let bytes = describe_plugin(&describe, library).map_err(bad_plugin)?;

@@ -7,13 +7,13 @@
 //! makes a restarted instance the same as the old one: the library's opening, the instantiation, activation and the
 //! run-adding gain. Port connections need no replay: the wrapper hands the ports over with every block.
 
-use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ward::policy::FunctionPolicy;
-use ward::{AdapterLoad, Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
+use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
+use crate::adapters::ADAPTER_ERROR_BELOW;
 use crate::reader::Reader;
 use crate::{adapters, ClassError, Processed};
 
@@ -42,8 +42,6 @@ const HAS_RUN_ADDING: u32 = 0x4;
 const HAS_SET_RUN_ADDING_GAIN: u32 = 0x8;
 const HAS_RUN: u32 = 0x20;
 
-/// Adapter results below this are its error codes (see `ward_adapter_common.h`), above it minus a needed size.
-const ADAPTER_ERROR_BELOW: i64 = -0x1_0000_0000;
 /// First guess of a description's size.
 const DESCRIBE_BUFFER: usize = 16 * 1024;
 /// Plugins with more ports than this are refused (a description claiming more is malformed).
@@ -239,23 +237,16 @@ impl Library {
     /// Open the library at `path` in a domain of the isolation its policy gives it (or `isolation`), and read its
     /// plugins' descriptors.
     pub fn open(supervisor: &Supervisor, path: &Path, isolation: Option<Isolation>) -> Result<Library, ClassError> {
-        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        let adapter = adapters::path(ADAPTER)?;
         let policies = function_policies();
-        let ext = supervisor.load_adapter(&AdapterLoad {
-            adapter: &adapter,
-            plugin: &path,
-            isolation,
+        let spec = adapters::OpenSpec {
+            adapter: ADAPTER,
+            class: "LADSPA",
             functions: &policies,
-        })?;
-        let not_a_plugin = |reason: String| ClassError::NotAPlugin { path: path.clone(), class: "LADSPA", reason };
-        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| not_a_plugin("the path contains a NUL byte".into()))?;
-        let library = ext.call("ward_ladspa_open", &mut [Arg::Str(&c_path)], RetType::Handle)?;
-        let library = match library.as_handle() {
-            Some(h) if h != 0 => h,
-            _ => return Err(not_a_plugin(adapters::last_error(&ext, "ward_ladspa_error"))),
+            open: "ward_ladspa_open",
+            error: "ward_ladspa_error",
         };
+        let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
+        let not_a_plugin = |reason: String| ClassError::NotAPlugin { path: path.clone(), class: "LADSPA", reason };
         let count = ext.call("ward_ladspa_count", &mut [Arg::Handle(library)], RetType::I64)?;
         let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
         if count == 0 {

@@ -37,6 +37,33 @@ struct PluginLine {
     ok: bool,
 }
 
+impl PluginLine {
+    /// The line of a scenario that ran `STEPS` steps: `counts` is (processed, bypassed, every output right). A
+    /// one-off fault must have been recovered every time; a repeating one must have ended in bypass.
+    fn new(
+        class: &'static str,
+        scenario: &'static str,
+        isolation: Isolation,
+        repeat: bool,
+        (ran, bypassed, output_ok): (usize, usize, bool),
+        restarts: u64,
+    ) -> PluginLine {
+        let ok = output_ok && if repeat { bypassed > 0 } else { ran == STEPS && restarts >= 1 };
+        PluginLine {
+            kind_of_line: "plugin",
+            class,
+            scenario,
+            isolation: isolation.to_string(),
+            steps: STEPS,
+            ran,
+            bypassed,
+            output_ok,
+            restarts,
+            ok,
+        }
+    }
+}
+
 /// Run every scenario; false when an output is wrong.
 pub fn run(isolation: Isolation, json: bool) -> Result<bool> {
     if !json {
@@ -121,20 +148,14 @@ fn ladspa_scenario(isolation: Isolation, scenario: &'static str, kind: i32, repe
         };
         output_ok &= output == expected;
     }
-    let restarts = lib.extension().stats().restarts;
-    let ok = output_ok && if repeat { bypassed > 0 } else { ran == STEPS && restarts >= 1 };
-    Ok(PluginLine {
-        kind_of_line: "plugin",
-        class: "LADSPA",
+    Ok(PluginLine::new(
+        "LADSPA",
         scenario,
-        isolation: isolation.to_string(),
-        steps: STEPS,
-        ran,
-        bypassed,
-        output_ok,
-        restarts,
-        ok,
-    })
+        isolation,
+        repeat,
+        (ran, bypassed, output_ok),
+        lib.extension().stats().restarts,
+    ))
 }
 
 fn frei0r_scenario(isolation: Isolation, scenario: &'static str, kind: f64, repeat: bool) -> Result<PluginLine> {
@@ -165,18 +186,12 @@ fn frei0r_scenario(isolation: Isolation, scenario: &'static str, kind: f64, repe
         };
         output_ok &= output == expected;
     }
-    let restarts = lib.extension().stats().restarts;
-    let ok = output_ok && if repeat { bypassed > 0 } else { ran == STEPS && restarts >= 1 };
-    Ok(PluginLine {
-        kind_of_line: "plugin",
-        class: "frei0r",
+    Ok(PluginLine::new(
+        "frei0r",
         scenario,
-        isolation: isolation.to_string(),
-        steps: STEPS,
-        ran,
-        bypassed,
-        output_ok,
-        restarts,
-        ok,
-    })
+        isolation,
+        repeat,
+        (ran, bypassed, output_ok),
+        lib.extension().stats().restarts,
+    ))
 }
