@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use ward_inject::FaultType;
 
 use crate::classify::Outcome;
-use crate::config::{fingerprint, CampaignConfig, Mode};
+use crate::config::{fingerprint, CampaignConfig, FaultModel, Mode};
 use crate::error::Error;
 use crate::launch::{HostEnd, Launcher};
 use crate::plan::{self, TrialId};
@@ -32,6 +32,7 @@ pub struct Options {
     pub seed: u64,
     pub deadline: Duration,
     pub host_timeout: Duration,
+    pub fault_model: FaultModel,
     /// The campaign directory.
     pub out: PathBuf,
     /// Trials run at once.
@@ -101,7 +102,10 @@ impl Campaign {
             seed: options.seed,
             deadline_ms: options.deadline.as_millis() as u64,
             host_timeout_ms: options.host_timeout.as_millis() as u64,
+            fault_model: options.fault_model,
         };
+        // A transient fault's restart loads this file, from wherever the domain runs.
+        let path = std::path::absolute(&path).unwrap_or(path);
         Ok(Campaign { config, extension_path: path, original, out: options.out, jobs: options.jobs.max(1) })
     }
 
@@ -160,7 +164,7 @@ impl Campaign {
     /// The unmutated extension's native output: measured now, and checked against the one recorded when the
     /// campaign began (a workload whose output varies from run to run would make every comparison meaningless).
     fn reference(&self, launcher: &dyn Launcher, store: &Store) -> Result<Vec<Entry>, Error> {
-        let judged = run_and_judge(&self.config, launcher, &self.extension_path, Mode::Native, &[])?;
+        let judged = run_and_judge(&self.config, launcher, &self.extension_path, None, Mode::Native, &[])?;
         let output = match (judged.run.end, judged.report) {
             (HostEnd::Exited(0), Some(report)) => report.output,
             _ => return Err(Error::Reference(judged.judgement.detail)),
@@ -181,7 +185,7 @@ impl Campaign {
     /// the setup (or ward) is broken and every trial would be misjudged.
     fn preflight(&self, launcher: &dyn Launcher, reference: &[Entry]) -> Result<(), Error> {
         for &mode in &self.config.isolations {
-            let judged = run_and_judge(&self.config, launcher, &self.extension_path, mode, reference)?;
+            let judged = run_and_judge(&self.config, launcher, &self.extension_path, None, mode, reference)?;
             if judged.judgement.outcome != Outcome::NoEffect {
                 let detail = format!("{}: {}", judged.judgement.outcome, judged.judgement.detail);
                 return Err(Error::Preflight { mode, detail });

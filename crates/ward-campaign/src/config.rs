@@ -66,6 +66,45 @@ impl FromStr for Mode {
     }
 }
 
+/// Where an injected fault lives, which decides what a restart under ward brings back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultModel {
+    /// In the file: every incarnation loads the mutated copy, so a restart runs the same faulty code again.
+    #[default]
+    Persistent,
+    /// In the loaded image, as Nooks' and NewtOS's injectors patched running code: the first incarnation runs the
+    /// mutated copy, and a restart loads the unmutated file (ward's `restart_from`).
+    Transient,
+}
+
+impl FaultModel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultModel::Persistent => "persistent",
+            FaultModel::Transient => "transient",
+        }
+    }
+}
+
+impl fmt::Display for FaultModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for FaultModel {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<FaultModel, Error> {
+        match s {
+            "persistent" => Ok(FaultModel::Persistent),
+            "transient" => Ok(FaultModel::Transient),
+            _ => Err(Error::UnknownFaultModel { given: s.to_string() }),
+        }
+    }
+}
+
 /// Everything that decides which trials a campaign runs and how they are judged (not how fast: `--jobs` is not
 /// here).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +129,9 @@ pub struct CampaignConfig {
     pub deadline_ms: u64,
     /// A host still running after this long is hung: it is killed.
     pub host_timeout_ms: u64,
+    /// Where the faults live. Campaigns recorded before this field were all persistent.
+    #[serde(default)]
+    pub fault_model: FaultModel,
 }
 
 impl CampaignConfig {
@@ -116,6 +158,7 @@ impl CampaignConfig {
         check("seed", self.seed.to_string(), asked.seed.to_string());
         check("deadline", format!("{} ms", self.deadline_ms), format!("{} ms", asked.deadline_ms));
         check("host timeout", format!("{} ms", self.host_timeout_ms), format!("{} ms", asked.host_timeout_ms));
+        check("fault model", self.fault_model.to_string(), asked.fault_model.to_string());
         (!out.is_empty()).then(|| out.join("; "))
     }
 }
@@ -244,12 +287,22 @@ mod tests {
             seed: 1,
             deadline_ms: 2000,
             host_timeout_ms: 20_000,
+            fault_model: FaultModel::Persistent,
         };
         assert_eq!(a.differences(&a.clone()), None);
         let b = CampaignConfig { seed: 2, ..a.clone() };
         assert_eq!(a.differences(&b).as_deref(), Some("seed 1 recorded, 2 asked"));
+        let c = CampaignConfig { fault_model: FaultModel::Transient, ..a.clone() };
+        assert_eq!(a.differences(&c).as_deref(), Some("fault model persistent recorded, transient asked"));
         let json = serde_json::to_string(&a).unwrap();
         assert!(json.contains(r#""fault_types":["nop"]"#), "{json}");
         assert_eq!(serde_json::from_str::<CampaignConfig>(&json).unwrap(), a);
+        // Recorded before the fault model existed: persistent.
+        let old = json.replace(r#","fault_model":"persistent""#, "");
+        assert_ne!(old, json);
+        assert_eq!(serde_json::from_str::<CampaignConfig>(&old).unwrap(), a);
+        assert_eq!("transient".parse::<FaultModel>().unwrap(), FaultModel::Transient);
+        let err = "sometimes".parse::<FaultModel>().unwrap_err();
+        assert!(err.is_bad_input() && err.to_string().contains("persistent, transient"), "{err}");
     }
 }

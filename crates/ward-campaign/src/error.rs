@@ -11,6 +11,8 @@ pub enum Error {
     UnknownFaultType(#[from] ward_inject::UnknownFaultType),
     #[error("unknown isolation `{given}`; valid: process, none{hint}")]
     UnknownIsolation { given: String, hint: &'static str },
+    #[error("unknown fault model `{given}`; valid: persistent, transient")]
+    UnknownFaultModel { given: String },
     #[error("{what} lists nothing; give at least one value")]
     EmptyList { what: &'static str },
     #[error("no campaign workload for extension `{extension}`; extensions with one: {available}")]
@@ -72,6 +74,7 @@ impl Error {
             self,
             Error::UnknownFaultType(_)
                 | Error::UnknownIsolation { .. }
+                | Error::UnknownFaultModel { .. }
                 | Error::EmptyList { .. }
                 | Error::NoWorkload { .. }
                 | Error::DuplicateExtension { .. }

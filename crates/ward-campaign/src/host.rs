@@ -64,8 +64,9 @@ pub fn run_native(workload: &dyn Workload, symbols: &dyn Symbols) -> HostReport 
     HostReport { output: out.into_entries(), ..HostReport::default() }
 }
 
-/// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline`.
-/// Fails only if this host cannot set itself up.
+/// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline`;
+/// after a failure the extension restarts from `restart_from` when given. Fails only if this host cannot set
+/// itself up.
 ///
 /// The restarts reported are those of the extension's domain when the workload ended; when the workload could not
 /// load the extension at all (a plugin whose opening failed even after recovery, say), they are unknown and
@@ -75,9 +76,14 @@ pub fn run_ward(
     path: &Path,
     isolation: Isolation,
     deadline: Duration,
+    restart_from: Option<&Path>,
 ) -> Result<HostReport, String> {
     let origin = Instant::now();
-    let sup = Supervisor::new(workload.policy(deadline));
+    let mut policy = workload.policy(deadline);
+    if let Some(good) = restart_from {
+        policy.extension_mut(&ward::extension_name(path)).restart_from = Some(good.to_path_buf());
+    }
+    let sup = Supervisor::new(policy);
     let listener = Listener::start(sup.subscribe(), origin)?;
     let mut out = Recorder::new(origin);
     let (restarts, disabled, load_error) = match workload.run_ward(&sup, path, isolation, &mut out) {

@@ -16,6 +16,8 @@ pub struct HostRequest<'a> {
     pub workload: &'a str,
     /// The extension to load (a mutated copy, or the original for the reference run).
     pub path: &'a Path,
+    /// Under ward: the file a restart loads instead of `path` (the unmutated extension, for a transient fault).
+    pub restart_from: Option<&'a Path>,
     pub mode: Mode,
     /// Deadline of every call under ward.
     pub deadline: Duration,

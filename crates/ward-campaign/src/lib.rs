@@ -35,7 +35,7 @@ pub mod workload;
 
 pub use campaign::{Campaign, Finished, Observer, Options};
 pub use classify::{classify, Judgement, Outcome};
-pub use config::{parse_isolations, parse_types, CampaignConfig, Mode};
+pub use config::{parse_isolations, parse_types, CampaignConfig, FaultModel, Mode};
 pub use error::Error;
 pub use launch::{HostEnd, HostRequest, HostRun, Launcher};
 pub use record::{FaultSite, RunRecord};

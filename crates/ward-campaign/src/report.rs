@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::campaign::Finished;
 use crate::classify::Outcome;
-use crate::config::{type_list, CampaignConfig, Mode};
+use crate::config::{type_list, CampaignConfig, FaultModel, Mode};
 use crate::error::Error;
 use crate::record::RunRecord;
 use crate::store::write_atomically;
@@ -174,7 +174,7 @@ fn combined_markdown(
         "{} trials over {} extensions: {}. Each extension had {} trials of each fault type asked ({}) that has a \
          site in it, {} faults of that type per trial, seed {}. Each trial's mutated extension ran natively and \
          under isolation {}, every run in a throwaway host process doing its workload. Under ward every call had a \
-         deadline of {}; a host still running after {} counted as hung.",
+         deadline of {}; a host still running after {} counted as hung. {}",
         summary.total.trials,
         campaigns.len(),
         names.join(", "),
@@ -185,6 +185,7 @@ fn combined_markdown(
         iso_names,
         duration(Duration::from_millis(all.deadline_ms)),
         duration(Duration::from_millis(all.host_timeout_ms)),
+        fault_model_sentence(all.fault_model),
     );
     let _ = writeln!(s, "\nWorkloads:\n");
     let mut workloads: Vec<&str> = campaigns.iter().map(|f| f.config.workload.as_str()).collect();
@@ -218,6 +219,20 @@ fn combined_markdown(
     s
 }
 
+/// What the fault model means for the runs under ward, in one sentence.
+fn fault_model_sentence(model: FaultModel) -> &'static str {
+    match model {
+        FaultModel::Persistent => {
+            "Faults were persistent: every incarnation under ward loaded the mutated copy, so a restart ran the same \
+             faulty code again."
+        }
+        FaultModel::Transient => {
+            "Faults were transient, as Nooks and NewtOS injected them into running code: under ward, a restart \
+             loaded the unmutated file (`restart_from`), so a recovered run could finish with the reference output."
+        }
+    }
+}
+
 /// The whole Markdown report.
 pub fn markdown(finished: &Finished, summary: &Summary) -> String {
     let c = &finished.config;
@@ -232,7 +247,7 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
         "{} trials: {} trials of each fault type ({}), {} faults of that type per trial, seed {}. Each trial's \
          mutated {} ran natively and under isolation {}, every run in a throwaway host process doing the same \
          workload ({what}). Under ward every call had a deadline of {}; a host still running after {} counted as \
-         hung.",
+         hung. {}",
         summary.total.trials,
         c.trials_per_type,
         type_list(&types),
@@ -242,6 +257,7 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
         iso_names,
         duration(Duration::from_millis(c.deadline_ms)),
         duration(Duration::from_millis(c.host_timeout_ms)),
+        fault_model_sentence(c.fault_model),
     );
     if !finished.no_site.is_empty() {
         let _ = writeln!(

@@ -211,6 +211,7 @@ mod tests {
             seed,
             deadline_ms: 2000,
             host_timeout_ms: 20_000,
+            fault_model: crate::FaultModel::Persistent,
         }
     }
 

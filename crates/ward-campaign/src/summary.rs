@@ -270,6 +270,7 @@ mod tests {
             seed: 0,
             deadline_ms: 200,
             host_timeout_ms: 5000,
+            fault_model: crate::FaultModel::Persistent,
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use ward_inject::Plan;
 
 use crate::classify::{classify, Judgement};
-use crate::config::{CampaignConfig, Mode};
+use crate::config::{CampaignConfig, FaultModel, Mode};
 use crate::error::Error;
 use crate::host::HostReport;
 use crate::launch::{HostRequest, HostRun, Launcher};
@@ -50,9 +50,10 @@ impl TrialRunner<'_> {
         write_extension(&dir, &path, &injection.bytes)?;
         let faults: Vec<FaultSite> = injection.faults.iter().map(FaultSite::from).collect();
 
+        let restart_from = (self.config.fault_model == FaultModel::Transient).then_some(self.extension_path);
         let mut records = Vec::new();
         for mode in self.config.modes() {
-            let judged = match run_and_judge(self.config, self.launcher, &path, mode, self.reference) {
+            let judged = match run_and_judge(self.config, self.launcher, &path, restart_from, mode, self.reference) {
                 Ok(j) => j,
                 Err(e) => {
                     let _ = fs::remove_dir_all(&dir);
@@ -85,16 +86,23 @@ impl TrialRunner<'_> {
     }
 }
 
-/// Run the workload on the extension at `path` in one throwaway host and judge the run.
+/// Run the workload on the extension at `path` in one throwaway host and judge the run. Under ward, a restart
+/// loads `restart_from` when given (a transient fault).
 pub(crate) fn run_and_judge(
     config: &CampaignConfig,
     launcher: &dyn Launcher,
     path: &Path,
+    restart_from: Option<&Path>,
     mode: Mode,
     reference: &[Entry],
 ) -> Result<Judged, Error> {
-    let request =
-        HostRequest { workload: &config.workload, path, mode, deadline: Duration::from_millis(config.deadline_ms) };
+    let request = HostRequest {
+        workload: &config.workload,
+        path,
+        restart_from: restart_from.filter(|_| mode != Mode::Native),
+        mode,
+        deadline: Duration::from_millis(config.deadline_ms),
+    };
     let started = Instant::now();
     let run = launcher.launch(&request, Duration::from_millis(config.host_timeout_ms))?;
     let took = started.elapsed();

@@ -4,12 +4,13 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use ward_campaign::host::{HostReport, SeenFault};
 use ward_campaign::workload::Entry;
 use ward_campaign::{
-    Campaign, Error, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, Outcome, RunRecord,
+    Campaign, Error, FaultModel, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, Outcome, RunRecord,
 };
 use ward_inject::FaultType;
 
@@ -20,6 +21,8 @@ struct Stand {
     launches: AtomicUsize,
     trial_launches: AtomicUsize,
     fail_after: usize,
+    /// Every launch's isolation, whether it was a trial's, and the file it was to restart from.
+    restart_froms: Mutex<Vec<(Mode, bool, Option<PathBuf>)>>,
 }
 
 impl Stand {
@@ -29,6 +32,7 @@ impl Stand {
             launches: AtomicUsize::new(0),
             trial_launches: AtomicUsize::new(0),
             fail_after,
+            restart_froms: Mutex::new(Vec::new()),
         }
     }
 }
@@ -44,6 +48,8 @@ fn printed(report: &HostReport) -> String {
 impl Launcher for Stand {
     fn launch(&self, request: &HostRequest<'_>, _bound: Duration) -> Result<HostRun, Error> {
         self.launches.fetch_add(1, Ordering::SeqCst);
+        let trial = request.path != self.original;
+        self.restart_froms.lock().unwrap().push((request.mode, trial, request.restart_from.map(Path::to_path_buf)));
         let exited =
             |report: HostReport| HostRun { end: HostEnd::Exited(0), stdout: printed(&report), stderr: String::new() };
         if request.path == self.original {
@@ -83,6 +89,7 @@ fn options(out: &Path, seed: u64) -> Options {
         seed,
         deadline: Duration::from_millis(200),
         host_timeout: Duration::from_secs(3),
+        fault_model: FaultModel::Persistent,
         out: out.to_path_buf(),
         jobs: 2,
     }
@@ -144,4 +151,23 @@ fn an_interrupted_campaign_runs_only_what_is_missing() {
     assert_eq!(stand.trial_launches.load(Ordering::SeqCst), 2 * finished.ran_trials, "no recorded trial ran again");
     assert_eq!(sessions(&finished.records).len(), 2, "two invocations ran the trials");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_transient_campaign_restarts_isolated_trials_from_the_unmutated_file() {
+    for model in [FaultModel::Persistent, FaultModel::Transient] {
+        let out = scratch(&format!("model-{model}"));
+        let campaign = Campaign::new(Options { fault_model: model, ..options(&out, 4) }).expect("a campaign");
+        assert_eq!(campaign.config.fault_model, model);
+        let stand = Stand::new(&campaign.extension_path, usize::MAX);
+        campaign.run(&stand, &Quiet).expect("the campaign runs");
+        let launches = stand.restart_froms.lock().unwrap().clone();
+        assert_eq!(launches.len(), 2 + 6 * 2);
+        for (mode, trial, restart_from) in launches {
+            let expected = (model == FaultModel::Transient && trial && mode != Mode::Native)
+                .then(|| campaign.extension_path.clone());
+            assert_eq!(restart_from, expected, "{model}: a {mode} launch (trial: {trial})");
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ward::policy::FunctionPolicy;
-use ward::{Arg, Extension, Function, Isolation, RetType, Supervisor};
+use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
 use crate::adapters::ADAPTER_ERROR_BELOW;
 use crate::reader::Reader;
@@ -57,15 +57,17 @@ const HAS_UPDATE2: u32 = 0x2;
 fn function_policies() -> [(&'static str, FunctionPolicy); 6] {
     let state = FunctionPolicy { state: true, ..FunctionPolicy::default() };
     let destroys = FunctionPolicy { destroys: true, ..FunctionPolicy::default() };
-    let retryable = FunctionPolicy { retryable: true, ..FunctionPolicy::default() };
+    // Frames advance the state of a filter with memory (an echo, a temporal blur): history, kept when the
+    // policy's history_mb allows.
+    let frames = FunctionPolicy { retryable: true, history: true, ..FunctionPolicy::default() };
     [
         ("ward_frei0r_open", state.clone()),
         ("ward_frei0r_construct", state.clone()),
         // Only a parameter's last value needs replaying: (instance, index) is the key.
         ("ward_frei0r_set_param", FunctionPolicy { replaces_same: Some(2), ..state.clone() }),
         ("ward_frei0r_destruct", destroys),
-        ("ward_frei0r_update", retryable.clone()),
-        ("ward_frei0r_update2", retryable),
+        ("ward_frei0r_update", frames.clone()),
+        ("ward_frei0r_update2", frames),
     ]
 }
 
@@ -323,10 +325,28 @@ impl Library {
             error: "ward_frei0r_error",
         };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
-        let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.clone(), reason };
         let describe = ext.function("ward_frei0r_describe")?;
-        let bytes = describe_plugin(&describe, library).map_err(bad_plugin)?;
-        let info = PluginInfo::parse(&bytes).map_err(|reason| bad_plugin(format!("its description: {reason}")))?;
+        let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.clone(), reason };
+        // Err(Ok(reason)): the plugin described itself badly; Err(Err(e)): the call failed (ward recovered it).
+        let describe_info = || -> Result<PluginInfo, Result<String, ward::Error>> {
+            let bytes = describe_plugin(&describe, library)?;
+            PluginInfo::parse(&bytes).map_err(|reason| Ok(format!("its description: {reason}")))
+        };
+        // A plugin that describes itself badly is a bad call, as much as a crash is: recovered once (the restart
+        // may load another build, see `restart_from`) and asked again; refused if it does it again.
+        let info = match describe_info() {
+            Ok(info) => info,
+            Err(Err(e)) => return Err(bad_plugin(format!("describing the plugin: {e}"))),
+            Err(Ok(what)) => {
+                if ext.declare_fault("ward_frei0r_describe", FaultKind::BadOutput { what: what.clone() }).is_err() {
+                    return Err(bad_plugin(what));
+                }
+                describe_info().map_err(|e| match e {
+                    Ok(reason) => bad_plugin(reason),
+                    Err(e) => bad_plugin(format!("describing the plugin: {e}")),
+                })?
+            }
+        };
         let functions = Functions {
             construct: ext.function("ward_frei0r_construct")?,
             destruct: ext.function("ward_frei0r_destruct")?,
@@ -398,13 +418,13 @@ impl Library {
 }
 
 /// Ask the adapter for the description, growing the buffer once if it says it needs more.
-fn describe_plugin(describe: &Function, library: u64) -> Result<Vec<u8>, String> {
+fn describe_plugin(describe: &Function, library: u64) -> Result<Vec<u8>, Result<String, ward::Error>> {
     let mut buf = vec![0u8; DESCRIBE_BUFFER];
     for _ in 0..2 {
         let cap = buf.len() as u64;
         let n = describe
             .call(&mut [Arg::Handle(library), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)
-            .map_err(|e| format!("describing the plugin: {e}"))?
+            .map_err(Err)?
             .as_i64()
             .unwrap_or(ADAPTER_ERROR_BELOW);
         if n >= 0 && n as u64 <= cap {
@@ -412,14 +432,14 @@ fn describe_plugin(describe: &Function, library: u64) -> Result<Vec<u8>, String>
             return Ok(buf);
         }
         if n <= ADAPTER_ERROR_BELOW {
-            return Err(format!("the adapter could not describe the plugin (code {n})"));
+            return Err(Ok(format!("the adapter could not describe the plugin (code {n})")));
         }
         if n.unsigned_abs() > MAX_DESCRIPTION {
-            return Err(format!("a description of {} bytes is beyond belief", n.unsigned_abs()));
+            return Err(Ok(format!("a description of {} bytes is beyond belief", n.unsigned_abs())));
         }
         buf = vec![0u8; n.unsigned_abs() as usize];
     }
-    Err("the plugin's description keeps growing".into())
+    Err(Ok("the plugin's description keeps growing".into()))
 }
 
 /// What one frame through the adapter came to.

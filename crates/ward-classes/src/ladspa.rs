@@ -51,10 +51,15 @@ const ADAPTER: &str = "ward_ladspa_adapter";
 
 /// The adapter functions and what each means to the core: which establish state (replayed, in order, after a
 /// restart) and which destroy the handle they are given.
-fn function_policies() -> [(&'static str, FunctionPolicy); 6] {
+fn function_policies() -> [(&'static str, FunctionPolicy); 8] {
     let state = FunctionPolicy { state: true, ..FunctionPolicy::default() };
     let destroys = FunctionPolicy { destroys: true, ..FunctionPolicy::default() };
+    // Blocks advance a plugin's state (delay lines, filter memory): history, kept when the policy's history_mb
+    // allows.
+    let history = FunctionPolicy { history: true, ..FunctionPolicy::default() };
     [
+        ("ward_ladspa_run", history.clone()),
+        ("ward_ladspa_run_adding", history),
         ("ward_ladspa_open", state.clone()),
         ("ward_ladspa_instantiate", state.clone()),
         ("ward_ladspa_activate", state.clone()),
@@ -233,6 +238,31 @@ impl std::fmt::Debug for Library {
     }
 }
 
+/// Every plugin descriptor of the opened library `library`.
+fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
+    let count = ext.call("ward_ladspa_count", &mut [Arg::Handle(library)], RetType::I64)?;
+    let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
+    if count == 0 {
+        return Err(ClassError::NotAPlugin {
+            path: path.to_path_buf(),
+            class: "LADSPA",
+            reason: "ladspa_descriptor(0) returned NULL: the library has no plugins".into(),
+        });
+    }
+    let describe = ext.function("ward_ladspa_describe")?;
+    let mut plugins = Vec::with_capacity(count);
+    for index in 0..count {
+        let bytes = describe_one(&describe, library, index)
+            .map_err(|reason| ClassError::BadPlugin { path: path.to_path_buf(), reason })?;
+        let d = Descriptor::parse(index, &bytes).map_err(|reason| ClassError::BadPlugin {
+            path: path.to_path_buf(),
+            reason: format!("plugin {index}: {reason}"),
+        })?;
+        plugins.push(Arc::new(d));
+    }
+    Ok(plugins)
+}
+
 impl Library {
     /// Open the library at `path` in a domain of the isolation its policy gives it (or `isolation`), and read its
     /// plugins' descriptors.
@@ -246,23 +276,19 @@ impl Library {
             error: "ward_ladspa_error",
         };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
-        let not_a_plugin = |reason: String| ClassError::NotAPlugin { path: path.clone(), class: "LADSPA", reason };
-        let count = ext.call("ward_ladspa_count", &mut [Arg::Handle(library)], RetType::I64)?;
-        let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
-        if count == 0 {
-            return Err(not_a_plugin("ladspa_descriptor(0) returned NULL: the library has no plugins".into()));
-        }
-        let describe = ext.function("ward_ladspa_describe")?;
-        let mut plugins = Vec::with_capacity(count);
-        for index in 0..count {
-            let bytes = describe_one(&describe, library, index)
-                .map_err(|reason| ClassError::BadPlugin { path: path.clone(), reason })?;
-            let d = Descriptor::parse(index, &bytes).map_err(|reason| ClassError::BadPlugin {
-                path: path.clone(),
-                reason: format!("plugin {index}: {reason}"),
-            })?;
-            plugins.push(Arc::new(d));
-        }
+        // A library that describes itself badly is a bad call, as much as a crash is: recovered once (the restart
+        // may load another build, see `restart_from`) and asked again; refused if it does it again.
+        let plugins = match describe_all(&ext, library, &path) {
+            Ok(plugins) => plugins,
+            Err(e @ (ClassError::BadPlugin { .. } | ClassError::NotAPlugin { .. })) => {
+                let what = e.to_string();
+                if ext.declare_fault("ward_ladspa_describe", FaultKind::BadOutput { what }).is_err() {
+                    return Err(e);
+                }
+                describe_all(&ext, library, &path)?
+            }
+            Err(e) => return Err(e),
+        };
         let functions = Functions {
             instantiate: ext.function("ward_ladspa_instantiate")?,
             activate: ext.function("ward_ladspa_activate")?,

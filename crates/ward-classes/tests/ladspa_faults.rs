@@ -575,3 +575,29 @@ fn the_hosts_input_is_never_modified_and_output_is_written_only_on_success_or_by
     assert_eq!(input, copy);
     assert!(!lib.extension().stats().disabled);
 }
+
+#[test]
+fn with_history_a_restarted_plugin_resumes_in_the_state_it_had() {
+    for (keys, counted) in [("history_mb = 16", 3.0), ("", 1.0)] {
+        let (_sup, lib, events) = open(keys, Isolation::Process);
+        let mut inst = amp(&lib);
+        for n in 1..=3 {
+            if n == 3 {
+                // A crash between blocks, as far as the host can tell.
+                let pid = lib.extension().pid().expect("a process domain");
+                // SAFETY: our own domain process.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let input = signal(n);
+            let b = run(&mut inst, CLEAN, &input);
+            assert_eq!(b.processed, Processed::Ran, "{keys:?}: block {n}");
+            assert_eq!(b.audio(), scaled(&input, GAIN), "{keys:?}: block {n}");
+            let expected = if n == 3 { counted } else { n as f32 };
+            assert_eq!(b.blocks, expected, "{keys:?}: block {n}: the counter, replayed with the history or not");
+        }
+        let seen: Vec<Event> = events.try_iter().collect();
+        assert_eq!(faults(&seen).len(), 1, "{keys:?}: {seen:?}");
+        let replayed_calls = if counted == 3.0 { 3 + 2 } else { 3 };
+        assert_eq!(replayed(&seen), [replayed_calls], "{keys:?}: open, instantiate, activate (and two blocks)");
+    }
+}

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{value_parser, ArgAction, Args};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use ward_campaign::{workload, Campaign, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, RunRecord};
+use ward_campaign::{
+    workload, Campaign, FaultModel, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, RunRecord,
+};
 
 use crate::child::{self, End};
 use crate::report::{self, say};
@@ -55,6 +57,10 @@ pub struct CampaignArgs {
     /// A host still running after this many seconds is hung and killed.
     #[arg(long, default_value_t = 20, value_name = "S", value_parser = value_parser!(u64).range(1..=86_400))]
     host_timeout_s: u64,
+    /// Where the faults live: `persistent` (in the file: a restart runs the same faulty code) or `transient` (in
+    /// the loaded image, as Nooks injected them: a restart under ward loads the unmutated file).
+    #[arg(long, default_value = "persistent", value_name = "MODEL")]
+    fault_model: String,
 }
 
 /// Whether `e` is a mistake in what the user asked for: `main` exits with status 2 for those.
@@ -66,6 +72,7 @@ pub fn run(args: CampaignArgs) -> Result<bool> {
     let started = Instant::now();
     let fault_types = ward_campaign::parse_types(&args.types)?;
     let isolations = ward_campaign::parse_isolations(&args.isolation)?;
+    let fault_model: FaultModel = args.fault_model.trim().parse()?;
     let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), |j| j as usize);
     let names: Vec<&str> = args.extension.iter().map(|e| e.trim()).filter(|e| !e.is_empty()).collect();
     if names.is_empty() {
@@ -86,6 +93,7 @@ pub fn run(args: CampaignArgs) -> Result<bool> {
             seed: args.seed,
             deadline: Duration::from_millis(args.deadline_ms),
             host_timeout: Duration::from_secs(args.host_timeout_s),
+            fault_model,
             out,
             jobs,
         })?;
@@ -158,7 +166,7 @@ struct ChildHosts;
 
 impl Launcher for ChildHosts {
     fn launch(&self, request: &HostRequest<'_>, bound: Duration) -> Result<HostRun, ward_campaign::Error> {
-        let args: Vec<OsString> = vec![
+        let mut args: Vec<OsString> = vec![
             "__campaign-host".into(),
             "--workload".into(),
             request.workload.into(),
@@ -166,9 +174,11 @@ impl Launcher for ChildHosts {
             request.mode.as_str().into(),
             "--deadline-ms".into(),
             request.deadline.as_millis().to_string().into(),
-            "--".into(),
-            request.path.as_os_str().to_owned(),
         ];
+        if let Some(good) = request.restart_from {
+            args.extend(["--restart-from".into(), good.as_os_str().to_owned()]);
+        }
+        args.extend(["--".into(), request.path.as_os_str().to_owned()]);
         let run = child::run_bounded(&args, bound).map_err(|e| ward_campaign::Error::Launch(format!("{e:#}")))?;
         let end = match run.end {
             End::Exited(code) => HostEnd::Exited(code),

@@ -30,6 +30,9 @@ pub struct CampaignHostArgs {
     /// Deadline of every call under ward.
     #[arg(long)]
     deadline_ms: u64,
+    /// Under ward, the file a restart loads (the unmutated extension, for a transient fault).
+    #[arg(long)]
+    restart_from: Option<PathBuf>,
     /// The extension (a mutated copy).
     path: PathBuf,
 }
@@ -58,8 +61,14 @@ fn run(args: &CampaignHostArgs) -> Result<HostReport> {
             let lib = NativeLib::open(&args.path)?;
             Ok(host::run_native(workload, &Loaded(&lib)))
         }
-        Some(isolation) => host::run_ward(workload, &args.path, isolation, Duration::from_millis(args.deadline_ms))
-            .map_err(|e| anyhow!(e)),
+        Some(isolation) => host::run_ward(
+            workload,
+            &args.path,
+            isolation,
+            Duration::from_millis(args.deadline_ms),
+            args.restart_from.as_deref(),
+        )
+        .map_err(|e| anyhow!(e)),
     }
 }
 

@@ -8,6 +8,7 @@
 //! * `faulty` – deliberately faulty: every fault kind, armed or immediate.
 //! * `faulty_ladspa` – a LADSPA plugin library whose plugins fail on command (crash, hang, overrun, NaN).
 //! * `faulty_frei0r` – a frei0r filter that fails on command.
+//! * `calls` – work that is C library calls (allocations, copies), for run-time library faults.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ pub const ALL: &[Builtin] = &[
     embedded!("faulty", "deliberately faulty: every fault kind, armed or immediate"),
     embedded!("faulty_frei0r", "a frei0r filter that fails on command"),
     embedded!("faulty_ladspa", "LADSPA plugins that fail on command: crash, hang, overrun, NaN"),
+    embedded!("calls", "C library calls (allocations, copies) for run-time library faults"),
     embedded!("well", "well-behaved: arithmetic, buffers, callbacks, state"),
 ];
 
@@ -45,4 +47,33 @@ pub fn extracted() -> io::Result<PathBuf> {
 /// The path of the extracted builtin called `name`; a `NotFound` error naming it if there is no such builtin.
 pub fn path_of(name: &str) -> io::Result<PathBuf> {
     SET.path_of(name)
+}
+
+/// Writes a copy of the shared object `src` to `dst` whose function `function` (a dynamic or a static symbol) starts
+/// with `ud2`: the copy dies of SIGILL the moment the function is called, and nowhere else. Tests use it as a
+/// broken build of an extension whose good build is `src`.
+pub fn copy_with_trap(src: &Path, function: &str, dst: &Path) -> io::Result<()> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let invalid = |what: String| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {what}", src.display()));
+    let mut bytes = std::fs::read(src)?;
+    let offset = {
+        let file = object::File::parse(&*bytes).map_err(|e| invalid(e.to_string()))?;
+        let symbol = file
+            .dynamic_symbols()
+            .chain(file.symbols())
+            .find(|s| s.name() == Ok(function) && s.kind() == object::SymbolKind::Text)
+            .ok_or_else(|| invalid(format!("no function {function}")))?;
+        let section = symbol
+            .section_index()
+            .and_then(|i| file.section_by_index(i).ok())
+            .ok_or_else(|| invalid(format!("{function} is in no section")))?;
+        let (start, size) = section.file_range().ok_or_else(|| invalid(format!("{function} has no file bytes")))?;
+        let within = symbol.address() - section.address();
+        if within + 2 > size {
+            return Err(invalid(format!("{function} lies outside its section")));
+        }
+        (start + within) as usize
+    };
+    bytes[offset..offset + 2].copy_from_slice(&[0x0f, 0x0b]);
+    std::fs::write(dst, bytes)
 }

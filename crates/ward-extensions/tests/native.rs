@@ -60,6 +60,18 @@ const EXPORTS: &[(&str, &[&str])] = &[
     ),
     ("faulty_ladspa", &["ladspa_descriptor"]),
     (
+        "calls",
+        &[
+            "calls_add",
+            "calls_alloc_sum",
+            "calls_checked_alloc",
+            "calls_churn",
+            "calls_copy",
+            "calls_fill",
+            "calls_via",
+        ],
+    ),
+    (
         "faulty_frei0r",
         &[
             "f0r_init",

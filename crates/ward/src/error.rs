@@ -12,6 +12,8 @@ pub enum Error {
     #[error("{path} is not an ELF shared object ({reason}); ward loads .so files with a C ABI")]
     NotElf { path: PathBuf, reason: String },
     /// An ELF file that is no x86-64 shared object (32-bit, another processor, an executable, malformed).
+    #[error("restart_from of extension {extension} names {path}, which cannot be loaded: {reason}; fix the policy")]
+    RestartImage { extension: String, path: PathBuf, reason: String },
     #[error("{path} cannot be used as an extension: {reason}")]
     Unusable { path: PathBuf, reason: String },
     #[error("cannot load {path}: {reason}")]
@@ -30,6 +32,19 @@ pub enum Error {
     Disabled { domain: String, restarts: u32, last: String },
     #[error("isolation `{0}` is not available: {1}")]
     IsolationUnavailable(String, String),
+    /// A `library_fault` policy for an isolation kind that cannot carry one.
+    #[error(
+        "extension {extension} has a library_fault, which needs isolation `process` (a library preloaded into its \
+         domain process injects it), but it would run with isolation `{isolation}`; use isolation \"process\" or \
+         remove library_fault"
+    )]
+    LibraryFaultNeedsProcess { extension: String, isolation: crate::policy::Isolation },
+    /// A `library_fault` policy for an extension that shares its group's domain.
+    #[error(
+        "extension {extension} has a library_fault but shares the domain of group {group}; a library fault needs \
+         the extension in a domain of its own: remove its group or the library_fault"
+    )]
+    LibraryFaultInGroup { extension: String, group: String },
     #[error("cannot find the ward-domain program ({0}); build it (cargo build -p ward-domain) or set WARD_DOMAIN to its path")]
     DomainProgramMissing(String),
     #[error("cannot start a domain for {domain}: {reason}")]

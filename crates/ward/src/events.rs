@@ -1,5 +1,6 @@
 //! Recovery events: every fault, restart, replay, retry and disablement goes to `tracing` and to every subscriber.
 
+use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -38,6 +39,8 @@ pub enum Event {
     BackingOff { domain: String, delay: Duration },
     /// Past the restart limit: the domain is disabled, calls fail fast.
     Disabled { domain: String, restarts: u32, fault: Fault },
+    /// After its first failure, an extension restarts from another file (its policy's `restart_from`).
+    ImageSwitched { domain: String, extension: String, path: PathBuf },
 }
 
 /// One line per event, for logs and standard error.
@@ -64,6 +67,9 @@ impl std::fmt::Display for Event {
             }
             Event::Disabled { domain, restarts, fault } => {
                 write!(f, "{domain}: disabled after {restarts} restarts (last fault: {fault})")
+            }
+            Event::ImageSwitched { domain, extension, path } => {
+                write!(f, "{domain}: {extension} restarts from {} (restart_from)", path.display())
             }
         }
     }
@@ -99,6 +105,9 @@ impl EventBus {
             }
             Event::Disabled { domain, restarts, fault } => {
                 tracing::error!(domain = %domain, restarts, "disabled after repeated faults; last: {fault}")
+            }
+            Event::ImageSwitched { domain, extension, path } => {
+                tracing::warn!(domain = %domain, extension = %extension, path = %path.display(), "restarts from")
             }
         }
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());

@@ -27,6 +27,7 @@ mod domain;
 pub mod error;
 pub mod events;
 pub mod fault;
+pub mod libfault;
 #[allow(unsafe_code)]
 mod monitor;
 pub mod policy;

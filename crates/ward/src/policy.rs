@@ -35,6 +35,8 @@
 //! spin = 2000                # spin iterations before sleeping (adaptive)
 //! init = "well_init"         # called after load (no args, returns int64; nonzero = load failure)
 //! check_output = false       # class output checks (audio with NaN or infinity is a fault)
+//! history_mb = 0             # replay up to this many MiB of data calls after a restart (0 = off)
+//! library_fault = "none"     # fault testing: see below
 //! [defaults.limits]
 //! address_space_mb = 1024    # 0 = unlimited
 //! cpu_s = 0                  # 0 = unlimited
@@ -43,6 +45,7 @@
 //! [extension.faulty]
 //! group = "demo"
 //! deadline_ms = 500
+//! restart_from = "v2/libfaulty.so" # after a failure, restart from this file (relative: to the policy file)
 //! [extension.faulty.limits]
 //! open_files = 64
 //! [extension.faulty.function.faulty_counter_add]
@@ -50,6 +53,7 @@
 //! retryable = true           # may be re-issued after a fault
 //! deadline_ms = 100          # default: the extension's
 //! destroys = false           # releases the handle passed as its first Handle argument
+//! history = false            # a data call (processes a block): kept for replay while history_mb allows
 //!
 //! [group.demo]               # domain-level fields for a group
 //! zygote = false
@@ -65,6 +69,18 @@
 //!   most 10 000 000; `limits.open_files`: at least 1;
 //! - extension and group names: non-empty, of `[A-Za-z0-9_.-]`; function
 //!   names and `init`: C function names.
+//!
+//! `library_fault` injects a run-time library fault into the calls the
+//! extension itself makes to its C library (see [`crate::libfault`]):
+//! `{ kind = "alloc", nth = 3, count = 1 }`, or the same as a string,
+//! `"alloc:nth=3,count=1"`; `"none"` (the default) turns it off. `kind` is
+//! `alloc` (allocations fail), `leak` (`free` does nothing) or
+//! `copy-overrun` (`mem*`/`str*cpy` write `extra` bytes too many, default
+//! 64, at most 1048576); the `nth` eligible call of the process (from 1,
+//! default 1) and the `count - 1` after it are affected (`count` 0: every
+//! one from then on; default 1, 0 for `leak`). A class adapter's fault
+//! applies to the plugin it opens. It needs isolation `process` and an
+//! extension in its own domain (no `group`); loading refuses it otherwise.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -74,6 +90,8 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+
+use crate::libfault::LibraryFault;
 
 // ---------------------------------------------------------------------------
 // Keyword enums
@@ -232,11 +250,22 @@ pub struct FunctionPolicy {
     /// only the last value (a parameter set every frame does not grow it).
     /// `None`: every call is kept. Set by class wrappers, not by policy files.
     pub replaces_same: Option<usize>,
+    /// A data call that advances the extension's state (an audio block, a frame through a filter with memory):
+    /// while the extension's `history_mb` allows, it is kept in the shadow log with its inputs and replayed in
+    /// order, so a restarted extension is back in the very state it had, not only its configuration.
+    pub history: bool,
 }
 
 impl Default for FunctionPolicy {
     fn default() -> Self {
-        FunctionPolicy { state: false, retryable: true, deadline: None, destroys: false, replaces_same: None }
+        FunctionPolicy {
+            state: false,
+            retryable: true,
+            deadline: None,
+            destroys: false,
+            replaces_same: None,
+            history: false,
+        }
     }
 }
 
@@ -278,6 +307,15 @@ pub struct ExtensionPolicy {
     pub init: Option<String>,
     /// Class output checks: a class wrapper treats wrong output (audio with NaN or infinity) as a fault.
     pub check_output: bool,
+    /// How many MiB of data calls' inputs ([`FunctionPolicy::history`]) the shadow log keeps for replay; 0: none.
+    /// A longer history is dropped whole and the extension is recovered with its configuration only.
+    pub history_mb: u64,
+    /// A run-time library fault injected into the extension's own calls to its C library (fault testing; process
+    /// isolation only); `None`: off.
+    pub library_fault: Option<LibraryFault>,
+    /// After a failure, restart the extension from this file instead of the one it was loaded from (a known-good
+    /// or patched version); `None`: from the same file.
+    pub restart_from: Option<PathBuf>,
     /// Resource limits of the domain.
     pub limits: Limits,
     /// Policies of single functions, by name.
@@ -304,6 +342,9 @@ impl Default for ExtensionPolicy {
             spin: 2000,
             init: None,
             check_output: false,
+            history_mb: 0,
+            library_fault: None,
+            restart_from: None,
             limits: Limits::default(),
             functions: BTreeMap::new(),
         }
@@ -369,6 +410,8 @@ pub struct FunctionOverride {
     pub deadline: Option<Duration>,
     /// See [`FunctionPolicy::destroys`].
     pub destroys: Option<bool>,
+    /// See [`FunctionPolicy::history`].
+    pub history: Option<bool>,
 }
 
 /// The settings of one section (`[defaults]`, `[extension.NAME]` or
@@ -394,6 +437,10 @@ pub struct ExtensionOverride {
     pub spin: Option<u32>,
     pub init: Option<String>,
     pub check_output: Option<bool>,
+    pub history_mb: Option<u64>,
+    /// `Some(None)`: library faults explicitly off.
+    pub library_fault: Option<Option<LibraryFault>>,
+    pub restart_from: Option<PathBuf>,
     pub limits: LimitsOverride,
     pub functions: BTreeMap<String, FunctionOverride>,
 }
@@ -430,6 +477,8 @@ impl ExtensionOverride {
             wait,
             spin,
             check_output,
+            library_fault,
+            history_mb,
         );
         if let Some(group) = &self.group {
             policy.group = Some(group.clone());
@@ -437,10 +486,13 @@ impl ExtensionOverride {
         if let Some(init) = &self.init {
             policy.init = Some(init.clone());
         }
+        if let Some(path) = &self.restart_from {
+            policy.restart_from = Some(path.clone());
+        }
         overlay!(policy.limits, self.limits, address_space_mb, cpu_s, open_files);
         for (name, section) in &self.functions {
             let function = policy.functions.entry(name.clone()).or_default();
-            overlay!(function, section, state, retryable, destroys);
+            overlay!(function, section, state, retryable, destroys, history);
             if let Some(deadline) = section.deadline {
                 function.deadline = Some(deadline);
             }
@@ -469,14 +521,31 @@ impl Policy {
     /// (usually the file name).
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Policy, PolicyError> {
         let raw: RawPolicy = toml::from_str(text).map_err(|e| invalid(text, origin, &e))?;
+        if raw.defaults.restart_from.is_some() {
+            // One file for every extension would restart each of them as the same library.
+            let (line, column) = text.find("restart_from").map_or((0, 0), |at| line_column(text, at));
+            return Err(PolicyError::Invalid {
+                origin: origin.to_string(),
+                line,
+                column,
+                reason: "restart_from is set per extension: put it in [extension.NAME], not [defaults]".into(),
+            });
+        }
         Ok(raw.into_policy())
     }
 
-    /// Reads, parses and checks a policy file.
+    /// Reads, parses and checks a policy file. A relative `restart_from` is taken relative to the file's directory.
     pub fn from_file(path: &Path) -> Result<Policy, PolicyError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| PolicyError::Read { path: path.to_path_buf(), source })?;
-        Policy::from_toml_str(&text, &path.display().to_string())
+        let mut policy = Policy::from_toml_str(&text, &path.display().to_string())?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for section in policy.extensions.values_mut() {
+            if let Some(from) = section.restart_from.as_mut().filter(|p| p.is_relative()) {
+                *from = dir.join(&*from);
+            }
+        }
+        Ok(policy)
     }
 
     /// Effective policy of the extension with this name: built-in defaults
@@ -580,7 +649,8 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 
 /// Fields of `[extension.NAME]` (and `[defaults]`) that a `[group.NAME]`
 /// section cannot set, being per extension.
-const EXTENSION_ONLY_FIELDS: &[&str] = &["group", "on_fault", "max_retries", "init", "check_output", "function"];
+const EXTENSION_ONLY_FIELDS: &[&str] =
+    &["group", "on_fault", "max_retries", "init", "check_output", "library_fault", "restart_from", "function"];
 
 /// For serde's "unknown field `x`, expected one of `a`, `b`" message, what
 /// to do: set a per-extension field elsewhere, or the closest expected field.
@@ -679,6 +749,12 @@ struct RawExtension {
     init: Option<String>,
     #[serde(default, deserialize_with = "de_check_output")]
     check_output: Option<bool>,
+    #[serde(default, deserialize_with = "de_history_mb")]
+    history_mb: Option<u64>,
+    #[serde(default, deserialize_with = "crate::libfault::de_library_fault")]
+    library_fault: Option<Option<LibraryFault>>,
+    #[serde(default, deserialize_with = "de_restart_from")]
+    restart_from: Option<PathBuf>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -705,6 +781,9 @@ impl RawExtension {
             spin: self.spin,
             init: self.init,
             check_output: self.check_output,
+            history_mb: self.history_mb,
+            library_fault: self.library_fault,
+            restart_from: self.restart_from,
             limits: self.limits.into_override(),
             functions: self.function.into_iter().map(|(name, section)| (name.0, section.into_override())).collect(),
         }
@@ -792,6 +871,8 @@ struct RawFunction {
     deadline_ms: Option<Duration>,
     #[serde(default, deserialize_with = "de_destroys")]
     destroys: Option<bool>,
+    #[serde(default, deserialize_with = "de_history")]
+    history: Option<bool>,
 }
 
 impl RawFunction {
@@ -801,6 +882,7 @@ impl RawFunction {
             retryable: self.retryable,
             deadline: self.deadline_ms,
             destroys: self.destroys,
+            history: self.history,
         }
     }
 }
@@ -1128,8 +1210,23 @@ fn de_spin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     checked(d, |v| whole("spin", 0, 10_000_000, "a whole number from 0 to 10000000", v).map(|n| n as u32))
 }
 
+fn de_history<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    checked(d, |v| boolean("history", v))
+}
+
+fn de_history_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    checked(d, |v| whole("history_mb", 0, 1 << 20, "a whole number of MiB from 0 to 1048576", v))
+}
+
 fn de_check_output<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
     checked(d, |v| boolean("check_output", v))
+}
+
+fn de_restart_from<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+    checked(d, |v| match v {
+        Scalar::Str(s) if !s.is_empty() && !s.contains('\0') => Ok(PathBuf::from(s)),
+        _ => Err(refuse("restart_from", "the path of a shared object (a non-empty string)", v)),
+    })
 }
 
 fn de_zygote<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
@@ -1289,7 +1386,8 @@ zygote = false
                 retryable: true,
                 deadline: Some(Duration::from_millis(100)),
                 destroys: false,
-                replaces_same: None
+                replaces_same: None,
+                history: false,
             }
         );
         assert!(!policy.for_group("demo").zygote);

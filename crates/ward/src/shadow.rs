@@ -3,7 +3,7 @@
 //! handles it already has.
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 
 use crate::call::{Arg, RetType};
 use crate::callback::Callback;
@@ -65,9 +65,24 @@ pub(crate) struct ShadowEntry {
     pub ret: RetType,
     /// The host handle this call created, if it returned one.
     pub created: Option<u64>,
+    /// A data call kept as history (see [`crate::policy::FunctionPolicy::history`]), not a state call.
+    pub history: bool,
 }
 
 impl ShadowEntry {
+    /// Bytes this entry holds: its inputs, and a fixed charge for the entry itself (so calls with scalar
+    /// arguments only count too).
+    fn held(&self) -> usize {
+        64 + self
+            .args
+            .iter()
+            .map(|a| match a {
+                OwnedArg::In(b) | OwnedArg::InOut(b) => b.len(),
+                _ => 0,
+            })
+            .sum::<usize>()
+    }
+
     fn uses(&self, handle: u64) -> bool {
         self.created == Some(handle) || self.args.iter().any(|a| matches!(a, OwnedArg::Handle(h) if *h == handle))
     }
@@ -76,6 +91,10 @@ impl ShadowEntry {
 #[derive(Debug, Default)]
 pub(crate) struct ShadowLog {
     entries: Vec<ShadowEntry>,
+    /// Input bytes held by history entries.
+    history_bytes: usize,
+    /// The history outgrew its bound once: it was dropped and is no longer kept.
+    history_dropped: bool,
 }
 
 impl ShadowLog {
@@ -96,9 +115,57 @@ impl ShadowLog {
         self.entries.push(entry);
     }
 
+    /// Keep a data call (`entry.history` set) while the history holds at most `bound` bytes of input. Past the
+    /// bound the whole history is dropped, for good: replaying part of it would not rebuild the state either.
+    /// Returns false when the entry was not kept.
+    pub fn record_history(&mut self, entry: ShadowEntry, bound: usize) -> bool {
+        if self.history_dropped {
+            return false;
+        }
+        let held = entry.held();
+        if self.history_bytes + held > bound {
+            self.entries.retain(|e| !e.history);
+            self.history_bytes = 0;
+            self.history_dropped = true;
+            return false;
+        }
+        self.history_bytes += held;
+        self.entries.push(entry);
+        true
+    }
+
+    /// Forget the latest history entry of a symbol `of` accepts (a call whose result turned out wrong).
+    pub fn drop_last_history(&mut self, of: impl Fn(usize) -> bool) {
+        if let Some(at) = self.entries.iter().rposition(|e| e.history && of(e.symbol)) {
+            let entry = self.entries.remove(at);
+            self.history_bytes -= entry.held();
+        }
+    }
+
+    /// Whether the history outgrew its bound and was dropped.
+    pub fn history_dropped(&self) -> bool {
+        self.history_dropped
+    }
+
     /// The handle's object was destroyed: its history no longer needs replaying.
     pub fn forget_handle(&mut self, handle: u64) {
         self.entries.retain(|e| !e.uses(handle));
+        self.history_bytes = self.entries.iter().filter(|e| e.history).map(ShadowEntry::held).sum();
+    }
+
+    /// In the entries of the symbols `of` accepts, replace string arguments equal to `from` by `to`; returns how
+    /// many were replaced. How a class adapter's `open(path)` is pointed at another file (`restart_from`).
+    pub fn replace_string(&mut self, of: impl Fn(usize) -> bool, from: &CStr, to: &CStr) -> usize {
+        let mut replaced = 0;
+        for entry in self.entries.iter_mut().filter(|e| of(e.symbol)) {
+            for arg in &mut entry.args {
+                if matches!(arg, OwnedArg::Str(s) if s.as_c_str() == from) {
+                    *arg = OwnedArg::Str(to.to_owned());
+                    replaced += 1;
+                }
+            }
+        }
+        replaced
     }
 
     pub fn entries(&self) -> &[ShadowEntry] {
@@ -162,7 +229,7 @@ mod tests {
 
     fn setter(symbol: usize, handle: u64, index: u64, value: &[u8]) -> ShadowEntry {
         let args = vec![OwnedArg::Handle(handle), OwnedArg::U64(index), OwnedArg::In(value.to_vec())];
-        ShadowEntry { symbol, args, ret: RetType::I64, created: None }
+        ShadowEntry { symbol, args, ret: RetType::I64, created: None, history: false }
     }
 
     #[test]
@@ -185,6 +252,54 @@ mod tests {
         assert!(matches!(&log.entries()[0].args[2], OwnedArg::In(v) if v == b"create"));
     }
 
+    fn data_call(symbol: usize, handle: u64, block: &[u8]) -> ShadowEntry {
+        let args = vec![OwnedArg::Handle(handle), OwnedArg::In(block.to_vec()), OwnedArg::Out(block.len())];
+        ShadowEntry { symbol, args, ret: RetType::I64, created: None, history: true }
+    }
+
+    #[test]
+    fn history_is_kept_in_order_within_its_bound_then_dropped_for_good() {
+        let mut log = ShadowLog::default();
+        log.record(setter(0, 7, 0, b"create"));
+        // Each block holds 64 + 100 bytes: six fit in 1000, the seventh does not.
+        for block in 0..6u8 {
+            assert!(log.record_history(data_call(1, 7, &[block; 100]), 1000));
+            log.record_replacing(setter(2, 7, 0, &[block]), 2);
+        }
+        let blocks: Vec<u8> = log
+            .entries()
+            .iter()
+            .filter(|e| e.history)
+            .map(|e| match &e.args[1] {
+                OwnedArg::In(b) => b[0],
+                _ => unreachable!("a data call's block"),
+            })
+            .collect();
+        assert_eq!(blocks, [0, 1, 2, 3, 4, 5]);
+        // The wrong result of the latest block is forgotten.
+        log.drop_last_history(|s| s == 1);
+        assert_eq!(log.entries().iter().filter(|e| e.history).count(), 5);
+        assert!(log.record_history(data_call(1, 7, &[5; 100]), 1000));
+        assert!(!log.record_history(data_call(1, 7, &[6; 100]), 1000), "past the bound");
+        assert!(log.history_dropped());
+        assert!(log.entries().iter().all(|e| !e.history), "all of it dropped");
+        assert_eq!(log.len(), 2, "the state calls stay");
+        assert!(!log.record_history(data_call(1, 7, &[7; 1]), 1000), "no history once dropped");
+    }
+
+    #[test]
+    fn destroying_an_instance_forgets_its_history_and_frees_its_bound() {
+        let mut log = ShadowLog::default();
+        for _ in 0..5 {
+            assert!(log.record_history(data_call(1, 7, &[0; 100]), 1000));
+        }
+        log.forget_handle(7);
+        assert_eq!(log.len(), 0);
+        for _ in 0..6 {
+            assert!(log.record_history(data_call(1, 8, &[0; 100]), 1000), "the bound is free again");
+        }
+    }
+
     #[test]
     fn handles_are_stable_across_rebinding() {
         let mut m = HandleMap::default();
@@ -201,9 +316,27 @@ mod tests {
     #[test]
     fn forgetting_a_handle_drops_its_history_only() {
         let mut log = ShadowLog::default();
-        log.record(ShadowEntry { symbol: 0, args: vec![OwnedArg::I64(1)], ret: RetType::Handle, created: Some(7) });
-        log.record(ShadowEntry { symbol: 1, args: vec![OwnedArg::Handle(7)], ret: RetType::I64, created: None });
-        log.record(ShadowEntry { symbol: 2, args: vec![OwnedArg::I64(5)], ret: RetType::I64, created: None });
+        log.record(ShadowEntry {
+            symbol: 0,
+            args: vec![OwnedArg::I64(1)],
+            ret: RetType::Handle,
+            created: Some(7),
+            history: false,
+        });
+        log.record(ShadowEntry {
+            symbol: 1,
+            args: vec![OwnedArg::Handle(7)],
+            ret: RetType::I64,
+            created: None,
+            history: false,
+        });
+        log.record(ShadowEntry {
+            symbol: 2,
+            args: vec![OwnedArg::I64(5)],
+            ret: RetType::I64,
+            created: None,
+            history: false,
+        });
         log.forget_handle(7);
         assert_eq!(log.len(), 1);
         assert_eq!(log.entries()[0].symbol, 2);

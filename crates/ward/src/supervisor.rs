@@ -87,7 +87,7 @@ impl Supervisor {
         check_elf(path)?;
         let name = extension_name(path);
         let policy = self.inner.policy.for_extension(&name);
-        self.load_as(path, name, policy, isolation)
+        self.load_as(path, name, policy, isolation, None)
     }
 
     /// Load a class adapter in place of a plugin (see [`AdapterLoad`]): the domain runs the adapter, which opens
@@ -100,7 +100,7 @@ impl Supervisor {
         for (function, default) in load.functions {
             policy.functions.entry((*function).to_string()).or_insert_with(|| default.clone());
         }
-        self.load_as(load.adapter, name, policy, load.isolation)
+        self.load_as(load.adapter, name, policy, load.isolation, Some(load.plugin))
     }
 
     fn load_as(
@@ -109,11 +109,26 @@ impl Supervisor {
         name: String,
         mut policy: ExtensionPolicy,
         isolation: Option<Isolation>,
+        opened: Option<&Path>,
     ) -> Result<Extension, Error> {
+        if let Some(from) = &policy.restart_from {
+            check_elf(from).map_err(|e| {
+                let reason = match e {
+                    Error::NotFound { .. } => "no such file".to_string(),
+                    Error::NotElf { reason, .. } => format!("not an ELF shared object ({reason})"),
+                    other => other.to_string(),
+                };
+                Error::RestartImage { extension: name.clone(), path: from.clone(), reason }
+            })?;
+        }
+        let opened = opened.map(Path::to_path_buf);
         if let Some(iso) = isolation {
             policy.isolation = iso;
         }
+        crate::libfault::check_isolation(&name, &policy, policy.isolation)?;
         let isolation = resolve_isolation(policy.isolation)?;
+        // A library fault affects the calls of the plugin a class adapter opens, else of the extension itself.
+        let preload = crate::libfault::preload(&name, &policy, isolation, opened.as_deref().unwrap_or(path))?;
         let spec = ExtensionSpec { path: path.to_path_buf(), init: policy.init.clone() };
 
         if let Some(group) = policy.group.clone() {
@@ -126,18 +141,18 @@ impl Supervisor {
                         format!("group {group} already runs with isolation {}", domain.isolation),
                     ));
                 }
-                let ext = domain.add_extension(spec, name.clone(), policy)?;
+                let ext = domain.add_extension(spec, name.clone(), policy, opened)?;
                 return Ok(Extension { domain, ext, name });
             }
             let mut domain_policy = self.inner.policy.for_group(&group);
             domain_policy.isolation = isolation;
-            let domain = self.start_domain(group.clone(), isolation, domain_policy, spec)?;
-            let ext = domain.register_extension(name.clone(), policy);
+            let domain = self.start_domain(group.clone(), isolation, domain_policy, spec, preload)?;
+            let ext = domain.register_extension(name.clone(), policy, opened);
             self.inner.groups.lock().unwrap_or_else(|e| e.into_inner()).insert(group, Arc::downgrade(&domain));
             return Ok(Extension { domain, ext, name });
         }
-        let domain = self.start_domain(name.clone(), isolation, policy.clone(), spec)?;
-        let ext = domain.register_extension(name.clone(), policy);
+        let domain = self.start_domain(name.clone(), isolation, policy.clone(), spec, preload)?;
+        let ext = domain.register_extension(name.clone(), policy, opened);
         Ok(Extension { domain, ext, name })
     }
 
@@ -155,6 +170,7 @@ impl Supervisor {
         isolation: Isolation,
         policy: ExtensionPolicy,
         spec: ExtensionSpec,
+        preload: Option<crate::libfault::Preload>,
     ) -> Result<Arc<Domain>, Error> {
         let mut tracker = Tracker::new();
         let backend: Box<dyn crate::backend::Backend> = match isolation {
@@ -174,6 +190,7 @@ impl Supervisor {
                         crate::policy::WaitMode::Adaptive => policy.spin,
                     },
                     zygote: policy.zygote,
+                    preload,
                 };
                 Box::new(
                     ProcessBackend::start(cfg, self.monitor()?, &mut tracker)

@@ -2,6 +2,7 @@
 //! all; it is the baseline every figure is compared with, and what a host without ward does.
 
 use std::ffi::{c_void, CStr, CString};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use ward_abi::{RegArgs, RegRet};
@@ -73,6 +74,12 @@ impl Backend for DirectBackend {
 
     fn add_extension(&mut self, spec: ExtensionSpec) {
         self.specs.push(spec);
+    }
+
+    fn replace_image(&mut self, index: usize, path: PathBuf) {
+        if let Some(spec) = self.specs.get_mut(index) {
+            spec.path = path;
+        }
     }
 
     fn begin(&mut self, _: &mut Tracker, _: u32, _: &[WireValue<'_>], _: RetType) -> Result<Frame, BackendError> {

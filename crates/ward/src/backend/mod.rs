@@ -127,6 +127,9 @@ pub(crate) trait Backend: Send {
     /// Load one more extension; it takes effect at the next restart (the core restarts and replays).
     fn add_extension(&mut self, spec: ExtensionSpec);
 
+    /// Load extension `index` (in the order added) from `path` from the next restart on.
+    fn replace_image(&mut self, index: usize, path: PathBuf);
+
     /// The process id of the running incarnation, for a backend that has one.
     fn pid(&self) -> Option<i32> {
         None

@@ -8,6 +8,8 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,10 +54,23 @@ struct Symbol {
     policy: FunctionPolicy,
 }
 
+/// Where an extension's code comes from, for `restart_from`.
+struct Image {
+    /// The plugin a class adapter opens by this path in the domain (the adapter is the file loaded); `None`: the
+    /// extension is the file loaded.
+    opened: Option<PathBuf>,
+    /// The extension now restarts from its policy's `restart_from`.
+    switched: bool,
+    /// Once switched, for an adapter: its plugin's path and the file to open in its place, both NUL-terminated.
+    rewrite: Option<(CString, CString)>,
+}
+
 struct State {
     backend: Box<dyn Backend>,
     /// Per extension of the domain: its name and policy.
     extensions: Vec<(String, ExtensionPolicy)>,
+    /// Per extension of the domain: where its code comes from.
+    images: Vec<Image>,
     symbols: Vec<Symbol>,
     /// Per extension: symbol name to index in `symbols`.
     symbol_index: Vec<HashMap<String, usize>>,
@@ -73,6 +88,8 @@ struct State {
     disabled: Option<Fault>,
     /// True while recovery runs (a fault during replay must not recurse into another recovery).
     recovering: bool,
+    /// Some image has a `rewrite` (checked first, so calls of other domains pay one load).
+    rewriting: bool,
 }
 
 pub(crate) struct Domain {
@@ -107,6 +124,7 @@ impl Domain {
         let state = State {
             backend,
             extensions: Vec::new(),
+            images: Vec::new(),
             symbols: Vec::new(),
             symbol_index: Vec::new(),
             tracker,
@@ -120,20 +138,29 @@ impl Domain {
             stats: DomainStats { incarnation: 1, ..DomainStats::default() },
             disabled: None,
             recovering: false,
+            rewriting: false,
         };
         Domain { name, isolation, policy, events, lock: ReentrantMutex::new(RefCell::new(state)) }
     }
 
-    /// Register an extension of this domain (already loaded by the backend); returns its index.
-    pub fn register_extension(&self, name: String, policy: ExtensionPolicy) -> usize {
+    /// Register an extension of this domain (already loaded by the backend); returns its index. `opened`: the
+    /// plugin a class adapter will open in the domain, when the extension is an adapter.
+    pub fn register_extension(&self, name: String, policy: ExtensionPolicy, opened: Option<PathBuf>) -> usize {
         let g = self.lock.lock();
         let mut st = g.borrow_mut();
         st.extensions.push((name, policy));
+        st.images.push(Image { opened, switched: false, rewrite: None });
         st.extensions.len() - 1
     }
 
     /// Add an extension to a running group domain: the backend reloads with it, the shadow log is replayed.
-    pub fn add_extension(&self, spec: ExtensionSpec, name: String, policy: ExtensionPolicy) -> Result<usize, Error> {
+    pub fn add_extension(
+        &self,
+        spec: ExtensionSpec,
+        name: String,
+        policy: ExtensionPolicy,
+        opened: Option<PathBuf>,
+    ) -> Result<usize, Error> {
         let g = self.lock.lock();
         {
             let mut st = g.borrow_mut();
@@ -143,6 +170,7 @@ impl Domain {
         let index = {
             let mut st = g.borrow_mut();
             st.extensions.push((name, policy));
+            st.images.push(Image { opened, switched: false, rewrite: None });
             st.extensions.len() - 1
         };
         self.restart_and_replay(&g).map_err(|reason| Error::Spawn { domain: self.name.clone(), reason })?;
@@ -321,7 +349,11 @@ impl Domain {
             return Err(e);
         }
         let fault = {
-            let st = g.borrow();
+            let mut st = g.borrow_mut();
+            // The call's wrong result must not be replayed as history: the caller retries the call itself.
+            let st = &mut *st;
+            let symbols = &st.symbols;
+            st.shadow.drop_last_history(|s| symbols.get(s).is_some_and(|s| &*s.name == call));
             Fault { kind, domain: self.name.clone(), call: Some(call.to_string()), incarnation: st.incarnation }
         };
         self.recover(&g, fault)
@@ -366,10 +398,21 @@ impl Domain {
             }
         }
         if fpolicy.state {
-            let entry = ShadowEntry { symbol: sym, args: args.iter().map(OwnedArg::from_arg).collect(), ret, created };
+            let args = args.iter().map(OwnedArg::from_arg).collect();
+            let entry = ShadowEntry { symbol: sym, args, ret, created, history: false };
             match fpolicy.replaces_same {
                 Some(key) => st.shadow.record_replacing(entry, key),
                 None => st.shadow.record(entry),
+            }
+        } else if fpolicy.history && !st.shadow.history_dropped() {
+            let ext = st.symbols.get(sym).map_or(0, |s| s.ext);
+            let bound = st.extensions.get(ext).map_or(0, |e| e.1.history_mb) as usize * (1 << 20);
+            if bound > 0 {
+                let args = args.iter().map(OwnedArg::from_arg).collect();
+                let entry = ShadowEntry { symbol: sym, args, ret, created, history: true };
+                if !st.shadow.record_history(entry, bound) {
+                    tracing::info!(domain = %self.name, "history past history_mb: dropped; restarts replay state only");
+                }
             }
         }
         value
@@ -394,9 +437,11 @@ impl Domain {
             return self.attempt_direct(g, sym, func, args, ret);
         }
         let incarnation = g.borrow().incarnation;
+        let rewrite = self.rewrite_for(g, sym);
         let frame = {
             let mut st = g.borrow_mut();
-            let wire = match self.translate(&mut st, args, sym, replaying) {
+            let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
+            let wire = match self.translate(&mut st, args, sym, replaying, rewrite) {
                 Ok(w) => w,
                 Err(e) => return Outcome::Error(e),
             };
@@ -496,13 +541,25 @@ impl Domain {
         Outcome::Done(Value::from_regs(ret, function.call(&regs)))
     }
 
-    /// Host arguments to what crosses into the domain: handles to objects, callbacks to lent slots.
+    /// The plugin path an adapter extension's calls must have rewritten since its image switched (`restart_from`).
+    fn rewrite_for(&self, g: &Guard<'_>, sym: usize) -> Option<(CString, CString)> {
+        let st = g.borrow();
+        if !st.rewriting {
+            return None;
+        }
+        let ext = st.symbols.get(sym)?.ext;
+        st.images.get(ext)?.rewrite.clone()
+    }
+
+    /// Host arguments to what crosses into the domain: handles to objects, callbacks to lent slots; a string equal
+    /// to `rewrite.0` (a switched adapter's plugin path) is sent as `rewrite.1`.
     fn translate<'a>(
         &self,
         st: &mut State,
         args: &'a [Arg<'_>],
         sym: usize,
         replaying: bool,
+        rewrite: Option<(&CStr, &'a [u8])>,
     ) -> Result<SmallVec<[WireValue<'a>; 6]>, Error> {
         let name = |st: &State| st.symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default();
         if let Err(reason) = check_registers(args) {
@@ -519,7 +576,10 @@ impl Domain {
                 Arg::In(b) => WireValue::In(b),
                 Arg::Out(b) => WireValue::Out(b.len()),
                 Arg::InOut(b) => WireValue::InOut(b),
-                Arg::Str(s) => WireValue::Str(s.to_bytes_with_nul()),
+                Arg::Str(s) => match rewrite {
+                    Some((from, to)) if *s == from => WireValue::Str(to),
+                    _ => WireValue::Str(s.to_bytes_with_nul()),
+                },
                 Arg::Handle(h) => {
                     let object = st.handles.lock().unwrap_or_else(|e| e.into_inner()).object(*h);
                     match object {
@@ -587,9 +647,11 @@ impl Domain {
                 }
                 Err(e) => return Err(e),
             };
+            let rewrite = self.rewrite_for(&g, sym);
             let result = {
                 let mut st = g.borrow_mut();
-                let wire = self.translate(&mut st, args, sym, false)?;
+                let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
+                let wire = self.translate(&mut st, args, sym, false, rewrite)?;
                 st.backend.defer(func, &wire)
             };
             match result {

@@ -2,6 +2,8 @@
 //! release what the tracker holds, apply the restart limits and backoff, start a new incarnation and replay the
 //! shadow log into it (DESIGN.md §4, steps 3 to 8).
 
+use std::ffi::CString;
+use std::path::Path;
 use std::time::Instant;
 
 use super::{Domain, Guard, Outcome};
@@ -53,6 +55,7 @@ impl Domain {
                 // A policy delay between restarts of a repeatedly failing extension, not synchronisation.
                 std::thread::sleep(backoff);
             }
+            self.switch_images(g);
             g.borrow_mut().recovering = true;
             let result = self.restart_and_replay(g);
             g.borrow_mut().recovering = false;
@@ -81,6 +84,38 @@ impl Domain {
                     self.events.emit(Event::Fault { fault: fault.clone() });
                 }
             }
+        }
+    }
+
+    /// Point every extension whose policy names a `restart_from` at that file, once: a directly loaded extension
+    /// is loaded from it by the next incarnation; a class adapter's recorded `open` of its plugin is rewritten to
+    /// open it instead.
+    fn switch_images(&self, g: &Guard<'_>) {
+        let mut switched = Vec::new();
+        {
+            let mut st = g.borrow_mut();
+            let st = &mut *st;
+            for (index, ((name, policy), image)) in st.extensions.iter().zip(st.images.iter_mut()).enumerate() {
+                let Some(to) = policy.restart_from.as_ref().filter(|_| !image.switched) else { continue };
+                image.switched = true;
+                let to = std::path::absolute(to).unwrap_or_else(|_| to.clone());
+                match &image.opened {
+                    None => st.backend.replace_image(index, to.clone()),
+                    Some(opened) => {
+                        let (Ok(from), Ok(to_c)) = (path_cstring(opened), path_cstring(&to)) else { continue };
+                        // The recorded open is rewritten for the direct backend, which replays it as recorded;
+                        // every call that crosses to a domain is rewritten on its way (the retried open included).
+                        let symbols = &st.symbols;
+                        st.shadow.replace_string(|s| symbols.get(s).is_some_and(|s| s.ext == index), &from, &to_c);
+                        image.rewrite = Some((from, to_c));
+                        st.rewriting = true;
+                    }
+                }
+                switched.push((name.clone(), to));
+            }
+        }
+        for (extension, path) in switched {
+            self.events.emit(Event::ImageSwitched { domain: self.name.clone(), extension, path });
         }
     }
 
@@ -157,4 +192,8 @@ impl Domain {
             Outcome::Error(e) => Err(format!("replaying {name}: {e}")),
         }
     }
+}
+
+fn path_cstring(path: &Path) -> Result<CString, std::ffi::NulError> {
+    CString::new(path.as_os_str().as_encoded_bytes())
 }

@@ -53,6 +53,8 @@ pub(crate) struct ProcessConfig {
     pub limits: Limits,
     pub spin: u32,
     pub zygote: bool,
+    /// A run-time library fault to preload into every incarnation (policy `library_fault`).
+    pub preload: Option<crate::libfault::Preload>,
 }
 
 struct Pools {
@@ -142,6 +144,7 @@ impl ProcessBackend {
         let limits = self.cfg.limits.clone();
         let extensions = self.cfg.extensions.clone();
         let spin = self.cfg.spin;
+        let preload = self.cfg.preload.clone();
         let fds = {
             let pools = lock(&self.pools);
             (
@@ -165,6 +168,7 @@ impl ProcessBackend {
                     region: region.as_fd(),
                     pool_in: pool_in.as_fd(),
                     pool_out: pool_out.as_fd(),
+                    preload: preload.as_ref(),
                 })
             })
             .map_err(|e| e.to_string())?
@@ -502,6 +506,14 @@ impl Backend for ProcessBackend {
         self.cfg.extensions.push(spec);
         // The zygote has the old set loaded; the next restart makes a new one.
         self.kill_zygote();
+    }
+
+    fn replace_image(&mut self, index: usize, path: PathBuf) {
+        if let Some(spec) = self.cfg.extensions.get_mut(index) {
+            spec.path = path;
+            // The zygote has the old image loaded.
+            self.kill_zygote();
+        }
     }
 
     fn pid(&self) -> Option<i32> {

@@ -48,6 +48,8 @@ pub(crate) struct Launch<'a> {
     pub region: BorrowedFd<'a>,
     pub pool_in: BorrowedFd<'a>,
     pub pool_out: BorrowedFd<'a>,
+    /// A run-time library fault for the domain (policy `library_fault`).
+    pub preload: Option<&'a crate::libfault::Preload>,
 }
 
 /// A started domain process with its pidfd.
@@ -77,6 +79,12 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
     }
     // A preload shim (`ward run`) belongs to the host: the domain must load the plugin itself, not a proxy.
     cmd.env_remove("LD_PRELOAD");
+    cmd.env_remove(crate::libfault::ENV_VAR);
+    if let Some(preload) = launch.preload {
+        // The domain's own preload, not the host's: it injects the library fault policy asks for into the calls of
+        // one object.
+        cmd.env("LD_PRELOAD", &preload.library).env(crate::libfault::ENV_VAR, &preload.config);
+    }
     cmd.stdin(Stdio::null());
     let sources: [RawFd; 4] = [
         std::os::fd::AsFd::as_fd(&theirs).as_raw_fd(),
