@@ -8,16 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ward_inject::FaultType;
-
 use crate::classify::Outcome;
 use crate::config::{fingerprint, CampaignConfig, FaultModel, Mode};
 use crate::error::Error;
+use crate::fault::TrialFault;
 use crate::launch::{HostEnd, Launcher};
 use crate::plan::{self, TrialId};
 use crate::record::RunRecord;
 use crate::store::Store;
-use crate::trial::{run_and_judge, TrialRunner};
+use crate::trial::{run_and_judge, Run, TrialRunner};
 use crate::workload::{self, first_difference, Entry};
 
 /// What the user asks for.
@@ -25,7 +24,8 @@ use crate::workload::{self, first_difference, Entry};
 pub struct Options {
     /// The unmutated extension; its class (a plugin's) or its name (a built-in extension's) picks the workload.
     pub extension_path: PathBuf,
-    pub fault_types: Vec<FaultType>,
+    /// Code fault types and library fault kinds.
+    pub fault_types: Vec<TrialFault>,
     pub trials_per_type: u32,
     pub faults_per_trial: u32,
     pub isolations: Vec<Mode>,
@@ -61,11 +61,13 @@ pub trait Observer: Sync {
 #[derive(Debug, Clone)]
 pub struct Finished {
     pub config: CampaignConfig,
-    /// Every trial's records (earlier invocations' included), in Table II order, then trial, then run.
+    /// Every trial's records (earlier invocations' included), in fault type order (Table II, then the library
+    /// kinds), then trial, then run.
     pub records: Vec<RunRecord>,
     pub reference: Vec<Entry>,
-    /// Fault types asked for that have no site in the extension (no trials).
-    pub no_site: Vec<FaultType>,
+    /// Fault types asked for that have no site in the extension (no trials): code types that apply to none of
+    /// its instructions, library kinds none of whose functions it imports.
+    pub no_site: Vec<TrialFault>,
     /// Trials recorded by earlier invocations, and run by this one.
     pub resumed_trials: usize,
     pub ran_trials: usize,
@@ -91,6 +93,10 @@ impl Campaign {
         if options.isolations.is_empty() {
             return Err(Error::EmptyList { what: "--isolation" });
         }
+        let library: Vec<TrialFault> = options.fault_types.iter().copied().filter(|t| t.is_library()).collect();
+        if !library.is_empty() && options.isolations.contains(&Mode::None) {
+            return Err(Error::LibraryFaultNeedsProcess { kinds: crate::config::type_list(&library) });
+        }
         let config = CampaignConfig {
             extension,
             workload: workload.name().to_string(),
@@ -112,8 +118,7 @@ impl Campaign {
     pub fn run(&self, launcher: &dyn Launcher, observer: &dyn Observer) -> Result<Finished, Error> {
         let started = Instant::now();
         let config = &self.config;
-        let (types, no_site) = plan::eligible(&self.original, &config.fault_types)
-            .map_err(|source| Error::Inject { path: self.extension_path.clone(), source })?;
+        let (types, no_site) = plan::eligible(&self.extension_path, &self.original, &config.fault_types)?;
         if types.is_empty() {
             return Err(plan::nothing_to_inject(&config.extension, &no_site));
         }
@@ -164,7 +169,7 @@ impl Campaign {
     /// The unmutated extension's native output: measured now, and checked against the one recorded when the
     /// campaign began (a workload whose output varies from run to run would make every comparison meaningless).
     fn reference(&self, launcher: &dyn Launcher, store: &Store) -> Result<Vec<Entry>, Error> {
-        let judged = run_and_judge(&self.config, launcher, &self.extension_path, None, Mode::Native, &[])?;
+        let judged = run_and_judge(&self.config, launcher, &Run::clean(&self.extension_path, Mode::Native), &[])?;
         let output = match (judged.run.end, judged.report) {
             (HostEnd::Exited(0), Some(report)) => report.output,
             _ => return Err(Error::Reference(judged.judgement.detail)),
@@ -185,7 +190,7 @@ impl Campaign {
     /// the setup (or ward) is broken and every trial would be misjudged.
     fn preflight(&self, launcher: &dyn Launcher, reference: &[Entry]) -> Result<(), Error> {
         for &mode in &self.config.isolations {
-            let judged = run_and_judge(&self.config, launcher, &self.extension_path, None, mode, reference)?;
+            let judged = run_and_judge(&self.config, launcher, &Run::clean(&self.extension_path, mode), reference)?;
             if judged.judgement.outcome != Outcome::NoEffect {
                 let detail = format!("{}: {}", judged.judgement.outcome, judged.judgement.detail);
                 return Err(Error::Preflight { mode, detail });

@@ -7,9 +7,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use ward::Isolation;
-use ward_inject::FaultType;
 
 use crate::error::Error;
+use crate::fault::TrialFault;
 
 /// How a trial's host runs the extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -117,9 +117,8 @@ pub struct CampaignConfig {
     pub workload: String,
     /// FNV-1a (64 bit, hex) of the unmutated extension: a rebuilt extension makes another campaign.
     pub extension_hash: String,
-    /// Fault types asked for, in [`FaultType::ALL`] order.
-    #[serde(with = "fault_types")]
-    pub fault_types: Vec<FaultType>,
+    /// Fault types asked for, in [`TrialFault`] order (code types, then library kinds), by name.
+    pub fault_types: Vec<TrialFault>,
     pub trials_per_type: u32,
     pub faults_per_trial: u32,
     /// Isolation kinds each trial also runs under (the native run always comes first).
@@ -167,14 +166,17 @@ fn well() -> String {
     "well".into()
 }
 
-/// `all`, or fault type names separated by commas; returned in [`FaultType::ALL`] order without repeats.
-pub fn parse_types(text: &str) -> Result<Vec<FaultType>, Error> {
-    if text.trim() == "all" {
-        return Ok(FaultType::ALL.to_vec());
-    }
+/// Fault type names separated by commas: code fault types (`nop`), library fault kinds (`alloc`), and the
+/// keywords `all` (every code fault type) and `library` (every library fault kind), mixed at will; returned in
+/// [`TrialFault`] order without repeats.
+pub fn parse_types(text: &str) -> Result<Vec<TrialFault>, Error> {
     let mut types = Vec::new();
     for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        types.push(name.parse::<FaultType>()?);
+        match name {
+            "all" => types.extend(TrialFault::all_code()),
+            "library" => types.extend(TrialFault::all_library()),
+            _ => types.push(name.parse::<TrialFault>()?),
+        }
     }
     if types.is_empty() {
         return Err(Error::EmptyList { what: "--types" });
@@ -201,7 +203,7 @@ pub fn parse_isolations(text: &str) -> Result<Vec<Mode>, Error> {
     Ok(modes)
 }
 
-pub fn type_list(types: &[FaultType]) -> String {
+pub fn type_list(types: &[TrialFault]) -> String {
     types.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",")
 }
 
@@ -214,54 +216,42 @@ pub fn fingerprint(bytes: &[u8]) -> String {
     format!("{:016x}", crate::workload::digest(bytes))
 }
 
-/// ward-inject's [`FaultType`] serialises by name but does not deserialise; records and configurations read back
-/// through its `FromStr`.
-pub(crate) mod fault_type {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use ward_inject::FaultType;
-
-    pub fn serialize<S: Serializer>(t: &FaultType, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(t.as_str())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<FaultType, D::Error> {
-        let name = String::deserialize(d)?;
-        name.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-mod fault_types {
-    use serde::ser::SerializeSeq;
-    use serde::{Deserialize, Deserializer, Serializer};
-    use ward_inject::FaultType;
-
-    pub fn serialize<S: Serializer>(types: &[FaultType], s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(types.len()))?;
-        for t in types {
-            seq.serialize_element(t.as_str())?;
-        }
-        seq.end()
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<FaultType>, D::Error> {
-        let names = Vec::<String>::deserialize(d)?;
-        names.iter().map(|n| n.parse().map_err(serde::de::Error::custom)).collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ward::libfault::LibraryFaultKind;
+    use ward_inject::FaultType;
+
+    fn code(types: &[FaultType]) -> Vec<TrialFault> {
+        types.iter().map(|&t| t.into()).collect()
+    }
 
     #[test]
     fn parses_types_in_table_order_without_repeats() {
-        assert_eq!(parse_types("all").unwrap(), FaultType::ALL.to_vec());
-        assert_eq!(parse_types("nop, branch,nop").unwrap(), vec![FaultType::Branch, FaultType::Nop]);
+        assert_eq!(parse_types("all").unwrap(), code(&FaultType::ALL));
+        assert_eq!(parse_types("nop, branch,nop").unwrap(), code(&[FaultType::Branch, FaultType::Nop]));
         let err = parse_types("nop,bogus").unwrap_err();
         assert!(err.is_bad_input());
         let msg = err.to_string();
         assert!(msg.contains("`bogus`") && msg.contains("off-by-one") && msg.contains("all"), "{msg}");
+        assert!(msg.contains("alloc, leak, copy-overrun") && msg.contains("`library`"), "{msg}");
         assert!(matches!(parse_types(" , "), Err(Error::EmptyList { .. })));
+    }
+
+    #[test]
+    fn parses_library_kinds_and_mixes_them_with_code_types() {
+        let library: Vec<TrialFault> =
+            [LibraryFaultKind::Alloc, LibraryFaultKind::Leak, LibraryFaultKind::CopyOverrun].map(Into::into).to_vec();
+        assert_eq!(parse_types("library").unwrap(), library);
+        assert_eq!(parse_types("copy-overrun,alloc,leak,alloc").unwrap(), library, "in their order, once each");
+        let mixed = parse_types("alloc,nop").unwrap();
+        assert_eq!(mixed, vec![FaultType::Nop.into(), LibraryFaultKind::Alloc.into()], "code types first");
+        let everything = parse_types("library, all").unwrap();
+        assert_eq!(everything.len(), 13);
+        assert_eq!(everything[..10], code(&FaultType::ALL)[..], "`all` keeps meaning the ten code types");
+        assert_eq!(everything[10..], library[..]);
+        assert_eq!(type_list(&everything[8..]), "init,off-by-one,alloc,leak,copy-overrun");
+        assert!(parse_types("all,libraries").unwrap_err().to_string().contains("`libraries`"));
     }
 
     #[test]
@@ -280,7 +270,7 @@ mod tests {
             extension: "well".into(),
             workload: "well".into(),
             extension_hash: fingerprint(b"x"),
-            fault_types: vec![FaultType::Nop],
+            fault_types: vec![FaultType::Nop.into()],
             trials_per_type: 2,
             faults_per_trial: 5,
             isolations: vec![Mode::Process],

@@ -7,8 +7,18 @@ use crate::config::Mode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{0}; or `all`")]
-    UnknownFaultType(#[from] ward_inject::UnknownFaultType),
+    #[error(
+        "unknown fault type `{given}`; valid types: {}; or `all` (every code fault type) and `library` (every \
+         library fault kind)",
+        crate::fault::TrialFault::names().join(", ")
+    )]
+    UnknownFaultType { given: String },
+    #[error(
+        "library fault kinds ({kinds}) cannot run under isolation `none`: a library fault is preloaded into the \
+         extension's own domain process, and `none` runs the extension in the host's process; drop `none` from \
+         --isolation, or the library kinds from --types"
+    )]
+    LibraryFaultNeedsProcess { kinds: String },
     #[error("unknown isolation `{given}`; valid: process, none{hint}")]
     UnknownIsolation { given: String, hint: &'static str },
     #[error("unknown fault model `{given}`; valid: persistent, transient")]
@@ -27,6 +37,8 @@ pub enum Error {
         #[source]
         source: ward_inject::InjectError,
     },
+    #[error("cannot read the imported functions of {path}: {reason}")]
+    Imports { path: PathBuf, reason: String },
     #[error("no eligible site in {extension} for any fault type asked ({types}); choose other types")]
     NothingToInject { extension: String, types: String },
     #[error(
@@ -64,6 +76,8 @@ pub enum Error {
     },
     #[error("cannot draw the chart: {0}")]
     Chart(String),
+    #[error("a trial's library fault: {0}")]
+    LibraryFault(#[from] ward::libfault::LibraryFaultError),
 }
 
 impl Error {
@@ -72,7 +86,9 @@ impl Error {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            Error::UnknownFaultType(_)
+            Error::UnknownFaultType { .. }
+                | Error::LibraryFaultNeedsProcess { .. }
+                | Error::Imports { .. }
                 | Error::UnknownIsolation { .. }
                 | Error::UnknownFaultModel { .. }
                 | Error::EmptyList { .. }

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use ward::libfault::LibraryFault;
 use ward::{Event, FaultKind, Isolation, Supervisor};
 
 use crate::workload::{Entry, Recorder, Span, Symbols, Workload};
@@ -65,8 +66,10 @@ pub fn run_native(workload: &dyn Workload, symbols: &dyn Symbols) -> HostReport 
 }
 
 /// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline`;
-/// after a failure the extension restarts from `restart_from` when given. Fails only if this host cannot set
-/// itself up.
+/// after a failure the extension restarts from `restart_from` when given; with `library_fault`, the extension's
+/// domain runs with that run-time library fault (policy `library_fault`: it needs isolation `process`, and hits the
+/// calls of the file at `path`, so a restart from another file runs without it). Fails only if this host cannot
+/// set itself up.
 ///
 /// The restarts reported are those of the extension's domain when the workload ended; when the workload could not
 /// load the extension at all (a plugin whose opening failed even after recovery, say), they are unknown and
@@ -77,11 +80,16 @@ pub fn run_ward(
     isolation: Isolation,
     deadline: Duration,
     restart_from: Option<&Path>,
+    library_fault: Option<LibraryFault>,
 ) -> Result<HostReport, String> {
     let origin = Instant::now();
     let mut policy = workload.policy(deadline);
+    let name = ward::extension_name(path);
     if let Some(good) = restart_from {
-        policy.extension_mut(&ward::extension_name(path)).restart_from = Some(good.to_path_buf());
+        policy.extension_mut(&name).restart_from = Some(good.to_path_buf());
+    }
+    if let Some(fault) = library_fault {
+        policy.extension_mut(&name).library_fault = Some(Some(fault));
     }
     let sup = Supervisor::new(policy);
     let listener = Listener::start(sup.subscribe(), origin)?;

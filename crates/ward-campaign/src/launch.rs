@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use ward::libfault::LibraryFault;
+
 use crate::config::Mode;
 use crate::error::Error;
 use crate::host::HostReport;
@@ -14,11 +16,16 @@ use crate::host::HostReport;
 pub struct HostRequest<'a> {
     /// The workload, by name (`well`, `ladspa`, `frei0r`).
     pub workload: &'a str,
-    /// The extension to load (a mutated copy, or the original for the reference run).
+    /// The extension to load (a mutated copy, an unmutated one for a library fault, or the original for the
+    /// reference run).
     pub path: &'a Path,
     /// Under ward: the file a restart loads instead of `path` (the unmutated extension, for a transient fault).
     pub restart_from: Option<&'a Path>,
     pub mode: Mode,
+    /// A library fault for the calls `path` makes. A native host gets it from its environment
+    /// ([`ward::libfault::env_for`] of `path`: the launcher starts it so), a host under ward through the
+    /// extension's policy (`library_fault`; [`crate::host::run_ward`]).
+    pub library_fault: Option<LibraryFault>,
     /// Deadline of every call under ward.
     pub deadline: Duration,
 }

@@ -4,7 +4,9 @@
 //!
 //! A [`Campaign`] has trials of each fault type. A trial writes one mutated copy of the extension
 //! ([`ward_inject::inject`], seeded from the campaign seed and the trial's number) and runs its extension's
-//! [`Workload`] on it in a throwaway host process per run: natively, then under each isolation kind. Each run gets
+//! [`Workload`] on it in a throwaway host process per run: natively, then under each isolation kind. A trial of a
+//! library fault kind ([`TrialFault::Library`]: allocation failure, leak, copy overrun) writes the copy unmutated
+//! and runs it with a run-time library fault drawn from its seed ([`ward::libfault`]). Each run gets
 //! an [`Outcome`] from how its host ended, whether ward detected a fault, and whether the output equals the
 //! reference (the unmutated extension's native output). Records go to the campaign directory as each trial ends,
 //! so an interrupted campaign resumes where it stopped; [`report::write`] summarises them against the targets
@@ -23,6 +25,7 @@ mod chart;
 pub mod classify;
 pub mod config;
 mod error;
+pub mod fault;
 pub mod host;
 pub mod launch;
 pub mod plan;
@@ -37,6 +40,7 @@ pub use campaign::{Campaign, Finished, Observer, Options};
 pub use classify::{classify, Judgement, Outcome};
 pub use config::{parse_isolations, parse_types, CampaignConfig, FaultModel, Mode};
 pub use error::Error;
+pub use fault::TrialFault;
 pub use launch::{HostEnd, HostRequest, HostRun, Launcher};
 pub use record::{FaultSite, RunRecord};
 pub use workload::Workload;

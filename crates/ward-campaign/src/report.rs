@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use ward::libfault::{LibraryFault, LibraryFaultKind};
+
 use crate::campaign::Finished;
 use crate::classify::Outcome;
 use crate::config::{type_list, CampaignConfig, FaultModel, Mode};
 use crate::error::Error;
+use crate::fault::TrialFault;
 use crate::record::RunRecord;
 use crate::store::write_atomically;
 use crate::summary::{summarize, Row, Summary, Targets, TRANSPARENCY_TARGET};
@@ -169,23 +172,24 @@ fn combined_markdown(
     let names: Vec<String> =
         campaigns.iter().map(|f| format!("{} ({})", f.config.extension, f.config.workload)).collect();
     let iso_names = all.isolations.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(" and ");
+    let copy = if all.fault_types.iter().any(|t| t.is_library()) { "copy of the" } else { "mutated" };
     let _ = writeln!(
         s,
-        "{} trials over {} extensions: {}. Each extension had {} trials of each fault type asked ({}) that has a \
-         site in it, {} faults of that type per trial, seed {}. Each trial's mutated extension ran natively and \
-         under isolation {}, every run in a throwaway host process doing its workload. Under ward every call had a \
-         deadline of {}; a host still running after {} counted as hung. {}",
+        "{} trials over {} extensions: {}. Each extension had {} trials of each {}, for each type with a site in it, \
+         seed {}. Each trial's {copy} extension ran natively and under isolation {}, every run in a throwaway host \
+         process doing its workload. Under ward every call had a deadline of {}; a host still running after {} \
+         counted as hung. {}{}",
         summary.total.trials,
         campaigns.len(),
         names.join(", "),
         all.trials_per_type,
-        type_list(&all.fault_types),
-        all.faults_per_trial,
+        what_each(&all.fault_types, all.faults_per_trial),
         all.seed,
         iso_names,
         duration(Duration::from_millis(all.deadline_ms)),
         duration(Duration::from_millis(all.host_timeout_ms)),
-        fault_model_sentence(all.fault_model),
+        fault_model_sentence(all.fault_model, &all.fault_types),
+        library_sentence(&all.fault_types, all.fault_model),
     );
     let _ = writeln!(s, "\nWorkloads:\n");
     let mut workloads: Vec<&str> = campaigns.iter().map(|f| f.config.workload.as_str()).collect();
@@ -219,9 +223,75 @@ fn combined_markdown(
     s
 }
 
+/// What each trial of `types` injects, after "N trials of each": `fault type (branch,nop), 5 faults of that type
+/// per trial`, `library fault kind (alloc,leak)`, or both joined by ", and of each".
+fn what_each(types: &[TrialFault], faults_per_trial: u32) -> String {
+    let (library, code): (Vec<TrialFault>, Vec<TrialFault>) = types.iter().partition(|t| t.is_library());
+    let code = format!("fault type ({}), {faults_per_trial} faults of that type per trial", type_list(&code));
+    let library = format!("library fault kind ({})", type_list(&library));
+    match (types.iter().any(|t| !t.is_library()), types.iter().any(|t| t.is_library())) {
+        (true, true) => format!("{code}, and of each {library}"),
+        (false, true) => library,
+        _ => code,
+    }
+}
+
+/// What the library fault kinds among `types` did, as a paragraph of its own (it starts with a blank line); empty
+/// when there are none.
+fn library_sentence(types: &[TrialFault], model: FaultModel) -> String {
+    let kinds: Vec<LibraryFaultKind> = types.iter().filter_map(|t| t.library()).collect();
+    if kinds.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = kinds
+        .iter()
+        .map(|k| {
+            let does = match k {
+                LibraryFaultKind::Alloc => {
+                    "one allocation (malloc, calloc, realloc, the aligned allocators) fails with ENOMEM".to_string()
+                }
+                LibraryFaultKind::Leak => "every free from that call on does nothing".to_string(),
+                LibraryFaultKind::CopyOverrun => format!(
+                    "one copy (memcpy, memmove, memset, strcpy, strncpy and their _chk forms) writes {} bytes past its \
+                     end",
+                    LibraryFault::DEFAULT_EXTRA
+                ),
+            };
+            format!("{k}: {does}")
+        })
+        .collect();
+    let restart = match model {
+        FaultModel::Persistent => "",
+        FaultModel::Transient => {
+            " A restart under ward loads the unmutated original file, which the fault does not target."
+        }
+    };
+    format!(
+        "\n\nLibrary fault kinds mutate nothing: the trial's copy is the unmutated extension, run with ward's \
+         preload library (`ward_libfault.so`) acting on the C library calls the extension's own code makes \
+         (attributed by return address, so what the extension allocates through another library, such as C++'s \
+         operator new, is untouched) — {}. The call affected (the 1st to the {}th of its kind, counted per \
+         process) is drawn from the trial's seed and named in each record (`library_fault`, e.g. \
+         `alloc:nth=3,count=1`). Natively the library was preloaded into the host process, under ward into the \
+         extension's domain process.{restart}",
+        each.join("; "),
+        crate::plan::LIBRARY_NTH_MAX,
+    )
+}
+
 /// What the fault model means for the runs under ward, in one sentence.
-fn fault_model_sentence(model: FaultModel) -> &'static str {
+fn fault_model_sentence(model: FaultModel, types: &[TrialFault]) -> &'static str {
+    let library = types.iter().any(|t| t.is_library());
+    let code = types.iter().any(|t| !t.is_library());
     match model {
+        FaultModel::Persistent if library && !code => {
+            "Faults were persistent: every incarnation under ward loaded the same copy with the same library fault, \
+             counted from the same start, so a restart met the same fault again."
+        }
+        FaultModel::Persistent if library => {
+            "Faults were persistent: every incarnation under ward loaded the same copy (mutated, or with its library \
+             fault, counted from the same start), so a restart met the same fault again."
+        }
         FaultModel::Persistent => {
             "Faults were persistent: every incarnation under ward loaded the mutated copy, so a restart ran the same \
              faulty code again."
@@ -242,28 +312,37 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
     let _ = writeln!(s, "# ward campaign: {}\n", c.extension);
     let what = workload::by_name(&c.workload).map(|w| w.describe()).unwrap_or("");
     let types: Vec<_> = c.fault_types.iter().filter(|t| !finished.no_site.contains(t)).copied().collect();
+    let copy = if types.iter().any(|t| t.is_library()) { "copy of" } else { "mutated" };
     let _ = writeln!(
         s,
-        "{} trials: {} trials of each fault type ({}), {} faults of that type per trial, seed {}. Each trial's \
-         mutated {} ran natively and under isolation {}, every run in a throwaway host process doing the same \
-         workload ({what}). Under ward every call had a deadline of {}; a host still running after {} counted as \
-         hung. {}",
+        "{} trials: {} trials of each {}, seed {}. Each trial's {copy} {} ran natively and under isolation {}, every \
+         run in a throwaway host process doing the same workload ({what}). Under ward every call had a deadline of \
+         {}; a host still running after {} counted as hung. {}{}",
         summary.total.trials,
         c.trials_per_type,
-        type_list(&types),
-        c.faults_per_trial,
+        what_each(&types, c.faults_per_trial),
         c.seed,
         c.extension,
         iso_names,
         duration(Duration::from_millis(c.deadline_ms)),
         duration(Duration::from_millis(c.host_timeout_ms)),
-        fault_model_sentence(c.fault_model),
+        fault_model_sentence(c.fault_model, &types),
+        library_sentence(&types, c.fault_model),
     );
-    if !finished.no_site.is_empty() {
+    let (library, code): (Vec<TrialFault>, Vec<TrialFault>) = finished.no_site.iter().partition(|t| t.is_library());
+    if !code.is_empty() {
         let _ = writeln!(
             s,
             "\nNo trials of {}: the extension has no instruction that fault type applies to.",
-            type_list(&finished.no_site)
+            type_list(&code)
+        );
+    }
+    if !library.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nNo trials of {}: the extension imports none of the C library functions that library fault kind \
+             intercepts.",
+            type_list(&library)
         );
     }
 
@@ -436,5 +515,23 @@ mod tests {
         assert_eq!(duration(Duration::from_millis(2004)), "2.004 s");
         assert_eq!(duration(Duration::from_millis(250)), "250 ms");
         assert_eq!(duration(Duration::from_secs(200)), "3 min 20 s");
+    }
+
+    #[test]
+    fn says_what_each_trial_injects() {
+        let nop = TrialFault::Code(ward_inject::FaultType::Nop);
+        let (alloc, leak) = (TrialFault::Library(LibraryFaultKind::Alloc), TrialFault::Library(LibraryFaultKind::Leak));
+        assert_eq!(what_each(&[nop], 5), "fault type (nop), 5 faults of that type per trial");
+        assert_eq!(what_each(&[alloc, leak], 5), "library fault kind (alloc,leak)");
+        assert_eq!(
+            what_each(&[nop, alloc], 5),
+            "fault type (nop), 5 faults of that type per trial, and of each library fault kind (alloc)"
+        );
+        assert_eq!(library_sentence(&[nop], FaultModel::Persistent), "");
+        let said = library_sentence(&[nop, alloc, leak], FaultModel::Transient);
+        assert!(said.starts_with("\n\nLibrary fault kinds mutate nothing"), "{said}");
+        assert!(said.contains("alloc: one allocation") && said.contains("leak: every free"), "{said}");
+        assert!(!said.contains("copy-overrun"), "only the kinds that ran: {said}");
+        assert!(said.contains("the 1st to the 8th") && said.contains("which the fault does not target"), "{said}");
     }
 }

@@ -204,7 +204,7 @@ mod tests {
             extension: "well".into(),
             workload: "well".into(),
             extension_hash: fingerprint(b"well"),
-            fault_types: vec![FaultType::Nop],
+            fault_types: vec![FaultType::Nop.into()],
             trials_per_type: 3,
             faults_per_trial: 5,
             isolations: vec![Mode::Process],
@@ -218,7 +218,7 @@ mod tests {
     fn record(trial: u32, isolation: Mode) -> RunRecord {
         RunRecord {
             extension: "well".into(),
-            fault_type: FaultType::Nop,
+            fault_type: FaultType::Nop.into(),
             trial,
             seed: 1,
             isolation,
@@ -228,6 +228,7 @@ mod tests {
             failed_calls: 0,
             restarts: 0,
             faults: Vec::new(),
+            library_fault: None,
             detected: Vec::new(),
             hangs: Vec::new(),
             bypassed: 0,

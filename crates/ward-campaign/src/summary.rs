@@ -9,13 +9,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use serde::Serialize;
-use ward_inject::FaultType;
-
 use crate::classify::Outcome;
 use crate::config::{CampaignConfig, Mode};
+use crate::fault::TrialFault;
 use crate::plan::TrialId;
 use crate::record::RunRecord;
+use serde::Serialize;
 
 /// Share of native host failures the isolated host must survive.
 pub const SURVIVAL_TARGET: f64 = 1.0;
@@ -72,10 +71,10 @@ impl Counts {
     }
 }
 
-/// One fault type (or the total over all of them).
+/// One fault type or library fault kind (or the total over all of them).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Row {
-    /// A fault type's name, or `total`.
+    /// A fault type's or library kind's name, or `total`.
     pub fault_type: String,
     pub trials: u32,
     /// Outcomes of each kind of run.
@@ -188,7 +187,7 @@ pub fn summarize(config: &CampaignConfig, records: &[RunRecord]) -> Summary {
     for r in records {
         trials.entry((r.extension.as_str(), r.trial_id())).or_default().insert(r.isolation, r);
     }
-    let mut rows: BTreeMap<FaultType, Row> = BTreeMap::new();
+    let mut rows: BTreeMap<TrialFault, Row> = BTreeMap::new();
     for ((_, id), runs) in &trials {
         let row = rows
             .entry(id.fault_type)
@@ -257,13 +256,14 @@ mod tests {
     use super::*;
     use crate::config::fingerprint;
     use crate::host::HangDetection;
+    use ward_inject::FaultType;
 
     fn config() -> CampaignConfig {
         CampaignConfig {
             extension: "well".into(),
             workload: "well".into(),
             extension_hash: fingerprint(b""),
-            fault_types: vec![FaultType::Branch, FaultType::Nop],
+            fault_types: vec![FaultType::Branch.into(), FaultType::Nop.into()],
             trials_per_type: 2,
             faults_per_trial: 5,
             isolations: vec![Mode::Process],
@@ -277,7 +277,7 @@ mod tests {
     fn run(fault_type: FaultType, trial: u32, isolation: Mode, outcome: Outcome, hang_us: Option<u64>) -> RunRecord {
         RunRecord {
             extension: "well".into(),
-            fault_type,
+            fault_type: fault_type.into(),
             trial,
             seed: 0,
             isolation,
@@ -287,6 +287,7 @@ mod tests {
             failed_calls: 0,
             restarts: 0,
             faults: Vec::new(),
+            library_fault: None,
             detected: Vec::new(),
             hangs: hang_us
                 .map(|us| HangDetection { call: None, deadline_us: 200_000, detected_after_us: us })

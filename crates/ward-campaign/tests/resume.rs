@@ -7,10 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use ward::libfault::{LibraryFault, LibraryFaultKind};
 use ward_campaign::host::{HostReport, SeenFault};
 use ward_campaign::workload::Entry;
 use ward_campaign::{
     Campaign, Error, FaultModel, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, Outcome, RunRecord,
+    TrialFault,
 };
 use ward_inject::FaultType;
 
@@ -23,6 +25,19 @@ struct Stand {
     fail_after: usize,
     /// Every launch's isolation, whether it was a trial's, and the file it was to restart from.
     restart_froms: Mutex<Vec<(Mode, bool, Option<PathBuf>)>>,
+    /// Every launch, with its library fault.
+    faults: Mutex<Vec<Launched>>,
+}
+
+/// One launch as the stand-in saw it.
+#[derive(Debug, Clone)]
+struct Launched {
+    mode: Mode,
+    /// The trial copy's directory (`alloc-0002`); `None` for the original.
+    slug: Option<String>,
+    fault: Option<LibraryFault>,
+    /// The file to load held the original's bytes.
+    unmutated: bool,
 }
 
 impl Stand {
@@ -33,6 +48,7 @@ impl Stand {
             trial_launches: AtomicUsize::new(0),
             fail_after,
             restart_froms: Mutex::new(Vec::new()),
+            faults: Mutex::new(Vec::new()),
         }
     }
 }
@@ -50,6 +66,19 @@ impl Launcher for Stand {
         self.launches.fetch_add(1, Ordering::SeqCst);
         let trial = request.path != self.original;
         self.restart_froms.lock().unwrap().push((request.mode, trial, request.restart_from.map(Path::to_path_buf)));
+        let slug = trial.then(|| {
+            let dir =
+                request.path.parent().and_then(Path::file_name).expect("a trial's copy is in a directory of its own");
+            dir.to_string_lossy().into_owned()
+        });
+        let unmutated = std::fs::read(request.path).expect("the copy exists while it runs")
+            == std::fs::read(&self.original).expect("the original");
+        self.faults.lock().unwrap().push(Launched {
+            mode: request.mode,
+            slug,
+            fault: request.library_fault,
+            unmutated,
+        });
         let exited =
             |report: HostReport| HostRun { end: HostEnd::Exited(0), stdout: printed(&report), stderr: String::new() };
         if request.path == self.original {
@@ -82,7 +111,7 @@ impl Observer for Quiet {}
 fn options(out: &Path, seed: u64) -> Options {
     Options {
         extension_path: ward_extensions::path_of("well").expect("the built-in well.so"),
-        fault_types: vec![FaultType::Pointer, FaultType::Nop],
+        fault_types: vec![FaultType::Pointer.into(), FaultType::Nop.into()],
         trials_per_type: 3,
         faults_per_trial: 5,
         isolations: vec![Mode::Process],
@@ -170,4 +199,81 @@ fn a_transient_campaign_restarts_isolated_trials_from_the_unmutated_file() {
         }
         let _ = std::fs::remove_dir_all(&out);
     }
+}
+
+/// A library-fault trial loads an unmutated copy, and its fault goes with both its runs: the native host's (whose
+/// launcher sets it in the environment) and the isolated one's (whose host puts it in the extension's policy). Code
+/// trials and the reference and preflight runs have none.
+#[test]
+fn library_fault_trials_carry_their_fault_to_native_and_isolated_hosts() {
+    let out = scratch("library");
+    let types: Vec<TrialFault> =
+        vec![FaultType::Nop.into(), LibraryFaultKind::Alloc.into(), LibraryFaultKind::CopyOverrun.into()];
+    let campaign = Campaign::new(Options { fault_types: types.clone(), ..options(&out, 5) }).expect("a campaign");
+    let stand = Stand::new(&campaign.extension_path, usize::MAX);
+    let finished = campaign.run(&stand, &Quiet).expect("the campaign runs");
+    assert!(finished.no_site.is_empty(), "well.so imports malloc, free and memcpy");
+    assert_eq!(finished.records.len(), 3 * 3 * 2);
+
+    let launches = stand.faults.lock().unwrap().clone();
+    assert_eq!(launches.len(), 2 + 3 * 3 * 2);
+    let mut by_trial: std::collections::BTreeMap<String, Vec<(Mode, Option<LibraryFault>)>> = Default::default();
+    for Launched { mode, slug, fault, unmutated } in launches {
+        let Some(slug) = slug else {
+            assert_eq!(fault, None, "the reference and preflight runs ({mode}) have no fault");
+            continue;
+        };
+        let library = slug.starts_with("alloc-") || slug.starts_with("copy-overrun-");
+        assert_eq!(unmutated, library, "{slug}: only a code trial's copy is mutated");
+        assert_eq!(fault.is_some(), library, "{slug} ({mode}): {fault:?}");
+        if let Some(f) = fault {
+            assert!(slug.starts_with(&format!("{}-", f.kind())), "{slug}: {f}");
+            assert!((1..=8).contains(&f.nth()), "{f}");
+        }
+        by_trial.entry(slug).or_default().push((mode, fault));
+    }
+    assert_eq!(by_trial.len(), 9);
+    for (slug, runs) in &by_trial {
+        let modes: BTreeSet<Mode> = runs.iter().map(|r| r.0).collect();
+        assert_eq!(modes, BTreeSet::from([Mode::Native, Mode::Process]), "{slug}");
+        assert_eq!(runs[0].1, runs[1].1, "{slug}: the native and the isolated run get the same fault");
+    }
+
+    for r in &finished.records {
+        match r.fault_type {
+            TrialFault::Code(_) => assert!(!r.faults.is_empty() && r.library_fault.is_none(), "{r:?}"),
+            TrialFault::Library(kind) => {
+                let fault = r.library_fault.unwrap_or_else(|| panic!("no library fault: {r:?}"));
+                assert_eq!(fault.kind(), kind);
+                assert!(r.faults.is_empty(), "{r:?}");
+                let slug = format!("{}-{:04}", kind, r.trial);
+                assert!(
+                    by_trial[&slug].iter().all(|run| run.1 == Some(fault)),
+                    "{slug}: the record names the fault run"
+                );
+            }
+        }
+    }
+    let order: Vec<TrialFault> = finished.records.iter().map(|r| r.fault_type).collect();
+    assert!(order.windows(2).all(|w| w[0] <= w[1]), "records in type order: {order:?}");
+
+    // Resumed, nothing runs again, and the faults read back from trials.jsonl.
+    let again = campaign.run(&Stand::new(&campaign.extension_path, usize::MAX), &Quiet).expect("resumes");
+    assert_eq!((again.ran_trials, again.resumed_trials), (0, 9));
+    assert_eq!(again.records, finished.records);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn library_kinds_are_refused_under_isolation_none_before_anything_runs() {
+    let out = scratch("library-none");
+    let options = Options {
+        fault_types: vec![FaultType::Nop.into(), LibraryFaultKind::Leak.into()],
+        isolations: vec![Mode::Process, Mode::None],
+        ..options(&out, 6)
+    };
+    let err = Campaign::new(options).expect_err("library faults need a process domain");
+    assert!(err.is_bad_input(), "{err}");
+    assert!(err.to_string().contains("library fault kinds (leak) cannot run under isolation `none`"), "{err}");
+    assert!(!out.exists());
 }

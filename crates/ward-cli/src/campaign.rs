@@ -25,20 +25,25 @@ pub struct CampaignArgs {
     /// directory under --out (named after its extension) and a report over all of them is written to --out.
     #[arg(long, default_value = "well", value_name = "NAME|PATH,...", value_delimiter = ',', action = ArgAction::Append)]
     extension: Vec<String>,
-    /// Fault types: `all`, or some of source, destination, pointer, interface, branch, loop, text, nop, init,
-    /// off-by-one, separated by commas.
-    #[arg(long, default_value = "all", value_name = "all|TYPE,...")]
+    /// Fault types, separated by commas: code fault types (source, destination, pointer, interface, branch, loop,
+    /// text, nop, init, off-by-one; `all` is every one of them) mutate a copy of the extension's machine code;
+    /// library fault kinds (alloc, leak, copy-overrun; `library` is every one) run the unmutated extension with a
+    /// run-time fault in the C library calls its own code makes: an allocation fails, frees leak, or a copy
+    /// overruns, from a call drawn from the trial's seed. Mix them at will (`all,library`, `nop,alloc`). Library
+    /// kinds need isolation process (not none).
+    #[arg(long, default_value = "all", value_name = "all|library|TYPE,...")]
     types: String,
     /// Trials of each fault type.
     #[arg(long, default_value_t = 50, value_name = "N", value_parser = value_parser!(u32).range(1..=100_000))]
     trials_per_type: u32,
-    /// Faults injected into each trial's copy, all of its type (Nooks injected five).
+    /// Faults injected into each trial's copy, all of its type (Nooks injected five); code fault types only (a
+    /// library-fault trial has one fault).
     #[arg(long, default_value_t = 5, value_name = "N", value_parser = value_parser!(u32).range(1..=100))]
     faults_per_trial: u32,
     /// Isolation kinds each trial also runs under, after the native run: process, none (comma-separated).
     #[arg(long, default_value = "process", value_name = "KIND,...")]
     isolation: String,
-    /// Seed of every trial's injection.
+    /// Seed of every trial's injection (and of every library-fault trial's drawn call).
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Trials run at once [default: the number of CPUs].
@@ -178,8 +183,21 @@ impl Launcher for ChildHosts {
         if let Some(good) = request.restart_from {
             args.extend(["--restart-from".into(), good.as_os_str().to_owned()]);
         }
+        // A library fault: a native host opens the extension itself, so it is started with the preload library
+        // targeting the extension; a host under ward puts the fault in the extension's policy, and its domain gets
+        // the preload (the host process itself runs without it).
+        let mut env = Vec::new();
+        if let Some(fault) = &request.library_fault {
+            match request.mode {
+                Mode::Native => {
+                    env = ward::libfault::env_for(request.path, fault)
+                        .map_err(|e| ward_campaign::Error::Launch(format!("{e:#}")))?;
+                }
+                Mode::Process | Mode::None => args.extend(["--library-fault".into(), fault.to_string().into()]),
+            }
+        }
         args.extend(["--".into(), request.path.as_os_str().to_owned()]);
-        let run = child::run_bounded(&args, bound).map_err(|e| ward_campaign::Error::Launch(format!("{e:#}")))?;
+        let run = child::run_bounded(&args, &env, bound).map_err(|e| ward_campaign::Error::Launch(format!("{e:#}")))?;
         let end = match run.end {
             End::Exited(code) => HostEnd::Exited(code),
             End::Signaled(sig) => HostEnd::Signaled(sig),

@@ -7,8 +7,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use ward::libfault::LibraryFault;
 use ward_campaign::host::{self, HostReport, SETUP_FAILED};
 use ward_campaign::workload::{self, Symbols};
 use ward_campaign::Mode;
@@ -33,6 +34,11 @@ pub struct CampaignHostArgs {
     /// Under ward, the file a restart loads (the unmutated extension, for a transient fault).
     #[arg(long)]
     restart_from: Option<PathBuf>,
+    /// Under ward, a run-time library fault for the extension's calls (`alloc:nth=3,count=1`), put in its policy. A
+    /// native host gets its fault from its environment instead (LD_PRELOAD and WARD_LIBFAULT, which the campaign
+    /// sets).
+    #[arg(long, value_name = "FAULT")]
+    library_fault: Option<LibraryFault>,
     /// The extension (a mutated copy).
     path: PathBuf,
 }
@@ -57,6 +63,9 @@ fn run(args: &CampaignHostArgs) -> Result<HostReport> {
         workload::by_name(&args.workload).with_context(|| format!("no workload called {}", args.workload))?;
     let mode: Mode = args.mode.parse()?;
     match mode.isolation() {
+        None if args.library_fault.is_some() => {
+            bail!("--library-fault is for hosts under ward; a native host gets its library fault from its environment")
+        }
         None => {
             let lib = NativeLib::open(&args.path)?;
             Ok(host::run_native(workload, &Loaded(&lib)))
@@ -67,6 +76,7 @@ fn run(args: &CampaignHostArgs) -> Result<HostReport> {
             isolation,
             Duration::from_millis(args.deadline_ms),
             args.restart_from.as_deref(),
+            args.library_fault,
         )
         .map_err(|e| anyhow!(e)),
     }

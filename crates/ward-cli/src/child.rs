@@ -26,11 +26,13 @@ pub struct ChildRun {
     pub stderr: String,
 }
 
-/// Run `ward ARGS...` and wait at most `bound` for it.
-pub fn run_bounded(args: &[OsString], bound: Duration) -> Result<ChildRun> {
+/// Run `ward ARGS...` with `env` added to (or replacing variables of) this process's environment, and wait at
+/// most `bound` for it.
+pub fn run_bounded(args: &[OsString], env: &[(OsString, OsString)], bound: Duration) -> Result<ChildRun> {
     let exe = std::env::current_exe().context("cannot find the running ward program to start a child host")?;
     let mut child = Command::new(&exe)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -313,7 +313,7 @@ struct Runs {
 
 impl Runs {
     fn child(&self, args: Vec<OsString>) -> (End, String, String) {
-        match child::run_bounded(&args, self.timeout) {
+        match child::run_bounded(&args, &[], self.timeout) {
             Ok(run) => (run.end, run.stdout, run.stderr),
             Err(e) => (End::Exited(-1), String::new(), format!("{e:#}")),
         }

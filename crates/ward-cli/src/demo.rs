@@ -180,7 +180,7 @@ pub fn ward_host_main(path: &Path, kind: i64) -> Result<bool> {
 
 fn in_child(path: &Path, kind: i64) -> Result<WardSide> {
     let args: Vec<OsString> = vec!["__ward-host".into(), path.as_os_str().to_owned(), kind.to_string().into()];
-    let run = child::run_bounded(&args, native::BOUND)?;
+    let run = child::run_bounded(&args, &[], native::BOUND)?;
     match run.end {
         End::Exited(0) => {
             let line = run.stdout.lines().next().unwrap_or("");

@@ -45,8 +45,8 @@ enum Command {
     },
     /// Write a copy of an extension with SWIFI faults injected into its machine code (Nooks, Table II).
     Inject(inject::InjectArgs),
-    /// Reliability campaign: SWIFI-mutated copies of an extension run natively and under ward, outcomes classified
-    /// (Nooks, section 4).
+    /// Reliability campaign: SWIFI-mutated copies of an extension (or run-time library faults: failed allocations,
+    /// leaks, copy overruns) run natively and under ward, outcomes classified (Nooks, section 4).
     Campaign(campaign::CampaignArgs),
     /// Which isolation kinds each extension can get (none, process, mpk), and every reason it cannot.
     Check(check::CheckArgs),

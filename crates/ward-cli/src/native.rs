@@ -132,7 +132,7 @@ pub struct NativeOutcome {
 /// Run the native host for `kind` and judge it.
 pub fn run(path: &Path, kind: i64) -> Result<NativeOutcome> {
     let args: Vec<OsString> = vec!["__native-host".into(), path.as_os_str().to_owned(), kind.to_string().into()];
-    let run = child::run_bounded(&args, BOUND)?;
+    let run = child::run_bounded(&args, &[], BOUND)?;
     let line = run.stdout.lines().next().unwrap_or("").trim().to_string();
     if let Some(msg) = line.strip_prefix("error ") {
         bail!("the native host could not start: {msg}");

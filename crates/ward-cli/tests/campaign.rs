@@ -180,8 +180,12 @@ fn a_campaign_resumes_and_refuses_another_configuration() {
 #[test]
 fn bad_input_exits_2_with_one_message() {
     let out = scratch("bad");
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--types", "nop,bogus"], "unknown fault type `bogus`; valid types: source, destination, pointer"),
+        (
+            &["--types", "nop,alloc", "--isolation", "process,none"],
+            "library fault kinds (alloc) cannot run under isolation `none`",
+        ),
         (&["--isolation", "jail"], "unknown isolation `jail`; valid: process, none"),
         (&["--extension", "/nonexistent/well.so"], "/nonexistent/well.so does not exist"),
         (
@@ -330,5 +334,71 @@ fn plugin_campaigns_keep_every_host_alive_under_process_isolation() {
         let svg = std::fs::read_to_string(out.join(chart)).expect(chart);
         assert!(svg.starts_with("<svg") && svg.contains("invert0r") == (chart != "outcomes.svg"), "{chart}");
     }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A Debian LADSPA plugin that allocates (its descriptors, its delay lines) and clears memory with the C library:
+/// it imports malloc, calloc, free and memset.
+const COMB: &str = "/usr/lib/ladspa/comb_1190.so";
+
+/// Library-fault trials (`--types alloc,copy-overrun`) on a real plugin: the unmutated plugin runs with a library
+/// fault natively (preloaded into the host) and under process isolation (preloaded into its domain); no host failure
+/// escapes, every record names its fault, and the fault reaches the plugin in both kinds of host.
+#[test]
+fn library_fault_trials_keep_every_host_alive_under_process_isolation() {
+    require_domain();
+    assert!(Path::new(COMB).exists(), "{COMB} is missing: run scripts/deps (it installs swh-plugins)");
+    let out = scratch("library");
+    let args = ["--extension", COMB, "--types", "alloc,copy-overrun", "--trials-per-type", "3", "--seed", "4"];
+    let lines = records(&campaign(&out, &args));
+
+    assert_eq!(lines.len(), 2 * 3 * 2, "{lines:#?}");
+    let mut faults = std::collections::BTreeMap::new();
+    for l in &lines {
+        assert_eq!(l["extension"], "comb_1190", "{l}");
+        assert!(l["seed"].is_u64() && l["trial"].is_u64(), "{l}");
+        let kind = l["fault_type"].as_str().unwrap_or_else(|| panic!("no fault type: {l}"));
+        assert!(kind == "alloc" || kind == "copy-overrun", "{l}");
+        assert_eq!(l["faults"].as_array().map(Vec::len), Some(0), "nothing is mutated: {l}");
+        let fault = l["library_fault"].as_str().unwrap_or_else(|| panic!("no library fault: {l}"));
+        assert!(fault.starts_with(&format!("{kind}:nth=")), "{l}");
+        let trial = (kind.to_string(), l["trial"].to_string());
+        assert_eq!(faults.entry(trial).or_insert(fault.to_string()), fault, "both runs of a trial get its fault");
+        let outcome = l["outcome"].as_str().unwrap_or_else(|| panic!("no outcome: {l}"));
+        assert!(OUTCOMES.contains(&outcome), "{l}");
+        match l["isolation"].as_str() {
+            Some("native") => assert!(!outcome.starts_with("recovered"), "nothing detects faults natively: {l}"),
+            Some("process") => assert!(
+                outcome != "host_crashed" && outcome != "host_hung",
+                "a host failure escaped process isolation: {l}"
+            ),
+            _ => panic!("unexpected isolation: {l}"),
+        }
+    }
+    assert_eq!(faults.len(), 6);
+    // Seed 4 draws the first allocation for one alloc trial: the plugin's descriptors are not made, natively or in
+    // the domain.
+    for isolation in ["native", "process"] {
+        assert!(
+            lines.iter().any(|l| l["isolation"] == isolation
+                && l["library_fault"] == "alloc:nth=1,count=1"
+                && l["outcome"] != "no_effect"),
+            "the failed allocation reaches the plugin in the {isolation} host: {lines:#?}"
+        );
+    }
+
+    let markdown = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(markdown.contains("3 trials of each library fault kind (alloc,copy-overrun)"), "{markdown}");
+    assert!(markdown.contains("Library fault kinds mutate nothing"), "{markdown}");
+    assert!(markdown.contains("| alloc | native |") && markdown.contains("| copy-overrun | process |"), "{markdown}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json")).expect("JSON");
+    let rows: Vec<&str> = report["summary"]["rows"]
+        .as_array()
+        .map_or(Vec::new(), |r| r.iter().filter_map(|r| r["fault_type"].as_str()).collect());
+    assert_eq!(rows, ["alloc", "copy-overrun"]);
+    assert_eq!(report["config"]["fault_types"], serde_json::json!(["alloc", "copy-overrun"]));
+    let svg = std::fs::read_to_string(out.join("outcomes.svg")).expect("outcomes.svg");
+    assert!(svg.contains("copy-overrun"), "the chart has a bar group per library kind");
     let _ = std::fs::remove_dir_all(&out);
 }
