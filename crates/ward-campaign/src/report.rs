@@ -459,16 +459,17 @@ fn target_rows(s: &mut String, t: &Targets) {
     let slowest = h.slowest_us.map_or("none".into(), |us| duration(Duration::from_micros(us)));
     let _ = writeln!(
         s,
-        "| {} | every injected hang detected within its deadline ({} + {} slack) | {} of {} native hangs detected; \
-         {} detections in all, {} late, slowest {} | {} |",
+        "| {} | every injected hang detected within its deadline ({} + {} slack) | {} isolated hosts hung; {} \
+         detections, {} late, slowest {}; of {} native hangs, {} hung under ward too | {} |",
         t.isolation,
         duration(Duration::from_micros(h.deadline_us)),
         duration(Duration::from_micros(h.slack_us)),
-        h.detected,
-        h.injected,
+        h.isolated_hung,
         h.detections,
         h.late,
         slowest,
+        h.injected,
+        h.detected,
         yes(h.met)
     );
 }

@@ -152,13 +152,19 @@ pub struct Targets {
     pub hangs: HangTargets,
 }
 
-/// Whether every injected hang was detected within its deadline.
+/// Whether every injected hang was detected within its deadline: no isolated host hung (every hang was caught by
+/// ward, so none ran into the campaign's bound), and no detection came later than deadline + slack. A mutated
+/// extension whose native host hung may not hang under ward at all (it crashes instead, or runs through: the code
+/// around it differs), so native hangs are counted for the report, not required to hang again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HangTargets {
     /// Trials whose native host hung.
     pub injected: u32,
     /// Of those, trials whose isolated host detected a hang and went on to finish.
     pub detected: u32,
+    /// Isolated hosts that hung (ran into the campaign's bound): hangs ward did not catch.
+    #[serde(default)]
+    pub isolated_hung: u32,
     /// Hangs detected in all isolated runs of this kind, and how many of them came later than deadline + slack.
     pub detections: u32,
     pub late: u32,
@@ -216,6 +222,7 @@ fn targets(mode: Mode, total: &Row, trials: &Trials<'_>, deadline: Duration) -> 
     let mut hangs = HangTargets {
         injected: 0,
         detected: 0,
+        isolated_hung: 0,
         detections: 0,
         late: 0,
         slowest_us: None,
@@ -230,12 +237,13 @@ fn targets(mode: Mode, total: &Row, trials: &Trials<'_>, deadline: Duration) -> 
             hangs.late += u32::from(h.detected_after_us > limit);
             hangs.slowest_us = hangs.slowest_us.max(Some(h.detected_after_us));
         }
+        hangs.isolated_hung += u32::from(run.outcome == Outcome::HostHung);
         if runs.get(&Mode::Native).is_some_and(|r| r.outcome == Outcome::HostHung) {
             hangs.injected += 1;
             hangs.detected += u32::from(!run.outcome.host_lost() && !run.hangs.is_empty());
         }
     }
-    hangs.met = hangs.detected == hangs.injected && hangs.late == 0;
+    hangs.met = hangs.isolated_hung == 0 && hangs.late == 0;
 
     Targets {
         isolation: mode,
@@ -347,8 +355,31 @@ mod tests {
         ];
         let t = &summarize(&config(), &records).targets[0];
         assert_eq!((t.hangs.injected, t.hangs.detected, t.hangs.late), (2, 1, 1));
+        assert_eq!(t.hangs.isolated_hung, 1);
         assert!(!t.hangs.met);
         assert_eq!(t.survival, Some(0.5));
         assert!(!t.survival_met);
+        // Either failure alone fails it.
+        let t = &summarize(&config(), &records[..2]).targets[0];
+        assert_eq!((t.hangs.isolated_hung, t.hangs.late), (1, 0));
+        assert!(!t.hangs.met, "an isolated host hung");
+        let t = &summarize(&config(), &records[2..]).targets[0];
+        assert_eq!((t.hangs.isolated_hung, t.hangs.late), (0, 1));
+        assert!(!t.hangs.met, "a detection came late");
+    }
+
+    #[test]
+    fn a_native_hang_that_crashes_under_ward_instead_does_not_fail_the_hang_target() {
+        use Outcome::*;
+        let records = [
+            run(FaultType::Loop, 0, Mode::Native, HostHung, None),
+            // The same mutated code crashed under ward (caught and recovered): nothing hung to be detected.
+            run(FaultType::Loop, 0, Mode::Process, Recovered, None),
+            run(FaultType::Loop, 1, Mode::Native, HostHung, None),
+            run(FaultType::Loop, 1, Mode::Process, Recovered, Some(201_000)),
+        ];
+        let t = &summarize(&config(), &records).targets[0];
+        assert_eq!((t.hangs.injected, t.hangs.detected, t.hangs.isolated_hung, t.hangs.late), (2, 1, 0, 0));
+        assert!(t.hangs.met);
     }
 }
