@@ -28,7 +28,9 @@
  *   real plugins write into their input frames despite the const (Debian's cairogradient premultiplies its input in
  *   place): in a process domain, where the inputs lie in ward's read-only input pool, every frame of theirs would
  *   fault, and in isolation `none` they would scribble on the host's own frame. The copies are writable and
- *   private to the instance; reading past one faults at its guard page. */
+ *   private to the instance; reading past one faults at its guard page. A host that sends the first input frame
+ *   as a private, writable buffer ending at a guard page already (a process domain's scratch buffer) says so when
+ *   it constructs the instance (WARD_FREI0R_PRIVATE_INPUT), and that frame is handed over as it is. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <limits.h>
@@ -48,6 +50,9 @@
 
 /* Flags of ward_frei0r_construct: the `out` buffers of this instance's updates end at a guard page. */
 #define WARD_FREI0R_DIRECT_OUTPUT 0x1
+/* ... and the first input frame is a private, writable copy ending at a guard page (a process domain's scratch
+ * buffer), so the plugin may have it as it is. */
+#define WARD_FREI0R_PRIVATE_INPUT 0x2
 
 /* Which optional functions the plugin has (the describe flags). */
 #define HAS_UPDATE 0x1
@@ -91,6 +96,7 @@ struct instance {
     unsigned int height;
     size_t frame_bytes;
     int direct_output;       /* WARD_FREI0R_DIRECT_OUTPUT was given */
+    int private_input;       /* WARD_FREI0R_PRIVATE_INPUT was given */
     struct guarded out;      /* the output frame the plugin writes */
     struct guarded in[3];    /* copies of the input frames */
     struct guarded param;    /* a parameter value, exactly as large as its type */
@@ -254,7 +260,7 @@ static void instance_free(struct instance *inst) {
 }
 
 /* Create an instance for frames of width x height pixels; NULL when the size is impossible or the plugin
- * refuses. `flags`: WARD_FREI0R_DIRECT_OUTPUT or 0. */
+ * refuses. `flags`: WARD_FREI0R_DIRECT_OUTPUT and WARD_FREI0R_PRIVATE_INPUT, or 0. */
 WARD_ADAPTER_EXPORT struct instance *ward_frei0r_construct(const struct library *lib, uint64_t width,
                                                            uint64_t height, uint64_t flags) {
     if (lib == NULL || width == 0 || height == 0 || width > UINT_MAX || height > UINT_MAX ||
@@ -268,6 +274,7 @@ WARD_ADAPTER_EXPORT struct instance *ward_frei0r_construct(const struct library 
     inst->height = (unsigned int)height;
     inst->frame_bytes = (size_t)width * (size_t)height * 4;
     inst->direct_output = (flags & WARD_FREI0R_DIRECT_OUTPUT) != 0;
+    inst->private_input = (flags & WARD_FREI0R_PRIVATE_INPUT) != 0;
     inst->strings = calloc((size_t)lib->param_count + 1, sizeof *inst->strings);
     if (inst->strings == NULL) {
         instance_free(inst);
@@ -372,8 +379,18 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_get_param(struct instance *inst, uint64_
     return writer_result(&w);
 }
 
-/* Input frame `k` as the plugin gets it: a private, writable copy ending at a guard page; NULL when out of memory. */
+/* Whether `buf`, one frame long, starts aligned for the plugin and ends at a page boundary (so at the guard page of
+ * a host buffer that has one). */
+static int fits_guard(const struct instance *inst, const unsigned char *buf) {
+    uintptr_t start = (uintptr_t)buf, end = start + inst->frame_bytes;
+    return (start & (FRAME_ALIGN - 1)) == 0 && (end & (ward_page_size() - 1)) == 0;
+}
+
+/* Input frame `k` as the plugin gets it: a private, writable copy ending at a guard page (the caller's own first
+ * frame when the host said it is one); NULL when out of memory. */
 static const uint32_t *input_frame(struct instance *inst, int k, const unsigned char *frame) {
+    if (k == 0 && inst->private_input && fits_guard(inst, frame))
+        return (const uint32_t *)(const void *)frame;
     uint32_t *copy = guarded_get(&inst->in[k], inst->frame_bytes, FRAME_ALIGN);
     if (copy != NULL)
         memcpy(copy, frame, inst->frame_bytes);
@@ -387,8 +404,7 @@ static const uint32_t *input_frame(struct instance *inst, int k, const unsigned 
  * time, say) or leave pixels unwritten, and they must see exactly what they would natively. NULL when out of
  * memory. */
 static uint32_t *output_frame(struct instance *inst, unsigned char *out) {
-    uintptr_t start = (uintptr_t)out, end = start + inst->frame_bytes;
-    if (inst->direct_output && (start & (FRAME_ALIGN - 1)) == 0 && (end & (ward_page_size() - 1)) == 0)
+    if (inst->direct_output && fits_guard(inst, out))
         return (uint32_t *)(void *)out;
     uint32_t *frame = guarded_get(&inst->out, inst->frame_bytes, FRAME_ALIGN);
     if (frame != NULL)

@@ -47,6 +47,9 @@ const MAX_PARAMS: i32 = 1024;
 /// may write them directly. True of a process domain, whose output pool puts every buffer at the end of its slot,
 /// before a guard page (see `ward::Arg`); the adapter still checks each buffer's alignment and end.
 const DIRECT_OUTPUT: u64 = 0x1;
+/// Flag of the adapter's construct: the first input frame of an update is a private, writable buffer ending at a
+/// guard page (an [`Arg::Scratch`] in a process domain), so the plugin may have it without the adapter's copy.
+const PRIVATE_INPUT: u64 = 0x2;
 
 /// Flags of the adapter's description: which optional functions the plugin has.
 const HAS_UPDATE: u32 = 0x1;
@@ -383,7 +386,7 @@ impl Library {
             .checked_mul(height as usize)
             .filter(|p| p.checked_mul(4).is_some_and(|b| b <= isize::MAX as usize))
             .ok_or_else(|| bad(format!("a frame of {width}x{height} pixels is too large")))?;
-        let flags = if self.inner.ext.lends_guarded_buffers() { DIRECT_OUTPUT } else { 0 };
+        let flags = if self.inner.ext.lends_guarded_buffers() { DIRECT_OUTPUT | PRIVATE_INPUT } else { 0 };
         let value = self.inner.functions.construct.call(
             &mut [
                 Arg::Handle(self.inner.library),
@@ -800,9 +803,12 @@ fn call_frame(
 ) -> Frame {
     let out_len = out.len() as u64;
     let absent = || Arg::U64(0);
+    // In a process domain the first input crosses as scratch: the plugin may write it (some do, despite the
+    // const) and the adapter need not copy it once more. Elsewhere the adapter makes its private copy.
+    let first = if lib.ext.lends_guarded_buffers() { Arg::Scratch } else { Arg::In };
     let result = if two {
         let rest_len = rest.map_or(0, |r| r.len() as u64);
-        let in1 = in1.map_or_else(absent, Arg::In);
+        let in1 = in1.map_or_else(absent, first);
         let rest = rest.map_or_else(absent, Arg::In);
         lib.functions.update2.call(
             &mut [
@@ -818,7 +824,7 @@ fn call_frame(
         )
     } else {
         let in_len = in1.map_or(0, |i| i.len() as u64);
-        let in1 = in1.map_or_else(absent, Arg::In);
+        let in1 = in1.map_or_else(absent, first);
         lib.functions.update.call(
             &mut [Arg::Handle(handle), Arg::F64(time), in1, Arg::U64(in_len), Arg::InOut(out), Arg::U64(out_len)],
             RetType::I64,

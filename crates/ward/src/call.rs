@@ -24,6 +24,10 @@ pub enum Arg<'a> {
     Out(&'a mut [u8]),
     /// Bytes the extension reads and writes.
     InOut(&'a mut [u8]),
+    /// Input bytes the extension may also write, as scratch space (plugins that write into their "const" input):
+    /// it works on a private, writable copy ending at a guard page in a process domain; the host's bytes never
+    /// change and nothing is copied back.
+    Scratch(&'a [u8]),
     /// A NUL-terminated string.
     Str(&'a CStr),
     /// A handle an earlier call returned as [`RetType::Handle`]: translated to the current incarnation's object.
@@ -146,9 +150,11 @@ impl Signature {
 
 /// Pack arguments for a call to a function in this very process (isolation `none`, or a native host): numbers in
 /// registers, buffers and strings as their host addresses. `handle` says what a handle stands for, `callback` what
-/// function pointer a callback becomes; either may refuse with a reason.
+/// function pointer a callback becomes; either may refuse with a reason. A [`Arg::Scratch`] is copied into
+/// `copies`, which must outlive the call, and its copy passed.
 pub fn pack_in_process(
     args: &mut [Arg<'_>],
+    copies: &mut Vec<Vec<u8>>,
     mut handle: impl FnMut(u64) -> Result<u64, String>,
     mut callback: impl FnMut(&Callback) -> Result<u64, String>,
 ) -> Result<ward_abi::RegArgs, String> {
@@ -162,6 +168,11 @@ pub fn pack_in_process(
             Arg::Ptr(p) => packer.push_int(*p as u64),
             Arg::In(b) => packer.push_int(b.as_ptr() as u64),
             Arg::Out(b) | Arg::InOut(b) => packer.push_int(b.as_mut_ptr() as u64),
+            Arg::Scratch(b) => {
+                // The copy's heap buffer stays put when `copies` grows.
+                copies.push(b.to_vec());
+                packer.push_int(copies.last_mut().map_or(0, |c| c.as_mut_ptr() as u64))
+            }
             Arg::Str(s) => packer.push_int(s.as_ptr() as u64),
             Arg::Handle(h) => packer.push_int(handle(*h)?),
             Arg::Callback(c) => packer.push_int(callback(c)?),

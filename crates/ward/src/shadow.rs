@@ -20,6 +20,7 @@ pub(crate) enum OwnedArg {
     /// Outputs are not kept; replay gives the extension a scratch buffer of the same length.
     Out(usize),
     InOut(Vec<u8>),
+    Scratch(Vec<u8>),
     Str(CString),
     Handle(u64),
     Callback(Callback),
@@ -36,6 +37,7 @@ impl OwnedArg {
             Arg::In(b) => OwnedArg::In(b.to_vec()),
             Arg::Out(b) => OwnedArg::Out(b.len()),
             Arg::InOut(b) => OwnedArg::InOut(b.to_vec()),
+            Arg::Scratch(b) => OwnedArg::Scratch(b.to_vec()),
             Arg::Str(s) => OwnedArg::Str((*s).to_owned()),
             Arg::Handle(h) => OwnedArg::Handle(*h),
             Arg::Callback(c) => OwnedArg::Callback((*c).clone()),
@@ -77,7 +79,7 @@ impl ShadowEntry {
             .args
             .iter()
             .map(|a| match a {
-                OwnedArg::In(b) | OwnedArg::InOut(b) => b.len(),
+                OwnedArg::In(b) | OwnedArg::InOut(b) | OwnedArg::Scratch(b) => b.len(),
                 _ => 0,
             })
             .sum::<usize>()

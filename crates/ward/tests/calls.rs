@@ -187,3 +187,22 @@ fn unknown_symbols_and_bad_files_are_clear_errors() {
     let e = ext.call("well_add", &mut seven, RetType::I64);
     assert!(matches!(e, Err(ward::Error::BadArguments { .. })), "{e:?}");
 }
+
+#[test]
+fn a_scratch_input_may_be_written_by_the_extension_but_the_host_never_sees_it() {
+    for iso in [Isolation::None, Isolation::Process] {
+        let (_s, ext) = well(iso);
+        let buf = b"abcdef".to_vec();
+        // well_reverse writes into its buffer: as scratch it works on a private copy.
+        ext.call("well_reverse", &mut [Arg::Scratch(&buf), Arg::U64(6)], RetType::Void).unwrap();
+        assert_eq!(&buf, b"abcdef", "{iso}: the host's bytes are unchanged");
+        // And the extension reads what the host gave.
+        assert_eq!(i64_call(&ext, "well_sum", &mut [Arg::Scratch(&buf), Arg::U64(6)]), 597, "{iso}");
+    }
+    // As a plain input in a process domain the same write is a fault: inputs are read-only there.
+    let (_s, ext) = well(Isolation::Process);
+    let buf = b"abcdef".to_vec();
+    let err = ext.call("well_reverse", &mut [Arg::In(&buf), Arg::U64(6)], RetType::Void).unwrap_err();
+    assert!(matches!(err, ward::Error::Fault(_) | ward::Error::Disabled { .. }), "{err}");
+    assert_eq!(&buf, b"abcdef");
+}

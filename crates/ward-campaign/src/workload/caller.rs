@@ -68,7 +68,8 @@ impl Caller for NativeCaller<'_> {
                 a
             }
         };
-        let regs = ward::call::pack_in_process(args, Ok, |_| {
+        let mut copies = Vec::new();
+        let regs = ward::call::pack_in_process(args, &mut copies, Ok, |_| {
             Err("a native host passes its own function pointer (Arg::Ptr)".into())
         })
         .map_err(|e| format!("{symbol}: {e}"))?;

@@ -46,6 +46,8 @@ pub(crate) enum WireValue<'a> {
     In(&'a [u8]),
     Out(usize),
     InOut(&'a [u8]),
+    /// Input the extension may write: lent writable, never copied back.
+    Scratch(&'a [u8]),
     /// NUL-terminated bytes.
     Str(&'a [u8]),
     Callback(usize),

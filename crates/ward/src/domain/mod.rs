@@ -508,6 +508,8 @@ impl Domain {
 
     /// The `none` backend: the function is called right here, host pointers and all.
     fn attempt_direct(&self, g: &Guard<'_>, sym: usize, func: u32, args: &mut [Arg<'_>], ret: RetType) -> Outcome {
+        // Private copies of scratch inputs, alive until the call returns.
+        let mut copies = Vec::new();
         let (function, regs) = {
             let st = g.borrow();
             let name = &*st.symbols[sym].name;
@@ -521,6 +523,7 @@ impl Domain {
             let mut unknown = None;
             let packed = crate::call::pack_in_process(
                 args,
+                &mut copies,
                 |h| {
                     handles.object(h).ok_or_else(|| {
                         unknown = Some(h);
@@ -576,6 +579,7 @@ impl Domain {
                 Arg::In(b) => WireValue::In(b),
                 Arg::Out(b) => WireValue::Out(b.len()),
                 Arg::InOut(b) => WireValue::InOut(b),
+                Arg::Scratch(b) => WireValue::Scratch(b),
                 Arg::Str(s) => match rewrite {
                     Some((from, to)) if *s == from => WireValue::Str(to),
                     _ => WireValue::Str(s.to_bytes_with_nul()),
@@ -776,6 +780,7 @@ fn reborrow<'a>(a: &'a Arg<'_>) -> Arg<'a> {
         Arg::Ptr(v) => Arg::Ptr(*v),
         Arg::In(b) => Arg::In(b),
         Arg::Out(b) | Arg::InOut(b) => Arg::In(b),
+        Arg::Scratch(b) => Arg::Scratch(b),
         Arg::Str(s) => Arg::Str(s),
         Arg::Handle(h) => Arg::Handle(*h),
         Arg::Callback(c) => Arg::Callback(c),

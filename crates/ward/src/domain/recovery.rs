@@ -160,6 +160,7 @@ impl Domain {
                 OwnedArg::F32(v) => Arg::F32(*v),
                 OwnedArg::Ptr(v) => Arg::Ptr(*v),
                 OwnedArg::In(b) => Arg::In(b),
+                OwnedArg::Scratch(b) => Arg::Scratch(b),
                 OwnedArg::Str(s) => Arg::Str(s),
                 OwnedArg::Handle(h) => Arg::Handle(*h),
                 OwnedArg::Callback(c) => Arg::Callback(c),

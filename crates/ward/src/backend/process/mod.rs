@@ -335,6 +335,14 @@ impl ProcessBackend {
                     loans.push(loan);
                     w
                 }
+                WireValue::Scratch(b) => {
+                    // Writable in the domain (the output pool), ending at a guard page; not an output, so
+                    // nothing comes back.
+                    let loan = self.lend(tracker, POOL_OUT, Some(b), b.len(), false)?;
+                    let w = WireArg { kind: ArgKind::BufInOut, pool: loan.pool, a: loan.rich.offset, b: loan.rich.len };
+                    loans.push(loan);
+                    w
+                }
             };
             list.push(wire);
         }
@@ -438,7 +446,9 @@ fn scalar_wire(a: &WireValue<'_>) -> Option<WireArg> {
         WireValue::F64(v) => WireArg { kind: ArgKind::F64, pool: 0, a: v.to_bits(), b: 0 },
         WireValue::F32(v) => WireArg { kind: ArgKind::F32, pool: 0, a: u64::from(v.to_bits()), b: 0 },
         WireValue::Callback(slot) => WireArg { kind: ArgKind::Callback, pool: 0, a: *slot as u64, b: 0 },
-        WireValue::In(_) | WireValue::Out(_) | WireValue::InOut(_) | WireValue::Str(_) => return None,
+        WireValue::In(_) | WireValue::Out(_) | WireValue::InOut(_) | WireValue::Scratch(_) | WireValue::Str(_) => {
+            return None
+        }
     })
 }
 
@@ -627,8 +637,8 @@ impl Backend for ProcessBackend {
                     inline.extend_from_slice(b);
                     WireArg { kind: ArgKind::Inline, pool: 0, a: offset as u64, b: b.len() as u64 }
                 }
-                WireValue::Out(_) | WireValue::InOut(_) => {
-                    return Err(BackendError::Usage("a deferred call cannot have output buffers".into()))
+                WireValue::Out(_) | WireValue::InOut(_) | WireValue::Scratch(_) => {
+                    return Err(BackendError::Usage("a deferred call cannot have output or scratch buffers".into()))
                 }
             };
             list.push(wire).map_err(|_| BackendError::Usage("too many arguments (at most 14)".into()))?;
