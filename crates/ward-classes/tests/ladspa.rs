@@ -1,4 +1,4 @@
-//! The LADSPA class on a real plugin library (ladspa-sdk's amp.so, installed by scripts/deps) under every
+//! The LADSPA class on real plugin libraries (ladspa-sdk's amp.so, swh's comb_1190.so, installed by scripts/deps) under every
 //! isolation kind this build has.
 
 use std::path::Path;
@@ -78,4 +78,54 @@ fn a_library_that_is_no_ladspa_plugin_is_refused_by_name() {
     assert!(msg.contains("well.so") && msg.contains("LADSPA"), "{msg}");
     let err = Library::open(&sup, Path::new("/nonexistent/x.so"), Some(Isolation::Process)).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/x.so"), "{err}");
+}
+
+/// Blocks of a comb filter (swh's comb_1190, whose feedback keeps every past block in its state) at its default
+/// controls, `kill_before` naming a block before which the domain is killed, as a crash between blocks would.
+fn comb_blocks(history_mb: u64, kill_before: Option<usize>) -> Vec<Vec<f32>> {
+    const COMB: &str = "/usr/lib/ladspa/comb_1190.so";
+    const N: usize = 256;
+    assert!(Path::new(COMB).exists(), "{COMB} is missing: run scripts/deps (it installs swh-plugins)");
+    let policy = Policy::from_toml_str(&format!("[extension.comb_1190]\nhistory_mb = {history_mb}\n"), "test").unwrap();
+    let sup = Supervisor::new(policy);
+    let lib = Library::open(&sup, Path::new(COMB), Some(Isolation::Process)).unwrap();
+    let plugin = lib.plugins()[0].clone();
+    let mut inst = lib.instantiate(0, 48000).unwrap();
+    assert_eq!(inst.activate().unwrap(), Processed::Ran);
+    let mut outputs = Vec::new();
+    for block in 0..6 {
+        if kill_before == Some(block) {
+            let pid = lib.extension().pid().expect("a process domain");
+            // SAFETY: our own domain process.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let input: Vec<f32> = (0..N).map(|i| (((block * N + i) as f32) * 0.05).sin()).collect();
+        let controls: Vec<[f32; 1]> =
+            plugin.ports.iter().map(|p| [p.default_value(48000).unwrap_or(p.lower)]).collect();
+        let mut outs: Vec<Vec<f32>> = plugin.ports.iter().map(|_| vec![0f32; N]).collect();
+        let mut ports: Vec<PortBuffer<'_>> = plugin
+            .ports
+            .iter()
+            .zip(controls.iter().zip(outs.iter_mut()))
+            .map(|(p, (c, o))| match (p.is_input(), p.is_audio()) {
+                (true, true) => PortBuffer::Input(&input),
+                (true, false) => PortBuffer::Input(c),
+                (false, true) => PortBuffer::Output(o),
+                (false, false) => PortBuffer::Output(&mut o[..1]),
+            })
+            .collect();
+        assert_eq!(inst.run(N, &mut ports).unwrap(), Processed::Ran, "block {block}");
+        drop(ports);
+        outputs.extend(outs.into_iter().zip(&plugin.ports).filter(|(_, p)| p.is_output()).map(|(o, _)| o));
+    }
+    outputs
+}
+
+#[test]
+fn a_real_plugin_with_memory_resumes_exactly_after_a_crash_when_its_history_is_kept() {
+    let uninterrupted = comb_blocks(16, None);
+    assert_eq!(comb_blocks(16, Some(4)), uninterrupted, "history replayed: the comb's state is rebuilt exactly");
+    let without = comb_blocks(0, Some(4));
+    assert_eq!(without[..4], uninterrupted[..4], "the blocks before the crash");
+    assert_ne!(without[4..], uninterrupted[4..], "configuration only: the feedback's memory is lost");
 }
