@@ -1,5 +1,5 @@
-//! The LADSPA class on real plugin libraries (ladspa-sdk's amp.so, swh's comb_1190.so, installed by scripts/deps) under every
-//! isolation kind this build has.
+//! The LADSPA class on real plugin libraries (ladspa-sdk's amp.so, swh's comb_1190.so, installed by scripts/deps)
+//! under every isolation kind this build has.
 
 use std::path::Path;
 
