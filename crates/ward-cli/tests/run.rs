@@ -257,3 +257,42 @@ fn builtins_names_the_directory_hosts_find_the_test_plugins_in() {
     let listing = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(listing.lines().any(|l| l.starts_with("faulty_ladspa") && l.contains("faulty_ladspa.so")), "{listing}");
 }
+
+#[test]
+fn a_host_opening_a_library_by_bare_name_finds_it_along_its_own_runpath_and_rpath() {
+    let s = Scratch::new("runpath");
+    std::fs::create_dir_all(s.path("lib")).unwrap();
+    std::fs::write(s.path("mod.c"), "int mod_value(void) { return 42; }\n").unwrap();
+    let lib = s.path("lib/libwardmod.so");
+    let built = output(Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(s.path("mod.c")));
+    assert!(built.status.success(), "{}", stderr(&built));
+    std::fs::write(
+        s.path("host.c"),
+        "#include <dlfcn.h>\n#include <stdio.h>\n\
+         int main(void) {\n\
+           void *h = dlopen(\"libwardmod.so\", RTLD_NOW);\n\
+           if (!h) { fprintf(stderr, \"%s\\n\", dlerror()); return 3; }\n\
+           int (*f)(void) = (int (*)(void))dlsym(h, \"mod_value\");\n\
+           printf(\"%d\\n\", f());\n\
+           return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    for (host, tags) in [("host_runpath", "--enable-new-dtags"), ("host_rpath", "--disable-new-dtags")] {
+        let exe = s.path(host);
+        let built = output(
+            Command::new("cc")
+                .arg("-o")
+                .arg(&exe)
+                .arg(s.path("host.c"))
+                .arg(format!("-Wl,-rpath,$ORIGIN/lib,{tags}"))
+                .arg("-ldl"),
+        );
+        assert!(built.status.success(), "{}", stderr(&built));
+        let native = output(&mut Command::new(&exe));
+        assert_eq!(String::from_utf8_lossy(&native.stdout), "42\n", "{host} natively: {}", stderr(&native));
+        let under = output(ward().arg("run").arg("--").arg(&exe));
+        assert!(under.status.success(), "{host} under ward: {}", stderr(&under));
+        assert_eq!(String::from_utf8_lossy(&under.stdout), "42\n", "{host} under ward");
+    }
+}

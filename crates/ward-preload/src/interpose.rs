@@ -58,21 +58,37 @@ fn real_dlclose(handle: *mut c_void) -> c_int {
     }
 }
 
-/// The host's `dlopen`.
+/// The host's `dlopen`: passes its caller's return address on to [`dlopen_from`]. glibc searches a bare name
+/// along the *caller's* `DT_RUNPATH`/`DT_RPATH`; a call forwarded from here would search along the shim's, so the
+/// caller has to be known.
 ///
 /// # Safety
 /// As libc's: `filename` is null or a valid C string.
 #[no_mangle]
+#[unsafe(naked)]
 pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
+    // At entry the return address is on top of the stack: it becomes the third argument, and the tail jump leaves
+    // the stack as the caller made it, so dlopen_from returns straight to the caller.
+    core::arch::naked_asm!("mov rdx, [rsp]", "jmp {target}", target = sym dlopen_from)
+}
+
+/// [`dlopen`] with its caller's return address.
+///
+/// # Safety
+/// As libc's `dlopen`: `filename` is null or a valid C string.
+unsafe extern "C" fn dlopen_from(filename: *const c_char, flags: c_int, caller: *const c_void) -> *mut c_void {
     if filename.is_null() || flags & libc::RTLD_NOLOAD != 0 || INSIDE_WARD.with(Cell::get) {
         return real_dlopen(filename, flags);
     }
     // SAFETY: non-null and, by dlopen's contract, a valid C string.
     let name = unsafe { CStr::from_ptr(filename) };
     // Only paths name plugins: a bare name is a library the dynamic linker searches for (and no host names its
-    // plugins that way).
+    // plugins that way); it is searched for as the caller would have had it searched.
     if !name.to_bytes().contains(&b'/') {
-        return real_dlopen(filename, flags);
+        return match crate::search::along_callers_paths(name, caller) {
+            Some(path) => real_dlopen(path.as_ptr(), flags),
+            None => real_dlopen(filename, flags),
+        };
     }
     let path = Path::new(OsStr::from_bytes(name.to_bytes()));
     match inside_ward(|| runtime::open_plugin(path)) {

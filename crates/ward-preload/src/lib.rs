@@ -18,6 +18,7 @@ mod interpose;
 mod ladspa;
 mod proxy;
 mod runtime;
+mod search;
 
 /// A plugin's name or description as a C string for the host (a NUL inside, which C cannot carry, is dropped).
 fn c_string(s: &str) -> std::ffi::CString {
