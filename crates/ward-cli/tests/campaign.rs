@@ -337,6 +337,48 @@ fn plugin_campaigns_keep_every_host_alive_under_process_isolation() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The same plugins with transient faults: a restart under ward loads the unmutated plugin, so a call retried after a
+/// fault succeeds and nothing is bypassed (the persistent campaign above bypasses blocks and frames).
+#[test]
+fn with_transient_faults_a_restart_runs_the_unmutated_plugin() {
+    require_domain();
+    require_plugins();
+    let out = scratch("transient");
+    let extensions = format!("{AMP},{INVERT}");
+    let args = [
+        "--extension",
+        &extensions,
+        "--types",
+        "pointer,interface,text",
+        "--trials-per-type",
+        "4",
+        "--seed",
+        "4",
+        "--fault-model",
+        "transient",
+    ];
+    let lines = records(&campaign(&out, &args));
+    let process: Vec<&Value> = lines.iter().filter(|l| l["isolation"] == "process").collect();
+    assert!(!process.is_empty());
+    for l in &process {
+        let outcome = l["outcome"].as_str().unwrap_or_default();
+        assert!(outcome != "host_crashed" && outcome != "host_hung", "a host failure escaped: {l}");
+        assert_eq!(l["bypassed"], 0, "a retry on the unmutated plugin failed: {l}");
+    }
+    assert!(
+        process.iter().any(|l| l["outcome"] == "recovered" && l["restarts"].as_u64().is_some_and(|r| r > 0)),
+        "no trial recovered transparently after a restart"
+    );
+    let markdown = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(markdown.contains("Faults were transient"), "{markdown}");
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("amp_1181").join("campaign.json")).expect("campaign.json"),
+    )
+    .expect("campaign.json is JSON");
+    assert_eq!(config["fault_model"], "transient", "{config:#}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// A Debian LADSPA plugin that allocates (its descriptors, its delay lines) and clears memory with the C library:
 /// it imports malloc, calloc, free and memset.
 const COMB: &str = "/usr/lib/ladspa/comb_1190.so";
