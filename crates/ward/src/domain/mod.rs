@@ -92,6 +92,17 @@ struct State {
     rewriting: bool,
 }
 
+impl State {
+    /// The plugin path an adapter extension's calls must have rewritten since its image switched (`restart_from`).
+    fn rewrite_for(&self, sym: usize) -> Option<(CString, CString)> {
+        if !self.rewriting {
+            return None;
+        }
+        let ext = self.symbols.get(sym)?.ext;
+        self.images.get(ext)?.rewrite.clone()
+    }
+}
+
 pub(crate) struct Domain {
     pub name: String,
     pub isolation: crate::policy::Isolation,
@@ -436,8 +447,10 @@ impl Domain {
         if g.borrow().backend.is_direct() {
             return self.attempt_direct(g, sym, func, args, ret);
         }
-        let incarnation = g.borrow().incarnation;
-        let rewrite = self.rewrite_for(g, sym);
+        let (incarnation, rewrite) = {
+            let st = g.borrow();
+            (st.incarnation, st.rewrite_for(sym))
+        };
         let frame = {
             let mut st = g.borrow_mut();
             let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
@@ -544,16 +557,6 @@ impl Domain {
         Outcome::Done(Value::from_regs(ret, function.call(&regs)))
     }
 
-    /// The plugin path an adapter extension's calls must have rewritten since its image switched (`restart_from`).
-    fn rewrite_for(&self, g: &Guard<'_>, sym: usize) -> Option<(CString, CString)> {
-        let st = g.borrow();
-        if !st.rewriting {
-            return None;
-        }
-        let ext = st.symbols.get(sym)?.ext;
-        st.images.get(ext)?.rewrite.clone()
-    }
-
     /// Host arguments to what crosses into the domain: handles to objects, callbacks to lent slots; a string equal
     /// to `rewrite.0` (a switched adapter's plugin path) is sent as `rewrite.1`.
     fn translate<'a>(
@@ -651,7 +654,7 @@ impl Domain {
                 }
                 Err(e) => return Err(e),
             };
-            let rewrite = self.rewrite_for(&g, sym);
+            let rewrite = g.borrow().rewrite_for(sym);
             let result = {
                 let mut st = g.borrow_mut();
                 let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
