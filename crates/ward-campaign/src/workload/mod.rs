@@ -101,20 +101,27 @@ pub(crate) fn digest(bytes: &[u8]) -> u64 {
 /// (and bypassed at once) long before the host's bound.
 const PLUGIN_MAX_RESTARTS: u32 = 12;
 
-/// The history a plugin's domain keeps (`history_mb`): more than any workload's stream of blocks or frames.
-const PLUGIN_HISTORY_MB: u64 = 64;
-
-/// The policy of a plugin class's workload: every call's `deadline`, the restart budget, and short backoffs (a
-/// deterministic fault fails again at every retry; the pauses would only add to a trial's time). Which adapter
-/// calls establish state, destroy instances or may be retried is the class's business.
-pub(crate) fn class_policy(deadline: Duration) -> Policy {
+/// What every workload's policy sets: every call's `deadline`, at most `max_restarts` restarts a minute, and short
+/// backoffs (a deterministic fault fails again at every retry; long pauses would only add to a trial's time).
+pub(crate) fn trial_policy(deadline: Duration, max_restarts: u32) -> Policy {
     let mut policy = Policy::default();
     let d = policy.defaults_mut();
     d.deadline = Some(deadline);
-    d.max_restarts = Some(PLUGIN_MAX_RESTARTS);
+    d.max_restarts = Some(max_restarts);
     d.restart_period = Some(Duration::from_secs(60));
     d.backoff_initial = Some(Duration::from_micros(100));
     d.backoff_max = Some(Duration::from_millis(10));
+    policy
+}
+
+/// The history a plugin's domain keeps (`history_mb`): more than any workload's stream of blocks or frames.
+const PLUGIN_HISTORY_MB: u64 = 64;
+
+/// The policy of a plugin class's workload: [`trial_policy`] with the plugins' restart budget, and history kept.
+/// Which adapter calls establish state, destroy instances or may be retried is the class's business.
+pub(crate) fn class_policy(deadline: Duration) -> Policy {
+    let mut policy = trial_policy(deadline, PLUGIN_MAX_RESTARTS);
+    let d = policy.defaults_mut();
     // Blocks and frames are kept for replay (the workloads' streams are a few MiB at most), so a plugin restarted
     // in the middle of a stream resumes in the state it had: with a transient fault the output is then the
     // reference's, delay lines and filter memories included.

@@ -33,14 +33,8 @@ impl Workload for Well {
     }
 
     fn policy(&self, deadline: Duration) -> Policy {
-        let mut policy = Policy::default();
+        let mut policy = super::trial_policy(deadline, MAX_RESTARTS);
         let d = policy.defaults_mut();
-        d.deadline = Some(deadline);
-        d.max_restarts = Some(MAX_RESTARTS);
-        d.restart_period = Some(Duration::from_secs(60));
-        // A deterministic fault fails again at every retry; short pauses keep a trial's time in the calls.
-        d.backoff_initial = Some(Duration::from_micros(100));
-        d.backoff_max = Some(Duration::from_millis(10));
         for state in ["counter_add", "acc_new", "acc_add"] {
             d.functions.insert(state.into(), FunctionOverride { state: Some(true), ..FunctionOverride::default() });
         }
