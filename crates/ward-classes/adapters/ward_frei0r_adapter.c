@@ -40,6 +40,7 @@
 
 #include "ward_adapter_common.h"
 #include "ward_frei0r_abi.h"
+#include "ward_poisoned_call.h"
 
 /* More parameters than any plugin has; a plugin claiming more is refused by the host. */
 #define MAX_PARAMS 1024
@@ -140,9 +141,9 @@ static const char *bind(struct library *lib) {
         return "it exports no f0r_init";
     if (lib->construct == NULL || lib->destruct == NULL)
         return "it exports no f0r_construct or f0r_destruct";
-    if (init() == 0)
+    if ((int)WARD_CALL0(init) == 0)
         return "its f0r_init failed";
-    lib->get_plugin_info(&lib->info);
+    WARD_CALL1(lib->get_plugin_info, &lib->info);
     int n = lib->info.num_params;
     lib->param_count = n > 0 && n <= MAX_PARAMS ? n : 0;
     if (lib->param_count > 0) {
@@ -153,7 +154,7 @@ static const char *bind(struct library *lib) {
             return "out of memory";
         for (int p = 0; p < lib->param_count; p++) {
             f0r_param_info_t pi = {NULL, -1, NULL};
-            lib->get_param_info(&pi, p);
+            WARD_CALL2(lib->get_param_info, &pi, p);
             lib->param_types[p] = pi.type;
         }
     }
@@ -239,7 +240,7 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_describe(const struct library *lib, unsi
     put_str(&w, i->explanation);
     for (int p = 0; p < lib->param_count; p++) {
         f0r_param_info_t pi = {NULL, -1, NULL};
-        lib->get_param_info(&pi, p);
+        WARD_CALL2(lib->get_param_info, &pi, p);
         put_str(&w, pi.name);
         put_i32(&w, pi.type);
         put_str(&w, pi.explanation);
@@ -280,7 +281,7 @@ WARD_ADAPTER_EXPORT struct instance *ward_frei0r_construct(const struct library 
         instance_free(inst);
         return NULL;
     }
-    inst->handle = lib->construct(inst->width, inst->height);
+    inst->handle = (f0r_instance_t)WARD_CALL2(lib->construct, inst->width, inst->height);
     if (inst->handle == NULL) {
         instance_free(inst);
         return NULL;
@@ -289,7 +290,7 @@ WARD_ADAPTER_EXPORT struct instance *ward_frei0r_construct(const struct library 
 }
 
 WARD_ADAPTER_EXPORT int64_t ward_frei0r_destruct(struct instance *inst) {
-    inst->lib->destruct(inst->handle);
+    WARD_CALL1(inst->lib->destruct, inst->handle);
     instance_free(inst);
     return 0;
 }
@@ -330,7 +331,7 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_set_param(struct instance *inst, uint64_
         }
         memcpy(copy, value, len);
         *slot = copy;
-        lib->set_param_value(inst->handle, slot, (int)index);
+        WARD_CALL3(lib->set_param_value, inst->handle, slot, (int)index);
         /* The previous string may have been in use until now; this one stays until it is replaced. */
         free(inst->strings[index]);
         inst->strings[index] = copy;
@@ -343,7 +344,7 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_set_param(struct instance *inst, uint64_
     if (p == NULL)
         return WARD_ADAPTER_E_NOMEM;
     memcpy(p, value, size);
-    lib->set_param_value(inst->handle, p, (int)index);
+    WARD_CALL3(lib->set_param_value, inst->handle, p, (int)index);
     return 0;
 }
 
@@ -362,7 +363,7 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_get_param(struct instance *inst, uint64_
         if (slot == NULL)
             return WARD_ADAPTER_E_NOMEM;
         *slot = NULL;
-        lib->get_param_value(inst->handle, slot, (int)index);
+        WARD_CALL3(lib->get_param_value, inst->handle, slot, (int)index);
         const char *s = *slot;
         if (s != NULL)
             put_bytes(&w, s, strnlen(s, MAX_STRING));
@@ -374,7 +375,7 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_get_param(struct instance *inst, uint64_
     if (p == NULL)
         return WARD_ADAPTER_E_NOMEM;
     memset(p, 0, size);
-    lib->get_param_value(inst->handle, p, (int)index);
+    WARD_CALL3(lib->get_param_value, inst->handle, p, (int)index);
     put_bytes(&w, p, size);
     return writer_result(&w);
 }
@@ -418,6 +419,29 @@ static void deliver(const struct instance *inst, unsigned char *out, const uint3
         memcpy(out, frame, inst->frame_bytes);
 }
 
+/* f0r_update(instance, time, in, out) and f0r_update2(instance, time, in1, in2, in3, out), through the poisoned
+ * call. */
+static void call_update(const struct library *lib, f0r_instance_t handle, double time, const uint32_t *in,
+                        uint32_t *out) {
+    struct ward_call c = ward_call_begin((const void *)(uintptr_t)lib->update);
+    c.ints[0] = WARD_ARG(handle);
+    c.ints[1] = WARD_ARG(in);
+    c.ints[2] = WARD_ARG(out);
+    c.floats[0] = ward_f64_bits(time);
+    ward_call_poisoned(&c);
+}
+
+static void call_update2(const struct library *lib, f0r_instance_t handle, double time, const uint32_t *const in[3],
+                         uint32_t *out) {
+    struct ward_call c = ward_call_begin((const void *)(uintptr_t)lib->update2);
+    c.ints[0] = WARD_ARG(handle);
+    for (int k = 0; k < 3; k++)
+        c.ints[1 + k] = WARD_ARG(in[k]);
+    c.ints[4] = WARD_ARG(out);
+    c.floats[0] = ward_f64_bits(time);
+    ward_call_poisoned(&c);
+}
+
 /* One frame through f0r_update. `in` holds one frame (in_len 0 and no input for a source); `out` receives one. */
 WARD_ADAPTER_EXPORT int64_t ward_frei0r_update(struct instance *inst, double time, const unsigned char *in,
                                                uint64_t in_len, unsigned char *out, uint64_t out_len) {
@@ -432,7 +456,7 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_update(struct instance *inst, double tim
     uint32_t *frame_out = output_frame(inst, out);
     if (frame_out == NULL)
         return WARD_ADAPTER_E_NOMEM;
-    lib->update(inst->handle, time, frame_in, frame_out);
+    call_update(lib, inst->handle, time, frame_in, frame_out);
     deliver(inst, out, frame_out);
     return 0;
 }
@@ -460,9 +484,9 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_update2(struct instance *inst, double ti
     if (frame_out == NULL)
         return WARD_ADAPTER_E_NOMEM;
     if (lib->update2 != NULL)
-        lib->update2(inst->handle, time, frames[0], frames[1], frames[2], frame_out);
+        call_update2(lib, inst->handle, time, frames, frame_out);
     else if (lib->update != NULL && rest_len == 0)
-        lib->update(inst->handle, time, frames[0], frame_out);
+        call_update(lib, inst->handle, time, frames[0], frame_out);
     else
         return WARD_ADAPTER_E_SYMBOL;
     deliver(inst, out, frame_out);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "ward_adapter_common.h"
+#include "ward_poisoned_call.h"
 #include "ward_ladspa_abi.h"
 
 /* More descriptors than any library has; a loop guard against a library that never returns NULL. */
@@ -41,7 +42,7 @@ struct instance {
 static const LADSPA_Descriptor *descriptor(const struct library *lib, uint64_t index) {
     if (index >= lib->count)
         return NULL;
-    return lib->descriptor_fn((unsigned long)index);
+    return (const LADSPA_Descriptor *)WARD_CALL1(lib->descriptor_fn, index);
 }
 
 /* Why the last open failed, per thread, kept at the time of failure: the domain's own dl* calls (looking up the
@@ -75,7 +76,7 @@ WARD_ADAPTER_EXPORT struct library *ward_ladspa_open(const char *path) {
     }
     lib->dl = dl;
     lib->descriptor_fn = fn;
-    while (lib->count < MAX_DESCRIPTORS && fn(lib->count) != NULL)
+    while (lib->count < MAX_DESCRIPTORS && WARD_CALL1(fn, lib->count) != 0)
         lib->count++;
     return lib;
 }
@@ -157,7 +158,7 @@ WARD_ADAPTER_EXPORT struct instance *ward_ladspa_instantiate(const struct librar
         instance_free(inst);
         return NULL;
     }
-    inst->handle = d->instantiate(d, (unsigned long)sample_rate);
+    inst->handle = (LADSPA_Handle)WARD_CALL2(d->instantiate, d, sample_rate);
     if (inst->handle == NULL) {
         instance_free(inst);
         return NULL;
@@ -184,7 +185,7 @@ WARD_ADAPTER_EXPORT int64_t ward_ladspa_activate(struct instance *inst) {
         inst->activate_pending = 1;
         return 0;
     }
-    inst->desc->activate(inst->handle);
+    WARD_CALL1(inst->desc->activate, inst->handle);
     return 0;
 }
 
@@ -195,19 +196,23 @@ WARD_ADAPTER_EXPORT int64_t ward_ladspa_deactivate(struct instance *inst) {
         return 0;
     }
     if (inst->desc->deactivate)
-        inst->desc->deactivate(inst->handle);
+        WARD_CALL1(inst->desc->deactivate, inst->handle);
     return 0;
 }
 
 WARD_ADAPTER_EXPORT int64_t ward_ladspa_set_run_adding_gain(struct instance *inst, double gain) {
-    if (inst->desc->set_run_adding_gain)
-        inst->desc->set_run_adding_gain(inst->handle, (LADSPA_Data)gain);
+    if (inst->desc->set_run_adding_gain) {
+        struct ward_call c = ward_call_begin((const void *)(uintptr_t)inst->desc->set_run_adding_gain);
+        c.ints[0] = WARD_ARG(inst->handle);
+        c.floats[0] = ward_f32_bits((LADSPA_Data)gain);
+        ward_call_poisoned(&c);
+    }
     return 0;
 }
 
 WARD_ADAPTER_EXPORT int64_t ward_ladspa_cleanup(struct instance *inst) {
     if (inst->desc->cleanup)
-        inst->desc->cleanup(inst->handle);
+        WARD_CALL1(inst->desc->cleanup, inst->handle);
     instance_free(inst);
     return 0;
 }
@@ -253,18 +258,18 @@ static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned
             at_out += bytes;
         }
         if (inst->connected[p] != buf) {
-            d->connect_port(inst->handle, p, buf);
+            WARD_CALL3(d->connect_port, inst->handle, p, buf);
             inst->connected[p] = buf;
         }
     }
     if (inst->activate_pending) {
         inst->activate_pending = 0;
-        d->activate(inst->handle);
+        WARD_CALL1(d->activate, inst->handle);
     }
     if (adding)
-        d->run_adding(inst->handle, (unsigned long)samples);
+        WARD_CALL2(d->run_adding, inst->handle, samples);
     else
-        d->run(inst->handle, (unsigned long)samples);
+        WARD_CALL2(d->run, inst->handle, samples);
 
     at_out = 0;
     for (unsigned long p = 0; p < inst->port_count; p++) {

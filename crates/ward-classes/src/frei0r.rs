@@ -21,11 +21,14 @@ use ward::policy::FunctionPolicy;
 use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
 use crate::adapters::ADAPTER_ERROR_BELOW;
+use crate::plausible::{self, Text};
 use crate::reader::Reader;
 use crate::{adapters, ClassError, Processed};
 
 const ADAPTER: &str = "ward_frei0r_adapter";
 const CLASS: &str = "frei0r";
+/// The frei0r major version of the ABI the adapter speaks (`FREI0R_MAJOR_VERSION` of frei0r 1.x).
+const FREI0R_MAJOR_VERSION: i32 = 1;
 
 const E_SYMBOL: i64 = ADAPTER_ERROR_BELOW - 2;
 const E_INDEX: i64 = ADAPTER_ERROR_BELOW - 3;
@@ -206,7 +209,7 @@ impl PluginInfo {
             params.push(ParamInfo { name: pname, kind, explanation: pexplanation });
         }
         r.finish()?;
-        Ok(PluginInfo {
+        let info = PluginInfo {
             name,
             author,
             plugin_type,
@@ -218,7 +221,39 @@ impl PluginInfo {
             params,
             has_update: flags & HAS_UPDATE != 0,
             has_update2: flags & HAS_UPDATE2 != 0,
-        })
+        };
+        info.check()?;
+        Ok(info)
+    }
+
+    /// Whether a plugin built against frei0r 1.x can say this about itself (see `plausible`).
+    fn check(&self) -> Result<(), String> {
+        plausible::text("the name", &self.name, Text::Name)?;
+        plausible::text("the author", &self.author, Text::Name)?;
+        plausible::text("the explanation", &self.explanation, Text::Prose)?;
+        if let PluginType::Other(raw) = self.plugin_type {
+            return Err(format!("plugin type {raw} is none of frei0r's (filter, source, mixer2, mixer3)"));
+        }
+        if let ColorModel::Other(raw) = self.color_model {
+            return Err(format!("colour model {raw} is none of frei0r's (bgra8888, rgba8888, packed32)"));
+        }
+        if self.frei0r_version != FREI0R_MAJOR_VERSION {
+            return Err(format!(
+                "it says it was written for frei0r {}, not {FREI0R_MAJOR_VERSION}",
+                self.frei0r_version
+            ));
+        }
+        for (index, p) in self.params.iter().enumerate() {
+            plausible::text(&format!("parameter {index}'s name"), &p.name, Text::Name)?;
+            plausible::text(&format!("parameter {index}'s explanation"), &p.explanation, Text::Prose)?;
+            if let ParamKind::Other(raw) = p.kind {
+                return Err(format!(
+                    "parameter {index} ({}) has type {raw}, none of frei0r's (bool, double, color, position, string)",
+                    p.name
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -861,5 +896,49 @@ impl Drop for Instance {
     fn drop(&mut self) {
         // A failure here leaves nothing behind in the host: the domain's memory goes with it.
         let _ = self.lib.functions.destruct.call(&mut [Arg::Handle(self.handle)], RetType::I64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The adapter's encoding of a description (see `ward_frei0r_describe`).
+    fn encode(plugin_type: i32, color_model: i32, frei0r_version: i32, params: &[(&str, i32)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let text = |out: &mut Vec<u8>, s: &str| {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        };
+        text(&mut out, "probe");
+        text(&mut out, "ward");
+        for v in [plugin_type, color_model, frei0r_version, 0, 1, params.len() as i32] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&HAS_UPDATE.to_le_bytes());
+        text(&mut out, "a test");
+        for (name, kind) in params {
+            text(&mut out, name);
+            out.extend_from_slice(&kind.to_le_bytes());
+            text(&mut out, "");
+        }
+        out
+    }
+
+    #[test]
+    fn a_description_within_frei0r_1_parses() {
+        let info = PluginInfo::parse(&encode(0, 1, 1, &[("Amount", 1), ("Colour", 2)])).unwrap();
+        assert_eq!(info.plugin_type, PluginType::Filter);
+        assert_eq!(info.params[1].kind, ParamKind::Color);
+    }
+
+    #[test]
+    fn values_frei0r_does_not_define_are_refused() {
+        let err = |bytes: Vec<u8>| PluginInfo::parse(&bytes).unwrap_err();
+        assert!(err(encode(-327686, 1, 1, &[])).contains("plugin type -327686"));
+        assert!(err(encode(0, 2049, 1, &[])).contains("colour model 2049"));
+        assert!(err(encode(0, 1, 0, &[])).contains("written for frei0r 0, not 1"));
+        assert!(err(encode(0, 1, 1, &[("Amount", 16385)])).contains("parameter 0 (Amount) has type 16385"));
+        assert!(err(encode(0, 1, 1, &[("", 1)])).contains("parameter 0's name is empty"));
     }
 }

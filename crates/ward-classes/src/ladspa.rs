@@ -14,6 +14,7 @@ use ward::policy::FunctionPolicy;
 use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
 use crate::adapters::ADAPTER_ERROR_BELOW;
+use crate::plausible::{self, Text};
 use crate::reader::Reader;
 use crate::{adapters, ClassError, Processed};
 
@@ -31,6 +32,11 @@ pub const HINT_SAMPLE_RATE: i32 = 0x8;
 pub const HINT_LOGARITHMIC: i32 = 0x10;
 pub const HINT_INTEGER: i32 = 0x20;
 const HINT_DEFAULT_MASK: i32 = 0x3C0;
+/// Every hint bit LADSPA 1.1 defines, and its largest default (`LADSPA_HINT_DEFAULT_440`).
+const KNOWN_HINTS: i32 = 0x3FF;
+const HINT_DEFAULT_LAST: i32 = 0x2C0;
+/// Every property LADSPA 1.1 defines (real-time, in-place broken, hard real-time capable).
+const KNOWN_PROPERTIES: i32 = 0x7;
 
 /// Plugin property: the plugin cannot process in place.
 pub const PROPERTY_INPLACE_BROKEN: i32 = 0x2;
@@ -148,6 +154,21 @@ pub struct Descriptor {
     pub has_set_run_adding_gain: bool,
 }
 
+/// Whether a plugin can say this about port `p` (see `plausible`): known hint bits, a defined default, and the
+/// bounds its hint declares are numbers.
+fn check_port(p: u32, name: &str, hint: i32, lower: f32, upper: f32) -> Result<(), String> {
+    plausible::text(&format!("port {p}'s name"), name, Text::Name)?;
+    if hint & !KNOWN_HINTS != 0 || hint & HINT_DEFAULT_MASK > HINT_DEFAULT_LAST {
+        return Err(format!("port {p} ({name}) has the hint {hint:#x}, which LADSPA does not define"));
+    }
+    for (flag, bound, which) in [(HINT_BOUNDED_BELOW, lower, "lower"), (HINT_BOUNDED_ABOVE, upper, "upper")] {
+        if hint & flag != 0 && !bound.is_finite() {
+            return Err(format!("port {p} ({name}) has the {which} bound {bound}"));
+        }
+    }
+    Ok(())
+}
+
 impl Descriptor {
     fn parse(index: usize, bytes: &[u8]) -> Result<Descriptor, String> {
         let mut r = Reader::new(bytes);
@@ -172,9 +193,20 @@ impl Descriptor {
                     "port {p} ({pname}) of {label} has flags {descriptor:#x}: not one direction and kind"
                 ));
             }
+            check_port(p, &pname, hint, lower, upper)?;
             ports.push(Port { descriptor, name: pname, hint, lower, upper });
         }
         r.finish()?;
+        plausible::text("the label", &label, Text::Name)?;
+        if label.contains(char::is_whitespace) {
+            return Err(format!("the label {label:?} has white space, which LADSPA labels may not"));
+        }
+        plausible::text(&format!("the name of {label}"), &name, Text::Name)?;
+        plausible::text(&format!("the maker of {label}"), &maker, Text::Prose)?;
+        plausible::text(&format!("the copyright of {label}"), &copyright, Text::Prose)?;
+        if properties & !KNOWN_PROPERTIES != 0 {
+            return Err(format!("{label} has properties {properties:#x}, beyond LADSPA's {KNOWN_PROPERTIES:#x}"));
+        }
         Ok(Descriptor {
             index,
             unique_id,
@@ -625,5 +657,56 @@ impl Drop for Instance {
     fn drop(&mut self) {
         // A failure here leaves nothing behind in the host: the domain's memory goes with it.
         let _ = self.lib.functions.cleanup.call(&mut [Arg::Handle(self.handle)], RetType::I64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The adapter's encoding of a descriptor (see `ward_ladspa_describe`) with one port.
+    fn encode(label: &str, properties: i32, port: (i32, i32, f32, f32, &str)) -> Vec<u8> {
+        let mut out = Vec::new();
+        let text = |out: &mut Vec<u8>, s: &str| {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        };
+        out.extend_from_slice(&4950009u64.to_le_bytes());
+        out.extend_from_slice(&properties.to_le_bytes());
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&HAS_RUN.to_le_bytes());
+        for s in [label, "Probe", "ward", "None"] {
+            text(&mut out, s);
+        }
+        let (descriptor, hint, lower, upper, name) = port;
+        out.extend_from_slice(&descriptor.to_le_bytes());
+        out.extend_from_slice(&hint.to_le_bytes());
+        out.extend_from_slice(&lower.to_le_bytes());
+        out.extend_from_slice(&upper.to_le_bytes());
+        text(&mut out, name);
+        out
+    }
+
+    const GAIN: (i32, i32, f32, f32, &str) = (PORT_INPUT | PORT_CONTROL, 0x2C3, 0.0, 10.0, "Gain");
+
+    #[test]
+    fn a_descriptor_within_ladspa_1_1_parses() {
+        let d = Descriptor::parse(0, &encode("probe", 0x5, GAIN)).unwrap();
+        assert_eq!((d.label.as_str(), d.ports[0].hint), ("probe", 0x2C3));
+    }
+
+    #[test]
+    fn values_ladspa_does_not_define_are_refused() {
+        let err = |bytes: Vec<u8>| Descriptor::parse(0, &bytes).unwrap_err();
+        assert!(err(encode("", 0, GAIN)).contains("the label is empty"));
+        assert!(err(encode("pro be", 0, GAIN)).contains("white space"));
+        assert!(err(encode("probe", 0x10, GAIN)).contains("properties 0x10"));
+        assert!(err(encode("probe", 0, (GAIN.0, 0x400, 0.0, 1.0, "Gain"))).contains("hint 0x400"));
+        assert!(err(encode("probe", 0, (GAIN.0, 0x300, 0.0, 1.0, "Gain"))).contains("hint 0x300"));
+        assert!(err(encode("probe", 0, (GAIN.0, 0x1, f32::NAN, 1.0, "Gain"))).contains("lower bound NaN"));
+        assert!(err(encode("probe", 0, (GAIN.0, 0x2, 0.0, f32::INFINITY, "Gain"))).contains("upper bound inf"));
+        assert!(err(encode("probe", 0, (GAIN.0, 0, 0.0, 1.0, "G\u{1}ain"))).contains("control character 0x01"));
+        // A bound its hint does not declare is not looked at.
+        assert!(Descriptor::parse(0, &encode("probe", 0, (GAIN.0, 0, f32::NAN, 1.0, "Gain"))).is_ok());
     }
 }

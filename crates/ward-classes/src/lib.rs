@@ -19,6 +19,7 @@ mod error;
 pub mod frei0r;
 pub mod ladspa;
 pub mod native;
+mod plausible;
 mod reader;
 
 pub use detect::{class_of, Class};

@@ -9,6 +9,7 @@
 //! * `faulty_ladspa` – a LADSPA plugin library whose plugins fail on command (crash, hang, overrun, NaN).
 //! * `faulty_frei0r` – a frei0r filter that fails on command.
 //! * `calls` – work that is C library calls (allocations, copies), for run-time library faults.
+//! * `stale_ladspa` – a LADSPA plugin that reports the registers and stack it was not given (poisoned calls).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ pub const ALL: &[Builtin] = &[
     embedded!("faulty_frei0r", "a frei0r filter that fails on command"),
     embedded!("faulty_ladspa", "LADSPA plugins that fail on command: crash, hang, overrun, NaN"),
     embedded!("calls", "C library calls (allocations, copies) for run-time library faults"),
+    embedded!("stale_ladspa", "a LADSPA plugin that reports the registers and stack it was not given"),
     embedded!("well", "well-behaved: arithmetic, buffers, callbacks, state"),
 ];
 

@@ -59,6 +59,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("faulty_ladspa", &["ladspa_descriptor"]),
+    ("stale_ladspa", &["ladspa_descriptor"]),
     (
         "calls",
         &[
