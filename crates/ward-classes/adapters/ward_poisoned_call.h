@@ -14,11 +14,16 @@
 
 /* As a pointer: non-canonical (bits 63..47 differ), so a dereference faults. As a double, and as a float in either
  * half: a quiet NaN, which the LADSPA class sees in an output. As an integer: negative, or beyond any count. */
-#define WARD_POISON 0xfffafffafffafffaULL
+#define WARD_POISON_LITERAL 0xfffafffafffafffa
+#define WARD_POISON ((uint64_t)WARD_POISON_LITERAL)
 
 /* Bytes of stack below the caller's frame filled with the poison before each call: deeper than the frames of the
  * plugins we know (swh's deepest is a few KiB), and cheap next to a block of audio or a frame. */
 #define WARD_POISON_STACK_BYTES 16384
+
+/* A macro's value as a string, for the assembly. */
+#define WARD_STR(x) WARD_STR_(x)
+#define WARD_STR_(x) #x
 
 /* A call's register image: the function, rdi..r9, the low 64 bits of xmm0..xmm7; then rax and xmm0 on return.
  * The assembly below hard-codes these offsets. */
@@ -70,9 +75,9 @@ __asm__(".text\n"
         ".cfi_adjust_cfa_offset 8\n"
         "mov r11, rdi\n"
         /* The stack the callee's frames will occupy (the direction flag is clear, as the ABI guarantees). */
-        "movabs rax, 0xfffafffafffafffa\n"
-        "lea rdi, [rsp - 16384]\n"
-        "mov ecx, 2048\n"
+        "movabs rax, " WARD_STR(WARD_POISON_LITERAL) "\n"
+        "lea rdi, [rsp - " WARD_STR(WARD_POISON_STACK_BYTES) "]\n"
+        "mov ecx, " WARD_STR(WARD_POISON_STACK_BYTES) " / 8\n"
         "rep stosq\n"
         "mov rbx, rax\n"
         "mov rbp, rax\n"

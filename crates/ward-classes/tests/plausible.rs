@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 
+mod common;
+
+use common::switched_to;
 use ward::{Event, Isolation, Policy, Supervisor};
 use ward_classes::{frei0r, ladspa, ClassError};
 
@@ -40,16 +43,6 @@ fn supervisor(extension: &str, restart_from: Option<&Path>) -> (Supervisor, Rece
     let sup = Supervisor::new(Policy::from_toml_str(&text, "plausible policy").unwrap());
     let events = sup.subscribe();
     (sup, events)
-}
-
-fn switched_to(events: &Receiver<Event>) -> Vec<PathBuf> {
-    events
-        .try_iter()
-        .filter_map(|e| match e {
-            Event::ImageSwitched { path, .. } => Some(path),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

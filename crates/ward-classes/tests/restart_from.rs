@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 
+mod common;
+
+use common::switched_to;
 use ward::{Event, Isolation, Policy, Supervisor};
 use ward_classes::ladspa::{Library, PortBuffer};
 use ward_classes::Processed;
@@ -59,16 +62,6 @@ fn amp_block(lib: &Library) -> (Processed, Vec<f32>) {
 
 fn expected() -> Vec<f32> {
     (0..N).map(|i| (i as f32 - 32.0) / 8.0 * GAIN).collect()
-}
-
-fn switched_to(events: &Receiver<Event>) -> Vec<PathBuf> {
-    events
-        .try_iter()
-        .filter_map(|e| match e {
-            Event::ImageSwitched { path, .. } => Some(path),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]

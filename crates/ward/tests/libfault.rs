@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::mpsc::Receiver;
 
-use common::builtin;
+use common::{builtin, faults};
 use ward::libfault::{self, LibraryFault, LibraryFaultKind};
 use ward::policy::PolicyError;
 use ward::{AdapterLoad, Arg, Error, Event, Extension, FaultKind, Isolation, Policy, RetType, SignalCause, Supervisor};
@@ -57,16 +57,6 @@ fn signal(f: &ward::Fault) -> (i32, SignalCause) {
         FaultKind::Signal { signo, cause, .. } => (signo, cause),
         ref other => panic!("expected a signal fault, got {other:?}"),
     }
-}
-
-fn faults(events: &Receiver<Event>) -> Vec<ward::Fault> {
-    events
-        .try_iter()
-        .filter_map(|e| match e {
-            Event::Fault { fault } => Some(fault),
-            _ => None,
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------------------
