@@ -32,6 +32,7 @@
 pub mod batch;
 #[allow(unsafe_code)]
 pub mod control;
+pub mod deadline;
 #[allow(unsafe_code)]
 pub mod futex;
 #[allow(unsafe_code)]
@@ -43,6 +44,7 @@ pub mod ring;
 pub mod shm;
 pub mod wire;
 
+pub use deadline::Deadline;
 pub use layout::{FaultRecord, LayoutError, Region};
 pub use pool::{HostPool, Lease, MappedPool, PoolError, PoolGeometry, RichPtr, SlotClass};
 pub use ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};

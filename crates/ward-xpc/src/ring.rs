@@ -47,6 +47,7 @@ use std::ptr;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::deadline::Deadline;
 use crate::futex;
 use crate::layout::{Region, CTRL_DOORBELL, CTRL_HEAD, CTRL_TAIL, CTRL_WAITING};
 use crate::wire::{HEADER_LEN, OP_PAD};
@@ -472,11 +473,12 @@ impl Consumer {
     /// (`Stopped`). A record already there wins over both.
     ///
     /// Spins `spin` iterations first (checking `stop()` and the clock every 256), then sleeps on the doorbell in
-    /// slices of at most 50 ms. `spin == u32::MAX` never sleeps. `Corrupt` if the producer broke the ring.
+    /// slices of at most 50 ms. `spin == u32::MAX` never sleeps. `Corrupt` if the producer broke the ring. A
+    /// [`Deadline::after`] is fixed at the first check, so a record that comes sooner costs no clock read.
     pub fn wait(
         &mut self,
         spin: u32,
-        deadline: Option<Instant>,
+        mut deadline: Option<&mut Deadline>,
         stop: &dyn Fn() -> bool,
     ) -> Result<WaitOutcome, RingError> {
         if !self.is_empty()? {
@@ -493,12 +495,12 @@ impl Consumer {
                 if stop() {
                     return Ok(WaitOutcome::Stopped);
                 }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                if deadline.as_deref_mut().is_some_and(Deadline::passed) {
                     return Ok(WaitOutcome::TimedOut);
                 }
             }
         }
-        let outcome = self.sleep(deadline, stop);
+        let outcome = self.sleep(deadline.map(Deadline::instant), stop);
         self.ring.waiting().store(0, Ordering::Relaxed);
         outcome
     }
@@ -849,12 +851,12 @@ mod tests {
         for spin in [0, 1000] {
             let start = Instant::now();
             let deadline = start + Duration::from_millis(30);
-            assert_eq!(c.wait(spin, Some(deadline), &|| false).unwrap(), WaitOutcome::TimedOut);
+            assert_eq!(c.wait(spin, Some(&mut Deadline::at(deadline)), &|| false).unwrap(), WaitOutcome::TimedOut);
             assert!(Instant::now() >= deadline);
         }
         // A deadline already past, with a pure-polling consumer.
         let past = Instant::now();
-        assert_eq!(c.wait(u32::MAX, Some(past), &|| false).unwrap(), WaitOutcome::TimedOut);
+        assert_eq!(c.wait(u32::MAX, Some(&mut Deadline::at(past)), &|| false).unwrap(), WaitOutcome::TimedOut);
     }
 
     #[test]
@@ -870,7 +872,7 @@ mod tests {
         let (_r, mut p, mut c) = pair(CAP);
         p.push(&record(16, 0)).unwrap();
         p.publish();
-        assert_eq!(c.wait(0, Some(Instant::now()), &|| true).unwrap(), WaitOutcome::Ready);
+        assert_eq!(c.wait(0, Some(&mut Deadline::at(Instant::now())), &|| true).unwrap(), WaitOutcome::Ready);
     }
 
     #[test]

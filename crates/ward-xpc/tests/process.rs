@@ -9,7 +9,7 @@ use ward_xpc::layout::{rep_data_off, REQ_DATA_OFF};
 use ward_xpc::pool::{HostPool, MappedPool, PoolGeometry, SlotClass, POOL_IN, POOL_OUT};
 use ward_xpc::ring::{RingError, WaitOutcome, MAX_RECORD};
 use ward_xpc::wire::{inline_base, ArgKind, ArgList, Message, RetKind, WireArg};
-use ward_xpc::Region;
+use ward_xpc::{Deadline, Region};
 
 #[derive(Debug, PartialEq, Eq)]
 enum Exit {
@@ -108,7 +108,7 @@ fn a_child_domain_echoes_records() {
         match replies.pop(&mut back).unwrap() {
             Some(len) => check(len, &back, &mut got),
             None => {
-                let outcome = replies.wait(100, Some(deadline), &|| false).unwrap();
+                let outcome = replies.wait(100, Some(&mut Deadline::at(deadline)), &|| false).unwrap();
                 assert_eq!(outcome, WaitOutcome::Ready, "after {got} replies");
             }
         }
@@ -135,7 +135,7 @@ fn echo(fd: std::os::fd::OwnedFd, n: u64) -> i32 {
             Ok(Some(len)) => len,
             Ok(None) => {
                 replies.publish();
-                match requests.wait(0, Some(deadline), &|| false) {
+                match requests.wait(0, Some(&mut Deadline::at(deadline)), &|| false) {
                     Ok(WaitOutcome::Ready) => continue,
                     _ => return 3,
                 }

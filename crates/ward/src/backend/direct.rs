@@ -3,7 +3,7 @@
 
 use std::ffi::{c_void, CStr, CString};
 use std::path::PathBuf;
-use std::time::Instant;
+use ward_xpc::Deadline;
 
 use ward_abi::{RegArgs, RegRet};
 
@@ -86,7 +86,7 @@ impl Backend for DirectBackend {
         Err(BackendError::Usage("the direct backend is called through its addresses".into()))
     }
 
-    fn wait(&mut self, _: &Frame, _: Instant) -> Result<Step, BackendError> {
+    fn wait(&mut self, _: &Frame, _: &mut Deadline) -> Result<Step, BackendError> {
         Err(BackendError::Usage("the direct backend has no calls in flight".into()))
     }
 
@@ -106,7 +106,7 @@ impl Backend for DirectBackend {
         Ok(())
     }
 
-    fn ping(&mut self, _: Instant) -> Result<(), BackendError> {
+    fn ping(&mut self, _: &mut Deadline) -> Result<(), BackendError> {
         Ok(())
     }
 

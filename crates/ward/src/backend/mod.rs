@@ -7,7 +7,7 @@ pub(crate) mod mpk;
 pub(crate) mod process;
 
 use std::path::PathBuf;
-use std::time::Instant;
+use ward_xpc::Deadline;
 
 use ward_abi::{RegArgs, RegRet};
 
@@ -98,7 +98,7 @@ pub(crate) trait Backend: Send {
     ) -> Result<Frame, BackendError>;
 
     /// Wait for the next step of the innermost call.
-    fn wait(&mut self, frame: &Frame, deadline: Instant) -> Result<Step, BackendError>;
+    fn wait(&mut self, frame: &Frame, deadline: &mut Deadline) -> Result<Step, BackendError>;
 
     /// Answer a callback of the innermost call.
     fn answer_callback(&mut self, token: u64, ret: RegRet) -> Result<(), BackendError>;
@@ -117,7 +117,7 @@ pub(crate) trait Backend: Send {
     fn flush(&mut self) -> Result<(), BackendError>;
 
     /// Check the domain answers within the deadline.
-    fn ping(&mut self, deadline: Instant) -> Result<(), BackendError>;
+    fn ping(&mut self, deadline: &mut Deadline) -> Result<(), BackendError>;
 
     /// Stop the domain (it failed, or is being torn down) and wait until it is gone.
     fn stop(&mut self);

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
 use smallvec::SmallVec;
+use ward_xpc::Deadline;
 
 mod recovery;
 
@@ -467,9 +468,10 @@ impl Domain {
         // The deadline bounds the domain's own time in this call: time the host spends serving a callback (which
         // may include nested calls) moves it later by as much, and nothing else does. An extension that keeps
         // calling back in a loop therefore still runs out of time.
-        let mut deadline = Instant::now() + timeout;
+        // Fixed at the first look (most replies come before it): a clock read is a tenth of a polling round trip.
+        let mut deadline = Deadline::after(timeout);
         loop {
-            let step = g.borrow_mut().backend.wait(&frame, deadline);
+            let step = g.borrow_mut().backend.wait(&frame, &mut deadline);
             match step {
                 Ok(Step::Done(regs)) => {
                     let mut st = g.borrow_mut();
@@ -492,9 +494,12 @@ impl Domain {
                         });
                     }
                     // No borrow is held while host code runs: it may call this domain again.
+                    // Fixes the deadline if no wait has yet, so an extension that calls back at once, in a loop,
+                    // still runs out of time.
+                    deadline.instant();
                     let host_started = Instant::now();
                     let answer = crate::callback::invoke(slot, &regs);
-                    deadline += host_started.elapsed();
+                    deadline.extend(host_started.elapsed());
                     let mut st = g.borrow_mut();
                     if st.incarnation != incarnation {
                         st.backend.abandon(frame);
@@ -705,7 +710,7 @@ impl Domain {
         if g.borrow().disabled.is_some() || g.borrow().recovering {
             return;
         }
-        let r = g.borrow_mut().backend.ping(Instant::now() + interval);
+        let r = g.borrow_mut().backend.ping(&mut Deadline::after(interval));
         let kind = match r {
             Ok(()) => return,
             Err(BackendError::TimedOut) => FaultKind::HeartbeatMissed { interval },

@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use smallvec::SmallVec;
 
@@ -27,7 +27,7 @@ use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
 use ward_xpc::pool::{HostPool, Lease, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
 use ward_xpc::ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};
 use ward_xpc::wire::{emit_call, ArgKind, ArgList, Message, RetKind, Status, WireArg};
-use ward_xpc::Region;
+use ward_xpc::{Deadline, Region};
 
 pub(crate) use spawn::find_program;
 
@@ -350,7 +350,7 @@ impl ProcessBackend {
     }
 
     /// Copy the next reply-ring record into `self.record` and parse it. Only replies and callbacks may come.
-    fn next_from_domain(&mut self, deadline: Instant) -> Result<Incoming, BackendError> {
+    fn next_from_domain(&mut self, deadline: &mut Deadline) -> Result<Incoming, BackendError> {
         loop {
             match self.replies.pop(&mut self.record) {
                 Err(e) => return Err(protocol(format!("reply ring: {e}"))),
@@ -369,13 +369,12 @@ impl ProcessBackend {
                 }
                 Ok(None) => {
                     self.fault_if_dead()?;
-                    let death = match &self.live {
-                        Some(l) => l.death.clone(),
-                        None => return Err(BackendError::Fault(FaultKind::Vanished)),
+                    let Some(live) = &self.live else {
+                        return Err(BackendError::Fault(FaultKind::Vanished));
                     };
                     let outcome = self
                         .replies
-                        .wait(self.cfg.spin, Some(deadline), &|| death.is_dead())
+                        .wait(self.cfg.spin, Some(&mut *deadline), &|| live.death.is_dead())
                         .map_err(|e| protocol(format!("reply ring: {e}")))?;
                     if outcome == WaitOutcome::TimedOut && self.replies.is_empty().unwrap_or(true) {
                         return Err(BackendError::TimedOut);
@@ -496,8 +495,7 @@ impl Backend for ProcessBackend {
         self.push(len)?;
         self.requests.publish();
         self.in_flight.push(id);
-        let deadline = Instant::now() + ZYGOTE_TIMEOUT;
-        match self.next_from_domain(deadline) {
+        match self.next_from_domain(&mut Deadline::after(ZYGOTE_TIMEOUT)) {
             Ok(Incoming::Reply { id, status, ret }) => {
                 self.check_reply(id, status)?;
                 u32::try_from(ret.int).map_err(|_| protocol("function id out of range".into()))
@@ -560,7 +558,7 @@ impl Backend for ProcessBackend {
         Ok(Frame { id, loans })
     }
 
-    fn wait(&mut self, frame: &Frame, deadline: Instant) -> Result<Step, BackendError> {
+    fn wait(&mut self, frame: &Frame, deadline: &mut Deadline) -> Result<Step, BackendError> {
         match self.next_from_domain(deadline)? {
             Incoming::Reply { id, status, ret } => {
                 if id != frame.id {
@@ -666,7 +664,7 @@ impl Backend for ProcessBackend {
         self.fault_if_dead()
     }
 
-    fn ping(&mut self, deadline: Instant) -> Result<(), BackendError> {
+    fn ping(&mut self, deadline: &mut Deadline) -> Result<(), BackendError> {
         self.fault_if_dead()?;
         self.close_batch()?;
         let id = self.next_id;
