@@ -72,10 +72,10 @@ pub fn run(isolation: Isolation, json: bool) -> Result<bool> {
     }
     let mut all = true;
     let lines = [
-        ladspa_scenario(isolation, "crash at block 3, recovered", 1, false)?,
+        ladspa_scenario(isolation, "crash every 3rd block of an incarnation, recovered", 1, false)?,
         ladspa_scenario(isolation, "overrun of the output port at block 3", 20, false)?,
         ladspa_scenario(isolation, "crash on every block from 3: disabled, bypassed", 1, true)?,
-        frei0r_scenario(isolation, "crash at frame 3, recovered", 1.0, false)?,
+        frei0r_scenario(isolation, "crash every 3rd frame of an incarnation, recovered", 1.0, false)?,
         frei0r_scenario(isolation, "abort on every frame: disabled, bypassed", 3.0, true)?,
     ];
     for line in lines {
@@ -85,7 +85,7 @@ pub fn run(isolation: Isolation, json: bool) -> Result<bool> {
         } else {
             let verdict = if line.ok { "correct" } else { "WRONG" };
             say!(
-                "  {:<7} {:<50} {} processed, {} bypassed, {} restarts: output {verdict}",
+                "  {:<7} {:<52} {} processed, {} bypassed, {} restarts: output {verdict}",
                 line.class,
                 line.scenario,
                 line.ran,

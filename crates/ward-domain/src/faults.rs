@@ -1,9 +1,10 @@
 //! Recording why this process dies, and the resource limits that make runaway extensions die.
 //!
 //! A fault in extension code kills the domain process; the host sees that through its pidfd. Before dying, the
-//! handler installed here writes a [`FaultRecord`] (signal, code, faulting address, call in flight, a stack-overflow
-//! hint) into the shared region so the host can say *what* happened. The host treats the record as a hint: it comes
-//! from a process that just failed.
+//! handler installed here writes a [`FaultRecord`] (signal, code, faulting address, call in flight, and a hint: the
+//! stack overflowed, or the address-space limit or the descriptor table was nearly exhausted) into the shared region
+//! so the host can say *what* happened. The host treats the record as a hint: it comes from a process that just
+//! failed.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -19,6 +20,9 @@ pub static CURRENT_CALL: AtomicU64 = AtomicU64::new(0);
 static REGION: OnceLock<Region> = OnceLock::new();
 /// Lowest address of the main thread's stack mapping; faults just below it are stack overflows.
 static STACK_LOW: AtomicUsize = AtomicUsize::new(0);
+/// Bytes the handler tries to reserve to learn whether the address-space limit was nearly reached (a 32nd of the
+/// limit; 0: no limit, no check).
+static AS_PROBE: AtomicUsize = AtomicUsize::new(0);
 
 const FATAL_SIGNALS: [i32; 7] =
     [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT, libc::SIGTRAP, libc::SIGSYS];
@@ -61,13 +65,21 @@ pub fn install(region: Region) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Async-signal-safe: atomics, volatile stores into the region, and raise.
+/// Async-signal-safe: atomics, volatile stores into the region, the probes' system calls, and raise.
 extern "C" fn record_and_die(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     let low = STACK_LOW.load(Ordering::Relaxed);
     let near_stack_guard = low != 0 && addr < low + 64 * 1024 && addr + 1024 * 1024 >= low;
-    let hint = if sig == libc::SIGSEGV && near_stack_guard { fault_hint::STACK_OVERFLOW } else { fault_hint::NONE };
+    let hint = if sig == libc::SIGSEGV && near_stack_guard {
+        fault_hint::STACK_OVERFLOW
+    } else if address_space_exhausted() {
+        fault_hint::MEMORY_EXHAUSTED
+    } else if descriptors_exhausted() {
+        fault_hint::DESCRIPTORS_EXHAUSTED
+    } else {
+        fault_hint::NONE
+    };
     if let Some(region) = REGION.get() {
         region.write_fault_record(&FaultRecord {
             valid: 1,
@@ -84,6 +96,47 @@ extern "C" fn record_and_die(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut li
         // SAFETY: raise is async-signal-safe and takes no pointers.
         unsafe { libc::raise(sig) };
     }
+}
+
+/// Whether less than a 32nd of the address-space limit is left: an extension that dies then most likely died of
+/// an allocation that failed (a null pointer from `malloc` used unchecked, an `abort` in `operator new`).
+/// Async-signal-safe: one mmap and one munmap.
+fn address_space_exhausted() -> bool {
+    let probe = AS_PROBE.load(Ordering::Relaxed);
+    if probe == 0 {
+        return false;
+    }
+    // SAFETY: a fresh private anonymous mapping with no access at an address of the kernel's choosing touches no
+    // existing memory; MAP_NORESERVE so only the address-space limit, not overcommit, can refuse it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            probe,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return true;
+    }
+    // SAFETY: p is the mapping of `probe` bytes just made, used by nothing.
+    unsafe { libc::munmap(p, probe) };
+    false
+}
+
+/// Whether the descriptor table is full: an extension that dies then most likely died of an `open` or `socket` that
+/// failed. Async-signal-safe: one eventfd and one close.
+fn descriptors_exhausted() -> bool {
+    // SAFETY: eventfd takes no pointers; the descriptor it may return is ours and closed at once.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE);
+    }
+    // SAFETY: fd was just created here and nothing else knows it.
+    unsafe { libc::close(fd) };
+    false
 }
 
 fn main_stack_low() -> usize {
@@ -117,7 +170,9 @@ pub fn apply_limits(limits: &Limits) -> std::io::Result<()> {
         }
         Ok(())
     };
-    set(libc::RLIMIT_AS, limits.address_space_mb.saturating_mul(1024 * 1024))?;
+    let address_space = limits.address_space_mb.saturating_mul(1024 * 1024);
+    set(libc::RLIMIT_AS, address_space)?;
+    AS_PROBE.store(usize::try_from(address_space / 32).unwrap_or(usize::MAX), Ordering::Relaxed);
     set(libc::RLIMIT_CPU, limits.cpu_s)?;
     set(libc::RLIMIT_NOFILE, limits.open_files)?;
     Ok(())

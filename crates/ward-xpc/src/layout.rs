@@ -93,6 +93,10 @@ pub struct FaultRecord {
 pub mod fault_hint {
     pub const NONE: u32 = 0;
     pub const STACK_OVERFLOW: u32 = 1;
+    /// Less than a 32nd of the address-space limit was left when the signal came.
+    pub const MEMORY_EXHAUSTED: u32 = 2;
+    /// The descriptor table was full when the signal came.
+    pub const DESCRIPTORS_EXHAUSTED: u32 = 3;
 }
 
 // The fault record must fit the header page and keep its u64 fields aligned.

@@ -24,11 +24,30 @@ pub enum FaultKind {
     Vanished,
 }
 
+/// What the domain's signal handler saw as it died: a claim of the failed process, used only when its record
+/// agrees with the signal its parent saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DomainHint {
+    #[default]
+    None,
+    /// The faulting address was just below the stack.
+    StackOverflow,
+    /// Less than a 32nd of the address-space limit was left.
+    MemoryExhausted,
+    /// The descriptor table was full.
+    DescriptorsExhausted,
+}
+
 /// What a fatal signal most likely means, from the signal, its code, the address and the domain's own hint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SignalCause {
     NullDereference,
     StackOverflow,
+    /// Any fatal signal with the address-space limit (nearly) reached: most likely an allocation that failed and a
+    /// null pointer used, or an abort on the failure.
+    OutOfMemory,
+    /// Any fatal signal with the descriptor table full: most likely an open that failed.
+    OutOfDescriptors,
     InvalidAccess,
     Abort,
     Killed,
@@ -40,13 +59,16 @@ pub enum SignalCause {
 }
 
 impl SignalCause {
-    pub fn classify(signo: i32, addr: Option<u64>, stack_overflow_hint: bool) -> SignalCause {
+    pub fn classify(signo: i32, addr: Option<u64>, hint: DomainHint) -> SignalCause {
         match signo {
-            libc::SIGSEGV if stack_overflow_hint => SignalCause::StackOverflow,
+            libc::SIGSEGV if hint == DomainHint::StackOverflow => SignalCause::StackOverflow,
+            // SIGKILL cannot be caught: a record with it is stale or forged, and says nothing.
+            libc::SIGKILL => SignalCause::Killed,
+            _ if hint == DomainHint::MemoryExhausted => SignalCause::OutOfMemory,
+            _ if hint == DomainHint::DescriptorsExhausted => SignalCause::OutOfDescriptors,
             libc::SIGSEGV if addr.is_some_and(|a| a < 64 * 1024) => SignalCause::NullDereference,
             libc::SIGSEGV => SignalCause::InvalidAccess,
             libc::SIGABRT => SignalCause::Abort,
-            libc::SIGKILL => SignalCause::Killed,
             libc::SIGILL => SignalCause::IllegalInstruction,
             libc::SIGFPE => SignalCause::Arithmetic,
             libc::SIGBUS => SignalCause::Bus,
@@ -59,6 +81,8 @@ impl SignalCause {
         match self {
             SignalCause::NullDereference => "null dereference",
             SignalCause::StackOverflow => "stack overflow",
+            SignalCause::OutOfMemory => "out of memory (address-space limit reached)",
+            SignalCause::OutOfDescriptors => "out of descriptors (open-files limit reached)",
             SignalCause::InvalidAccess => "invalid memory access",
             SignalCause::Abort => "abort",
             SignalCause::Killed => "killed",
@@ -164,12 +188,27 @@ mod tests {
 
     #[test]
     fn classifies_signals() {
-        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0), false), SignalCause::NullDereference);
-        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), false), SignalCause::InvalidAccess);
-        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), true), SignalCause::StackOverflow);
-        assert_eq!(SignalCause::classify(libc::SIGABRT, None, false), SignalCause::Abort);
-        assert_eq!(SignalCause::classify(libc::SIGKILL, None, false), SignalCause::Killed);
-        assert_eq!(SignalCause::classify(libc::SIGFPE, None, false), SignalCause::Arithmetic);
+        use DomainHint as H;
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0), H::None), SignalCause::NullDereference);
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), H::None), SignalCause::InvalidAccess);
+        assert_eq!(
+            SignalCause::classify(libc::SIGSEGV, Some(0x7fff_0000), H::StackOverflow),
+            SignalCause::StackOverflow
+        );
+        assert_eq!(SignalCause::classify(libc::SIGABRT, None, H::None), SignalCause::Abort);
+        assert_eq!(SignalCause::classify(libc::SIGKILL, None, H::None), SignalCause::Killed);
+        assert_eq!(SignalCause::classify(libc::SIGFPE, None, H::None), SignalCause::Arithmetic);
+    }
+
+    #[test]
+    fn resource_hints_name_the_exhausted_resource_whatever_the_signal() {
+        use DomainHint as H;
+        assert_eq!(SignalCause::classify(libc::SIGSEGV, Some(0), H::MemoryExhausted), SignalCause::OutOfMemory);
+        assert_eq!(SignalCause::classify(libc::SIGABRT, None, H::MemoryExhausted), SignalCause::OutOfMemory);
+        assert_eq!(SignalCause::classify(libc::SIGABRT, None, H::DescriptorsExhausted), SignalCause::OutOfDescriptors);
+        // A stack overflow is a SIGSEGV's own story; an uncatchable SIGKILL came from outside.
+        assert_eq!(SignalCause::classify(libc::SIGABRT, None, H::StackOverflow), SignalCause::Abort);
+        assert_eq!(SignalCause::classify(libc::SIGKILL, None, H::MemoryExhausted), SignalCause::Killed);
     }
 
     #[test]

@@ -40,6 +40,6 @@ pub use callback::Callback;
 pub use domain::DomainStats;
 pub use error::Error;
 pub use events::{Event, RestartVia};
-pub use fault::{Fault, FaultKind, SignalCause};
+pub use fault::{DomainHint, Fault, FaultKind, SignalCause};
 pub use policy::{Isolation, Policy};
 pub use supervisor::{domain_program, extension_name, AdapterLoad, Extension, Function, Supervisor};

@@ -35,7 +35,7 @@ use super::direct::DirectFn;
 use super::{Backend, BackendError, ExtensionSpec, Frame, Loan, Step, WireValue};
 use crate::call::RetType;
 use crate::events::RestartVia;
-use crate::fault::{FaultKind, SignalCause};
+use crate::fault::{DomainHint, FaultKind, SignalCause};
 use crate::monitor::{DeathWatch, Monitor, WatchGuard};
 use crate::policy::Limits;
 use crate::tracker::{ResourceKind, Tracker};
@@ -235,7 +235,13 @@ impl ProcessBackend {
                 // its parent saw.
                 let trusted = record.valid == 1 && record.signo == sig;
                 let addr = trusted.then_some(record.addr);
-                let hint = trusted && record.hint == fault_hint::STACK_OVERFLOW;
+                let hint = match record.hint {
+                    _ if !trusted => DomainHint::None,
+                    fault_hint::STACK_OVERFLOW => DomainHint::StackOverflow,
+                    fault_hint::MEMORY_EXHAUSTED => DomainHint::MemoryExhausted,
+                    fault_hint::DESCRIPTORS_EXHAUSTED => DomainHint::DescriptorsExhausted,
+                    _ => DomainHint::None,
+                };
                 FaultKind::Signal { signo: sig, cause: SignalCause::classify(sig, addr, hint), addr }
             }
             Some(Ended::Code(code)) => FaultKind::Exited { status: code },
