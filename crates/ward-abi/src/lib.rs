@@ -31,7 +31,7 @@
 //! `v as i64 as u64` for a signed value) and read narrow returns with [`RegRet::as_i32`] / [`RegRet::as_u32`]. A
 //! `float` occupies the low 32 bits of its XMM slot.
 //!
-//! Only [`call_native`] is `unsafe`; everything else in this crate is safe to use.
+//! Only [`call_native`] and [`call_native_poisoned`] are `unsafe`; everything else in this crate is safe to use.
 
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -42,10 +42,12 @@ compile_error!("ward-abi supports only x86-64 Linux (System V ABI, ELF)");
 
 mod call;
 mod callback;
+mod poisoned;
 mod regs;
 #[cfg(test)]
 mod testutil;
 
 pub use call::call_native;
 pub use callback::{callback_stub, set_callback_dispatch, CallbackDispatch, CALLBACK_SLOTS};
+pub use poisoned::{call_native_poisoned, POISON, POISON_STACK_BYTES};
 pub use regs::{ArgPacker, PackError, RegArgs, RegRet, MAX_FLOAT_ARGS, MAX_INT_ARGS};

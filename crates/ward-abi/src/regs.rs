@@ -94,6 +94,8 @@ pub struct ArgPacker {
     args: RegArgs,
     next_int: usize,
     next_float: usize,
+    /// Float slots holding a `float` (bit i: `xmm{i}`), whose upper half no callee reads.
+    narrow_floats: u8,
 }
 
 impl ArgPacker {
@@ -118,12 +120,34 @@ impl ArgPacker {
 
     /// Adds a `float` argument (its bits in the low 32 bits of the slot, upper bits zero).
     pub fn push_f32(&mut self, v: f32) -> Result<(), PackError> {
-        self.push_float_bits(u64::from(v.to_bits()))
+        let slot = self.next_float;
+        self.push_float_bits(u64::from(v.to_bits()))?;
+        self.narrow_floats |= 1 << slot;
+        Ok(())
     }
 
     /// The register image: pushed arguments in order, zero elsewhere.
     pub fn finish(self) -> RegArgs {
         self.args
+    }
+
+    /// The register image for [`crate::call_native_poisoned`]: pushed arguments in order, `poison` in every
+    /// argument register not pushed and in the upper half of each `float` (where a native caller's `movss` leaves
+    /// whatever was there).
+    pub fn finish_poisoned(self, poison: u64) -> RegArgs {
+        let mut args = self.args;
+        for slot in &mut args.ints[self.next_int..] {
+            *slot = poison;
+        }
+        for slot in &mut args.floats[self.next_float..] {
+            *slot = poison;
+        }
+        for (i, slot) in args.floats[..self.next_float].iter_mut().enumerate() {
+            if self.narrow_floats & (1 << i) != 0 {
+                *slot |= poison & 0xffff_ffff_0000_0000;
+            }
+        }
+        args
     }
 
     fn push_float_bits(&mut self, bits: u64) -> Result<(), PackError> {

@@ -1,6 +1,7 @@
 //! The command line the host library builds for `ward-domain`.
 //!
-//! `ward-domain --mode serve|zygote --spin N [--as-mb N] [--cpu-s N] [--nofile N] (--ext PATH [--init SYMBOL])...`
+//! `ward-domain --mode serve|zygote --spin N [--as-mb N] [--cpu-s N] [--nofile N] (--ext PATH [--init SYMBOL]
+//! [--poison])...`
 
 use std::path::PathBuf;
 
@@ -23,6 +24,8 @@ pub struct Limits {
 pub struct ExtensionArg {
     pub path: PathBuf,
     pub init: Option<String>,
+    /// Call its functions with poison in everything they are not given (`ward_abi::call_native_poisoned`).
+    pub poison: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -53,7 +56,11 @@ impl Args {
                 "--as-mb" => limits.address_space_mb = number(&flag, &value()?)?,
                 "--cpu-s" => limits.cpu_s = number(&flag, &value()?)?,
                 "--nofile" => limits.open_files = number(&flag, &value()?)?,
-                "--ext" => extensions.push(ExtensionArg { path: PathBuf::from(value()?), init: None }),
+                "--ext" => extensions.push(ExtensionArg { path: PathBuf::from(value()?), init: None, poison: false }),
+                "--poison" => {
+                    let last = extensions.last_mut().ok_or("--poison must follow an --ext")?;
+                    last.poison = true;
+                }
                 "--init" => {
                     let sym = value()?;
                     let last = extensions.last_mut().ok_or("--init must follow an --ext")?;
@@ -84,7 +91,8 @@ mod tests {
 
     #[test]
     fn parses_a_full_command_line() {
-        let a = parse("--mode zygote --spin 7 --as-mb 256 --nofile 64 --ext /a.so --init a_init --ext /b.so").unwrap();
+        let a = parse("--mode zygote --spin 7 --as-mb 256 --nofile 64 --ext /a.so --init a_init --ext /b.so --poison")
+            .unwrap();
         assert_eq!(a.mode, Mode::Zygote);
         assert_eq!(a.spin, 7);
         assert_eq!(a.limits.address_space_mb, 256);
@@ -92,6 +100,7 @@ mod tests {
         assert_eq!(a.extensions.len(), 2);
         assert_eq!(a.extensions[0].init.as_deref(), Some("a_init"));
         assert_eq!(a.extensions[1].init, None);
+        assert_eq!((a.extensions[0].poison, a.extensions[1].poison), (false, true));
     }
 
     #[test]
@@ -100,6 +109,7 @@ mod tests {
         assert!(parse("--mode serve").is_err());
         assert!(parse("--mode other --ext /a.so").is_err());
         assert!(parse("--mode serve --init x --ext /a.so").is_err());
+        assert!(parse("--mode serve --poison --ext /a.so").is_err());
         assert!(parse("--mode serve --spin many --ext /a.so").is_err());
     }
 }

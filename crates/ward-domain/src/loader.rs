@@ -7,7 +7,17 @@ use crate::args::ExtensionArg;
 
 pub struct Library {
     handles: Vec<*mut c_void>,
-    functions: Vec<*const c_void>,
+    /// Per extension: call its functions poisoned.
+    poisoned: Vec<bool>,
+    functions: Vec<Callee>,
+}
+
+/// A resolved function and how to call it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Callee {
+    pub func: *const c_void,
+    /// With poison in every register and stack slot it is not given (policy `poison`).
+    pub poisoned: bool,
 }
 
 impl Library {
@@ -36,22 +46,23 @@ impl Library {
                 }
             }
         }
-        Ok(Library { handles, functions: Vec::new() })
+        let poisoned = extensions.iter().map(|e| e.poison).collect();
+        Ok(Library { handles, poisoned, functions: Vec::new() })
     }
 
     /// Resolve `name` in extension `ext`; returns its index in the function table.
     pub fn resolve(&mut self, ext: u32, name: &[u8]) -> Option<u32> {
         let handle = *self.handles.get(ext as usize)?;
         let name = std::str::from_utf8(name).ok()?;
-        let f = lookup(handle, name)?;
-        if let Some(i) = self.functions.iter().position(|&g| g == f) {
+        let callee = Callee { func: lookup(handle, name)?, poisoned: self.poisoned[ext as usize] };
+        if let Some(i) = self.functions.iter().position(|&g| g == callee) {
             return Some(i as u32);
         }
-        self.functions.push(f);
+        self.functions.push(callee);
         Some((self.functions.len() - 1) as u32)
     }
 
-    pub fn function(&self, id: u32) -> Option<*const c_void> {
+    pub fn function(&self, id: u32) -> Option<Callee> {
         self.functions.get(id as usize).copied()
     }
 }

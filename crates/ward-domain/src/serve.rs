@@ -16,6 +16,7 @@ use ward_xpc::ring::{Consumer, Producer, MAX_RECORD};
 use ward_xpc::wire::{emit_reply, ArgKind, CallView, Message, Op, RetKind, Status, WireArg, REPLY_LEN};
 
 use crate::faults::CURRENT_CALL;
+use crate::loader::Callee;
 use crate::Setup;
 
 struct Server {
@@ -49,7 +50,7 @@ enum Next {
     /// Nothing there yet.
     Empty,
     /// A call, ready to run.
-    Call { id: u64, deferred: bool, func: *const std::ffi::c_void, regs: RegArgs },
+    Call { id: u64, deferred: bool, callee: Callee, regs: RegArgs },
     /// A call that cannot run (unknown function, bad arguments): answered with a status.
     Refused { id: u64, deferred: bool, status: Status },
     /// A batch of deferred calls, `len` bytes at the start of the buffer.
@@ -67,16 +68,12 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
             Next::Empty => {
                 with_server(|s| s.requests.wait(s.spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
             }
-            Next::Call { id, deferred, func, regs } => {
+            Next::Call { id, deferred, callee, regs } => {
                 // A plain load and store, not a swap: this process has one thread, and a locked instruction on every
                 // call costs more than it protects.
                 let outer = CURRENT_CALL.load(Ordering::Relaxed);
                 CURRENT_CALL.store(id, Ordering::Relaxed);
-                // SAFETY: func was resolved with dlsym in an extension the host asked us to load; the host declared
-                // the signature and the arguments were translated into this process' memory by `take`. A wrong
-                // declaration or a bug in the extension can crash this process, which is what the domain is for:
-                // the host survives it.
-                let ret = unsafe { ward_abi::call_native(func, &regs) };
+                let ret = call(callee, &regs);
                 CURRENT_CALL.store(outer, Ordering::Relaxed);
                 if !deferred {
                     reply(id, Status::Ok, ret)?;
@@ -121,8 +118,8 @@ const BATCH_CHUNK: usize = 32;
 fn run_batch(record: &[u8]) -> Result<(), String> {
     let batch = BatchView::parse(record).map_err(|e| format!("bad batch from the host: {e}"))?;
     let mut entries = batch.entries();
-    let mut ready: [(*const std::ffi::c_void, RegArgs); BATCH_CHUNK] =
-        [(std::ptr::null(), RegArgs::default()); BATCH_CHUNK];
+    let mut ready: [(Callee, RegArgs); BATCH_CHUNK] =
+        [(Callee { func: std::ptr::null(), poisoned: false }, RegArgs::default()); BATCH_CHUNK];
     loop {
         // Prepare up to a chunk; the calls run outside the borrow, as they may call back into the host.
         let n = with_server(|s| {
@@ -143,10 +140,8 @@ fn run_batch(record: &[u8]) -> Result<(), String> {
         }
         let outer = CURRENT_CALL.load(Ordering::Relaxed);
         CURRENT_CALL.store(batch.id(), Ordering::Relaxed);
-        for (func, regs) in &ready[..n] {
-            // SAFETY: as for a single call (see serve_until): a function the host resolved in an extension it asked
-            // us to load, with arguments translated by `prepare`; only scalars travel in a batch.
-            unsafe { ward_abi::call_native(*func, regs) };
+        for (callee, regs) in &ready[..n] {
+            call(*callee, regs);
         }
         CURRENT_CALL.store(outer, Ordering::Relaxed);
     }
@@ -167,9 +162,24 @@ fn take(s: &mut Server, record: &mut [u8; MAX_RECORD]) -> Result<Next, String> {
     let call = CallView::parse(record).map_err(|e| format!("bad call from the host: {e}"))?;
     let (id, deferred) = (call.id(), call.deferred());
     Ok(match prepare(s, call.func(), call.args(), record) {
-        Ok((func, regs)) => Next::Call { id, deferred, func, regs },
+        Ok((callee, regs)) => Next::Call { id, deferred, callee, regs },
         Err(status) => Next::Refused { id, deferred, status },
     })
+}
+
+/// Run one call of the host's, poisoned if its extension's policy says so.
+fn call(callee: Callee, regs: &RegArgs) -> RegRet {
+    // SAFETY: the function was resolved with dlsym in an extension the host asked us to load; the host declared the
+    // signature and `prepare` translated the arguments into this process' memory (only scalars in a batch). A wrong
+    // declaration or a bug in the extension can crash this process, which is what the domain is for: the host
+    // survives it.
+    unsafe {
+        if callee.poisoned {
+            ward_abi::call_native_poisoned(callee.func, regs)
+        } else {
+            ward_abi::call_native(callee.func, regs)
+        }
+    }
 }
 
 fn reply(id: u64, status: Status, ret: RegRet) -> Result<(), String> {
@@ -208,8 +218,8 @@ fn prepare(
     func: u32,
     args: impl Iterator<Item = WireArg>,
     record: &[u8],
-) -> Result<(*const std::ffi::c_void, RegArgs), Status> {
-    let f = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
+) -> Result<(Callee, RegArgs), Status> {
+    let callee = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
     let mut packer = ArgPacker::new();
     for arg in args {
         let rich = RichPtr { pool: arg.pool, offset: arg.a, len: arg.b };
@@ -240,7 +250,8 @@ fn prepare(
         };
         pushed.map_err(|_| Status::BadArgs)?;
     }
-    Ok((f, packer.finish()))
+    let regs = if callee.poisoned { packer.finish_poisoned(ward_abi::POISON) } else { packer.finish() };
+    Ok((callee, regs))
 }
 
 /// Where every callback stub lands: forward to the host, serve nested calls until the answer comes.

@@ -10,6 +10,7 @@
 //! * `faulty_frei0r` – a frei0r filter that fails on command.
 //! * `calls` – work that is C library calls (allocations, copies), for run-time library faults.
 //! * `stale_ladspa` – a LADSPA plugin that reports the registers and stack it was not given (poisoned calls).
+//! * `stale` – generic functions that return a register or stack slot they were not given (policy `poison`).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ pub const ALL: &[Builtin] = &[
     embedded!("faulty_ladspa", "LADSPA plugins that fail on command: crash, hang, overrun, NaN"),
     embedded!("calls", "C library calls (allocations, copies) for run-time library faults"),
     embedded!("stale_ladspa", "a LADSPA plugin that reports the registers and stack it was not given"),
+    embedded!("stale", "functions that return a register or stack slot they were not given"),
     embedded!("well", "well-behaved: arithmetic, buffers, callbacks, state"),
 ];
 

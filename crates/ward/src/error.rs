@@ -39,6 +39,11 @@ pub enum Error {
          remove library_fault"
     )]
     LibraryFaultNeedsProcess { extension: String, isolation: crate::policy::Isolation },
+    /// `poison` for an extension that would not run in a process domain.
+    #[error(
+        "extension {extension} has poison = true, which needs a process domain (the domain calls it through the          poisoning trampoline; in the host's own process a fault it turns up would be the host's), but it would run          with isolation `{isolation}`; use isolation \"process\" or remove poison"
+    )]
+    PoisonNeedsProcess { extension: String, isolation: crate::policy::Isolation },
     /// A `library_fault` policy for an extension that shares its group's domain.
     #[error(
         "extension {extension} has a library_fault but shares the domain of group {group}; a library fault needs \

@@ -129,7 +129,10 @@ impl Supervisor {
         let isolation = resolve_isolation(policy.isolation)?;
         // A library fault affects the calls of the plugin a class adapter opens, else of the extension itself.
         let preload = crate::libfault::preload(&name, &policy, isolation, opened.as_deref().unwrap_or(path))?;
-        let spec = ExtensionSpec { path: path.to_path_buf(), init: policy.init.clone() };
+        if policy.poison && isolation != Isolation::Process {
+            return Err(Error::PoisonNeedsProcess { extension: name, isolation });
+        }
+        let spec = ExtensionSpec { path: path.to_path_buf(), init: policy.init.clone(), poison: policy.poison };
 
         if let Some(group) = policy.group.clone() {
             let existing =

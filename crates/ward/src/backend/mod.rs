@@ -22,6 +22,8 @@ pub(crate) struct ExtensionSpec {
     pub path: PathBuf,
     /// Called with no arguments after loading; nonzero fails the load.
     pub init: Option<String>,
+    /// Call its functions poisoned (policy `poison`; process domains only).
+    pub poison: bool,
 }
 
 /// Why a backend operation did not complete.

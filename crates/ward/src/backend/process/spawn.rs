@@ -76,6 +76,9 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
         if let Some(init) = &ext.init {
             cmd.arg("--init").arg(init);
         }
+        if ext.poison {
+            cmd.arg("--poison");
+        }
     }
     // A preload shim (`ward run`) belongs to the host: the domain must load the plugin itself, not a proxy.
     cmd.env_remove("LD_PRELOAD");
