@@ -1,4 +1,5 @@
-/* Calling into a plugin or extension with every register and stack slot it has no business reading set to a poison value.
+/* Calling into a plugin or extension with every register and stack slot it has no business reading set to a
+ * poison value.
  *
  * A correct function reads only its arguments: the registers that carry none, the callee-saved ones (which it may
  * only save and restore) and the stack below its caller's frame hold nothing it may use. A faulty one may (a
