@@ -49,5 +49,5 @@ mod testutil;
 
 pub use call::call_native;
 pub use callback::{callback_stub, set_callback_dispatch, CallbackDispatch, CALLBACK_SLOTS};
-pub use poisoned::{call_native_poisoned, POISON, POISON_STACK_BYTES};
+pub use poisoned::{call_native_poisoned, POISON};
 pub use regs::{ArgPacker, PackError, RegArgs, RegRet, MAX_FLOAT_ARGS, MAX_INT_ARGS};

@@ -14,9 +14,6 @@ use crate::regs::{RegArgs, RegRet};
 /// The poison: non-canonical as a pointer, a quiet NaN as a double and as either float half, negative as an integer.
 pub const POISON: u64 = 0xfffa_fffa_fffa_fffa;
 
-/// Bytes of stack below the caller's frame filled with [`POISON`] before each call.
-pub const POISON_STACK_BYTES: usize = 16384;
-
 /// The trampoline's call image; the assembly hard-codes these offsets.
 #[repr(C)]
 struct CallImage {
@@ -109,7 +106,7 @@ mod tests {
 
     #[test]
     fn a_callee_finds_poison_in_every_register_and_stack_slot_it_was_not_given() {
-        let none = ArgPacker::new().finish_poisoned(POISON);
+        let none = ArgPacker::new().finish_poisoned();
         assert_eq!(call(ward_abi_test_read_rbx, none).int, POISON);
         assert_eq!(call(ward_abi_test_read_r15, none).int, POISON);
         assert_eq!(call(ward_abi_test_read_rsi, none).int, POISON);
@@ -121,7 +118,7 @@ mod tests {
         let mut p = ArgPacker::new();
         p.push_int(42).unwrap();
         p.push_f32(1.5).unwrap();
-        let args = p.finish_poisoned(POISON);
+        let args = p.finish_poisoned();
         assert_eq!(call(ward_abi_test_read_rdi, args).int, 42);
         assert_eq!(call(ward_abi_test_read_rsi, args).int, POISON, "the second integer register was not given");
         let r = call(ward_abi_test_read_xmm0_and_xmm1, args);
@@ -137,7 +134,7 @@ mod tests {
         let kept: [u64; 8] = core::array::from_fn(|i| (i as u64 + 1) * 0x0101_0101);
         let mut sum = 0u64;
         for k in kept {
-            sum = sum.wrapping_add(call(ward_abi_test_read_rdi, ArgPacker::new().finish_poisoned(POISON)).int ^ k);
+            sum = sum.wrapping_add(call(ward_abi_test_read_rdi, ArgPacker::new().finish_poisoned()).int ^ k);
         }
         let expected = kept.iter().fold(0u64, |s, k| s.wrapping_add(POISON ^ k));
         assert_eq!(sum, expected);

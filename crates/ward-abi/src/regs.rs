@@ -131,10 +131,11 @@ impl ArgPacker {
         self.args
     }
 
-    /// The register image for [`crate::call_native_poisoned`]: pushed arguments in order, `poison` in every
-    /// argument register not pushed and in the upper half of each `float` (where a native caller's `movss` leaves
-    /// whatever was there).
-    pub fn finish_poisoned(self, poison: u64) -> RegArgs {
+    /// The register image for [`crate::call_native_poisoned`]: pushed arguments in order, [`crate::POISON`] in
+    /// every argument register not pushed and in the upper half of each `float` (where a native caller's `movss`
+    /// leaves whatever was there).
+    pub fn finish_poisoned(self) -> RegArgs {
+        let poison = crate::POISON;
         let mut args = self.args;
         for slot in &mut args.ints[self.next_int..] {
             *slot = poison;

@@ -250,7 +250,7 @@ fn prepare(
         };
         pushed.map_err(|_| Status::BadArgs)?;
     }
-    let regs = if callee.poisoned { packer.finish_poisoned(ward_abi::POISON) } else { packer.finish() };
+    let regs = if callee.poisoned { packer.finish_poisoned() } else { packer.finish() };
     Ok((callee, regs))
 }
 
