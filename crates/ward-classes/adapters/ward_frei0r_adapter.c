@@ -21,9 +21,9 @@
  * - The output frame: a plugin writing past it faults (and is recovered) instead of corrupting what follows. The
  *   adapter copies it to the caller's buffer after the update. A host whose output buffers are guarded like that
  *   already (a process domain's output pool: every buffer ends at a guard page, 16-byte aligned when its length is
- *   a multiple of 16) says so when it constructs the instance (WARD_FREI0R_DIRECT_OUTPUT); then a caller's buffer
- *   that starts aligned and ends at a page boundary is handed to the plugin as it is, which saves copying every
- *   frame once more.
+ *   a multiple of 16; or a host frame lent in place, whose last page past the frame is a private copy before a
+ *   guard page) says so when it constructs the instance (WARD_FREI0R_DIRECT_OUTPUT); then a caller's buffer that
+ *   starts aligned is handed to the plugin as it is, which saves copying every frame once more.
  * - The input frames, copied in before the update. Passing the caller's buffers as they are would save a copy, but
  *   real plugins write into their input frames despite the const (Debian's cairogradient premultiplies its input in
  *   place): in a process domain, where the inputs lie in ward's read-only input pool, every frame of theirs would
@@ -382,9 +382,13 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_get_param(struct instance *inst, uint64_
 
 /* Whether `buf`, one frame long, starts aligned for the plugin and ends at a page boundary (so at the guard page of
  * a host buffer that has one). */
+/* Whether a caller's frame the host vouched for may go to the plugin as it is. The host's flag covers what lies past
+ * the frame: a guard page right after it (a pool buffer), or a private copy of the rest of its last page and then a
+ * guard page (a host frame lent in place from its arena); either way a write past the end never reaches anything of
+ * the host's. What is left to check here is the alignment plugins' vector code needs. */
 static int fits_guard(const struct instance *inst, const unsigned char *buf) {
-    uintptr_t start = (uintptr_t)buf, end = start + inst->frame_bytes;
-    return (start & (FRAME_ALIGN - 1)) == 0 && (end & (ward_page_size() - 1)) == 0;
+    (void)inst;
+    return ((uintptr_t)buf & (FRAME_ALIGN - 1)) == 0;
 }
 
 /* Input frame `k` as the plugin gets it: a private, writable copy ending at a guard page (the caller's own first

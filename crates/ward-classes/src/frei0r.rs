@@ -48,7 +48,8 @@ const MAX_PARAMS: i32 = 1024;
 
 /// Flag of the adapter's construct: the output buffers of the instance's updates end at a guard page, so the plugin
 /// may write them directly. True of a process domain, whose output pool puts every buffer at the end of its slot,
-/// before a guard page (see `ward::Arg`); the adapter still checks each buffer's alignment and end.
+/// before a guard page, and which gives a host frame lent in place a private copy of the rest of its last page and
+/// then a guard page (see `ward::Arg`); the adapter still checks each buffer's alignment.
 const DIRECT_OUTPUT: u64 = 0x1;
 /// Flag of the adapter's construct: the first input frame of an update is a private, writable buffer ending at a
 /// guard page (an [`Arg::Scratch`] in a process domain), so the plugin may have it without the adapter's copy.

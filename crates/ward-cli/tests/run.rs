@@ -296,3 +296,158 @@ fn a_host_opening_a_library_by_bare_name_finds_it_along_its_own_runpath_and_rpat
         assert_eq!(String::from_utf8_lossy(&under.stdout), "42\n", "{host} under ward");
     }
 }
+
+/// ffmpeg at 640x480 (1.2 MB frames: heap blocks of the shim's arena) through a frei0r filter.
+fn ffmpeg_large_frames(filter: &str, out: &Path) -> Vec<String> {
+    let mut args: Vec<String> =
+        ["-hide_banner", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i"].map(String::from).to_vec();
+    args.push("testsrc=size=640x480:rate=25:duration=0.4".into());
+    args.extend(["-vf".into(), filter.into(), "-f".into(), "rawvideo".into(), "-pix_fmt".into(), "rgba".into()]);
+    args.extend(["-y".into(), out.display().to_string()]);
+    args
+}
+
+#[test]
+fn ffmpeg_frames_cross_in_place_and_come_out_bit_identical() {
+    let s = Scratch::new("ffmpeg-in-place");
+    // invert0r reads its input and writes every output pixel; cairogradient writes into its "const" input frame
+    // (premultiplying it in place), which in place means a private copy of the pages it writes.
+    for filter in ["invert0r", "cairogradient"] {
+        let native = output(
+            Command::new(host("ffmpeg"))
+                .args(ffmpeg_large_frames(&format!("frei0r={filter}"), &s.path(&format!("{filter}-native.rgba")))),
+        );
+        assert!(native.status.success(), "{}", stderr(&native));
+        let args = ffmpeg_large_frames(&format!("frei0r={filter}"), &s.path(&format!("{filter}-ward.rgba")));
+        let out = output(ward().args(["run", "--verbose", "--isolation", "process", "--", "ffmpeg"]).args(&args));
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("heap blocks of 1 MiB and more come from ward's arena"), "{err}");
+        // 10 frames, each an input and an output lent in place.
+        let lent = err
+            .lines()
+            .find_map(|l| l.split(" restarts, ").nth(1)?.strip_suffix(" buffers lent in place)")?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no closing line with the buffers lent in place: {err}"));
+        assert!(lent >= 20, "{filter}: {lent} buffers lent in place\n{err}");
+        assert!(
+            read(&s.path(&format!("{filter}-native.rgba"))) == read(&s.path(&format!("{filter}-ward.rgba"))),
+            "{filter}: frames differ"
+        );
+    }
+    // WARD_ARENA=0 turns it off: the same frames, all copied.
+    let args = ffmpeg_large_frames("frei0r=invert0r", &s.path("copied.rgba"));
+    let out = output(
+        ward().args(["run", "--verbose", "--isolation", "process", "--", "ffmpeg"]).args(&args).env("WARD_ARENA", "0"),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success() && !err.contains("ward's arena"), "{err}");
+    assert!(err.contains(" 0 buffers lent in place"), "{err}");
+    assert!(read(&s.path("invert0r-native.rgba")) == read(&s.path("copied.rgba")), "frames differ");
+}
+
+#[test]
+fn ffmpeg_recovers_a_crashing_filter_on_frames_lent_in_place() {
+    let s = Scratch::new("ffmpeg-in-place-crash");
+    let crash = ffmpeg_large_frames("frei0r=faulty_frei0r:1|4", &s.path("out.rgba"));
+    let out = output(ward().args(["run", "--", "ffmpeg"]).args(&crash).env("FREI0R_PATH", builtin_dir()));
+    let err = stderr(&out);
+    assert!(out.status.success(), "under ward ffmpeg finishes: {:?}\n{err}", out.status);
+    assert!(err.contains("ward: faulty_frei0r: fault: null dereference"), "{err}");
+    let clean = ffmpeg_large_frames("frei0r=faulty_frei0r:0", &s.path("clean.rgba"));
+    let reference = output(Command::new("ffmpeg").args(&clean).env("FREI0R_PATH", builtin_dir()));
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    assert!(read(&s.path("out.rgba")) == read(&s.path("clean.rgba")), "frames differ from the run without the fault");
+}
+
+/// A host exercising the malloc family on large blocks, and fork: prints where its first block lives.
+const HEAP_HOST: &str = r#"
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BIG (8u << 20)
+static int fail(const char *what) { fprintf(stderr, "heap host: %s\n", what); return 1; }
+
+/* Whether p lies in a mapping whose name contains `name` (from /proc/self/maps). */
+static int in_mapping(void *p, const char *name) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int found = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        uintptr_t lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)p >= lo && (uintptr_t)p < hi)
+            found = strstr(line, name) != NULL;
+    }
+    if (f) fclose(f);
+    return found;
+}
+
+int main(void) {
+    unsigned char *a = malloc(BIG);
+    if (!a) return fail("malloc");
+    memset(a, 1, BIG);
+    unsigned char *z = calloc(4, BIG / 4);
+    if (!z) return fail("calloc");
+    for (size_t i = 0; i < BIG; i += 4096) if (z[i]) return fail("calloc not zero");
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, BIG) || ((uintptr_t)p & 4095)) return fail("posix_memalign");
+    if (malloc_usable_size(p) < BIG) return fail("malloc_usable_size");
+    unsigned char *r = realloc(a, 2 * BIG);
+    if (!r || r[0] != 1 || r[BIG - 1] != 1) return fail("realloc up");
+    memset(r + BIG, 2, BIG);
+    r = realloc(r, 100);
+    if (!r || r[0] != 1 || r[99] != 1) return fail("realloc down");
+    /* A forked child writing its copy of a block leaves the parent's alone, and can allocate. */
+    unsigned char *f = malloc(BIG);
+    memset(f, 7, BIG);
+    pid_t pid = fork();
+    if (pid == 0) {
+        memset(f, 9, BIG);
+        unsigned char *c = malloc(BIG);
+        if (!c) _exit(2);
+        memset(c, 3, BIG);
+        free(c);
+        free(f);
+        _exit(f == NULL);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return fail("child");
+    if (f[0] != 7 || f[BIG - 1] != 7) return fail("the child's writes reached the parent");
+    free(z); free(p); free(r);
+    unsigned char *again = malloc(BIG);
+    printf("%s\n", in_mapping(again, "ward-arena") ? "arena" : "heap");
+    free(again);
+    free(f);
+    return 0;
+}
+"#;
+
+#[test]
+fn the_shim_serves_large_heap_blocks_from_the_arena_and_forks_keep_them_apart() {
+    let s = Scratch::new("heap");
+    std::fs::write(s.path("heap.c"), HEAP_HOST).unwrap();
+    let exe = s.path("heap_host");
+    let built = output(Command::new("cc").arg("-O1").arg("-o").arg(&exe).arg(s.path("heap.c")));
+    assert!(built.status.success(), "{}", stderr(&built));
+    let native = output(&mut Command::new(&exe));
+    assert!(native.status.success(), "natively: {}", stderr(&native));
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "heap\n");
+    for (isolation, arena, expect) in
+        [("process", None, "arena"), ("none", None, "heap"), ("process", Some("0"), "heap")]
+    {
+        let mut cmd = ward();
+        cmd.args(["run", "--isolation", isolation, "--"]).arg(&exe);
+        if let Some(v) = arena {
+            cmd.env("WARD_ARENA", v);
+        }
+        let out = output(&mut cmd);
+        assert!(out.status.success(), "{isolation} {arena:?}: {}", stderr(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{expect}\n"), "{isolation} {arena:?}");
+    }
+}

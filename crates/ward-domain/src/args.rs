@@ -1,7 +1,9 @@
 //! The command line the host library builds for `ward-domain`.
 //!
-//! `ward-domain --mode serve|zygote --spin N [--as-mb N] [--cpu-s N] [--nofile N] (--ext PATH [--init SYMBOL]
-//! [--poison])...`
+//! `ward-domain --mode serve|zygote --spin N [--as-mb N] [--cpu-s N] [--nofile N] [--arena] (--ext PATH
+//! [--init SYMBOL] [--poison])...`
+//!
+//! `--arena` says the host passed its arena (fd 7), whose blocks it may lend in place.
 
 use std::path::PathBuf;
 
@@ -34,6 +36,8 @@ pub struct Args {
     pub spin: u32,
     pub limits: Limits,
     pub extensions: Vec<ExtensionArg>,
+    /// The host's arena is open on fd 7.
+    pub arena: bool,
 }
 
 impl Args {
@@ -42,6 +46,7 @@ impl Args {
         let mut spin = 2000u32;
         let mut limits = Limits::default();
         let mut extensions: Vec<ExtensionArg> = Vec::new();
+        let mut arena = false;
         while let Some(flag) = it.next() {
             let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
             match flag.as_str() {
@@ -56,6 +61,7 @@ impl Args {
                 "--as-mb" => limits.address_space_mb = number(&flag, &value()?)?,
                 "--cpu-s" => limits.cpu_s = number(&flag, &value()?)?,
                 "--nofile" => limits.open_files = number(&flag, &value()?)?,
+                "--arena" => arena = true,
                 "--ext" => extensions.push(ExtensionArg { path: PathBuf::from(value()?), init: None, poison: false }),
                 "--poison" => {
                     let last = extensions.last_mut().ok_or("--poison must follow an --ext")?;
@@ -73,7 +79,7 @@ impl Args {
         if extensions.is_empty() {
             return Err("no --ext given".into());
         }
-        Ok(Args { mode, spin, limits, extensions })
+        Ok(Args { mode, spin, limits, extensions, arena })
     }
 }
 
@@ -91,8 +97,12 @@ mod tests {
 
     #[test]
     fn parses_a_full_command_line() {
-        let a = parse("--mode zygote --spin 7 --as-mb 256 --nofile 64 --ext /a.so --init a_init --ext /b.so --poison")
-            .unwrap();
+        let a = parse(
+            "--mode zygote --spin 7 --as-mb 256 --nofile 64 --arena --ext /a.so --init a_init --ext /b.so --poison",
+        )
+        .unwrap();
+        assert!(a.arena);
+        assert!(!parse("--mode serve --ext /a.so").unwrap().arena);
         assert_eq!(a.mode, Mode::Zygote);
         assert_eq!(a.spin, 7);
         assert_eq!(a.limits.address_space_mb, 256);

@@ -27,6 +27,8 @@ static AS_PROBE: AtomicUsize = AtomicUsize::new(0);
 const FATAL_SIGNALS: [i32; 7] =
     [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT, libc::SIGTRAP, libc::SIGSYS];
 const ALT_STACK_SIZE: usize = 256 * 1024;
+/// `si_code` of a SIGSEGV on a mapped page the access is not allowed to (the libc crate lacks it).
+const SEGV_ACCERR: i32 = 2;
 
 pub fn install(region: Region) -> std::io::Result<()> {
     let _ = REGION.set(region);
@@ -51,24 +53,34 @@ pub fn install(region: Region) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     for sig in FATAL_SIGNALS {
-        // SAFETY: sigaction is plain data; we fill handler, flags and an empty mask before installing it.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = record_and_die as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESETHAND;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+        if !arm(sig) {
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
+}
+
+/// Install the recorder for `sig`, once (SA_RESETHAND: a second fault in the handler dies at once). Async-signal-safe.
+fn arm(sig: i32) -> bool {
+    // SAFETY: sigaction is plain data; we fill handler, flags and an empty mask before installing it.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = record_and_die as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESETHAND;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, std::ptr::null_mut()) == 0
+    }
 }
 
 /// Async-signal-safe: atomics, volatile stores into the region, the probes' system calls, and raise.
 extern "C" fn record_and_die(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // Not a fault: the first write into a scratch input lent from the host's arena. It now has a private copy of
+    // those pages; returning retries the write there (the handler is armed again, SA_RESETHAND having disarmed it).
+    if sig == libc::SIGSEGV && code == SEGV_ACCERR && ward_xpc::arena::view::on_write_fault(addr) && arm(sig) {
+        return;
+    }
     let low = STACK_LOW.load(Ordering::Relaxed);
     let near_stack_guard = low != 0 && addr < low + 64 * 1024 && addr + 1024 * 1024 >= low;
     let hint = if sig == libc::SIGSEGV && near_stack_guard {

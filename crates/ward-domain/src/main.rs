@@ -9,6 +9,7 @@
 //! | 4 | the shared region (`ward-xpc` memfd): rings and the fault record |
 //! | 5 | the input pool (mapped read-only here: the host keeps intact inputs after a crash) |
 //! | 6 | the output pool |
+//! | 7 | the host's arena, with `--arena` (its large blocks, lent in place: see `ward_xpc::arena`) |
 //!
 //! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
 //! close every other descriptor, map the region and pools, install the fault recorders, load the extensions, run
@@ -24,6 +25,7 @@ mod zygote;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
+use ward_xpc::arena::view::ArenaView;
 use ward_xpc::pool::{MappedPool, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
 use ward_xpc::Region;
 
@@ -35,12 +37,17 @@ const FD_CONTROL: i32 = 3;
 const FD_REGION: i32 = 4;
 const FD_POOL_IN: i32 = 5;
 const FD_POOL_OUT: i32 = 6;
+const FD_ARENA: i32 = 7;
+/// Idle arena windows kept mapped between calls at most (a quarter of the address-space limit when that is lower):
+/// a video host lends the same few frames again and again.
+const ARENA_CACHE: usize = 256 << 20;
 
 /// Everything a serving incarnation needs, set up once (before fork in zygote mode).
 pub(crate) struct Setup {
     pub region: Region,
     pub pool_in: MappedPool,
     pub pool_out: MappedPool,
+    pub arena: Option<ArenaView>,
     pub library: loader::Library,
     pub args: Args,
 }
@@ -54,7 +61,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    close_other_descriptors();
+    close_other_descriptors(args.arena);
     // SAFETY: the host passed fd 3 as the control socket; nothing else in this process owns it.
     let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(FD_CONTROL) });
     match setup(args) {
@@ -90,9 +97,18 @@ fn setup(args: Args) -> Result<Setup, String> {
         .map_err(|e| format!("cannot map the input pool: {e}"))?;
     let pool_out =
         MappedPool::map(out_fd, POOL_OUT, geometry, true).map_err(|e| format!("cannot map the output pool: {e}"))?;
+    let arena = if args.arena {
+        // SAFETY: with --arena the host passed FD_ARENA for its arena; this process owns it from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(FD_ARENA) };
+        let limit = usize::try_from(args.limits.address_space_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+        let cache = if limit == 0 { ARENA_CACHE } else { ARENA_CACHE.min(limit / 4) };
+        Some(ArenaView::new(fd, cache).map_err(|e| format!("cannot open the host's arena: {e}"))?)
+    } else {
+        None
+    };
     faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
     let library = loader::Library::load(&args.extensions)?;
-    Ok(Setup { region, pool_in, pool_out, library, args })
+    Ok(Setup { region, pool_in, pool_out, arena, library, args })
 }
 
 /// Best effort: if the host is gone there is nobody to tell.
@@ -103,14 +119,15 @@ fn report_error(control: &ControlSocket, message: &str) {
 }
 
 /// Close every descriptor the host did not give us (a host may leak descriptors without `O_CLOEXEC`).
-fn close_other_descriptors() {
-    // SAFETY: close_range only closes descriptors; none above FD_POOL_OUT is owned by anything in this process yet.
-    let rc = unsafe { libc::syscall(libc::SYS_close_range, FD_POOL_OUT + 1, u32::MAX, 0) };
+fn close_other_descriptors(arena: bool) {
+    let first = if arena { FD_ARENA + 1 } else { FD_POOL_OUT + 1 };
+    // SAFETY: close_range only closes descriptors; none from `first` on is owned by anything in this process yet.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
     if rc != 0 {
         // Kernels before 5.9: close them one by one.
         // SAFETY: sysconf has no preconditions.
         let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
-        for fd in (FD_POOL_OUT + 1)..(max.clamp(0, 65536) as i32) {
+        for fd in first..(max.clamp(0, 65536) as i32) {
             // SAFETY: as above; EBADF for unused numbers is harmless.
             unsafe { libc::close(fd) };
         }

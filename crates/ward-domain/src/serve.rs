@@ -10,6 +10,8 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
 use ward_abi::{ArgPacker, RegArgs, RegRet};
+use ward_xpc::arena::view::{Access, Lent};
+use ward_xpc::arena::POOL_ARENA;
 use ward_xpc::batch::BatchView;
 use ward_xpc::pool::RichPtr;
 use ward_xpc::ring::{Consumer, Producer, MAX_RECORD};
@@ -45,12 +47,15 @@ pub fn run(setup: Setup) -> ExitCode {
     }
 }
 
+/// Arena ranges lent to one call: accessible until it returns.
+type Lents = Vec<Lent>;
+
 /// What the next request turned out to be.
 enum Next {
     /// Nothing there yet.
     Empty,
-    /// A call, ready to run.
-    Call { id: u64, deferred: bool, callee: Callee, regs: RegArgs },
+    /// A call, ready to run, with the arena ranges lent to it.
+    Call { id: u64, deferred: bool, callee: Callee, regs: RegArgs, lents: Lents },
     /// A call that cannot run (unknown function, bad arguments): answered with a status.
     Refused { id: u64, deferred: bool, status: Status },
     /// A batch of deferred calls, `len` bytes at the start of the buffer.
@@ -68,13 +73,16 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
             Next::Empty => {
                 with_server(|s| s.requests.wait(s.spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
             }
-            Next::Call { id, deferred, callee, regs } => {
+            Next::Call { id, deferred, callee, regs, lents } => {
                 // A plain load and store, not a swap: this process has one thread, and a locked instruction on every
                 // call costs more than it protects.
                 let outer = CURRENT_CALL.load(Ordering::Relaxed);
                 CURRENT_CALL.store(id, Ordering::Relaxed);
                 let ret = call(callee, &regs);
                 CURRENT_CALL.store(outer, Ordering::Relaxed);
+                if !lents.is_empty() {
+                    with_server(|s| end_lents(s, lents));
+                }
                 if !deferred {
                     reply(id, Status::Ok, ret)?;
                 }
@@ -125,7 +133,7 @@ fn run_batch(record: &[u8]) -> Result<(), String> {
         let n = with_server(|s| {
             let mut n = 0;
             for entry in entries.by_ref() {
-                if let Ok(call) = prepare(s, entry.func, entry.args(), &[]) {
+                if let Ok(call) = prepare(s, entry.func, entry.args(), &[], None) {
                     ready[n] = call;
                     n += 1;
                     if n == BATCH_CHUNK {
@@ -161,10 +169,23 @@ fn take(s: &mut Server, record: &mut [u8; MAX_RECORD]) -> Result<Next, String> {
     // Calls are the hot path: read them through a checked view instead of copying the argument list.
     let call = CallView::parse(record).map_err(|e| format!("bad call from the host: {e}"))?;
     let (id, deferred) = (call.id(), call.deferred());
-    Ok(match prepare(s, call.func(), call.args(), record) {
-        Ok((callee, regs)) => Next::Call { id, deferred, callee, regs },
-        Err(status) => Next::Refused { id, deferred, status },
+    let mut lents = Lents::new();
+    Ok(match prepare(s, call.func(), call.args(), record, Some(&mut lents)) {
+        Ok((callee, regs)) => Next::Call { id, deferred, callee, regs, lents },
+        Err(status) => {
+            end_lents(s, lents);
+            Next::Refused { id, deferred, status }
+        }
     })
+}
+
+/// The call is over: its arena ranges become inaccessible again.
+fn end_lents(s: &mut Server, lents: Lents) {
+    if let Some(arena) = s.setup.arena.as_mut() {
+        for lent in lents {
+            arena.end(lent);
+        }
+    }
 }
 
 /// Run one call of the host's, poisoned if its extension's policy says so.
@@ -213,15 +234,38 @@ fn push(record: &[u8]) -> Result<(), String> {
 }
 
 /// Translate a call's arguments to this process' addresses. Nothing the host sent is trusted to be in range.
+/// Arena ranges are lent into `lents` (refused where `lents` is None: a batch carries scalars only); the caller ends
+/// them, also when this fails.
 fn prepare(
-    s: &Server,
+    s: &mut Server,
     func: u32,
     args: impl Iterator<Item = WireArg>,
     record: &[u8],
+    mut lents: Option<&mut Lents>,
 ) -> Result<(Callee, RegArgs), Status> {
     let callee = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
     let mut packer = ArgPacker::new();
     for arg in args {
+        if arg.pool == POOL_ARENA
+            && matches!(
+                arg.kind,
+                ArgKind::BufIn | ArgKind::Str | ArgKind::BufScratch | ArgKind::BufOut | ArgKind::BufInOut
+            )
+        {
+            let access = match arg.kind {
+                ArgKind::BufIn | ArgKind::Str => Access::Read,
+                ArgKind::BufScratch => Access::Scratch,
+                _ => Access::ReadWrite,
+            };
+            let (Some(arena), Some(lents)) = (s.setup.arena.as_mut(), lents.as_deref_mut()) else {
+                return Err(Status::BadArgs);
+            };
+            let lent = arena.lend(arg.a, arg.b, access).map_err(|_| Status::BadArgs)?;
+            let p = lent.ptr;
+            lents.push(lent);
+            packer.push_int(p as u64).map_err(|_| Status::BadArgs)?;
+            continue;
+        }
         let rich = RichPtr { pool: arg.pool, offset: arg.a, len: arg.b };
         let pushed = match arg.kind {
             ArgKind::Int => packer.push_int(arg.a),
@@ -231,7 +275,7 @@ fn prepare(
                 let p = s.setup.pool_in.resolve(&rich).map_err(|_| Status::BadArgs)?;
                 packer.push_int(p as u64)
             }
-            ArgKind::BufOut | ArgKind::BufInOut => {
+            ArgKind::BufOut | ArgKind::BufInOut | ArgKind::BufScratch => {
                 let p = s.setup.pool_out.resolve(&rich).map_err(|_| Status::BadArgs)?;
                 packer.push_int(p as u64)
             }
@@ -249,6 +293,10 @@ fn prepare(
             ArgKind::Unknown(_) => return Err(Status::BadArgs),
         };
         pushed.map_err(|_| Status::BadArgs)?;
+    }
+    // Whatever this call was not lent of the host's arena is out of the extension's reach while it runs.
+    if let Some(arena) = s.setup.arena.as_mut() {
+        arena.seal_idle();
     }
     let regs = if callee.poisoned { packer.finish_poisoned() } else { packer.finish() };
     Ok((callee, regs))

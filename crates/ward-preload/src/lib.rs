@@ -7,6 +7,9 @@
 //! cannot tell: it reads descriptors and calls function pointers as it always did. Everything else the host opens
 //! goes to the real `dlopen` untouched.
 //!
+//! It also serves the host's large heap blocks from ward's arena ([`heap`]), so a process domain can be lent a
+//! video frame in place instead of a copy of it.
+//!
 //! Configuration comes from the environment `ward run` sets: `WARD_ISOLATION`, `WARD_POLICY` (a policy file),
 //! `WARD_LOG` (a file that receives the recovery events too). Recovery events go to standard error, one line each.
 //!
@@ -14,6 +17,7 @@
 //! raw pointers. Every unsafe block says why it is sound, given the class's C contract.
 
 mod frei0r;
+mod heap;
 mod interpose;
 mod ladspa;
 mod proxy;

@@ -156,6 +156,19 @@ pub(crate) fn closing(handle: *mut c_void) {
     let Some(Some(rt)) = RUNTIME.get() else { return };
     let id = rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&(handle as usize));
     if let Some(id) = id {
-        rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        let plugin = rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        if let (true, Some(plugin)) = (rt.verbose, plugin) {
+            let ext = match &plugin {
+                Plugin::Ladspa(l) => l.extension(),
+                Plugin::Frei0r(l) => l.extension(),
+            };
+            let stats = ext.stats();
+            rt.say(&format!(
+                "{}: closed by the host ({} restarts, {} buffers lent in place)",
+                ext.name(),
+                stats.restarts,
+                stats.lent_in_place
+            ));
+        }
     }
 }

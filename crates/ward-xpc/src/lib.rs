@@ -29,6 +29,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod arena;
 pub mod batch;
 #[allow(unsafe_code)]
 pub mod control;

@@ -174,6 +174,9 @@ wire_enum! {
         Callback = 8,
         /// `a` = offset of the bytes from the start of the record, `b` = their length.
         Inline = 9,
+        /// An input the extension may write into without the host seeing it: a rich pointer into the output pool
+        /// (a private copy), or into the arena (lent read-only; written pages become the domain's private copy).
+        BufScratch = 10,
     }
 }
 
@@ -923,6 +926,7 @@ mod tests {
             ArgKind::BufInOut,
             ArgKind::Str,
             ArgKind::Callback,
+            ArgKind::BufScratch,
         ];
         let mut all = ArgList::new();
         for i in 0..MAX_ARGS {
@@ -1057,7 +1061,7 @@ mod tests {
             inline: &[],
         };
         let rec = emitted(&call);
-        for kind in [0u8, 10, 200] {
+        for kind in [0u8, 11, 200] {
             let mut r = rec.clone();
             r[24] = kind;
             assert_eq!(Message::parse(&r), Err(WireError("unknown argument kind")));

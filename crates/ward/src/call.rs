@@ -8,7 +8,10 @@ use crate::callback::Callback;
 ///
 /// Scalars travel in registers. Buffers are copied call-by-value-result: the extension sees a copy (in a process
 /// domain, in a shared pool, ending at a guard page) and an `Out`/`InOut` buffer is copied back only when the call
-/// succeeds, so a failed call leaves the host's buffer as it was.
+/// succeeds, so a failed call leaves the host's buffer as it was. The exception: in a process whose large heap
+/// blocks come from ward's arena (`ward run`), an `In`, `Scratch` or `InOut` buffer of 64 KiB or more inside one
+/// block is lent to a process domain in place, with the same protections (inputs read-only or privately
+/// writable, nothing beside the buffer reachable); an `InOut` buffer then holds whatever a failed call wrote.
 #[derive(Debug)]
 pub enum Arg<'a> {
     I64(i64),

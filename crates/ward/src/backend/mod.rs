@@ -67,10 +67,11 @@ pub(crate) enum Step {
 /// A buffer lent to a domain for one call; its tracker record releases it if the call never finishes.
 #[derive(Debug)]
 pub(crate) struct Loan {
-    pub record: RecordId,
+    /// The tracker record of the pool buffer; None for a host buffer lent in place (nothing to free).
+    pub record: Option<RecordId>,
     pub pool: u32,
     pub rich: ward_xpc::RichPtr,
-    /// Copied back into the host when the call returns.
+    /// An output: copied back into the host when the call returns, unless it was lent in place.
     pub output: bool,
 }
 
@@ -137,6 +138,11 @@ pub(crate) trait Backend: Send {
     /// The process id of the running incarnation, for a backend that has one.
     fn pid(&self) -> Option<i32> {
         None
+    }
+
+    /// Buffers lent in place (host memory the extension used directly, no copy) so far.
+    fn lent_in_place(&self) -> u64 {
+        0
     }
 
     /// Calls into this backend are cheap enough that the core should skip per-call bookkeeping it can.

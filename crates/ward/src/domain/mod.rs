@@ -45,6 +45,9 @@ pub struct DomainStats {
     pub handles: usize,
     /// Set when the domain is disabled (past its restart limit).
     pub disabled: bool,
+    /// Buffers lent in place so far: host memory the extension used directly, without a copy (a process domain
+    /// given blocks of the host's arena, `ward_xpc::arena`).
+    pub lent_in_place: u64,
 }
 
 struct Symbol {
@@ -243,6 +246,7 @@ impl Domain {
         s.tracked = st.tracker.len();
         s.handles = st.handles.lock().map(|h| h.len()).unwrap_or(0);
         s.disabled = st.disabled.is_some();
+        s.lent_in_place = st.backend.lent_in_place();
         s
     }
 

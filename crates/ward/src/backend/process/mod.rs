@@ -12,7 +12,7 @@
 #[allow(unsafe_code)]
 mod spawn;
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use ward_abi::{RegArgs, RegRet};
+use ward_xpc::arena::{self, POOL_ARENA};
 use ward_xpc::batch::BatchWriter;
 use ward_xpc::control::ControlSocket;
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
@@ -46,6 +47,9 @@ const ZYGOTE_TIMEOUT: Duration = Duration::from_secs(10);
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deferred records are published at least this often, so a long batch keeps the domain busy.
 const DEFER_BATCH: u32 = 64;
+/// Buffers in the host's arena at least this large are lent in place; smaller ones cost less to copy than the
+/// domain's two protection changes.
+const LEND_IN_PLACE_MIN: usize = 64 << 10;
 
 pub(crate) struct ProcessConfig {
     pub program: PathBuf,
@@ -109,6 +113,13 @@ pub(crate) struct ProcessBackend {
     /// Scalar deferred calls not yet on the ring: they go in one batch record (one domain crossing).
     batch: BatchWriter,
     record: Box<[u8]>,
+    /// The host's arena, passed to every domain: buffers in it are lent in place.
+    arena: Option<BorrowedFd<'static>>,
+    /// Arena pages lent to calls in flight, as `[first, end)` offsets: one range is never lent twice at once (the
+    /// domain would take it back when the inner call ends).
+    lent_in_place: Vec<(u64, u64)>,
+    /// Buffers lent in place so far.
+    lent_in_place_count: u64,
 }
 
 impl ProcessBackend {
@@ -133,6 +144,9 @@ impl ProcessBackend {
             deferred_unpublished: 0,
             batch: BatchWriter::new(),
             record: vec![0u8; MAX_RECORD].into_boxed_slice(),
+            arena: arena::host::shared_fd(),
+            lent_in_place: Vec::new(),
+            lent_in_place_count: 0,
         };
         b.restart(tracker)?;
         Ok(b)
@@ -145,6 +159,7 @@ impl ProcessBackend {
         let extensions = self.cfg.extensions.clone();
         let spin = self.cfg.spin;
         let preload = self.cfg.preload.clone();
+        let arena = self.arena;
         let fds = {
             let pools = lock(&self.pools);
             (
@@ -168,6 +183,7 @@ impl ProcessBackend {
                     region: region.as_fd(),
                     pool_in: pool_in.as_fd(),
                     pool_out: pool_out.as_fd(),
+                    arena,
                     preload: preload.as_ref(),
                 })
             })
@@ -302,7 +318,39 @@ impl ProcessBackend {
         drop(pools);
         let pools = self.pools.clone();
         let record = tracker.track(ResourceKind::PoolBuffer, move || free(&pools, pool_id, lease));
-        Ok(Loan { record, pool: pool_id, rich, output })
+        Ok(Loan { record: Some(record), pool: pool_id, rich, output })
+    }
+
+    /// Lend `bytes` in place if they lie in one block of the host's arena (and are worth it, and no call in flight
+    /// has their pages): the wire argument naming them, and its loan. None: copy them through a pool instead.
+    fn lend_in_place(&mut self, bytes: &[u8], kind: ArgKind, output: bool) -> Option<(WireArg, Loan)> {
+        self.arena?;
+        if bytes.len() < LEND_IN_PLACE_MIN {
+            return None;
+        }
+        let offset = arena::host::locate(bytes.as_ptr(), bytes.len())?;
+        let len = bytes.len() as u64;
+        let page = 4096u64;
+        let pages = (offset / page * page, (offset + len).div_ceil(page) * page);
+        if self.lent_in_place.iter().any(|&(a, b)| a < pages.1 && pages.0 < b) {
+            return None;
+        }
+        self.lent_in_place.push(pages);
+        self.lent_in_place_count += 1;
+        let rich = ward_xpc::RichPtr { pool: POOL_ARENA, offset, len };
+        let wire = WireArg { kind, pool: POOL_ARENA, a: offset, b: len };
+        Some((wire, Loan { record: None, pool: POOL_ARENA, rich, output }))
+    }
+
+    /// A loan ended (its call returned or was abandoned): its arena pages may be lent again.
+    fn unlend(&mut self, loan: &Loan) {
+        if loan.pool == POOL_ARENA {
+            let page = 4096u64;
+            let first = loan.rich.offset / page * page;
+            if let Some(i) = self.lent_in_place.iter().position(|&(a, _)| a == first) {
+                self.lent_in_place.swap_remove(i);
+            }
+        }
     }
 
     fn wire_args(
@@ -318,6 +366,17 @@ impl ProcessBackend {
         for a in args {
             if let Some(scalar) = scalar_wire(a) {
                 list.push(scalar);
+                continue;
+            }
+            let in_place = match a {
+                WireValue::In(b) => self.lend_in_place(b, ArgKind::BufIn, false),
+                WireValue::Scratch(b) => self.lend_in_place(b, ArgKind::BufScratch, false),
+                WireValue::InOut(b) => self.lend_in_place(b, ArgKind::BufInOut, true),
+                _ => None,
+            };
+            if let Some((wire, loan)) = in_place {
+                loans.push(loan);
+                list.push(wire);
                 continue;
             }
             let wire = match a {
@@ -547,7 +606,10 @@ impl Backend for ProcessBackend {
             Ok(l) => l,
             Err(e) => {
                 for loan in loans {
-                    tracker.release(loan.record);
+                    self.unlend(&loan);
+                    if let Some(record) = loan.record {
+                        tracker.release(record);
+                    }
                 }
                 return Err(e);
             }
@@ -555,8 +617,15 @@ impl Backend for ProcessBackend {
         self.close_batch()?;
         let id = self.next_id;
         self.next_id += 1;
-        let len = emit_call(&mut self.record, id, false, func, ret_kind(ret), list.iter().copied())
-            .map_err(|e| BackendError::Usage(format!("cannot encode the call: {e}")))?;
+        let len = match emit_call(&mut self.record, id, false, func, ret_kind(ret), list.iter().copied()) {
+            Ok(len) => len,
+            Err(e) => {
+                for loan in &loans {
+                    self.unlend(loan);
+                }
+                return Err(BackendError::Usage(format!("cannot encode the call: {e}")));
+            }
+        };
         self.push(len)?;
         self.requests.publish();
         self.deferred_unpublished = 0;
@@ -591,7 +660,8 @@ impl Backend for ProcessBackend {
         let pools = lock(&self.pools);
         for loan in &frame.loans {
             if loan.output {
-                if let Some(dst) = outputs.next() {
+                // An output lent in place already holds what the domain wrote.
+                if let (Some(dst), Some(_)) = (outputs.next(), loan.record) {
                     let len = dst.len().min(loan.rich.len as usize);
                     let _ = pools.output.memory().read_at(loan.rich.offset as usize, &mut dst[..len]);
                 }
@@ -599,13 +669,18 @@ impl Backend for ProcessBackend {
         }
         drop(pools);
         for loan in frame.loans {
-            tracker.release(loan.record);
+            self.unlend(&loan);
+            if let Some(record) = loan.record {
+                tracker.release(record);
+            }
         }
     }
 
     fn abandon(&mut self, frame: Frame) {
-        // The loans are released by the tracker with everything else of the failed incarnation.
-        drop(frame);
+        // Pool loans are released by the tracker with everything else of the failed incarnation.
+        for loan in &frame.loans {
+            self.unlend(loan);
+        }
     }
 
     fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError> {
@@ -685,6 +760,10 @@ impl Backend for ProcessBackend {
         }
     }
 
+    fn lent_in_place(&self) -> u64 {
+        self.lent_in_place_count
+    }
+
     fn stop(&mut self) {
         if let Some(live) = &self.live {
             if !live.death.is_dead() {
@@ -696,6 +775,7 @@ impl Backend for ProcessBackend {
         }
         self.live = None;
         self.in_flight.clear();
+        self.lent_in_place.clear();
         self.deferred_unpublished = 0;
         // Queued calls name functions by this incarnation's ids: they are dropped with it (DECISIONS.md).
         self.batch.clear();

@@ -48,6 +48,8 @@ pub(crate) struct Launch<'a> {
     pub region: BorrowedFd<'a>,
     pub pool_in: BorrowedFd<'a>,
     pub pool_out: BorrowedFd<'a>,
+    /// The host's arena (`ward_xpc::arena`), whose blocks calls may lend in place.
+    pub arena: Option<BorrowedFd<'a>>,
     /// A run-time library fault for the domain (policy `library_fault`).
     pub preload: Option<&'a crate::libfault::Preload>,
 }
@@ -71,6 +73,9 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
     cmd.arg("--as-mb").arg(launch.limits.address_space_mb.to_string());
     cmd.arg("--cpu-s").arg(launch.limits.cpu_s.to_string());
     cmd.arg("--nofile").arg(launch.limits.open_files.to_string());
+    if launch.arena.is_some() {
+        cmd.arg("--arena");
+    }
     for ext in launch.extensions {
         cmd.arg("--ext").arg(&ext.path);
         if let Some(init) = &ext.init {
@@ -89,26 +94,35 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
         cmd.env("LD_PRELOAD", &preload.library).env(crate::libfault::ENV_VAR, &preload.config);
     }
     cmd.stdin(Stdio::null());
-    let sources: [RawFd; 4] = [
+    // Descriptors 3, 4, 5, 6 and (with an arena) 7 in the domain, in this order.
+    let mut sources: [RawFd; 5] = [
         std::os::fd::AsFd::as_fd(&theirs).as_raw_fd(),
         launch.region.as_raw_fd(),
         launch.pool_in.as_raw_fd(),
         launch.pool_out.as_raw_fd(),
+        -1,
     ];
+    let count = match launch.arena {
+        Some(fd) => {
+            sources[4] = fd.as_raw_fd();
+            5
+        }
+        None => 4,
+    };
     // SAFETY: the closure runs in the forked child before exec and only calls async-signal-safe functions (fcntl,
     // dup2, prctl) on descriptors that are open in the parent and therefore in the child.
     unsafe {
         cmd.pre_exec(move || {
             // Move every source out of the way first so no dup2 clobbers a source not yet moved.
-            let mut moved = [0 as RawFd; 4];
-            for (i, src) in sources.iter().enumerate() {
+            let mut moved = [0 as RawFd; 5];
+            for (i, src) in sources[..count].iter().enumerate() {
                 let fd = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 16);
                 if fd < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 moved[i] = fd;
             }
-            for (i, fd) in moved.iter().enumerate() {
+            for (i, fd) in moved[..count].iter().enumerate() {
                 // dup2 clears close-on-exec on the new descriptor.
                 if libc::dup2(*fd, 3 + i as RawFd) < 0 {
                     return Err(std::io::Error::last_os_error());

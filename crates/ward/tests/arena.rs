@@ -1,0 +1,145 @@
+//! Buffers in the host's arena cross to a process domain in place: no copy, the extension works on the host's
+//! pages, and the pool guarantees still hold (inputs read-only, scratch inputs private, nothing past a buffer
+//! reachable, a failed call's inputs intact).
+//!
+//! The arena is process-wide; each test makes its own blocks in it, and enables it before loading the extension
+//! (a domain gets the arena when it starts).
+
+mod common;
+
+use common::*;
+use ward::{Arg, Event, FaultKind, Isolation, Policy, RetType, Supervisor, Value};
+use ward_xpc::arena::host;
+
+/// A block of the arena, freed on drop.
+struct Block {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Block {
+    fn new(len: usize, fill: impl Fn(usize) -> u8) -> Block {
+        host::enable(1 << 30).expect("the arena");
+        let ptr = host::alloc(len, 64).expect("an arena block");
+        let mut b = Block { ptr, len };
+        for (i, byte) in b.bytes().iter_mut().enumerate() {
+            *byte = fill(i);
+        }
+        b
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the block is `len` bytes this test allocated and owns until drop; `&mut self` makes the slice the
+        // only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        host::free(self.ptr);
+    }
+}
+
+const LEN: usize = 3 << 20;
+
+fn pattern(i: usize) -> u8 {
+    (i * 7 + i / 4096) as u8
+}
+
+fn well(policy: &str) -> (Supervisor, ward::Extension, std::sync::mpsc::Receiver<Event>) {
+    host::enable(1 << 30).expect("the arena");
+    let sup = Supervisor::new(Policy::from_toml_str(policy, "test").unwrap());
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+    (sup, ext, events)
+}
+
+#[test]
+fn inputs_outputs_and_in_out_buffers_are_lent_in_place() {
+    let (_s, ext, _e) = well("");
+    let mut input = Block::new(LEN, pattern);
+    let expected: i64 = input.bytes().iter().map(|&b| i64::from(b)).sum();
+    let before = ext.stats().lent_in_place;
+    let sum = ext.call("well_sum", &mut [Arg::In(input.bytes()), Arg::U64(LEN as u64)], RetType::I64).unwrap();
+    assert_eq!(sum, Value::I64(expected));
+
+    let mut output = Block::new(LEN, |_| 0);
+    let (i, o) = (input.bytes(), output.bytes());
+    ext.call("well_xor", &mut [Arg::In(i), Arg::InOut(o), Arg::U64(LEN as u64), Arg::I64(0x5a)], RetType::Void)
+        .unwrap();
+    assert!(output.bytes().iter().enumerate().all(|(i, &b)| b == pattern(i) ^ 0x5a));
+
+    ext.call("well_reverse", &mut [Arg::InOut(output.bytes()), Arg::U64(LEN as u64)], RetType::Void).unwrap();
+    assert!(output.bytes().iter().enumerate().all(|(i, &b)| b == pattern(LEN - 1 - i) ^ 0x5a));
+    assert_eq!(ext.stats().lent_in_place - before, 4, "every buffer crossed in place");
+
+    // Small buffers and buffers outside the arena are copied as before.
+    let small: Vec<u8> = (0..4096).map(pattern).collect();
+    let heap: Vec<u8> = (0..LEN).map(pattern).collect();
+    for data in [&small[..], &heap[..]] {
+        let want: i64 = data.iter().map(|&b| i64::from(b)).sum();
+        let got = ext.call("well_sum", &mut [Arg::In(data), Arg::U64(data.len() as u64)], RetType::I64).unwrap();
+        assert_eq!(got, Value::I64(want));
+    }
+    assert_eq!(ext.stats().lent_in_place - before, 4);
+}
+
+#[test]
+fn a_scratch_input_is_written_privately_and_the_host_keeps_its_bytes() {
+    let (_s, ext, _e) = well("");
+    let mut input = Block::new(LEN, pattern);
+    for _ in 0..3 {
+        // well_reverse writes its buffer: as scratch the extension gets a private copy of the pages it writes.
+        ext.call("well_reverse", &mut [Arg::Scratch(input.bytes()), Arg::U64(LEN as u64)], RetType::Void).unwrap();
+        assert!(input.bytes().iter().enumerate().all(|(i, &b)| b == pattern(i)), "the host's bytes changed");
+    }
+    let sum = ext.call("well_sum", &mut [Arg::In(input.bytes()), Arg::U64(LEN as u64)], RetType::I64).unwrap();
+    assert_eq!(sum, Value::I64(input.bytes().iter().map(|&b| i64::from(b)).sum()));
+    assert_eq!(ext.stats().faults, 0, "writing scratch is not a fault");
+}
+
+#[test]
+fn writing_an_input_lent_in_place_is_a_fault_and_leaves_it_intact() {
+    let (_s, ext, events) = well("[extension.well]\non_fault = \"fail\"\n");
+    let mut input = Block::new(LEN, pattern);
+    let r = ext.call("well_reverse", &mut [Arg::In(input.bytes()), Arg::U64(LEN as u64)], RetType::Void);
+    assert!(r.is_err(), "a write into a read-only input fails the call");
+    let kind = fault_kinds(&events).into_iter().next().expect("a fault event");
+    assert!(matches!(kind, FaultKind::Signal { signo: libc::SIGSEGV, .. }), "{kind:?}");
+    assert!(input.bytes().iter().enumerate().all(|(i, &b)| b == pattern(i)), "the host's bytes changed");
+}
+
+#[test]
+fn writing_past_an_output_lent_in_place_faults_or_stays_private() {
+    let (_s, ext, events) = well("[extension.well]\non_fault = \"fail\"\n");
+    // Two neighbouring blocks; the first is the output, the second must never change.
+    let mut input = Block::new(LEN + (1 << 20), pattern);
+    // The output is the block's first LEN bytes; the rest of the block (padding, as a video host's frames have)
+    // shares the output's last page.
+    let mut output = Block::new(LEN + 100, |_| 0);
+    let mut neighbour = Block::new(LEN, |_| 0x33);
+    // Copy 64 bytes more than the output holds: they land in a private copy of its last page, not in the host.
+    let len = LEN as u64;
+    let o = &mut output.bytes()[..LEN];
+    ext.call("well_copy", &mut [Arg::In(input.bytes()), Arg::InOut(o), Arg::U64(len + 64)], RetType::Void).unwrap();
+    assert!(output.bytes()[..LEN].iter().enumerate().all(|(i, &b)| b == pattern(i)));
+    assert!(output.bytes()[LEN..].iter().all(|&b| b == 0), "bytes past the output changed");
+    // A whole megabyte more runs into the guard page after the lent pages.
+    let o = &mut output.bytes()[..LEN];
+    let r =
+        ext.call("well_copy", &mut [Arg::In(input.bytes()), Arg::InOut(o), Arg::U64(len + (1 << 20))], RetType::Void);
+    assert!(r.is_err(), "an overrun past the page is a fault");
+    assert!(fault_kinds(&events).iter().any(|k| matches!(k, FaultKind::Signal { signo: libc::SIGSEGV, .. })));
+    assert!(neighbour.bytes().iter().all(|&b| b == 0x33), "the neighbouring block changed");
+}
+
+fn fault_kinds(events: &std::sync::mpsc::Receiver<Event>) -> Vec<FaultKind> {
+    events
+        .try_iter()
+        .filter_map(|e| match e {
+            Event::Fault { fault } => Some(fault.kind),
+            _ => None,
+        })
+        .collect()
+}
