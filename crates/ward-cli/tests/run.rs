@@ -155,9 +155,14 @@ fn sox_gets_its_audio_through_when_the_plugin_is_disabled() {
 
 /// ffmpeg reading a generated test pattern and writing raw frames through a frei0r filter.
 fn ffmpeg_args(filter: &str, out: &Path) -> Vec<String> {
+    ffmpeg_pattern_args("testsrc=size=160x120:rate=25:duration=1", filter, out)
+}
+
+/// ffmpeg reading the lavfi test pattern `source` and writing raw RGBA frames through `filter` to `out`.
+fn ffmpeg_pattern_args(source: &str, filter: &str, out: &Path) -> Vec<String> {
     let mut args: Vec<String> =
         ["-hide_banner", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i"].map(String::from).to_vec();
-    args.push("testsrc=size=160x120:rate=25:duration=1".into());
+    args.push(source.into());
     args.extend(["-vf".into(), filter.into(), "-f".into(), "rawvideo".into(), "-pix_fmt".into(), "rgba".into()]);
     args.extend(["-y".into(), out.display().to_string()]);
     args
@@ -299,12 +304,7 @@ fn a_host_opening_a_library_by_bare_name_finds_it_along_its_own_runpath_and_rpat
 
 /// ffmpeg at 640x480 (1.2 MB frames: heap blocks of the shim's arena) through a frei0r filter.
 fn ffmpeg_large_frames(filter: &str, out: &Path) -> Vec<String> {
-    let mut args: Vec<String> =
-        ["-hide_banner", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i"].map(String::from).to_vec();
-    args.push("testsrc=size=640x480:rate=25:duration=0.4".into());
-    args.extend(["-vf".into(), filter.into(), "-f".into(), "rawvideo".into(), "-pix_fmt".into(), "rgba".into()]);
-    args.extend(["-y".into(), out.display().to_string()]);
-    args
+    ffmpeg_pattern_args("testsrc=size=640x480:rate=25:duration=0.4", filter, out)
 }
 
 #[test]

@@ -184,11 +184,8 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 /// The glibc `memalign` contract.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    if !align.is_power_of_two() {
-        set_errno(libc::EINVAL);
-        return std::ptr::null_mut();
-    }
-    aligned(align, size)
+    // SAFETY: the same contract as aligned_alloc (glibc accepts any size for both).
+    unsafe { aligned_alloc(align, size) }
 }
 
 /// # Safety
