@@ -386,15 +386,14 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_get_param(struct instance *inst, uint64_
  * the frame: a guard page right after it (a pool buffer), or a private copy of the rest of its last page and then a
  * guard page (a host frame lent in place from its arena); either way a write past the end never reaches anything of
  * the host's. What is left to check here is the alignment plugins' vector code needs. */
-static int fits_guard(const struct instance *inst, const unsigned char *buf) {
-    (void)inst;
+static int fits_guard(const unsigned char *buf) {
     return ((uintptr_t)buf & (FRAME_ALIGN - 1)) == 0;
 }
 
 /* Input frame `k` as the plugin gets it: a private, writable copy ending at a guard page (the caller's own first
  * frame when the host said it is one); NULL when out of memory. */
 static const uint32_t *input_frame(struct instance *inst, int k, const unsigned char *frame) {
-    if (k == 0 && inst->private_input && fits_guard(inst, frame))
+    if (k == 0 && inst->private_input && fits_guard(frame))
         return (const uint32_t *)(const void *)frame;
     uint32_t *copy = guarded_get(&inst->in[k], inst->frame_bytes, FRAME_ALIGN);
     if (copy != NULL)
@@ -409,7 +408,7 @@ static const uint32_t *input_frame(struct instance *inst, int k, const unsigned 
  * time, say) or leave pixels unwritten, and they must see exactly what they would natively. NULL when out of
  * memory. */
 static uint32_t *output_frame(struct instance *inst, unsigned char *out) {
-    if (inst->direct_output && fits_guard(inst, out))
+    if (inst->direct_output && fits_guard(out))
         return (uint32_t *)(void *)out;
     uint32_t *frame = guarded_get(&inst->out, inst->frame_bytes, FRAME_ALIGN);
     if (frame != NULL)

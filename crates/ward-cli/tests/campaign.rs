@@ -50,6 +50,20 @@ const OUTCOMES: [&str; 6] =
     ["host_crashed", "host_hung", "recovered", "recovered_wrong_output", "wrong_output_undetected", "no_effect"];
 
 /// The workload's output on the unmutated well.so, worked out here from well.c's definitions.
+/// Nothing recovers natively, and no host failure escapes process isolation.
+fn check_outcome_for_isolation(l: &Value, outcome: &str) {
+    match l["isolation"].as_str() {
+        Some("native") => assert!(!outcome.starts_with("recovered"), "nothing detects faults natively: {l}"),
+        Some("process") => {
+            assert!(
+                outcome != "host_crashed" && outcome != "host_hung",
+                "a host failure escaped process isolation: {l}"
+            )
+        }
+        _ => panic!("unexpected isolation: {l}"),
+    }
+}
+
 fn expected_reference() -> Vec<(String, String)> {
     let sum: u32 = (0..200u32).map(|i| i * 7 % 251).sum();
     let xored: String = b"WardKeepsTheHostAlive".iter().map(|b| format!("{:02x}", b ^ 0x20)).collect();
@@ -106,14 +120,7 @@ fn no_host_crash_escapes_under_process_isolation() {
             assert!(f["function"].is_string() && f["offset"].is_u64(), "{f}");
             assert!(f["before"].is_string() && f["after"].is_string(), "{f}");
         }
-        match l["isolation"].as_str() {
-            Some("native") => assert!(!outcome.starts_with("recovered"), "nothing detects faults natively: {l}"),
-            Some("process") => assert!(
-                outcome != "host_crashed" && outcome != "host_hung",
-                "a host failure escaped process isolation: {l}"
-            ),
-            _ => panic!("unexpected isolation: {l}"),
-        }
+        check_outcome_for_isolation(l, outcome);
     }
     let native_crashes = lines.iter().filter(|l| l["isolation"] == "native" && l["outcome"] == "host_crashed").count();
     assert!(native_crashes > 0, "the campaign should crash some native hosts");
@@ -408,14 +415,7 @@ fn library_fault_trials_keep_every_host_alive_under_process_isolation() {
         assert_eq!(faults.entry(trial).or_insert(fault.to_string()), fault, "both runs of a trial get its fault");
         let outcome = l["outcome"].as_str().unwrap_or_else(|| panic!("no outcome: {l}"));
         assert!(OUTCOMES.contains(&outcome), "{l}");
-        match l["isolation"].as_str() {
-            Some("native") => assert!(!outcome.starts_with("recovered"), "nothing detects faults natively: {l}"),
-            Some("process") => assert!(
-                outcome != "host_crashed" && outcome != "host_hung",
-                "a host failure escaped process isolation: {l}"
-            ),
-            _ => panic!("unexpected isolation: {l}"),
-        }
+        check_outcome_for_isolation(l, outcome);
     }
     assert_eq!(faults.len(), 6);
     // Seed 4 draws the first allocation for one alloc trial: the plugin's descriptors are not made, natively or in

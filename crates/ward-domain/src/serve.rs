@@ -141,6 +141,9 @@ fn run_batch(record: &[u8]) -> Result<(), String> {
                     }
                 }
             }
+            if n > 0 {
+                seal_idle(s);
+            }
             n
         });
         if n == 0 {
@@ -171,7 +174,10 @@ fn take(s: &mut Server, record: &mut [u8; MAX_RECORD]) -> Result<Next, String> {
     let (id, deferred) = (call.id(), call.deferred());
     let mut lents = Lents::new();
     Ok(match prepare(s, call.func(), call.args(), record, Some(&mut lents)) {
-        Ok((callee, regs)) => Next::Call { id, deferred, callee, regs, lents },
+        Ok((callee, regs)) => {
+            seal_idle(s);
+            Next::Call { id, deferred, callee, regs, lents }
+        }
         Err(status) => {
             end_lents(s, lents);
             Next::Refused { id, deferred, status }
@@ -246,28 +252,17 @@ fn prepare(
     let callee = s.setup.library.function(func).ok_or(Status::UnknownFunction)?;
     let mut packer = ArgPacker::new();
     for arg in args {
-        if arg.pool == POOL_ARENA
-            && matches!(
-                arg.kind,
-                ArgKind::BufIn | ArgKind::Str | ArgKind::BufScratch | ArgKind::BufOut | ArgKind::BufInOut
-            )
-        {
-            let access = match arg.kind {
-                ArgKind::BufIn | ArgKind::Str => Access::Read,
-                ArgKind::BufScratch => Access::Scratch,
-                _ => Access::ReadWrite,
-            };
-            let (Some(arena), Some(lents)) = (s.setup.arena.as_mut(), lents.as_deref_mut()) else {
-                return Err(Status::BadArgs);
-            };
-            let lent = arena.lend(arg.a, arg.b, access).map_err(|_| Status::BadArgs)?;
-            let p = lent.ptr;
-            lents.push(lent);
-            packer.push_int(p as u64).map_err(|_| Status::BadArgs)?;
-            continue;
-        }
         let rich = RichPtr { pool: arg.pool, offset: arg.a, len: arg.b };
         let pushed = match arg.kind {
+            ArgKind::BufIn | ArgKind::Str if arg.pool == POOL_ARENA => {
+                packer.push_int(lend_arena(s, lents.as_deref_mut(), &arg, Access::Read)? as u64)
+            }
+            ArgKind::BufScratch if arg.pool == POOL_ARENA => {
+                packer.push_int(lend_arena(s, lents.as_deref_mut(), &arg, Access::Scratch)? as u64)
+            }
+            ArgKind::BufOut | ArgKind::BufInOut if arg.pool == POOL_ARENA => {
+                packer.push_int(lend_arena(s, lents.as_deref_mut(), &arg, Access::ReadWrite)? as u64)
+            }
             ArgKind::Int => packer.push_int(arg.a),
             ArgKind::F64 => packer.push_f64(f64::from_bits(arg.a)),
             ArgKind::F32 => packer.push_f32(f32::from_bits(arg.a as u32)),
@@ -294,12 +289,26 @@ fn prepare(
         };
         pushed.map_err(|_| Status::BadArgs)?;
     }
-    // Whatever this call was not lent of the host's arena is out of the extension's reach while it runs.
+    let regs = if callee.poisoned { packer.finish_poisoned() } else { packer.finish() };
+    Ok((callee, regs))
+}
+
+/// Lend an arena range to the call being prepared; refused without an arena, or where `lents` is None.
+fn lend_arena(s: &mut Server, lents: Option<&mut Lents>, arg: &WireArg, access: Access) -> Result<*mut u8, Status> {
+    let (Some(arena), Some(lents)) = (s.setup.arena.as_mut(), lents) else {
+        return Err(Status::BadArgs);
+    };
+    let lent = arena.lend(arg.a, arg.b, access).map_err(|_| Status::BadArgs)?;
+    let ptr = lent.ptr;
+    lents.push(lent);
+    Ok(ptr)
+}
+
+/// Before prepared calls run: whatever they were not lent of the host's arena is out of the extension's reach.
+fn seal_idle(s: &mut Server) {
     if let Some(arena) = s.setup.arena.as_mut() {
         arena.seal_idle();
     }
-    let regs = if callee.poisoned { packer.finish_poisoned() } else { packer.finish() };
-    Ok((callee, regs))
 }
 
 /// Where every callback stub lands: forward to the host, serve nested calls until the answer comes.

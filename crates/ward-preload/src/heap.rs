@@ -52,7 +52,8 @@ fn set_errno(code: i32) {
 }
 
 fn page() -> usize {
-    4096
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
 }
 
 /// # Safety

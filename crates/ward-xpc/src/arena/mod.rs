@@ -21,6 +21,13 @@ pub mod view;
 /// The pool id of rich pointers into the arena: `(POOL_ARENA, offset into the arena file, length)`.
 pub const POOL_ARENA: u32 = 2;
 
+/// The page-aligned range `[first, end)` of the arena file that `[offset, offset + len)` lies in (saturating: a
+/// range past the end of the address space is refused by whoever maps it).
+pub fn pages_of(offset: u64, len: u64) -> (u64, u64) {
+    let page = crate::shm::page_size() as u64;
+    (offset / page * page, offset.saturating_add(len).div_ceil(page) * page)
+}
+
 /// Errors of the arena.
 #[derive(Debug, thiserror::Error)]
 pub enum ArenaError {

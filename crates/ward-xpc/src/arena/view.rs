@@ -175,9 +175,7 @@ impl ArenaView {
             Some(end) if len > 0 && end <= self.size => end,
             _ => return Err(out_of_bounds),
         };
-        let page = self.page as u64;
-        let first = offset / page * page;
-        let last = end.div_ceil(page) * page;
+        let (first, last) = super::pages_of(offset, len);
         let (first, last) = (first as usize, last as usize);
         let prot = match access {
             Access::Read | Access::Scratch => libc::PROT_READ,

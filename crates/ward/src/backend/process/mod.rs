@@ -117,9 +117,9 @@ pub(crate) struct ProcessBackend {
     arena: Option<BorrowedFd<'static>>,
     /// Arena pages lent to calls in flight, as `[first, end)` offsets: one range is never lent twice at once (the
     /// domain would take it back when the inner call ends).
-    lent_in_place: Vec<(u64, u64)>,
+    in_place_pages: Vec<(u64, u64)>,
     /// Buffers lent in place so far.
-    lent_in_place_count: u64,
+    lent_in_place: u64,
 }
 
 impl ProcessBackend {
@@ -145,8 +145,8 @@ impl ProcessBackend {
             batch: BatchWriter::new(),
             record: vec![0u8; MAX_RECORD].into_boxed_slice(),
             arena: arena::host::shared_fd(),
-            lent_in_place: Vec::new(),
-            lent_in_place_count: 0,
+            in_place_pages: Vec::new(),
+            lent_in_place: 0,
         };
         b.restart(tracker)?;
         Ok(b)
@@ -330,13 +330,12 @@ impl ProcessBackend {
         }
         let offset = arena::host::locate(bytes.as_ptr(), bytes.len())?;
         let len = bytes.len() as u64;
-        let page = 4096u64;
-        let pages = (offset / page * page, (offset + len).div_ceil(page) * page);
-        if self.lent_in_place.iter().any(|&(a, b)| a < pages.1 && pages.0 < b) {
+        let pages = arena::pages_of(offset, len);
+        if self.in_place_pages.iter().any(|&(a, b)| a < pages.1 && pages.0 < b) {
             return None;
         }
-        self.lent_in_place.push(pages);
-        self.lent_in_place_count += 1;
+        self.in_place_pages.push(pages);
+        self.lent_in_place += 1;
         let rich = ward_xpc::RichPtr { pool: POOL_ARENA, offset, len };
         let wire = WireArg { kind, pool: POOL_ARENA, a: offset, b: len };
         Some((wire, Loan { record: None, pool: POOL_ARENA, rich, output }))
@@ -345,10 +344,9 @@ impl ProcessBackend {
     /// A loan ended (its call returned or was abandoned): its arena pages may be lent again.
     fn unlend(&mut self, loan: &Loan) {
         if loan.pool == POOL_ARENA {
-            let page = 4096u64;
-            let first = loan.rich.offset / page * page;
-            if let Some(i) = self.lent_in_place.iter().position(|&(a, _)| a == first) {
-                self.lent_in_place.swap_remove(i);
+            let pages = arena::pages_of(loan.rich.offset, loan.rich.len);
+            if let Some(i) = self.in_place_pages.iter().position(|&p| p == pages) {
+                self.in_place_pages.swap_remove(i);
             }
         }
     }
@@ -660,8 +658,9 @@ impl Backend for ProcessBackend {
         let pools = lock(&self.pools);
         for loan in &frame.loans {
             if loan.output {
+                let dst = outputs.next();
                 // An output lent in place already holds what the domain wrote.
-                if let (Some(dst), Some(_)) = (outputs.next(), loan.record) {
+                if let (Some(dst), false) = (dst, loan.pool == POOL_ARENA) {
                     let len = dst.len().min(loan.rich.len as usize);
                     let _ = pools.output.memory().read_at(loan.rich.offset as usize, &mut dst[..len]);
                 }
@@ -761,7 +760,7 @@ impl Backend for ProcessBackend {
     }
 
     fn lent_in_place(&self) -> u64 {
-        self.lent_in_place_count
+        self.lent_in_place
     }
 
     fn stop(&mut self) {
@@ -775,7 +774,7 @@ impl Backend for ProcessBackend {
         }
         self.live = None;
         self.in_flight.clear();
-        self.lent_in_place.clear();
+        self.in_place_pages.clear();
         self.deferred_unpublished = 0;
         // Queued calls name functions by this incarnation's ids: they are dropped with it (DECISIONS.md).
         self.batch.clear();
