@@ -94,6 +94,13 @@ FAULTY_EXPORT void faulty_wild_write(int64_t *addr) {
     *(volatile int64_t *)addr = WILD_WRITE_VALUE;
 }
 
+/* The address a buffer has in this process: lent buffers live at addresses of
+ * ward's choosing, and a test hands this one back to faulty_wild_write after
+ * the call, as an extension keeping a pointer past its call would use it. */
+FAULTY_EXPORT int64_t faulty_address_of(const void *buf) {
+    return (int64_t)(uintptr_t)buf;
+}
+
 FAULTY_EXPORT void faulty_abort(void) {
     abort();
 }

@@ -71,6 +71,11 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
         // One borrow of the serving state per record: take it off the ring and, for a call, prepare it.
         match with_server(|s| take(s, &mut record))? {
             Next::Empty => {
+                if until.is_none() {
+                    // No call in progress and nothing to do: the arena's protection changes for the next call
+                    // happen now, while the host works, rather than after its request arrives.
+                    with_server(settle_arena);
+                }
                 with_server(|s| s.requests.wait(s.spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
             }
             Next::Call { id, deferred, callee, regs, lents } => {
@@ -302,6 +307,14 @@ fn lend_arena(s: &mut Server, lents: Option<&mut Lents>, arg: &WireArg, access: 
     let ptr = lent.ptr;
     lents.push(lent);
     Ok(ptr)
+}
+
+/// Between calls: see `ArenaView::settle`; a request arriving stops it.
+fn settle_arena(s: &mut Server) {
+    if let Some(arena) = s.setup.arena.as_mut() {
+        let requests = &mut s.requests;
+        arena.settle(|| !requests.is_empty().unwrap_or(true));
+    }
 }
 
 /// Before prepared calls run: whatever they were not lent of the host's arena is out of the extension's reach.

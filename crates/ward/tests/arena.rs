@@ -134,6 +134,33 @@ fn writing_past_an_output_lent_in_place_faults_or_stays_private() {
     assert!(neighbour.bytes().iter().all(|&b| b == 0x33), "the neighbouring block changed");
 }
 
+#[test]
+fn a_range_opened_ahead_for_an_alternating_host_is_closed_to_a_call_that_does_not_lend_it() {
+    host::enable(1 << 30).expect("the arena");
+    let sup = Supervisor::new(Policy::from_toml_str("[extension.faulty]\non_fault = \"fail\"\n", "test").unwrap());
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin("faulty"), Some(Isolation::Process)).unwrap();
+    let mut frames = [Block::new(LEN, |_| 0x44), Block::new(LEN, |_| 0x55)];
+    // Lent writable as A, B, A: between calls the domain opens B ahead of the next call, as a host alternating
+    // between two frames would lend it next.
+    let mut address = [0u64; 2];
+    for which in [0, 1, 0] {
+        let lent = Arg::InOut(frames[which].bytes());
+        match ext.call("faulty_address_of", &mut [lent], RetType::I64).unwrap() {
+            Value::I64(a) => address[which] = a as u64,
+            other => panic!("faulty_address_of returned {other:?}"),
+        }
+    }
+    assert_ne!(address[0], address[1]);
+    // A call that lends nothing writes where B was lent (a pointer kept past its call): it must fault, whether or
+    // not the domain had opened B ahead when the call arrived.
+    let r = ext.call("faulty_wild_write", &mut [Arg::U64(address[1])], RetType::Void);
+    assert!(r.is_err(), "a write into a range the call was not lent must fail the call");
+    assert!(fault_kinds(&events).iter().any(|k| matches!(k, FaultKind::Signal { signo: libc::SIGSEGV, .. })));
+    assert!(frames[1].bytes().iter().all(|&b| b == 0x55), "the host's frame changed");
+    assert!(frames[0].bytes().iter().all(|&b| b == 0x44), "the host's frame changed");
+}
+
 fn fault_kinds(events: &std::sync::mpsc::Receiver<Event>) -> Vec<FaultKind> {
     events
         .try_iter()

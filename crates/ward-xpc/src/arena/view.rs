@@ -3,11 +3,11 @@
 //! A window maps the pages of one lent range (`MAP_SHARED`) and is followed by a reserved page that is never
 //! accessible, so running off the end of a lent buffer faults. Windows are kept between calls (a host lends the same
 //! frames again and again, and mapping 8 MB afresh costs thousands of page faults). When a call begins, exactly the
-//! ranges lent to the calls in progress are accessible ([`ArenaView::seal_idle`] closes the others): a range stays
-//! open after its call until a call that does not lend it begins, since only calls run the extension's code, and a
-//! host lending the same frame the same way again then costs no protection change (which walks the page table of
-//! every lent page: over a millisecond per 8 MB frame on a virtual machine). The cache is bounded; the least
-//! recently used idle windows are unmapped when it is full.
+//! ranges lent to the calls in progress are accessible ([`ArenaView::seal_idle`] closes the others). Protection
+//! changes walk the page table of every page (over half a millisecond per 8 MB frame on a virtual machine), so they
+//! are kept off the host's critical path where possible: a range lent again the same way needs none, and between
+//! calls [`ArenaView::settle`] opens what the next call is predicted to lend and closes the rest while the host is
+//! busy with other work. The cache is bounded; the least recently used idle windows are unmapped when it is full.
 //!
 //! A scratch input (the extension may write it, the host's bytes must not change) is lent read-only and registered
 //! with [`on_write_fault`], which the domain's `SIGSEGV` handler calls: the first write replaces the lent pages by a
@@ -146,6 +146,11 @@ pub struct ArenaView {
     /// Bytes of idle windows kept mapped at most.
     cache: usize,
     clock: u64,
+    /// What was open when each of the last three calls began (file offset of the open pages, and how they were
+    /// open; sorted), oldest first: the history [`ArenaView::settle`] predicts the next call's ranges from.
+    recent: [Option<Vec<(usize, Open)>>; 3],
+    /// `settle` has run since the last call began.
+    settled: bool,
 }
 
 impl ArenaView {
@@ -165,6 +170,8 @@ impl ArenaView {
             mapped: 0,
             cache,
             clock: 0,
+            recent: [None, None, None],
+            settled: false,
         })
     }
 
@@ -365,6 +372,64 @@ impl ArenaView {
                 }
             }
         }
+        let mut lent: Vec<(usize, Open)> =
+            self.windows.iter().filter_map(|w| w.open.map(|o| (w.file_offset + (o.addr - w.addr), o))).collect();
+        lent.sort_by_key(|&(offset, o)| (offset, o.addr));
+        self.recent.rotate_left(1);
+        self.recent[2] = Some(lent);
+        self.settled = false;
+    }
+
+    /// Between calls, with none in progress: open what the next call is predicted to lend, as it will be lent, and
+    /// close everything else, so that the protection changes happen while the host works instead of after its next
+    /// request. A host that alternates between buffers (ffmpeg between its two output frames) lends every call what
+    /// the call before last did; when the last three calls show that pattern (or lent the same thrice) the ranges of
+    /// the call before last are opened, otherwise everything is closed. The next call's [`ArenaView::lend`] and
+    /// [`ArenaView::seal_idle`] correct a wrong guess, so what a call can reach is the same either way. `interrupt`
+    /// is asked before each change: when it says a request is waiting, the rest is left to that call.
+    pub fn settle(&mut self, mut interrupt: impl FnMut() -> bool) {
+        if self.settled || self.windows.iter().any(|w| w.busy > 0) {
+            return;
+        }
+        let predicted = match &self.recent {
+            [Some(before_last), Some(previous), Some(last)] if before_last == last => previous.clone(),
+            _ => Vec::new(),
+        };
+        // A window unmapped since (the cache trimmed) is not opened again, and its address, should the kernel reuse it
+        // for another window, matches no prediction: the file offset must match too.
+        let wanted_in = |w: &Window| {
+            predicted
+                .iter()
+                .find(|(offset, o)| {
+                    o.addr >= w.addr && o.addr + o.len <= w.addr + w.len && w.file_offset + (o.addr - w.addr) == *offset
+                })
+                .map(|&(_, o)| o)
+        };
+        // Close first, then open: nothing is reachable beyond what the prediction names at any moment.
+        for opening in [false, true] {
+            for i in 0..self.windows.len() {
+                let wanted = wanted_in(&self.windows[i]);
+                let w = &mut self.windows[i];
+                if w.open == wanted || (wanted.is_some() != opening) {
+                    continue;
+                }
+                if interrupt() {
+                    return;
+                }
+                if let Some(old) = w.open.take() {
+                    if protect(old.addr, old.len, libc::PROT_NONE).is_err() {
+                        w.open = Some(old);
+                        continue;
+                    }
+                }
+                if let Some(new) = wanted {
+                    if protect(new.addr, new.len, new.prot).is_ok() {
+                        w.open = Some(new);
+                    }
+                }
+            }
+        }
+        self.settled = true;
     }
 
     /// Map a new window of `len` bytes at file offset `file_offset`, followed by an inaccessible reserved page.
@@ -559,6 +624,62 @@ mod tests {
         view.end(again);
         view.seal_idle();
         assert_eq!(perms_at(addr), "---s", "closed once a call that does not lend it begins");
+    }
+
+    /// One call as the domain serves it: lend, seal the rest, run (nothing here), end.
+    fn one_call(view: &mut ArenaView, offset: u64, access: Access) -> usize {
+        let lent = view.lend(offset, 3 * 4096, access).unwrap();
+        view.seal_idle();
+        let addr = lent.ptr as usize;
+        view.end(lent);
+        addr
+    }
+
+    #[test]
+    fn between_calls_an_alternating_hosts_next_range_is_opened_and_the_rest_closed() {
+        let host = SharedMemory::create("view-settle", 1 << 20).unwrap();
+        let mut view = view_of(&host, 1 << 20);
+        let (a, b) = (0u64, 64 << 10);
+        let at_a = one_call(&mut view, a, Access::ReadWrite);
+        view.settle(|| false);
+        assert_eq!(perms_at(at_a), "---s", "no pattern yet: everything is closed between calls");
+        let at_b = one_call(&mut view, b, Access::ReadWrite);
+        view.settle(|| false);
+        assert_eq!((perms_at(at_a), perms_at(at_b)), ("---s".into(), "---s".into()));
+        one_call(&mut view, a, Access::ReadWrite);
+        view.settle(|| false);
+        assert_eq!(perms_at(at_b), "rw-s", "A, B, A: B is opened for the next call, as it was lent");
+        assert_eq!(perms_at(at_a), "---s", "and the last call's range is closed");
+        // The call that comes as predicted finds its range open; the one that does not is served all the same.
+        let lent = view.lend(b, 3 * 4096, Access::ReadWrite).unwrap();
+        view.seal_idle();
+        assert_eq!((perms_at(at_a), perms_at(at_b)), ("---s".into(), "rw-s".into()));
+        view.end(lent);
+        view.settle(|| false);
+        assert_eq!((perms_at(at_a), perms_at(at_b)), ("rw-s".into(), "---s".into()));
+        let lent = view.lend(b, 3 * 4096, Access::Read).unwrap();
+        view.seal_idle();
+        assert_eq!(perms_at(at_a), "---s", "a wrong guess is closed when the call begins");
+        assert_eq!(perms_at(at_b), "r--s", "and the range is open as this call lends it");
+        view.end(lent);
+        view.settle(|| false);
+        assert_eq!((perms_at(at_a), perms_at(at_b)), ("---s".into(), "---s".into()), "B, A, B read: no pattern");
+    }
+
+    #[test]
+    fn settling_stops_when_a_request_is_waiting_and_never_runs_during_a_call() {
+        let host = SharedMemory::create("view-settle-stop", 1 << 20).unwrap();
+        let mut view = view_of(&host, 1 << 20);
+        let at = one_call(&mut view, 0, Access::Read);
+        view.settle(|| true);
+        assert_eq!(perms_at(at), "r--s", "interrupted before its first change");
+        let lent = view.lend(0, 3 * 4096, Access::Read).unwrap();
+        view.seal_idle();
+        view.settle(|| false);
+        assert_eq!(perms_at(at), "r--s", "a range lent to a call in progress is left alone");
+        view.end(lent);
+        view.settle(|| false);
+        assert_eq!(perms_at(at), "---s");
     }
 
     #[test]
