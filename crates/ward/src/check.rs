@@ -78,10 +78,7 @@ pub fn check(path: &Path) -> Result<CheckReport, Error> {
 
 /// Checks an extension whose file has been read already; `path` names it in the report.
 pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<CheckReport, Error> {
-    let image = Image::parse(bytes).map_err(|unreadable| match unreadable {
-        mpk::elf::Unreadable::NoElfHeader => Error::NotElf { path: path.into(), reason: unreadable.to_string() },
-        other => Error::Unusable { path: path.into(), reason: other.to_string() },
-    })?;
+    let image = Image::parse(bytes).map_err(|unreadable| unreadable_error(path, unreadable))?;
 
     let mut loadability = Vec::new();
     if image.is_pie {
@@ -105,6 +102,14 @@ pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<CheckReport, Error> {
         ],
         imports: assessment.imports,
     })
+}
+
+/// The error for a file that is not an x86-64 ELF shared object: not ELF at all, or ELF that cannot be used.
+pub(crate) fn unreadable_error(path: &Path, unreadable: mpk::elf::Unreadable) -> Error {
+    match unreadable {
+        mpk::elf::Unreadable::NoElfHeader => Error::NotElf { path: path.into(), reason: unreadable.to_string() },
+        other => Error::Unusable { path: path.into(), reason: other.to_string() },
+    }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, Error> {

@@ -116,6 +116,7 @@ impl Supervisor {
                 let reason = match e {
                     Error::NotFound { .. } => "no such file".to_string(),
                     Error::NotElf { reason, .. } => format!("not an ELF shared object ({reason})"),
+                    Error::Unusable { reason, .. } => reason,
                     other => other.to_string(),
                 };
                 Error::RestartImage { extension: name.clone(), path: from.clone(), reason }
@@ -274,31 +275,24 @@ pub fn extension_name(path: &Path) -> String {
     stem.strip_prefix("lib").map(str::to_string).unwrap_or(stem)
 }
 
-/// Refuse what is not a 64-bit x86-64 ELF shared object, with one clear message.
+/// Refuse what is not a 64-bit x86-64 ELF shared object, with one clear message (the same as `ward check` gives).
 fn check_elf(path: &Path) -> Result<(), Error> {
+    let not_elf = |reason: String| Error::NotElf { path: PathBuf::from(path), reason };
+    if path.is_dir() {
+        return Err(not_elf("a directory".into()));
+    }
     let mut f = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::NotFound { path: path.into() }),
         Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
     };
-    let mut h = [0u8; 20];
-    let n = f.read(&mut h).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    let not = |reason: &str| Err(Error::NotElf { path: PathBuf::from(path), reason: reason.into() });
-    if n < 20 || &h[..4] != b"\x7fELF" {
-        return not("no ELF header");
-    }
-    if h[4] != 2 {
-        return not("32-bit ELF; ward runs 64-bit extensions");
-    }
-    let e_type = u16::from_le_bytes([h[16], h[17]]);
-    let e_machine = u16::from_le_bytes([h[18], h[19]]);
-    if e_type != 3 {
-        return not("an executable or object file, not a shared object");
-    }
-    if e_machine != 62 {
-        return not("built for another processor than x86-64");
-    }
-    Ok(())
+    let mut header = Vec::with_capacity(crate::backend::mpk::elf::IDENT_AND_TYPE_LEN);
+    (&mut f)
+        .take(crate::backend::mpk::elf::IDENT_AND_TYPE_LEN as u64)
+        .read_to_end(&mut header)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    crate::backend::mpk::elf::check_ident(&header)
+        .map_err(|unreadable| crate::check::unreadable_error(path, unreadable))
 }
 
 /// A class adapter to load in place of a plugin: a small library of the class (LADSPA, frei0r, ...) that opens the
@@ -443,5 +437,16 @@ mod tests {
         let r = check_elf(&exe);
         // Test binaries are position-independent executables (ET_DYN too) on Debian; only check it parses.
         assert!(r.is_ok() || matches!(r, Err(Error::NotElf { .. })));
+        // The same reasons as `ward check` gives: an ELF file for another processor names it.
+        let mut aarch64 = vec![0u8; 64];
+        aarch64[..4].copy_from_slice(b"\x7fELF");
+        (aarch64[4], aarch64[5], aarch64[16], aarch64[18]) = (2, 1, 3, 183);
+        let path = std::env::temp_dir().join(format!("ward-supervisor-aarch64-{}.so", std::process::id()));
+        std::fs::write(&path, &aarch64).unwrap();
+        let r = check_elf(&path);
+        std::fs::remove_file(&path).unwrap();
+        let e = r.expect_err("an AArch64 object is refused");
+        assert!(matches!(e, Error::Unusable { .. }) && e.to_string().contains("AArch64"), "{e}");
+        assert!(matches!(check_elf(&std::env::temp_dir()), Err(Error::NotElf { .. })), "a directory");
     }
 }

@@ -22,7 +22,7 @@ const EI_DATA: usize = 5;
 const E_TYPE: Range<usize> = 16..18;
 const E_MACHINE: Range<usize> = 18..20;
 /// The header is 64 bytes in ELF64; reading `e_machine` needs only the first 20.
-const IDENT_AND_TYPE_LEN: usize = 20;
+pub(crate) const IDENT_AND_TYPE_LEN: usize = 20;
 
 /// Why a file is not something the checker can read as an x86-64 shared object. Each names what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,7 +253,7 @@ impl<'data> Image<'data> {
 }
 
 /// Checks the identification bytes before the parser sees the file, so each common mistake gets its own message.
-fn check_ident(bytes: &[u8]) -> Result<(), Unreadable> {
+pub(crate) fn check_ident(bytes: &[u8]) -> Result<(), Unreadable> {
     if bytes.len() < IDENT_AND_TYPE_LEN || bytes[..4] != elf::ELFMAG {
         return Err(Unreadable::NoElfHeader);
     }
