@@ -33,6 +33,9 @@ pub struct Options {
     pub deadline: Duration,
     pub host_timeout: Duration,
     pub fault_model: FaultModel,
+    /// Under ward, call the extension with poison in every register and stack slot it is not given (policy
+    /// `poison`; class adapters poison their plugin calls whatever this says).
+    pub poison: bool,
     /// The campaign directory.
     pub out: PathBuf,
     /// Trials run at once.
@@ -109,6 +112,7 @@ impl Campaign {
             deadline_ms: options.deadline.as_millis() as u64,
             host_timeout_ms: options.host_timeout.as_millis() as u64,
             fault_model: options.fault_model,
+            poison: options.poison,
         };
         // A transient fault's restart loads this file, from wherever the domain runs.
         let path = std::path::absolute(&path).unwrap_or(path);

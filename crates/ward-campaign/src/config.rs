@@ -131,6 +131,10 @@ pub struct CampaignConfig {
     /// Where the faults live. Campaigns recorded before this field were all persistent.
     #[serde(default)]
     pub fault_model: FaultModel,
+    /// Under ward the extension's calls were poisoned (policy `poison`). Campaigns recorded before this field were
+    /// not.
+    #[serde(default)]
+    pub poison: bool,
 }
 
 impl CampaignConfig {
@@ -158,6 +162,7 @@ impl CampaignConfig {
         check("deadline", format!("{} ms", self.deadline_ms), format!("{} ms", asked.deadline_ms));
         check("host timeout", format!("{} ms", self.host_timeout_ms), format!("{} ms", asked.host_timeout_ms));
         check("fault model", self.fault_model.to_string(), asked.fault_model.to_string());
+        check("poisoned calls", self.poison.to_string(), asked.poison.to_string());
         (!out.is_empty()).then(|| out.join("; "))
     }
 }
@@ -278,6 +283,7 @@ mod tests {
             deadline_ms: 2000,
             host_timeout_ms: 20_000,
             fault_model: FaultModel::Persistent,
+            poison: false,
         };
         assert_eq!(a.differences(&a.clone()), None);
         let b = CampaignConfig { seed: 2, ..a.clone() };

@@ -81,6 +81,7 @@ pub fn run_ward(
     deadline: Duration,
     restart_from: Option<&Path>,
     library_fault: Option<LibraryFault>,
+    poison: bool,
 ) -> Result<HostReport, String> {
     let origin = Instant::now();
     let mut policy = workload.policy(deadline);
@@ -90,6 +91,9 @@ pub fn run_ward(
     }
     if let Some(fault) = library_fault {
         policy.extension_mut(&name).library_fault = Some(Some(fault));
+    }
+    if poison {
+        policy.extension_mut(&name).poison = Some(true);
     }
     let sup = Supervisor::new(policy);
     let listener = Listener::start(sup.subscribe(), origin)?;

@@ -28,6 +28,8 @@ pub struct HostRequest<'a> {
     pub library_fault: Option<LibraryFault>,
     /// Deadline of every call under ward.
     pub deadline: Duration,
+    /// Under ward, the extension's calls are poisoned (policy `poison`); ignored natively.
+    pub poison: bool,
 }
 
 /// How a host process ended.

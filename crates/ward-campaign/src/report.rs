@@ -178,7 +178,7 @@ fn combined_markdown(
         "{} trials over {} extensions: {}. Each extension had {} trials of each {}, for each type with a site in it, \
          seed {}. Each trial's {copy} extension ran natively and under isolation {}, every run in a throwaway host \
          process doing its workload. Under ward every call had a deadline of {}; a host still running after {} \
-         counted as hung. {}{}",
+         counted as hung. {}{}{}",
         summary.total.trials,
         campaigns.len(),
         names.join(", "),
@@ -189,6 +189,7 @@ fn combined_markdown(
         duration(Duration::from_millis(all.deadline_ms)),
         duration(Duration::from_millis(all.host_timeout_ms)),
         fault_model_sentence(all.fault_model, &all.fault_types),
+        poison_sentence(all.poison),
         library_sentence(&all.fault_types, all.fault_model),
     );
     let _ = writeln!(s, "\nWorkloads:\n");
@@ -303,6 +304,16 @@ fn fault_model_sentence(model: FaultModel, types: &[TrialFault]) -> &'static str
     }
 }
 
+/// Whether ward's calls into the extension were poisoned (a sentence that follows the fault model's, or nothing).
+fn poison_sentence(poison: bool) -> &'static str {
+    if poison {
+        " Under ward the extension's calls were poisoned (policy `poison`): every register and stack slot a call \
+         did not give held poison."
+    } else {
+        ""
+    }
+}
+
 /// The whole Markdown report.
 pub fn markdown(finished: &Finished, summary: &Summary) -> String {
     let c = &finished.config;
@@ -317,7 +328,7 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
         s,
         "{} trials: {} trials of each {}, seed {}. Each trial's {copy} {} ran natively and under isolation {}, every \
          run in a throwaway host process doing the same workload ({what}). Under ward every call had a deadline of \
-         {}; a host still running after {} counted as hung. {}{}",
+         {}; a host still running after {} counted as hung. {}{}{}",
         summary.total.trials,
         c.trials_per_type,
         what_each(&types, c.faults_per_trial),
@@ -327,6 +338,7 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
         duration(Duration::from_millis(c.deadline_ms)),
         duration(Duration::from_millis(c.host_timeout_ms)),
         fault_model_sentence(c.fault_model, &types),
+        poison_sentence(c.poison),
         library_sentence(&types, c.fault_model),
     );
     let (library, code): (Vec<TrialFault>, Vec<TrialFault>) = finished.no_site.iter().partition(|t| t.is_library());

@@ -212,6 +212,7 @@ mod tests {
             deadline_ms: 2000,
             host_timeout_ms: 20_000,
             fault_model: crate::FaultModel::Persistent,
+            poison: false,
         }
     }
 

@@ -279,6 +279,7 @@ mod tests {
             deadline_ms: 200,
             host_timeout_ms: 5000,
             fault_model: crate::FaultModel::Persistent,
+            poison: false,
         }
     }
 

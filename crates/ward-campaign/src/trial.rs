@@ -131,6 +131,7 @@ pub(crate) fn run_and_judge(
         mode: run.mode,
         library_fault: run.library_fault,
         deadline: Duration::from_millis(config.deadline_ms),
+        poison: config.poison && run.mode != Mode::Native,
     };
     let started = Instant::now();
     let host = launcher.launch(&request, Duration::from_millis(config.host_timeout_ms))?;

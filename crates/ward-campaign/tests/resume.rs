@@ -38,6 +38,8 @@ struct Launched {
     fault: Option<LibraryFault>,
     /// The file to load held the original's bytes.
     unmutated: bool,
+    /// Its calls were to be poisoned.
+    poison: bool,
 }
 
 impl Stand {
@@ -78,6 +80,7 @@ impl Launcher for Stand {
             slug,
             fault: request.library_fault,
             unmutated,
+            poison: request.poison,
         });
         let exited =
             |report: HostReport| HostRun { end: HostEnd::Exited(0), stdout: printed(&report), stderr: String::new() };
@@ -119,6 +122,7 @@ fn options(out: &Path, seed: u64) -> Options {
         deadline: Duration::from_millis(200),
         host_timeout: Duration::from_secs(3),
         fault_model: FaultModel::Persistent,
+        poison: false,
         out: out.to_path_buf(),
         jobs: 2,
     }
@@ -201,6 +205,30 @@ fn a_transient_campaign_restarts_isolated_trials_from_the_unmutated_file() {
     }
 }
 
+#[test]
+fn a_poisoned_campaign_poisons_every_run_under_ward_and_no_native_one_and_resumes_only_as_such() {
+    for poison in [false, true] {
+        let out = scratch(&format!("poison-{poison}"));
+        let campaign = Campaign::new(Options { poison, ..options(&out, 7) }).expect("a campaign");
+        assert_eq!(campaign.config.poison, poison);
+        let stand = Stand::new(&campaign.extension_path, usize::MAX);
+        campaign.run(&stand, &Quiet).expect("the campaign runs");
+        let launches = stand.faults.lock().unwrap().clone();
+        assert_eq!(launches.len(), 2 + 6 * 2);
+        for launch in &launches {
+            assert_eq!(launch.poison, poison && launch.mode != Mode::Native, "{launch:?}");
+        }
+        if poison {
+            // Resuming with the other setting would mix two kinds of trial in one table: refused.
+            let err = Campaign::new(Options { poison: false, ..options(&out, 7) })
+                .and_then(|c| c.run(&Stand::new(&campaign.extension_path, usize::MAX), &Quiet).map(|_| ()))
+                .expect_err("a campaign recorded poisoned does not resume unpoisoned");
+            assert!(err.to_string().contains("poisoned calls true recorded, false asked"), "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
 /// A library-fault trial loads an unmutated copy, and its fault goes with both its runs: the native host's (whose
 /// launcher sets it in the environment) and the isolated one's (whose host puts it in the extension's policy). Code
 /// trials and the reference and preflight runs have none.
@@ -218,7 +246,7 @@ fn library_fault_trials_carry_their_fault_to_native_and_isolated_hosts() {
     let launches = stand.faults.lock().unwrap().clone();
     assert_eq!(launches.len(), 2 + 3 * 3 * 2);
     let mut by_trial: std::collections::BTreeMap<String, Vec<(Mode, Option<LibraryFault>)>> = Default::default();
-    for Launched { mode, slug, fault, unmutated } in launches {
+    for Launched { mode, slug, fault, unmutated, .. } in launches {
         let Some(slug) = slug else {
             assert_eq!(fault, None, "the reference and preflight runs ({mode}) have no fault");
             continue;

@@ -66,6 +66,11 @@ pub struct CampaignArgs {
     /// the loaded image, as Nooks injected them: a restart under ward loads the unmutated file).
     #[arg(long, default_value = "persistent", value_name = "MODEL")]
     fault_model: String,
+    /// Under ward, call the extension with poison in every register and stack slot it is not given (policy
+    /// `poison`), so a mutated extension that reads what it was not given faults instead of computing with stale
+    /// values. Plugins' class adapters poison their calls into the plugin with or without it
+    #[arg(long)]
+    poison: bool,
 }
 
 /// Whether `e` is a mistake in what the user asked for: `main` exits with status 2 for those.
@@ -99,6 +104,7 @@ pub fn run(args: CampaignArgs) -> Result<bool> {
             deadline: Duration::from_millis(args.deadline_ms),
             host_timeout: Duration::from_secs(args.host_timeout_s),
             fault_model,
+            poison: args.poison,
             out,
             jobs,
         })?;
@@ -182,6 +188,9 @@ impl Launcher for ChildHosts {
         ];
         if let Some(good) = request.restart_from {
             args.extend(["--restart-from".into(), good.as_os_str().to_owned()]);
+        }
+        if request.poison {
+            args.push("--poison".into());
         }
         // A library fault: a native host opens the extension itself, so it is started with the preload library
         // targeting the extension; a host under ward puts the fault in the extension's policy, and its domain gets

@@ -39,6 +39,9 @@ pub struct CampaignHostArgs {
     /// sets).
     #[arg(long, value_name = "FAULT")]
     library_fault: Option<LibraryFault>,
+    /// Under ward, the extension's calls are poisoned (policy `poison`).
+    #[arg(long)]
+    poison: bool,
     /// The extension (a mutated copy).
     path: PathBuf,
 }
@@ -77,6 +80,7 @@ fn run(args: &CampaignHostArgs) -> Result<HostReport> {
             Duration::from_millis(args.deadline_ms),
             args.restart_from.as_deref(),
             args.library_fault,
+            args.poison,
         )
         .map_err(|e| anyhow!(e)),
     }

@@ -386,6 +386,35 @@ fn with_transient_faults_a_restart_runs_the_unmutated_plugin() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `--poison`: the isolated runs call well poisoned; the campaign records it and says so in its report, and a host
+/// failure still never escapes.
+#[test]
+fn a_poisoned_campaign_records_and_reports_it() {
+    require_domain();
+    let out = scratch("poison");
+    let args = ["--types", "interface,init", "--trials-per-type", "3", "--seed", "4", "--poison"];
+    let lines = records(&campaign(&out, &args));
+    assert!(lines.iter().any(|l| l["isolation"] == "process"));
+    for l in &lines {
+        check_outcome_for_isolation(l, l["outcome"].as_str().unwrap_or_default());
+    }
+    let markdown = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(markdown.contains("calls were poisoned"), "{markdown}");
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("campaign.json")).expect("campaign.json"))
+            .expect("campaign.json is JSON");
+    assert_eq!(config["poison"], true, "{config:#}");
+    let again = ward()
+        .arg("campaign")
+        .args(["--types", "interface,init", "--trials-per-type", "3", "--seed", "4", "--out"])
+        .arg(&out)
+        .output()
+        .expect("cannot run ward");
+    assert_eq!(again.status.code(), Some(2), "resuming without --poison is refused as a bad input");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("poisoned calls true recorded"));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// A Debian LADSPA plugin that allocates (its descriptors, its delay lines) and clears memory with the C library:
 /// it imports malloc, calloc, free and memset.
 const COMB: &str = "/usr/lib/ladspa/comb_1190.so";
