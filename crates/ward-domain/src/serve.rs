@@ -71,12 +71,15 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
         // One borrow of the serving state per record: take it off the ring and, for a call, prepare it.
         match with_server(|s| take(s, &mut record))? {
             Next::Empty => {
-                if until.is_none() {
-                    // No call in progress and nothing to do: the arena's protection changes for the next call
-                    // happen now, while the host works, rather than after its request arrives.
-                    with_server(settle_arena);
-                }
-                with_server(|s| s.requests.wait(s.spin, None, &|| false)).map_err(|e| format!("request ring: {e}"))?;
+                with_server(|s| {
+                    if until.is_none() {
+                        // No call in progress and nothing to do: the arena's protection changes for the next call
+                        // happen now, while the host works, rather than after its request arrives.
+                        settle_arena(s);
+                    }
+                    s.requests.wait(s.spin, None, &|| false)
+                })
+                .map_err(|e| format!("request ring: {e}"))?;
             }
             Next::Call { id, deferred, callee, regs, lents } => {
                 // A plain load and store, not a swap: this process has one thread, and a locked instruction on every
