@@ -18,7 +18,8 @@
 //! # Ok::<(), ward::Error>(())
 //! ```
 
-use std::io;
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use serde::{Serialize, Serializer};
@@ -104,22 +105,39 @@ pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<CheckReport, Error> {
     })
 }
 
+/// Refuse what is not a 64-bit x86-64 ELF shared object, by its header alone (what loading needs), for the reasons
+/// [`check`] gives.
+pub(crate) fn check_header(path: &Path) -> Result<(), Error> {
+    let mut header = Vec::with_capacity(mpk::elf::IDENT_AND_TYPE_LEN);
+    open(path)?
+        .take(mpk::elf::IDENT_AND_TYPE_LEN as u64)
+        .read_to_end(&mut header)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    mpk::elf::check_ident(&header).map_err(|unreadable| unreadable_error(path, unreadable))
+}
+
 /// The error for a file that is not an x86-64 ELF shared object: not ELF at all, or ELF that cannot be used.
-pub(crate) fn unreadable_error(path: &Path, unreadable: mpk::elf::Unreadable) -> Error {
+fn unreadable_error(path: &Path, unreadable: mpk::elf::Unreadable) -> Error {
     match unreadable {
         mpk::elf::Unreadable::NoElfHeader => Error::NotElf { path: path.into(), reason: unreadable.to_string() },
         other => Error::Unusable { path: path.into(), reason: other.to_string() },
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, Error> {
+fn open(path: &Path) -> Result<File, Error> {
     if path.is_dir() {
         return Err(Error::NotElf { path: path.into(), reason: "a directory".into() });
     }
-    std::fs::read(path).map_err(|e| match e.kind() {
+    File::open(path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => Error::NotFound { path: path.into() },
-        _ => Error::io(format!("cannot read {}", path.display()), e),
+        _ => Error::io(format!("cannot open {}", path.display()), e),
     })
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Error> {
+    let mut bytes = Vec::new();
+    open(path)?.read_to_end(&mut bytes).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    Ok(bytes)
 }
 
 /// Paths that are not UTF-8 are shown with replacement characters rather than failing the whole report.
@@ -144,6 +162,29 @@ fn reasons_with_messages<S: Serializer>(reasons: &[Reason], s: S) -> Result<S::O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refuses_what_is_not_a_shared_object() {
+        let missing = check_header(Path::new("/nonexistent/ward.so"));
+        assert!(matches!(missing, Err(Error::NotFound { .. })));
+        let text = check_header(Path::new("/etc/hostname"));
+        assert!(matches!(text, Err(Error::NotElf { .. })), "{text:?}");
+        let exe = std::env::current_exe().unwrap();
+        let r = check_header(&exe);
+        // Test binaries are position-independent executables (ET_DYN too) on Debian; only check it parses.
+        assert!(r.is_ok() || matches!(r, Err(Error::NotElf { .. })));
+        // The same reasons as `ward check` gives: an ELF file for another processor names it.
+        let mut aarch64 = vec![0u8; 64];
+        aarch64[..4].copy_from_slice(b"\x7fELF");
+        (aarch64[4], aarch64[5], aarch64[16], aarch64[18]) = (2, 1, 3, 183);
+        let path = std::env::temp_dir().join(format!("ward-supervisor-aarch64-{}.so", std::process::id()));
+        std::fs::write(&path, &aarch64).unwrap();
+        let r = check_header(&path);
+        std::fs::remove_file(&path).unwrap();
+        let e = r.expect_err("an AArch64 object is refused");
+        assert!(matches!(e, Error::Unusable { .. }) && e.to_string().contains("AArch64"), "{e}");
+        assert!(matches!(check_header(&std::env::temp_dir()), Err(Error::NotElf { .. })), "a directory");
+    }
 
     #[test]
     fn reasons_serialise_with_their_message_and_fields() {

@@ -2,7 +2,6 @@
 //! kind policy asks for, watches them (process deaths, heartbeats) and reports recovery events.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -14,6 +13,7 @@ use crate::backend::process::{find_program, ProcessBackend, ProcessConfig};
 use crate::backend::ExtensionSpec;
 use crate::call::{Arg, RetType, Signature, Value};
 use crate::callback::Callback;
+use crate::check::check_header;
 use crate::domain::{Domain, DomainStats};
 use crate::error::Error;
 use crate::events::{Event, EventBus};
@@ -84,7 +84,7 @@ impl Supervisor {
     /// Load an extension, overriding the policy's isolation kind.
     pub fn load_with(&self, path: impl AsRef<Path>, isolation: Option<Isolation>) -> Result<Extension, Error> {
         let path = path.as_ref();
-        check_elf(path)?;
+        check_header(path)?;
         let name = extension_name(path);
         let policy = self.inner.policy.for_extension(&name);
         self.load_as(path, name, policy, isolation, None)
@@ -93,8 +93,8 @@ impl Supervisor {
     /// Load a class adapter in place of a plugin (see [`AdapterLoad`]): the domain runs the adapter, which opens
     /// the plugin itself; the extension is named, and its policy looked up, after the plugin.
     pub fn load_adapter(&self, load: &AdapterLoad<'_>) -> Result<Extension, Error> {
-        check_elf(load.plugin)?;
-        check_elf(load.adapter)?;
+        check_header(load.plugin)?;
+        check_header(load.adapter)?;
         let name = extension_name(load.plugin);
         let mut policy = self.inner.policy.for_extension(&name);
         for (function, default) in load.functions {
@@ -112,7 +112,7 @@ impl Supervisor {
         opened: Option<&Path>,
     ) -> Result<Extension, Error> {
         if let Some(from) = &policy.restart_from {
-            check_elf(from).map_err(|e| {
+            check_header(from).map_err(|e| {
                 let reason = match e {
                     Error::NotFound { .. } => "no such file".to_string(),
                     Error::NotElf { reason, .. } => format!("not an ELF shared object ({reason})"),
@@ -275,26 +275,6 @@ pub fn extension_name(path: &Path) -> String {
     stem.strip_prefix("lib").map(str::to_string).unwrap_or(stem)
 }
 
-/// Refuse what is not a 64-bit x86-64 ELF shared object, with one clear message (the same as `ward check` gives).
-fn check_elf(path: &Path) -> Result<(), Error> {
-    let not_elf = |reason: String| Error::NotElf { path: PathBuf::from(path), reason };
-    if path.is_dir() {
-        return Err(not_elf("a directory".into()));
-    }
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Error::NotFound { path: path.into() }),
-        Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
-    };
-    let mut header = Vec::with_capacity(crate::backend::mpk::elf::IDENT_AND_TYPE_LEN);
-    (&mut f)
-        .take(crate::backend::mpk::elf::IDENT_AND_TYPE_LEN as u64)
-        .read_to_end(&mut header)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    crate::backend::mpk::elf::check_ident(&header)
-        .map_err(|unreadable| crate::check::unreadable_error(path, unreadable))
-}
-
 /// A class adapter to load in place of a plugin: a small library of the class (LADSPA, frei0r, ...) that opens the
 /// plugin inside the domain and offers its interface as flat calls.
 #[derive(Debug, Clone)]
@@ -425,28 +405,5 @@ mod tests {
         assert_eq!(extension_name(Path::new("/usr/lib/ladspa/libamp.so")), "amp");
         assert_eq!(extension_name(Path::new("faulty.so")), "faulty");
         assert_eq!(extension_name(Path::new("x/libfoo.so.1.2")), "foo");
-    }
-
-    #[test]
-    fn refuses_what_is_not_a_shared_object() {
-        let missing = check_elf(Path::new("/nonexistent/ward.so"));
-        assert!(matches!(missing, Err(Error::NotFound { .. })));
-        let text = check_elf(Path::new("/etc/hostname"));
-        assert!(matches!(text, Err(Error::NotElf { .. })), "{text:?}");
-        let exe = std::env::current_exe().unwrap();
-        let r = check_elf(&exe);
-        // Test binaries are position-independent executables (ET_DYN too) on Debian; only check it parses.
-        assert!(r.is_ok() || matches!(r, Err(Error::NotElf { .. })));
-        // The same reasons as `ward check` gives: an ELF file for another processor names it.
-        let mut aarch64 = vec![0u8; 64];
-        aarch64[..4].copy_from_slice(b"\x7fELF");
-        (aarch64[4], aarch64[5], aarch64[16], aarch64[18]) = (2, 1, 3, 183);
-        let path = std::env::temp_dir().join(format!("ward-supervisor-aarch64-{}.so", std::process::id()));
-        std::fs::write(&path, &aarch64).unwrap();
-        let r = check_elf(&path);
-        std::fs::remove_file(&path).unwrap();
-        let e = r.expect_err("an AArch64 object is refused");
-        assert!(matches!(e, Error::Unusable { .. }) && e.to_string().contains("AArch64"), "{e}");
-        assert!(matches!(check_elf(&std::env::temp_dir()), Err(Error::NotElf { .. })), "a directory");
     }
 }
