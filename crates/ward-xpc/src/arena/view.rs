@@ -15,7 +15,7 @@
 //! shared mapping is put back (the private copy is dropped).
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use crate::shm::page_size;
@@ -72,17 +72,9 @@ pub fn on_write_fault(addr: usize) -> bool {
         // SAFETY: [start, start + len) is a range of our own window mapping onto the arena file at `offset`, lent
         // to the running call as scratch; MAP_FIXED replaces exactly those pages with a private mapping of the same
         // file range, so every address stays mapped and reads the same bytes until written.
-        let p = unsafe {
-            libc::mmap(
-                start as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_FIXED,
-                fd,
-                offset as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        if unsafe { map_file_over(start, len, libc::PROT_READ | libc::PROT_WRITE, Sharing::Private, fd, offset) }
+            .is_err()
+        {
             return false;
         }
         slot.private.store(true, Ordering::Relaxed);
@@ -271,21 +263,12 @@ impl ArenaView {
         }
         for (i, edge) in edges.iter().enumerate() {
             let Some(edge) = edge else { continue };
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
             // SAFETY: one page of our own window (inside the lent range, just made writable), replaced by a private
             // mapping of the same file page: same address, same bytes until written.
-            let p = unsafe {
-                libc::mmap(
-                    edge.addr as *mut libc::c_void,
-                    page,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_FIXED,
-                    self.fd.as_raw_fd(),
-                    edge.file_offset as libc::off_t,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(ArenaError::Map { what: "privatise the edges of", source: io::Error::last_os_error() });
-            }
+            let private =
+                unsafe { map_file_over(edge.addr, page, rw, Sharing::Private, self.fd.as_raw_fd(), edge.file_offset) };
+            private.map_err(|source| ArenaError::Map { what: "privatise the edges of", source })?;
             // Recorded as soon as it is private, so `end` restores it even if the other edge fails.
             lent.edges[i] = Some(*edge);
         }
@@ -304,18 +287,11 @@ impl ArenaView {
                 (edge.file_offset + edge.skip) as libc::off_t,
             )
         };
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
         // SAFETY: MAP_FIXED over that same page of our window, with the shared file page, writable as the rest of
         // the range stays until sealed; the private copy is dropped (its bytes were just written back).
-        unsafe {
-            libc::mmap(
-                edge.addr as *mut libc::c_void,
-                self.page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                self.fd.as_raw_fd(),
-                edge.file_offset as libc::off_t,
-            )
-        };
+        let _ =
+            unsafe { map_file_over(edge.addr, self.page, rw, Sharing::Shared, self.fd.as_raw_fd(), edge.file_offset) };
     }
 
     /// The call is over: the lent pages become inaccessible again (a scratch copy is dropped).
@@ -334,17 +310,9 @@ impl ArenaView {
             // SAFETY: [addr, addr + len) is the range that on_write_fault replaced by a private mapping inside our
             // window; mapping the shared file range back over it (MAP_FIXED) restores the window as it was (open
             // read-only, see `lend`) and drops the private copy nobody refers to any more (the call is over).
-            let p = unsafe {
-                libc::mmap(
-                    addr as *mut libc::c_void,
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED | libc::MAP_FIXED,
-                    self.fd.as_raw_fd(),
-                    file_offset as libc::off_t,
-                )
-            };
-            if p == libc::MAP_FAILED {
+            let back =
+                unsafe { map_file_over(addr, len, libc::PROT_READ, Sharing::Shared, self.fd.as_raw_fd(), file_offset) };
+            if back.is_err() {
                 // The private copy stays; make it inaccessible so no later call reads it for the host's bytes (which
                 // it never wrote).
                 let _ = protect(addr, len, libc::PROT_NONE);
@@ -454,18 +422,10 @@ impl ArenaView {
         }
         // SAFETY: MAP_FIXED over the first `len` bytes of the reservation just made (ours alone), with the arena
         // file's pages; the reserved page after it stays inaccessible.
-        let p = unsafe {
-            libc::mmap(
-                base,
-                len,
-                libc::PROT_NONE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                self.fd.as_raw_fd(),
-                file_offset as libc::off_t,
-            )
+        let mapped = unsafe {
+            map_file_over(base as usize, len, libc::PROT_NONE, Sharing::Shared, self.fd.as_raw_fd(), file_offset)
         };
-        if p == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
+        if let Err(e) = mapped {
             // SAFETY: unmapping the reservation made above, which nothing refers to.
             unsafe { libc::munmap(base, reserve) };
             self.mapped -= len;
@@ -501,6 +461,43 @@ impl ArenaView {
     pub fn mapped(&self) -> usize {
         self.mapped
     }
+}
+
+/// Whether a range mapped over a window sees the host's pages or a private copy-on-write copy of them.
+#[derive(Clone, Copy)]
+enum Sharing {
+    Shared,
+    Private,
+}
+
+/// Map the arena file's pages from `file_offset` over `[addr, addr + len)` (`MAP_FIXED`), with `prot`: the same
+/// addresses now show the file's bytes, shared with the host or as a private copy. Async-signal-safe (one `mmap`).
+///
+/// # Safety
+///
+/// `[addr, addr + len)` must be page-aligned and lie inside a window (or window reservation) of this module, where
+/// Rust owns nothing, and whatever it held must be unneeded or equal to the file's bytes there; `fd` must be the arena
+/// file.
+unsafe fn map_file_over(
+    addr: usize,
+    len: usize,
+    prot: libc::c_int,
+    sharing: Sharing,
+    fd: RawFd,
+    file_offset: usize,
+) -> io::Result<()> {
+    let sharing = match sharing {
+        Sharing::Shared => libc::MAP_SHARED,
+        Sharing::Private => libc::MAP_PRIVATE,
+    };
+    // SAFETY: the caller vouches for the range (see above); MAP_FIXED replaces exactly those pages.
+    let p = unsafe {
+        libc::mmap(addr as *mut libc::c_void, len, prot, sharing | libc::MAP_FIXED, fd, file_offset as libc::off_t)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn protect(addr: usize, len: usize, prot: libc::c_int) -> Result<(), ArenaError> {
