@@ -2,12 +2,20 @@
 //! (DESIGN.md §1, §7).
 //!
 //! So far this is the loader's knowledge, which needs no hardware: what an extension must not contain or need
-//! for an mpk domain to hold it. [`assess`] reads an [`Image`] and gives every reason to refuse it, in a fixed
+//! for an mpk domain to hold it; and the domain's machinery ([`pku`], [`memory`], [`gate`]), which does. [`assess`] reads an [`Image`] and gives every reason to refuse it, in a fixed
 //! order: forbidden instruction bytes ([`scan`]), thread starts, own TLS, libraries other than glibc's, and
 //! imports the domain runtime cannot honour ([`imports`]).
 
 pub(crate) mod elf;
+// The domain's machinery: protection keys, memory tagged with them, the gate and its fault handler. The backend
+// that loads extensions into it and drives it from the core comes next; until then its tests are its only user.
+#[allow(unsafe_code, dead_code)]
+pub(crate) mod gate;
 pub(crate) mod imports;
+#[allow(unsafe_code, dead_code)]
+pub(crate) mod memory;
+#[allow(unsafe_code, dead_code)]
+pub(crate) mod pku;
 mod reason;
 pub(crate) mod scan;
 

@@ -1,0 +1,282 @@
+//! The gate on a machine with PKU. Without it each test says so and passes; `scripts/test` then runs this binary's
+//! `mpk::gate` tests again inside a virtual machine whose emulated processor has PKU (`scripts/pku-vm`).
+
+use std::arch::asm;
+use std::hint::black_box;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::*;
+use crate::backend::mpk::pku::HOST_KEY;
+
+/// A domain for a test: its key, a stack and some data memory tagged with it, and the rights it runs with.
+struct TestDomain {
+    key: ProtectionKey,
+    stack: KeyedRegion,
+    data: KeyedRegion,
+    rights: Pkru,
+}
+
+impl TestDomain {
+    fn new() -> TestDomain {
+        let key = ProtectionKey::allocate().expect("a protection key");
+        let signal = signal_key().expect("the signal key");
+        let stack = KeyedRegion::new(256 * 1024, key.number()).expect("a domain stack");
+        let data = KeyedRegion::new(4096, key.number()).expect("domain memory");
+        let rights = Pkru::DENY_ALL.read_only(HOST_KEY).allow(key.number()).allow(signal);
+        TestDomain { key, stack, data, rights }
+    }
+
+    /// Call `func` in this domain with integer arguments.
+    fn call(&self, func: *const c_void, ints: &[u64]) -> Result<RegRet, GateFault> {
+        let mut args = RegArgs::default();
+        args.ints[..ints.len()].copy_from_slice(ints);
+        // SAFETY: every function the tests call is an `extern "C"` function of this file taking integer or pointer
+        // arguments only; the stack is this domain's own, used by no other call.
+        unsafe { super::call(func, &args, self.rights, self.stack.end()) }.expect("the gate's thread set-up")
+    }
+
+    fn data_word(&self) -> *mut u64 {
+        self.data.start().cast()
+    }
+}
+
+/// Whether this machine has PKU; when not, says so (the test then passes without having run).
+fn pku_here() -> bool {
+    if pku::available() {
+        return true;
+    }
+    eprintln!(
+        "no PKU on this machine: this test did not run here; scripts/test runs it under emulation (scripts/pku-vm)"
+    );
+    false
+}
+
+extern "C" fn add(a: u64, b: u64) -> u64 {
+    a.wrapping_add(b)
+}
+
+extern "C" fn read_word(at: *const u64) -> u64 {
+    // SAFETY: a test's deliberate read; the gate turns a fault into an error.
+    unsafe { at.read_volatile() }
+}
+
+extern "C" fn write_word(at: *mut u64, value: u64) {
+    // SAFETY: a test's deliberate write; the gate turns a fault into an error.
+    unsafe { at.write_volatile(value) }
+}
+
+extern "C" fn stack_pointer() -> u64 {
+    let rsp: u64;
+    // SAFETY: reads a register.
+    unsafe { asm!("mov {}, rsp", out(reg) rsp, options(nomem, nostack, preserves_flags)) };
+    rsp
+}
+
+extern "C" fn recurse(depth: u64) -> u64 {
+    let mut local = [0u8; 512];
+    local[0] = depth as u8;
+    black_box(&mut local);
+    if depth == 0 {
+        return u64::from(local[0]);
+    }
+    recurse(black_box(depth - 1)).wrapping_add(u64::from(black_box(local[1])))
+}
+
+extern "C" fn illegal_instruction() {
+    // SAFETY: raises SIGILL on purpose.
+    unsafe { asm!("ud2", options(nomem, nostack)) };
+}
+
+extern "C" fn breakpoint() {
+    // SAFETY: raises SIGTRAP on purpose.
+    unsafe { asm!("int3", options(nomem, nostack)) };
+}
+
+static HOST_WORD: AtomicU64 = AtomicU64::new(7);
+
+fn f(func: *const ()) -> *const c_void {
+    func.cast()
+}
+
+#[test]
+fn a_domain_call_returns_its_result_and_runs_on_the_domain_stack() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    assert_eq!(d.call(f(add as *const ()), &[2, 3]).unwrap().int, 5);
+    let rsp = d.call(f(stack_pointer as *const ()), &[]).unwrap().int as usize;
+    assert!(d.stack.contains(rsp), "the function ran on the domain stack ({rsp:#x})");
+}
+
+#[test]
+fn a_write_into_host_memory_faults_and_leaves_it_unchanged_and_the_thread_goes_on() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let at = HOST_WORD.as_ptr();
+    let fault = d.call(f(write_word as *const ()), &[at as u64, 99]).unwrap_err();
+    assert!(fault.is_key_violation(), "{fault:?}");
+    assert_eq!(fault.addr, at as usize);
+    assert_eq!(HOST_WORD.load(Ordering::SeqCst), 7, "the host's word is unchanged");
+    assert_eq!(d.call(f(add as *const ()), &[40, 2]).unwrap().int, 42, "the next call works");
+    // The host's own rights are back: it may write its memory (and the domain's) after the fault.
+    HOST_WORD.store(8, Ordering::SeqCst);
+    HOST_WORD.store(7, Ordering::SeqCst);
+}
+
+#[test]
+fn host_memory_is_readable_from_a_domain() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let word = Box::new(0x1234_5678_u64);
+    assert_eq!(d.call(f(read_word as *const ()), &[ptr::from_ref(&*word) as u64]).unwrap().int, 0x1234_5678);
+}
+
+#[test]
+fn a_domain_writes_its_own_memory_and_the_host_reads_it() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    d.call(f(write_word as *const ()), &[d.data_word() as u64, 42]).unwrap();
+    // SAFETY: the domain's data page, which this thread's rights allow (it allocated the key).
+    assert_eq!(unsafe { d.data_word().read_volatile() }, 42);
+}
+
+#[test]
+fn another_domains_memory_is_out_of_reach() {
+    if !pku_here() {
+        return;
+    }
+    let a = TestDomain::new();
+    let b = TestDomain::new();
+    // SAFETY: b's data page, which this thread may write.
+    unsafe { b.data_word().write_volatile(5) };
+    let read = a.call(f(read_word as *const ()), &[b.data_word() as u64]).unwrap_err();
+    assert!(read.is_key_violation(), "{read:?}");
+    let write = a.call(f(write_word as *const ()), &[b.data_word() as u64, 6]).unwrap_err();
+    assert!(write.is_key_violation(), "{write:?}");
+    // SAFETY: as above.
+    assert_eq!(unsafe { b.data_word().read_volatile() }, 5);
+}
+
+#[test]
+fn a_null_dereference_an_illegal_instruction_and_a_breakpoint_are_caught() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let null = d.call(f(read_word as *const ()), &[0]).unwrap_err();
+    assert_eq!((null.signal, null.code, null.addr), (libc::SIGSEGV, 1, 0), "SEGV_MAPERR at 0");
+    let ill = d.call(f(illegal_instruction as *const ()), &[]).unwrap_err();
+    assert_eq!(ill.signal, libc::SIGILL);
+    assert_eq!(ill.pc, ill.addr, "SIGILL reports the instruction");
+    let trap = d.call(f(breakpoint as *const ()), &[]).unwrap_err();
+    assert_eq!(trap.signal, libc::SIGTRAP);
+    assert_eq!(d.call(f(add as *const ()), &[1, 1]).unwrap().int, 2);
+}
+
+#[test]
+fn a_stack_overflow_inside_a_domain_is_caught_on_the_alternate_stack() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let fault = d.call(f(recurse as *const ()), &[1 << 20]).unwrap_err();
+    assert_eq!(fault.signal, libc::SIGSEGV);
+    let guard = d.stack.start() as usize - super::super::memory::page_size();
+    assert!((guard..d.stack.start() as usize).contains(&fault.addr), "the guard page below the stack: {fault:?}");
+    assert_eq!(d.call(f(recurse as *const ()), &[10]).unwrap().int, 0, "a shallow recursion works afterwards");
+}
+
+#[test]
+fn two_threads_in_one_domain_one_faulting() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let second_stack = KeyedRegion::new(64 * 1024, d.key.number()).unwrap();
+    let key = d.key.number();
+    let rights = d.rights;
+    let stack_top = second_stack.end() as usize;
+    std::thread::scope(|s| {
+        let faulting = s.spawn(move || {
+            allow_on_this_thread(key);
+            let mut args = RegArgs::default();
+            args.ints[0] = 0;
+            // SAFETY: read_word takes one pointer; the stack is the second one, used only here.
+            unsafe { super::call(f(read_word as *const ()), &args, rights, stack_top as *mut u8) }.unwrap()
+        });
+        for i in 0..1000 {
+            assert_eq!(d.call(f(add as *const ()), &[i, 1]).unwrap().int, i + 1);
+        }
+        let fault = faulting.join().unwrap().unwrap_err();
+        assert_eq!(fault.signal, libc::SIGSEGV);
+    });
+}
+
+/// The cases below need a process of their own: what happens to a fault outside a domain depends on what the host
+/// installed before ward did.
+const CHILD_CASE: &str = "WARD_GATE_TEST_CHILD";
+
+fn run_child(case: &str, test: &str) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    Command::new(exe)
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(CHILD_CASE, case)
+        .output()
+        .unwrap()
+}
+
+static HOST_TRAPS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn host_trap_handler(_: libc::c_int) {
+    HOST_TRAPS.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn a_fault_outside_any_domain_goes_to_the_handler_the_host_installed() {
+    const NAME: &str = "backend::mpk::gate::tests::a_fault_outside_any_domain_goes_to_the_handler_the_host_installed";
+    if std::env::var(CHILD_CASE).as_deref() == Ok("host-handler") {
+        // SAFETY: installs a plain handler that only bumps an atomic.
+        unsafe { libc::signal(libc::SIGTRAP, host_trap_handler as *const () as usize) };
+        let d = TestDomain::new();
+        assert_eq!(d.call(f(breakpoint as *const ()), &[]).unwrap_err().signal, libc::SIGTRAP);
+        assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 0, "a domain's trap is not the host's");
+        breakpoint();
+        assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's own trap reached its handler");
+        println!("child: host handler chained");
+        return;
+    }
+    if !pku_here() {
+        return;
+    }
+    let out = run_child("host-handler", NAME);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("child: host handler chained"));
+}
+
+#[test]
+fn a_fault_outside_any_domain_with_no_host_handler_ends_the_process_as_it_would_without_ward() {
+    const NAME: &str = "backend::mpk::gate::tests::a_fault_outside_any_domain_with_no_host_handler_ends_the_process_as_it_would_without_ward";
+    if std::env::var(CHILD_CASE).as_deref() == Ok("default") {
+        let d = TestDomain::new();
+        assert!(d.call(f(read_word as *const ()), &[0]).is_err());
+        println!("child: about to fault in the host");
+        read_word(black_box(ptr::null()));
+        println!("child: survived a host fault (wrong)");
+        return;
+    }
+    if !pku_here() {
+        return;
+    }
+    let out = run_child("default", NAME);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("about to fault"));
+}
