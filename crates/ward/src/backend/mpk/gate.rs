@@ -10,11 +10,20 @@
 //! domain's PKRU is in force the function can read host memory but not write it (Nooks' rule), and memory of keys
 //! its PKRU does not name (other domains) is out of reach altogether.
 //!
-//! # Faults
+//! # Calling out
+//!
+//! A domain reaches host functions through [`outward_stub`]s: stub `n` saves the argument registers on the domain
+//! stack, finds the thread's activation, writes the host's PKRU, marks the activation *outside*, moves to the host's
+//! stack below where the gate left it, and calls the slot's target with the arguments intact; then the reverse.
+//! From there the host may call into a domain again ([`nested_stack_top`] gives the same domain's stack below the
+//! part in use), to any depth.
+//!
+//! # Faults and deadlines
 //!
 //! The frame in use is this thread's activation, kept in a thread-local pointer; [`call`] puts back the one it
-//! replaced when it returns (calls nest: host → domain → host → domain). A SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGTRAP raised by the
-//! processor while a thread has an activation is that domain's: the handler records the signal, its code, the
+//! replaced when it returns. The gate marks the frame *inside* from just before it gives the domain its rights
+//! until just after it takes them back. A SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGTRAP raised by the processor while
+//! the activation is inside and not outside is that domain's: the handler records the signal, its code, the
 //! faulting address and the program counter in the frame, points the interrupted context at the gate's resume
 //! path (with `rbx` = the frame) and returns. Returning from the handler restores the domain's PKRU from the signal
 //! frame, so the resume path writes the host's PKRU first, then takes the host's stack pointer from the frame and
@@ -22,6 +31,10 @@
 //! (the host's code between the gate and the fault is only this assembly). Every other signal of those numbers, and
 //! any sent by another process (`si_code <= 0`), goes to the handler the host had installed before, which ward
 //! remembers and calls (or, for the default action, restores and re-raises).
+//!
+//! A call with a deadline arms the thread's one-shot timer, which raises [`timeout_signal`] on this thread; it ends
+//! the call the same way. If the domain is outside just then, the host's code is left alone and the timer tries
+//! again a millisecond later, so the domain is stopped once it is back.
 //!
 //! # Signal frames and keys
 //!
@@ -38,7 +51,7 @@ use std::ffi::c_void;
 use std::io;
 use std::mem::{offset_of, MaybeUninit};
 use std::ptr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use ward_abi::{RegArgs, RegRet};
@@ -63,6 +76,15 @@ struct GateFrame {
     stack_top: u64,
     /// The host's stack pointer after saving its registers (written by the gate).
     host_rsp: u64,
+    /// 1 while the domain has called out to the host through an outward stub (written by the stub): a fault then
+    /// is the host's, not the domain's.
+    outside: u64,
+    /// The domain's stack pointer when it last called out: a call into the same domain made from the host while
+    /// it is outside starts below it (written by the outward stub).
+    domain_rsp_out: u64,
+    /// 1 from just before the gate gives the domain its rights until just after it takes them back (written by
+    /// the gate): a signal outside that span is not this call's, and the resume path is safe anywhere inside it.
+    inside: u64,
     /// The fault, when the call ended in one (written by the signal handler; signal 0 until then).
     fault: GateFault,
 }
@@ -76,6 +98,9 @@ const _: () = {
     assert!(offset_of!(GateFrame, host_pkru) == 144);
     assert!(offset_of!(GateFrame, stack_top) == 152);
     assert!(offset_of!(GateFrame, host_rsp) == 160);
+    assert!(offset_of!(GateFrame, outside) == 168);
+    assert!(offset_of!(GateFrame, domain_rsp_out) == 176);
+    assert!(offset_of!(GateFrame, inside) == 184);
 };
 
 /// A fault raised inside a domain, as the signal handler saw it.
@@ -119,6 +144,7 @@ global_asm!(
     "mov qword ptr [rbx + 144], rax",
     // Into the domain: its stack, then its rights. The arguments are read under the domain's PKRU, which lets it
     // read host memory.
+    "mov qword ptr [rbx + 184], 1",
     "mov rsp, qword ptr [rbx + 152]",
     "mov eax, dword ptr [rbx + 136]",
     "xor ecx, ecx",
@@ -149,6 +175,7 @@ global_asm!(
     "xor ecx, ecx",
     "xor edx, edx",
     "wrpkru",
+    "mov qword ptr [rbx + 184], 0",
     "mov qword ptr [rbx + 120], r12",
     "mov qword ptr [rbx + 128], r13",
     "mov rsp, qword ptr [rbx + 160]",
@@ -162,6 +189,7 @@ global_asm!(
     "xor ecx, ecx",
     "xor edx, edx",
     "wrpkru",
+    "mov qword ptr [rbx + 184], 0",
     "mov rsp, qword ptr [rbx + 160]",
     "mov eax, 1",
     "2:",
@@ -206,9 +234,22 @@ static HANDLER_PKRU: AtomicU32 = AtomicU32::new(0x5555_5554);
 /// The signals a domain's fault raises.
 const FAULT_SIGNALS: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP];
 
-/// What the process had installed for each of [`FAULT_SIGNALS`] before ward, and the signal key.
+/// The signal a thread's deadline timer raises: a real-time signal near the top, clear of glibc's own (at the
+/// bottom of the range) and of the ones programs usually pick (`SIGRTMIN + n`). One a host sends itself is
+/// passed on to the host's handler.
+pub(crate) fn timeout_signal() -> libc::c_int {
+    libc::SIGRTMAX() - 2
+}
+
+/// Every signal ward handles: the fault signals, then the timeout signal.
+fn handled_signals() -> [libc::c_int; FAULT_SIGNALS.len() + 1] {
+    let [a, b, c, d, e] = FAULT_SIGNALS;
+    [a, b, c, d, e, timeout_signal()]
+}
+
+/// What the process had installed for each of [`handled_signals`] before ward, and the signal key.
 struct Installed {
-    previous: [libc::sigaction; FAULT_SIGNALS.len()],
+    previous: [libc::sigaction; FAULT_SIGNALS.len() + 1],
     signal_key: ProtectionKey,
 }
 
@@ -254,8 +295,8 @@ fn install() -> Result<Installed, i32> {
     let signal_key = ProtectionKey::allocate().map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
     HANDLER_PKRU.store(Pkru::DENY_ALL.allow(pku::HOST_KEY).allow(signal_key.number()).0, Ordering::SeqCst);
     // SAFETY: all-zero is a valid sigaction (no handler, empty mask, no flags); each is overwritten below.
-    let mut previous: [libc::sigaction; FAULT_SIGNALS.len()] = unsafe { MaybeUninit::zeroed().assume_init() };
-    for (signal, old) in FAULT_SIGNALS.iter().zip(previous.iter_mut()) {
+    let mut previous: [libc::sigaction; FAULT_SIGNALS.len() + 1] = unsafe { MaybeUninit::zeroed().assume_init() };
+    for (signal, old) in handled_signals().iter().zip(previous.iter_mut()) {
         // SAFETY: as above.
         let mut action: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
         action.sa_sigaction = ward_mpk_signal_entry as *const () as usize;
@@ -340,18 +381,23 @@ fn unregister_rseq() -> io::Result<()> {
 
 /// Allow `key` in this thread's PKRU (the host's rights on this thread).
 pub(crate) fn allow_on_this_thread(key: u32) {
-    let pkru = Pkru::current().allow(key);
-    // SAFETY: WRPKRU (ecx = edx = 0) only widens this thread's rights to a key ward allocated; it touches no memory.
+    set_this_thread(Pkru::current().allow(key));
+}
+
+/// Make `pkru` this thread's PKRU; only ever to widen the host's rights to keys ward allocated.
+fn set_this_thread(pkru: Pkru) {
+    // SAFETY: WRPKRU (ecx = edx = 0) only widens this thread's rights to keys ward allocated; it touches no memory.
     // The compiler may not move memory accesses across it (no `nomem`).
     unsafe {
         std::arch::asm!("wrpkru", in("eax") pkru.0, in("ecx") 0u32, in("edx") 0u32, options(nostack, preserves_flags))
     };
 }
 
-/// Call `func` inside a domain: on the stack whose top is `stack_top`, with `rights` as PKRU.
+/// Call `func` inside a domain: on the stack whose top is `stack_top`, with `rights` as PKRU, for at most
+/// `deadline` of time.
 ///
-/// Returns what it returned, or the fault it raised; either way the thread is back in the host with the host's
-/// PKRU. Only on a machine with PKU.
+/// Returns what it returned, or the fault it raised (a call past its deadline: [`timeout_signal`] with code
+/// `SI_TIMER`); either way the thread is back in the host with the host's PKRU. Only on a machine with PKU.
 ///
 /// # Safety
 /// `func` is a System V function taking only register-passed scalars valid in `args` (as for
@@ -362,8 +408,19 @@ pub(crate) unsafe fn call(
     args: &RegArgs,
     rights: Pkru,
     stack_top: *mut u8,
+    deadline: Option<std::time::Duration>,
 ) -> io::Result<Result<RegRet, GateFault>> {
     prepare_thread()?;
+    if deadline.is_some() {
+        thread_timer()?;
+    }
+    // The host's rights on this thread must cover the domain's memory: the outward stub reads the arguments the
+    // domain left on its stack with them, and the host copies into and out of domain memory.
+    let host = Pkru::current();
+    let widened = (1..16).filter(|&k| rights.writes(k)).fold(host, Pkru::allow);
+    if widened != host {
+        set_this_thread(widened);
+    }
     let below = ACTIVE.with(Cell::get);
     let mut frame = GateFrame {
         func,
@@ -375,15 +432,25 @@ pub(crate) unsafe fn call(
         host_pkru: 0,
         stack_top: stack_top as u64,
         host_rsp: 0,
+        outside: 0,
+        domain_rsp_out: 0,
+        inside: 0,
         fault: GateFault { signal: 0, code: 0, addr: 0, pc: 0 },
     };
     let frame_ptr: *mut GateFrame = &mut frame;
     ACTIVE.with(|a| a.set(frame_ptr));
+    // The thread's one timer serves nested calls too: an inner deadline replaces the outer one for the inner
+    // call's time, and the outer one gets back what it had left, less that time.
+    let started = std::time::Instant::now();
+    let outer_deadline = deadline.map(|d| arm_timer(Some(d)));
     // SAFETY: the frame is live for the whole call and has the layout the assembly reads (checked above); the gate
     // saves and restores every callee-saved register and the stack pointer, on both its paths, so to Rust it is an
     // ordinary C function. The call of `func` on the domain's stack is sound by the caller's guarantee, and a fault
     // in it comes back through the resume path, which the handler only takes for this activation.
     let status = unsafe { ward_mpk_gate(frame_ptr) };
+    if let Some(outer) = outer_deadline {
+        arm_timer(outer.map(|left| left.saturating_sub(started.elapsed())));
+    }
     ACTIVE.with(|a| a.set(below));
     // SAFETY: the gate and the handler are done with the frame; reading it through the pointer they used keeps
     // the compiler from assuming it unchanged.
@@ -394,24 +461,246 @@ pub(crate) unsafe fn call(
     })
 }
 
+/// Number of distinct outward entry points (host functions a domain may be handed at once).
+pub(crate) const OUTWARD_SLOTS: usize = 256;
+/// Bytes between consecutive outward stubs (a 6-byte `mov r11d, imm32` and a jump of at most 5, padded).
+const OUTWARD_STRIDE: usize = 16;
+
+/// The host function behind each outward stub (0: none). Host memory: a domain reads it, never writes it.
+static OUTWARD_TARGETS: [AtomicUsize; OUTWARD_SLOTS] = [const { AtomicUsize::new(0) }; OUTWARD_SLOTS];
+
+global_asm!(
+    ".pushsection .text.ward_mpk_outward, \"ax\", @progbits",
+    ".balign 16",
+    ".globl ward_mpk_outward_stubs",
+    ".hidden ward_mpk_outward_stubs",
+    "ward_mpk_outward_stubs:",
+    ".set slot, 0",
+    ".rept {slots}",
+    "mov r11d, slot",
+    "jmp ward_mpk_outward_common",
+    ".balign {stride}, 0xcc",
+    ".set slot, slot + 1",
+    ".endr",
+    // Common body, entered with the domain's rights, on its stack, the arguments in their registers and the slot
+    // in r11. Frame on the domain stack: rbp, rbx, r12, r13, r14, r15 (48 bytes, with the return address 56:
+    // rsp is 8 mod 16 after the pushes), then 120 bytes: the fourteen argument registers and the slot.
+    "ward_mpk_outward_common:",
+    "push rbp",
+    "push rbx",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "sub rsp, 120",
+    "mov qword ptr [rsp], rdi",
+    "mov qword ptr [rsp + 8], rsi",
+    "mov qword ptr [rsp + 16], rdx",
+    "mov qword ptr [rsp + 24], rcx",
+    "mov qword ptr [rsp + 32], r8",
+    "mov qword ptr [rsp + 40], r9",
+    "movq qword ptr [rsp + 48], xmm0",
+    "movq qword ptr [rsp + 56], xmm1",
+    "movq qword ptr [rsp + 64], xmm2",
+    "movq qword ptr [rsp + 72], xmm3",
+    "movq qword ptr [rsp + 80], xmm4",
+    "movq qword ptr [rsp + 88], xmm5",
+    "movq qword ptr [rsp + 96], xmm6",
+    "movq qword ptr [rsp + 104], xmm7",
+    "mov r12, r11",
+    "mov r14, rsp",
+    // Which activation is this thread in? (Reads host memory only, which the domain's rights allow.)
+    "and rsp, -16",
+    "call {current}",
+    "mov r13, rax",
+    "test r13, r13",
+    "jz 3f",
+    // To the host: its rights, then its stack (below where the gate left it), marked outside.
+    "mov eax, dword ptr [r13 + 144]",
+    "xor ecx, ecx",
+    "xor edx, edx",
+    "wrpkru",
+    "mov qword ptr [r13 + 168], 1",
+    "mov qword ptr [r13 + 176], r14",
+    "mov rsp, qword ptr [r13 + 160]",
+    "and rsp, -16",
+    "call 4f",
+    // Back to the domain: unmarked, its stack, its rights; the results survive in rbx and r15.
+    "mov rbx, rax",
+    "movq r15, xmm0",
+    "mov qword ptr [r13 + 168], 0",
+    "mov rsp, r14",
+    "mov eax, dword ptr [r13 + 136]",
+    "xor ecx, ecx",
+    "xor edx, edx",
+    "wrpkru",
+    "mov rax, rbx",
+    "movq xmm0, r15",
+    "jmp 5f",
+    // Not inside a domain (a host thread calling the pointer itself): a plain call.
+    "3:",
+    "call 4f",
+    "mov rsp, r14",
+    "5:",
+    "add rsp, 120",
+    "pop r15",
+    "pop r14",
+    "pop r13",
+    "pop r12",
+    "pop rbx",
+    "pop rbp",
+    "ret",
+    // Load the arguments from the saved image (r14) and call the slot's target (r12); rsp is 16-byte aligned
+    // before the `call 4f` that got here pushed its return address, as a C caller leaves it.
+    "4:",
+    "mov rdi, qword ptr [r14]",
+    "mov rsi, qword ptr [r14 + 8]",
+    "mov rdx, qword ptr [r14 + 16]",
+    "mov rcx, qword ptr [r14 + 24]",
+    "mov r8, qword ptr [r14 + 32]",
+    "mov r9, qword ptr [r14 + 40]",
+    "movq xmm0, qword ptr [r14 + 48]",
+    "movq xmm1, qword ptr [r14 + 56]",
+    "movq xmm2, qword ptr [r14 + 64]",
+    "movq xmm3, qword ptr [r14 + 72]",
+    "movq xmm4, qword ptr [r14 + 80]",
+    "movq xmm5, qword ptr [r14 + 88]",
+    "movq xmm6, qword ptr [r14 + 96]",
+    "movq xmm7, qword ptr [r14 + 104]",
+    "lea r11, [rip + {targets}]",
+    "mov r11, qword ptr [r11 + r12 * 8]",
+    "mov eax, 8",
+    "jmp r11",
+    ".popsection",
+    slots = const OUTWARD_SLOTS,
+    stride = const OUTWARD_STRIDE,
+    current = sym current_activation_inside,
+    targets = sym OUTWARD_TARGETS,
+);
+
+extern "C" {
+    /// Start of the outward stubs; only its address is used.
+    fn ward_mpk_outward_stubs();
+}
+
+/// The activation this thread is running a domain in, or null when it is not inside one. Called by the outward
+/// stubs on the domain's stack with the domain's rights: it only reads.
+extern "C" fn current_activation_inside() -> *mut GateFrame {
+    let frame = ACTIVE.with(Cell::get);
+    // SAFETY: a non-null ACTIVE is this thread's live activation.
+    if frame.is_null() || unsafe { (*frame).outside != 0 || (*frame).inside == 0 } {
+        return ptr::null_mut();
+    }
+    frame
+}
+
+/// A function pointer to hand a domain in place of `target`: called from inside a domain it runs `target` in the
+/// host (the host's rights, on the host's stack, every argument register passed through) and returns its `rax`
+/// and `xmm0` to the domain; called from the host it is a plain call. None when `slot` is out of range.
+///
+/// # Safety
+/// `target` must be a System V function taking only register-passed arguments (it is called with whatever the
+/// domain passes) that returns normally, and stay valid while any domain may call the stub.
+pub(crate) unsafe fn outward_stub(slot: usize, target: *const c_void) -> Option<*const c_void> {
+    let cell = OUTWARD_TARGETS.get(slot)?;
+    cell.store(target as usize, Ordering::Release);
+    let base = ward_mpk_outward_stubs as *const u8;
+    Some(base.wrapping_add(slot * OUTWARD_STRIDE).cast())
+}
+
+/// Where a call into the domain that this thread has called out of should put its stack: below the stack the
+/// domain was using (and its red zone), 16-byte aligned. None when the thread is not in a call out of a domain.
+pub(crate) fn nested_stack_top() -> Option<*mut u8> {
+    let frame = ACTIVE.with(Cell::get);
+    // SAFETY: a non-null ACTIVE is this thread's live activation.
+    let (outside, rsp) = unsafe { frame.as_ref().map(|f| (f.outside, f.domain_rsp_out))? };
+    (outside != 0).then(|| ((rsp as usize - 128) & !15) as *mut u8)
+}
+
 /// The Rust half of the fault handler (after `ward_mpk_signal_entry`).
 extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     let frame = ACTIVE.with(Cell::get);
     // SAFETY: the kernel passes a valid siginfo.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    if !frame.is_null() && code > 0 {
-        let uc = context.cast::<libc::ucontext_t>();
-        // SAFETY: the kernel passes this thread's interrupted context; `frame` is this thread's live activation
-        // (set by `call` and cleared after the gate returns), in host memory the handler may write.
-        unsafe {
-            let gregs = &mut (*uc).uc_mcontext.gregs;
-            (*frame).fault = GateFault { signal, code, addr, pc: gregs[libc::REG_RIP as usize] as usize };
-            gregs[libc::REG_RIP as usize] = ward_mpk_gate_resume as *const () as i64;
-            gregs[libc::REG_RBX as usize] = frame as i64;
+    // SAFETY: a non-null ACTIVE is this thread's live activation (see `call`), in host memory.
+    let (inside, outside) = unsafe { frame.as_ref().map_or((false, false), |f| (f.inside != 0, f.outside != 0)) };
+    let ours = if signal == timeout_signal() {
+        if code != libc::SI_TIMER {
+            // Sent by someone else: not ward's.
+            chain(signal, info, context);
+            return;
+        }
+        if inside && outside {
+            // The deadline passed while the domain is calling the host: the host's code is not interrupted; the
+            // domain is, once it is back (the timer tries again every millisecond).
+            arm_timer(Some(std::time::Duration::from_millis(1)));
+        }
+        // A timer that fires after its call left the gate is stale: dropped.
+        inside && !outside
+    } else {
+        // Raised by the processor (code > 0) in the domain's span of its gate call.
+        code > 0 && inside && !outside
+    };
+    if !ours {
+        if signal != timeout_signal() {
+            chain(signal, info, context);
         }
         return;
     }
-    chain(signal, info, context);
+    let uc = context.cast::<libc::ucontext_t>();
+    // SAFETY: the kernel passes this thread's interrupted context; `frame` is this thread's live activation, in
+    // host memory the handler may write, and the interrupted code lies in the span the gate marked inside, where
+    // its resume path is safe to take.
+    unsafe {
+        let gregs = &mut (*uc).uc_mcontext.gregs;
+        (*frame).fault = GateFault { signal, code, addr, pc: gregs[libc::REG_RIP as usize] as usize };
+        gregs[libc::REG_RIP as usize] = ward_mpk_gate_resume as *const () as i64;
+        gregs[libc::REG_RBX as usize] = frame as i64;
+    }
+}
+
+thread_local! {
+    /// This thread's deadline timer (made on its first gate call with a deadline).
+    static TIMER: Cell<Option<libc::timer_t>> = const { Cell::new(None) };
+}
+
+/// This thread's deadline timer, made on first use: one-shot, CLOCK_MONOTONIC, raising [`timeout_signal`] on this
+/// thread.
+fn thread_timer() -> io::Result<libc::timer_t> {
+    if let Some(timer) = TIMER.with(Cell::get) {
+        return Ok(timer);
+    }
+    // SAFETY: all-zero is a valid sigevent; the fields that matter are set below.
+    let mut event: libc::sigevent = unsafe { MaybeUninit::zeroed().assume_init() };
+    event.sigev_notify = libc::SIGEV_THREAD_ID;
+    event.sigev_signo = timeout_signal();
+    // SAFETY: gettid has no preconditions.
+    event.sigev_notify_thread_id = unsafe { libc::gettid() };
+    let mut timer: libc::timer_t = ptr::null_mut();
+    // SAFETY: event and timer are valid for the call; the timer belongs to this process until deleted (it lives as
+    // long as the process: one per thread that made a call with a deadline).
+    if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    TIMER.with(|t| t.set(Some(timer)));
+    Ok(timer)
+}
+
+/// Arm this thread's timer to fire once after `after` (None: disarm); returns what was left of the previous
+/// arming (None: it was disarmed). Async-signal-safe once the timer exists.
+fn arm_timer(after: Option<std::time::Duration>) -> Option<std::time::Duration> {
+    let timer = TIMER.with(Cell::get)?;
+    let value = after.map_or(libc::timespec { tv_sec: 0, tv_nsec: 0 }, |d| libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        // A zero it_value disarms: an expired deadline fires after a nanosecond instead.
+        tv_nsec: if d.is_zero() { 1 } else { libc::c_long::from(d.subsec_nanos()) },
+    });
+    let new = libc::itimerspec { it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 }, it_value: value };
+    let mut old = libc::itimerspec { it_interval: new.it_interval, it_value: new.it_interval };
+    // SAFETY: timer is this thread's timer; new and old are valid for the call.
+    unsafe { libc::timer_settime(timer, 0, &new, &mut old) };
+    let left = std::time::Duration::new(old.it_value.tv_sec as u64, old.it_value.tv_nsec as u32);
+    (!left.is_zero()).then_some(left)
 }
 
 /// Hand a signal that is not a domain's to what the host had installed.
@@ -419,7 +708,7 @@ fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) 
     let Some(Ok(installed)) = INSTALLED.get() else {
         return;
     };
-    let Some(index) = FAULT_SIGNALS.iter().position(|&s| s == signal) else {
+    let Some(index) = handled_signals().iter().position(|&s| s == signal) else {
         return;
     };
     let previous = &installed.previous[index];

@@ -4,7 +4,8 @@
 use std::arch::asm;
 use std::hint::black_box;
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use super::*;
 use crate::backend::mpk::pku::HOST_KEY;
@@ -33,7 +34,7 @@ impl TestDomain {
         args.ints[..ints.len()].copy_from_slice(ints);
         // SAFETY: every function the tests call is an `extern "C"` function of this file taking integer or pointer
         // arguments only; the stack is this domain's own, used by no other call.
-        unsafe { super::call(func, &args, self.rights, self.stack.end()) }.expect("the gate's thread set-up")
+        unsafe { super::call(func, &args, self.rights, self.stack.end(), None) }.expect("the gate's thread set-up")
     }
 
     fn data_word(&self) -> *mut u64 {
@@ -210,7 +211,7 @@ fn two_threads_in_one_domain_one_faulting() {
             let mut args = RegArgs::default();
             args.ints[0] = 0;
             // SAFETY: read_word takes one pointer; the stack is the second one, used only here.
-            unsafe { super::call(f(read_word as *const ()), &args, rights, stack_top as *mut u8) }.unwrap()
+            unsafe { super::call(f(read_word as *const ()), &args, rights, stack_top as *mut u8, None) }.unwrap()
         });
         for i in 0..1000 {
             assert_eq!(d.call(f(add as *const ()), &[i, 1]).unwrap().int, i + 1);
@@ -279,4 +280,166 @@ fn a_fault_outside_any_domain_with_no_host_handler_ends_the_process_as_it_would_
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("about to fault"));
+}
+
+/// In a domain: call `out(x)` (a host function behind an outward stub) and add one.
+extern "C" fn call_out(out: extern "C" fn(u64) -> u64, x: u64) -> u64 {
+    out(x).wrapping_add(1)
+}
+
+static OUTWARD_HOST_WORD: AtomicU64 = AtomicU64::new(0);
+static OUTWARD_HOST_RSP: AtomicU64 = AtomicU64::new(0);
+
+/// In the host: double `x`, writing host memory on the way (which the domain could not).
+extern "C" fn host_double(x: u64) -> u64 {
+    OUTWARD_HOST_WORD.store(x, Ordering::SeqCst);
+    OUTWARD_HOST_RSP.store(stack_pointer(), Ordering::SeqCst);
+    x * 2
+}
+
+#[test]
+fn a_domain_calls_the_host_through_an_outward_stub() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    // SAFETY: host_double takes one integer and returns normally.
+    let stub = unsafe { outward_stub(0, f(host_double as *const ())) }.unwrap();
+    assert_eq!(d.call(f(call_out as *const ()), &[stub as u64, 20]).unwrap().int, 41);
+    assert_eq!(OUTWARD_HOST_WORD.load(Ordering::SeqCst), 20, "the host function wrote host memory");
+    let rsp = OUTWARD_HOST_RSP.load(Ordering::SeqCst) as usize;
+    assert!(!d.stack.contains(rsp), "the host function ran on the host's stack, not the domain's ({rsp:#x})");
+    // Called from the host itself, the stub is a plain call.
+    // SAFETY: the stub stands for host_double.
+    let direct: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(stub) };
+    assert_eq!(direct(5), 10);
+}
+
+/// The rights of the domain the nesting test uses (set by the test before it calls in).
+static NESTED_RIGHTS: AtomicU32 = AtomicU32::new(0);
+static NESTED_INNER_RSP: AtomicU64 = AtomicU64::new(0);
+static NESTED_FAULT_SIGNAL: AtomicU64 = AtomicU64::new(0);
+
+/// In the host, called out of the domain (depth 2): call into the same domain again (depth 3), once to see where
+/// its stack is and once into a fault; return 100 when the fault came back as an error.
+extern "C" fn host_calls_back_in(_: u64) -> u64 {
+    let top = nested_stack_top().expect("called out of a domain");
+    let rights = Pkru(NESTED_RIGHTS.load(Ordering::SeqCst));
+    let args = RegArgs::default();
+    // SAFETY: stack_pointer takes nothing; the stack is the domain's own, below the part its outer call uses.
+    let inner = unsafe { super::call(f(stack_pointer as *const ()), &args, rights, top, None) }.unwrap().unwrap();
+    NESTED_INNER_RSP.store(inner.int, Ordering::SeqCst);
+    // SAFETY: read_word takes one pointer (null here, on purpose).
+    let fault = unsafe { super::call(f(read_word as *const ()), &args, rights, top, None) }.unwrap().unwrap_err();
+    NESTED_FAULT_SIGNAL.store(fault.signal as u64, Ordering::SeqCst);
+    100
+}
+
+#[test]
+fn nested_calls_host_domain_host_domain_with_a_fault_at_depth_three() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    NESTED_RIGHTS.store(d.rights.0, Ordering::SeqCst);
+    // SAFETY: host_calls_back_in takes one integer and returns normally.
+    let stub = unsafe { outward_stub(1, f(host_calls_back_in as *const ())) }.unwrap();
+    let outer = d.call(f(call_out as *const ()), &[stub as u64, 0]);
+    assert_eq!(outer.unwrap().int, 101, "the outer call went on after the fault at depth three");
+    assert_eq!(NESTED_FAULT_SIGNAL.load(Ordering::SeqCst), libc::SIGSEGV as u64);
+    let inner = NESTED_INNER_RSP.load(Ordering::SeqCst) as usize;
+    assert!(d.stack.contains(inner), "the inner call ran on the domain's stack");
+    assert!(inner < d.stack.end() as usize - 256, "below the outer call's frames ({inner:#x})");
+    assert!(nested_stack_top().is_none(), "back in the host, outside every domain");
+    assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
+}
+
+extern "C" fn host_breakpoint(x: u64) -> u64 {
+    breakpoint();
+    x
+}
+
+#[test]
+fn a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts() {
+    const NAME: &str = "backend::mpk::gate::tests::a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts";
+    if std::env::var(CHILD_CASE).as_deref() == Ok("outward-host-fault") {
+        // SAFETY: installs a plain handler that only bumps an atomic.
+        unsafe { libc::signal(libc::SIGTRAP, host_trap_handler as *const () as usize) };
+        let d = TestDomain::new();
+        // SAFETY: host_breakpoint takes one integer and returns normally (after its trap is handled).
+        let stub = unsafe { outward_stub(2, f(host_breakpoint as *const ())) }.unwrap();
+        assert_eq!(d.call(f(call_out as *const ()), &[stub as u64, 6]).unwrap().int, 7);
+        assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's trap reached the host's handler");
+        println!("child: host fault while outside went to the host");
+        return;
+    }
+    if !pku_here() {
+        return;
+    }
+    let out = run_child("outward-host-fault", NAME);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("went to the host"));
+}
+
+extern "C" fn spin_forever() {
+    loop {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let mut args = RegArgs::default();
+    // SAFETY: spin_forever takes nothing; the stack is the domain's own.
+    let stuck = unsafe {
+        super::call(f(spin_forever as *const ()), &args, d.rights, d.stack.end(), Some(Duration::from_millis(20)))
+    };
+    let fault = stuck.unwrap().unwrap_err();
+    assert_eq!((fault.signal, fault.code), (timeout_signal(), libc::SI_TIMER));
+    args.ints[..2].copy_from_slice(&[2, 2]);
+    // SAFETY: add takes two integers.
+    let prompt =
+        unsafe { super::call(f(add as *const ()), &args, d.rights, d.stack.end(), Some(Duration::from_secs(60))) };
+    assert_eq!(prompt.unwrap().unwrap().int, 4);
+    assert_eq!(arm_timer(None), None, "no deadline is left armed after the call");
+}
+
+static SLOW_HOST_DONE: AtomicU64 = AtomicU64::new(0);
+
+/// In the host, called out of a domain: busy for longer than the domain's deadline, then return.
+extern "C" fn slow_host(x: u64) -> u64 {
+    let until = std::time::Instant::now() + Duration::from_millis(100);
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
+    }
+    SLOW_HOST_DONE.store(1, Ordering::SeqCst);
+    x
+}
+
+/// In a domain: call the host, then never return.
+extern "C" fn call_out_then_spin(out: extern "C" fn(u64) -> u64) {
+    out(1);
+    spin_forever();
+}
+
+#[test]
+fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once_it_is_back() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    // SAFETY: slow_host takes one integer and returns normally.
+    let stub = unsafe { outward_stub(3, f(slow_host as *const ())) }.unwrap();
+    let mut args = RegArgs::default();
+    args.ints[0] = stub as u64;
+    // SAFETY: call_out_then_spin takes one function pointer; the stack is the domain's own.
+    let r = unsafe {
+        super::call(f(call_out_then_spin as *const ()), &args, d.rights, d.stack.end(), Some(Duration::from_millis(5)))
+    };
+    assert_eq!(r.unwrap().unwrap_err().signal, timeout_signal());
+    assert_eq!(SLOW_HOST_DONE.load(Ordering::SeqCst), 1, "the host's code ran to its end");
 }
