@@ -296,7 +296,8 @@ fn install() -> Result<Installed, i32> {
     HANDLER_PKRU.store(Pkru::DENY_ALL.allow(pku::HOST_KEY).allow(signal_key.number()).0, Ordering::SeqCst);
     // SAFETY: all-zero is a valid sigaction (no handler, empty mask, no flags); each is overwritten below.
     let mut previous: [libc::sigaction; FAULT_SIGNALS.len() + 1] = unsafe { MaybeUninit::zeroed().assume_init() };
-    for (signal, old) in handled_signals().iter().zip(previous.iter_mut()) {
+    let signals = handled_signals();
+    for (i, signal) in signals.iter().enumerate() {
         // SAFETY: as above.
         let mut action: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
         action.sa_sigaction = ward_mpk_signal_entry as *const () as usize;
@@ -305,10 +306,16 @@ fn install() -> Result<Installed, i32> {
         // handler ABI (the entry stub, then `on_signal`) and stores the old action in memory we own.
         let r = unsafe {
             libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(*signal, &action, old)
+            libc::sigaction(*signal, &action, &mut previous[i])
         };
         if r != 0 {
-            return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+            let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
+            // Put back what was there: no handler of ward's stays installed without its signal key.
+            for (signal, old) in signals.iter().zip(&previous).take(i) {
+                // SAFETY: `old` is what sigaction reported for that signal a moment ago.
+                unsafe { libc::sigaction(*signal, old, ptr::null_mut()) };
+            }
+            return Err(errno);
         }
     }
     Ok(Installed { previous, signal_key })
@@ -660,8 +667,22 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
 }
 
 thread_local! {
-    /// This thread's deadline timer (made on its first gate call with a deadline).
+    /// This thread's deadline timer (made on its first gate call with a deadline), as the handler reads it.
     static TIMER: Cell<Option<libc::timer_t>> = const { Cell::new(None) };
+    /// The same timer, deleted when the thread ends.
+    static TIMER_OWNER: RefCell<Option<ThreadTimer>> = const { RefCell::new(None) };
+}
+
+/// A thread's deadline timer, deleted when the thread ends.
+struct ThreadTimer(libc::timer_t);
+
+impl Drop for ThreadTimer {
+    fn drop(&mut self) {
+        TIMER.with(|t| t.set(None));
+        // SAFETY: the timer was made by `thread_timer` on this thread and is deleted once; no call of this thread
+        // is in a domain any more (it is ending), so nothing waits for it.
+        unsafe { libc::timer_delete(self.0) };
+    }
 }
 
 /// This thread's deadline timer, made on first use: one-shot, CLOCK_MONOTONIC, raising [`timeout_signal`] on this
@@ -677,12 +698,12 @@ fn thread_timer() -> io::Result<libc::timer_t> {
     // SAFETY: gettid has no preconditions.
     event.sigev_notify_thread_id = unsafe { libc::gettid() };
     let mut timer: libc::timer_t = ptr::null_mut();
-    // SAFETY: event and timer are valid for the call; the timer belongs to this process until deleted (it lives as
-    // long as the process: one per thread that made a call with a deadline).
+    // SAFETY: event and timer are valid for the call; the timer is this thread's until it ends (ThreadTimer).
     if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) } != 0 {
         return Err(io::Error::last_os_error());
     }
     TIMER.with(|t| t.set(Some(timer)));
+    TIMER_OWNER.with(|o| *o.borrow_mut() = Some(ThreadTimer(timer)));
     Ok(timer)
 }
 
