@@ -448,14 +448,14 @@ pub(crate) unsafe fn call(
     ACTIVE.with(|a| a.set(frame_ptr));
     // The thread's one timer serves nested calls too: an inner deadline replaces the outer one for the inner
     // call's time, and the outer one gets back what it had left, less that time.
-    let started = std::time::Instant::now();
-    let outer_deadline = deadline.map(|d| arm_timer(Some(d)));
+    // (No clock read without a deadline: it would cost about as much as the whole gate.)
+    let outer_deadline = deadline.map(|d| (std::time::Instant::now(), arm_timer(Some(d))));
     // SAFETY: the frame is live for the whole call and has the layout the assembly reads (checked above); the gate
     // saves and restores every callee-saved register and the stack pointer, on both its paths, so to Rust it is an
     // ordinary C function. The call of `func` on the domain's stack is sound by the caller's guarantee, and a fault
     // in it comes back through the resume path, which the handler only takes for this activation.
     let status = unsafe { ward_mpk_gate(frame_ptr) };
-    if let Some(outer) = outer_deadline {
+    if let Some((started, outer)) = outer_deadline {
         arm_timer(outer.map(|left| left.saturating_sub(started.elapsed())));
     }
     ACTIVE.with(|a| a.set(below));
