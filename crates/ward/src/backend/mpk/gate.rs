@@ -59,7 +59,7 @@ use ward_abi::{RegArgs, RegRet};
 use super::memory::KeyedRegion;
 use super::pku::{self, Pkru, ProtectionKey};
 
-/// What the gate needs for one call; the assembly hard-codes the offsets (checked below).
+/// What the gate needs for one call; the assembly names its fields by `offset_of!`.
 #[repr(C)]
 #[derive(Debug)]
 struct GateFrame {
@@ -89,19 +89,8 @@ struct GateFrame {
     fault: GateFault,
 }
 
-const _: () = {
-    assert!(offset_of!(GateFrame, ints) == 8);
-    assert!(offset_of!(GateFrame, floats) == 56);
-    assert!(offset_of!(GateFrame, ret_int) == 120);
-    assert!(offset_of!(GateFrame, ret_float) == 128);
-    assert!(offset_of!(GateFrame, domain_pkru) == 136);
-    assert!(offset_of!(GateFrame, host_pkru) == 144);
-    assert!(offset_of!(GateFrame, stack_top) == 152);
-    assert!(offset_of!(GateFrame, host_rsp) == 160);
-    assert!(offset_of!(GateFrame, outside) == 168);
-    assert!(offset_of!(GateFrame, domain_rsp_out) == 176);
-    assert!(offset_of!(GateFrame, inside) == 184);
-};
+// The floats follow the ints, as in RegArgs: the argument loader reads both from one base.
+const _: () = assert!(offset_of!(GateFrame, floats) == offset_of!(GateFrame, ints) + 48);
 
 /// A fault raised inside a domain, as the signal handler saw it.
 #[repr(C)]
@@ -124,75 +113,16 @@ impl GateFault {
 }
 
 global_asm!(
-    ".pushsection .text.ward_mpk_gate, \"ax\", @progbits",
-    // u64 ward_mpk_gate(GateFrame *frame): 0 when the function returned, 1 when the handler sent it to resume.
-    ".globl ward_mpk_gate",
-    ".hidden ward_mpk_gate",
-    ".type ward_mpk_gate, @function",
-    ".balign 16",
-    "ward_mpk_gate:",
+    // Pieces the gate and the outward stubs share. Frame fields are named by the operands at the end.
+    ".macro ward_mpk_save_host_registers",
     "push rbp",
     "push rbx",
     "push r12",
     "push r13",
     "push r14",
     "push r15",
-    "mov rbx, rdi",
-    "mov qword ptr [rbx + 160], rsp",
-    "xor ecx, ecx",
-    "rdpkru",
-    "mov qword ptr [rbx + 144], rax",
-    // Into the domain: its stack, then its rights. The arguments are read under the domain's PKRU, which lets it
-    // read host memory.
-    "mov qword ptr [rbx + 184], 1",
-    "mov rsp, qword ptr [rbx + 152]",
-    "mov eax, dword ptr [rbx + 136]",
-    "xor ecx, ecx",
-    "xor edx, edx",
-    "wrpkru",
-    "mov rdi, qword ptr [rbx + 8]",
-    "mov rsi, qword ptr [rbx + 16]",
-    "mov rdx, qword ptr [rbx + 24]",
-    "mov rcx, qword ptr [rbx + 32]",
-    "mov r8, qword ptr [rbx + 40]",
-    "mov r9, qword ptr [rbx + 48]",
-    "movq xmm0, qword ptr [rbx + 56]",
-    "movq xmm1, qword ptr [rbx + 64]",
-    "movq xmm2, qword ptr [rbx + 72]",
-    "movq xmm3, qword ptr [rbx + 80]",
-    "movq xmm4, qword ptr [rbx + 88]",
-    "movq xmm5, qword ptr [rbx + 96]",
-    "movq xmm6, qword ptr [rbx + 104]",
-    "movq xmm7, qword ptr [rbx + 112]",
-    "mov r11, qword ptr [rbx]",
-    // The upper bound on vector registers a variadic callee reads.
-    "mov eax, 8",
-    "call r11",
-    // Out: the host's rights first, then its memory may be written.
-    "mov r12, rax",
-    "movq r13, xmm0",
-    "mov eax, dword ptr [rbx + 144]",
-    "xor ecx, ecx",
-    "xor edx, edx",
-    "wrpkru",
-    "mov qword ptr [rbx + 184], 0",
-    "mov qword ptr [rbx + 120], r12",
-    "mov qword ptr [rbx + 128], r13",
-    "mov rsp, qword ptr [rbx + 160]",
-    "xor eax, eax",
-    "jmp 2f",
-    // The signal handler sends a faulting domain here, with rbx = the frame and the domain's PKRU restored.
-    ".globl ward_mpk_gate_resume",
-    ".hidden ward_mpk_gate_resume",
-    "ward_mpk_gate_resume:",
-    "mov eax, dword ptr [rbx + 144]",
-    "xor ecx, ecx",
-    "xor edx, edx",
-    "wrpkru",
-    "mov qword ptr [rbx + 184], 0",
-    "mov rsp, qword ptr [rbx + 160]",
-    "mov eax, 1",
-    "2:",
+    ".endm",
+    ".macro ward_mpk_restore_host_registers_and_return",
     "pop r15",
     "pop r14",
     "pop r13",
@@ -200,6 +130,73 @@ global_asm!(
     "pop rbx",
     "pop rbp",
     "ret",
+    ".endm",
+    // PKRU := the dword at [base + offset] (eax, ecx and edx are clobbered).
+    ".macro ward_mpk_set_pkru base:req, offset:req",
+    "mov eax, dword ptr [\\base + \\offset]",
+    "xor ecx, ecx",
+    "xor edx, edx",
+    "wrpkru",
+    ".endm",
+    // The fourteen argument registers := the RegArgs image at [base + offset].
+    ".macro ward_mpk_load_arguments base:req, offset:req",
+    "mov rdi, qword ptr [\\base + \\offset]",
+    "mov rsi, qword ptr [\\base + \\offset + 8]",
+    "mov rdx, qword ptr [\\base + \\offset + 16]",
+    "mov rcx, qword ptr [\\base + \\offset + 24]",
+    "mov r8, qword ptr [\\base + \\offset + 32]",
+    "mov r9, qword ptr [\\base + \\offset + 40]",
+    "movq xmm0, qword ptr [\\base + \\offset + 48]",
+    "movq xmm1, qword ptr [\\base + \\offset + 56]",
+    "movq xmm2, qword ptr [\\base + \\offset + 64]",
+    "movq xmm3, qword ptr [\\base + \\offset + 72]",
+    "movq xmm4, qword ptr [\\base + \\offset + 80]",
+    "movq xmm5, qword ptr [\\base + \\offset + 88]",
+    "movq xmm6, qword ptr [\\base + \\offset + 96]",
+    "movq xmm7, qword ptr [\\base + \\offset + 104]",
+    ".endm",
+    ".pushsection .text.ward_mpk_gate, \"ax\", @progbits",
+    // u64 ward_mpk_gate(GateFrame *frame): 0 when the function returned, 1 when the handler sent it to resume.
+    ".globl ward_mpk_gate",
+    ".hidden ward_mpk_gate",
+    ".type ward_mpk_gate, @function",
+    ".balign 16",
+    "ward_mpk_gate:",
+    "ward_mpk_save_host_registers",
+    "mov rbx, rdi",
+    "mov qword ptr [rbx + {host_rsp}], rsp",
+    "xor ecx, ecx",
+    "rdpkru",
+    "mov qword ptr [rbx + {host_pkru}], rax",
+    // Into the domain: its stack, then its rights. The arguments are read under the domain's PKRU, which lets it
+    // read host memory.
+    "mov qword ptr [rbx + {inside}], 1",
+    "mov rsp, qword ptr [rbx + {stack_top}]",
+    "ward_mpk_set_pkru rbx, {domain_pkru}",
+    "ward_mpk_load_arguments rbx, {ints}",
+    "mov r11, qword ptr [rbx + {func}]",
+    // The upper bound on vector registers a variadic callee reads.
+    "mov eax, 8",
+    "call r11",
+    // Out: the host's rights first, then its memory may be written.
+    "mov r12, rax",
+    "movq r13, xmm0",
+    "ward_mpk_set_pkru rbx, {host_pkru}",
+    "mov qword ptr [rbx + {inside}], 0",
+    "mov qword ptr [rbx + {ret_int}], r12",
+    "mov qword ptr [rbx + {ret_float}], r13",
+    "mov rsp, qword ptr [rbx + {host_rsp}]",
+    "xor eax, eax",
+    "ward_mpk_restore_host_registers_and_return",
+    // The signal handler sends a faulting domain here, with rbx = the frame and the domain's PKRU restored.
+    ".globl ward_mpk_gate_resume",
+    ".hidden ward_mpk_gate_resume",
+    "ward_mpk_gate_resume:",
+    "ward_mpk_set_pkru rbx, {host_pkru}",
+    "mov qword ptr [rbx + {inside}], 0",
+    "mov rsp, qword ptr [rbx + {host_rsp}]",
+    "mov eax, 1",
+    "ward_mpk_restore_host_registers_and_return",
     ".size ward_mpk_gate, . - ward_mpk_gate",
     // The handler's first instructions: rights to key 0 and the signal key before the stack is touched (it is the
     // alternate stack, tagged with the signal key, which the kernel's initial PKRU denies). rdx (the context)
@@ -210,16 +207,104 @@ global_asm!(
     ".balign 16",
     "ward_mpk_signal_entry:",
     "mov r8, rdx",
-    "mov eax, dword ptr [rip + {handler_pkru}]",
-    "xor ecx, ecx",
-    "xor edx, edx",
-    "wrpkru",
+    "ward_mpk_set_pkru rip, {handler_pkru}",
     "mov rdx, r8",
     "jmp {on_signal}",
     ".size ward_mpk_signal_entry, . - ward_mpk_signal_entry",
     ".popsection",
+    ".pushsection .text.ward_mpk_outward, \"ax\", @progbits",
+    ".balign 16",
+    ".globl ward_mpk_outward_stubs",
+    ".hidden ward_mpk_outward_stubs",
+    "ward_mpk_outward_stubs:",
+    ".set slot, 0",
+    ".rept {slots}",
+    "mov r11d, slot",
+    "jmp ward_mpk_outward_common",
+    ".balign {stride}, 0xcc",
+    ".set slot, slot + 1",
+    ".endr",
+    // Common body, entered with the domain's rights, on its stack, the arguments in their registers and the slot
+    // in r11. Frame on the domain stack: the six callee-saved registers (48 bytes, with the return address 56:
+    // rsp is 8 mod 16 after the pushes), then 120 bytes: a RegArgs image of the argument registers, and padding.
+    "ward_mpk_outward_common:",
+    "ward_mpk_save_host_registers",
+    "sub rsp, 120",
+    "mov qword ptr [rsp], rdi",
+    "mov qword ptr [rsp + 8], rsi",
+    "mov qword ptr [rsp + 16], rdx",
+    "mov qword ptr [rsp + 24], rcx",
+    "mov qword ptr [rsp + 32], r8",
+    "mov qword ptr [rsp + 40], r9",
+    "movq qword ptr [rsp + 48], xmm0",
+    "movq qword ptr [rsp + 56], xmm1",
+    "movq qword ptr [rsp + 64], xmm2",
+    "movq qword ptr [rsp + 72], xmm3",
+    "movq qword ptr [rsp + 80], xmm4",
+    "movq qword ptr [rsp + 88], xmm5",
+    "movq qword ptr [rsp + 96], xmm6",
+    "movq qword ptr [rsp + 104], xmm7",
+    "mov r12, r11",
+    "mov r14, rsp",
+    // Which activation is this thread in? (Reads host memory only, which the domain's rights allow.)
+    "and rsp, -16",
+    "call {current}",
+    "mov r13, rax",
+    "test r13, r13",
+    "jz 3f",
+    // To the host: its rights, then its stack (below where the gate left it), marked outside.
+    "ward_mpk_set_pkru r13, {host_pkru}",
+    "mov qword ptr [r13 + {outside}], 1",
+    "mov qword ptr [r13 + {domain_rsp_out}], r14",
+    "mov rsp, qword ptr [r13 + {host_rsp}]",
+    "and rsp, -16",
+    "call 4f",
+    // Back to the domain: unmarked, its stack, its rights; the results survive in rbx and r15.
+    "mov rbx, rax",
+    "movq r15, xmm0",
+    "mov qword ptr [r13 + {outside}], 0",
+    "mov rsp, r14",
+    "ward_mpk_set_pkru r13, {domain_pkru}",
+    "mov rax, rbx",
+    "movq xmm0, r15",
+    "jmp 5f",
+    // Not inside a domain (a host thread calling the pointer itself): a plain call.
+    "3:",
+    "call 4f",
+    "mov rsp, r14",
+    "5:",
+    "add rsp, 120",
+    "ward_mpk_restore_host_registers_and_return",
+    // Load the arguments from the saved image (r14) and call the slot's target (r12); rsp is 16-byte aligned
+    // before the `call 4f` that got here pushed its return address, as a C caller leaves it.
+    "4:",
+    "ward_mpk_load_arguments r14, 0",
+    "lea r11, [rip + {targets}]",
+    "mov r11, qword ptr [r11 + r12 * 8]",
+    "mov eax, 8",
+    "jmp r11",
+    ".popsection",
+    ".purgem ward_mpk_save_host_registers",
+    ".purgem ward_mpk_restore_host_registers_and_return",
+    ".purgem ward_mpk_set_pkru",
+    ".purgem ward_mpk_load_arguments",
+    func = const offset_of!(GateFrame, func),
+    ints = const offset_of!(GateFrame, ints),
+    ret_int = const offset_of!(GateFrame, ret_int),
+    ret_float = const offset_of!(GateFrame, ret_float),
+    domain_pkru = const offset_of!(GateFrame, domain_pkru),
+    host_pkru = const offset_of!(GateFrame, host_pkru),
+    stack_top = const offset_of!(GateFrame, stack_top),
+    host_rsp = const offset_of!(GateFrame, host_rsp),
+    outside = const offset_of!(GateFrame, outside),
+    domain_rsp_out = const offset_of!(GateFrame, domain_rsp_out),
+    inside = const offset_of!(GateFrame, inside),
     handler_pkru = sym HANDLER_PKRU,
     on_signal = sym on_signal,
+    slots = const OUTWARD_SLOTS,
+    stride = const OUTWARD_STRIDE,
+    current = sym current_activation_inside,
+    targets = sym OUTWARD_TARGETS,
 );
 
 extern "C" {
@@ -424,7 +509,7 @@ pub(crate) unsafe fn call(
     // The host's rights on this thread must cover the domain's memory: the outward stub reads the arguments the
     // domain left on its stack with them, and the host copies into and out of domain memory.
     let host = Pkru::current();
-    let widened = (1..16).filter(|&k| rights.writes(k)).fold(host, Pkru::allow);
+    let widened = host.allowing_writes_of(rights);
     if widened != host {
         set_this_thread(widened);
     }
@@ -475,115 +560,6 @@ const OUTWARD_STRIDE: usize = 16;
 
 /// The host function behind each outward stub (0: none). Host memory: a domain reads it, never writes it.
 static OUTWARD_TARGETS: [AtomicUsize; OUTWARD_SLOTS] = [const { AtomicUsize::new(0) }; OUTWARD_SLOTS];
-
-global_asm!(
-    ".pushsection .text.ward_mpk_outward, \"ax\", @progbits",
-    ".balign 16",
-    ".globl ward_mpk_outward_stubs",
-    ".hidden ward_mpk_outward_stubs",
-    "ward_mpk_outward_stubs:",
-    ".set slot, 0",
-    ".rept {slots}",
-    "mov r11d, slot",
-    "jmp ward_mpk_outward_common",
-    ".balign {stride}, 0xcc",
-    ".set slot, slot + 1",
-    ".endr",
-    // Common body, entered with the domain's rights, on its stack, the arguments in their registers and the slot
-    // in r11. Frame on the domain stack: rbp, rbx, r12, r13, r14, r15 (48 bytes, with the return address 56:
-    // rsp is 8 mod 16 after the pushes), then 120 bytes: the fourteen argument registers and the slot.
-    "ward_mpk_outward_common:",
-    "push rbp",
-    "push rbx",
-    "push r12",
-    "push r13",
-    "push r14",
-    "push r15",
-    "sub rsp, 120",
-    "mov qword ptr [rsp], rdi",
-    "mov qword ptr [rsp + 8], rsi",
-    "mov qword ptr [rsp + 16], rdx",
-    "mov qword ptr [rsp + 24], rcx",
-    "mov qword ptr [rsp + 32], r8",
-    "mov qword ptr [rsp + 40], r9",
-    "movq qword ptr [rsp + 48], xmm0",
-    "movq qword ptr [rsp + 56], xmm1",
-    "movq qword ptr [rsp + 64], xmm2",
-    "movq qword ptr [rsp + 72], xmm3",
-    "movq qword ptr [rsp + 80], xmm4",
-    "movq qword ptr [rsp + 88], xmm5",
-    "movq qword ptr [rsp + 96], xmm6",
-    "movq qword ptr [rsp + 104], xmm7",
-    "mov r12, r11",
-    "mov r14, rsp",
-    // Which activation is this thread in? (Reads host memory only, which the domain's rights allow.)
-    "and rsp, -16",
-    "call {current}",
-    "mov r13, rax",
-    "test r13, r13",
-    "jz 3f",
-    // To the host: its rights, then its stack (below where the gate left it), marked outside.
-    "mov eax, dword ptr [r13 + 144]",
-    "xor ecx, ecx",
-    "xor edx, edx",
-    "wrpkru",
-    "mov qword ptr [r13 + 168], 1",
-    "mov qword ptr [r13 + 176], r14",
-    "mov rsp, qword ptr [r13 + 160]",
-    "and rsp, -16",
-    "call 4f",
-    // Back to the domain: unmarked, its stack, its rights; the results survive in rbx and r15.
-    "mov rbx, rax",
-    "movq r15, xmm0",
-    "mov qword ptr [r13 + 168], 0",
-    "mov rsp, r14",
-    "mov eax, dword ptr [r13 + 136]",
-    "xor ecx, ecx",
-    "xor edx, edx",
-    "wrpkru",
-    "mov rax, rbx",
-    "movq xmm0, r15",
-    "jmp 5f",
-    // Not inside a domain (a host thread calling the pointer itself): a plain call.
-    "3:",
-    "call 4f",
-    "mov rsp, r14",
-    "5:",
-    "add rsp, 120",
-    "pop r15",
-    "pop r14",
-    "pop r13",
-    "pop r12",
-    "pop rbx",
-    "pop rbp",
-    "ret",
-    // Load the arguments from the saved image (r14) and call the slot's target (r12); rsp is 16-byte aligned
-    // before the `call 4f` that got here pushed its return address, as a C caller leaves it.
-    "4:",
-    "mov rdi, qword ptr [r14]",
-    "mov rsi, qword ptr [r14 + 8]",
-    "mov rdx, qword ptr [r14 + 16]",
-    "mov rcx, qword ptr [r14 + 24]",
-    "mov r8, qword ptr [r14 + 32]",
-    "mov r9, qword ptr [r14 + 40]",
-    "movq xmm0, qword ptr [r14 + 48]",
-    "movq xmm1, qword ptr [r14 + 56]",
-    "movq xmm2, qword ptr [r14 + 64]",
-    "movq xmm3, qword ptr [r14 + 72]",
-    "movq xmm4, qword ptr [r14 + 80]",
-    "movq xmm5, qword ptr [r14 + 88]",
-    "movq xmm6, qword ptr [r14 + 96]",
-    "movq xmm7, qword ptr [r14 + 104]",
-    "lea r11, [rip + {targets}]",
-    "mov r11, qword ptr [r11 + r12 * 8]",
-    "mov eax, 8",
-    "jmp r11",
-    ".popsection",
-    slots = const OUTWARD_SLOTS,
-    stride = const OUTWARD_STRIDE,
-    current = sym current_activation_inside,
-    targets = sym OUTWARD_TARGETS,
-);
 
 extern "C" {
     /// Start of the outward stubs; only its address is used.

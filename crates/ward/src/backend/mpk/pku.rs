@@ -72,6 +72,15 @@ impl Pkru {
         Pkru((self.0 & !(0b11 << (2 * key))) | (0b10 << (2 * key)))
     }
 
+    /// This value with every key `other` lets be written allowed as well (bit by bit, no loop over keys: it is on
+    /// the gate's path).
+    pub(crate) const fn allowing_writes_of(self, other: Pkru) -> Pkru {
+        // Bit 2k of `restricted` is set when key k is restricted in `other` (AD or WD).
+        let restricted = other.0 | (other.0 >> 1);
+        let writable = !restricted & 0x5555_5555;
+        Pkru(self.0 & !(writable | (writable << 1)))
+    }
+
     /// Whether `key` may be written.
     pub(crate) const fn writes(self, key: u32) -> bool {
         self.0 & (0b11 << (2 * key)) == 0
@@ -119,5 +128,14 @@ mod tests {
         assert!(p.writes(3) && p.reads(3));
         assert!(!p.writes(0) && p.reads(0));
         assert!(!p.writes(2) && !p.reads(2));
+    }
+
+    #[test]
+    fn widening_to_another_values_writable_keys_leaves_the_rest_alone() {
+        let host = Pkru::DENY_ALL.allow(0).read_only(5);
+        let domain = Pkru::DENY_ALL.read_only(0).allow(3).allow(5);
+        let widened = host.allowing_writes_of(domain);
+        assert_eq!(widened, host.allow(3).allow(5));
+        assert_eq!(widened.allowing_writes_of(domain), widened);
     }
 }

@@ -234,6 +234,13 @@ fn run_child(case: &str, test: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// Run `test` again as case `case` in a child process, which must succeed and print `says`.
+fn child_succeeds_saying(case: &str, test: &str, says: &str) {
+    let out = run_child(case, test);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(says));
+}
+
 static HOST_TRAPS: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn host_trap_handler(_: libc::c_int) {
@@ -257,9 +264,7 @@ fn a_fault_outside_any_domain_goes_to_the_handler_the_host_installed() {
     if !pku_here() {
         return;
     }
-    let out = run_child("host-handler", NAME);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("child: host handler chained"));
+    child_succeeds_saying("host-handler", NAME, "child: host handler chained");
 }
 
 #[test]
@@ -376,9 +381,7 @@ fn a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts() {
     if !pku_here() {
         return;
     }
-    let out = run_child("outward-host-fault", NAME);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("went to the host"));
+    child_succeeds_saying("outward-host-fault", NAME, "went to the host");
 }
 
 extern "C" fn spin_forever() {
