@@ -29,6 +29,11 @@
  *
  * Built with -fvisibility=hidden: only the functions marked FAULTY_EXPORT are
  * exported.
+ *
+ * With FAULTY_IN_PROCESS defined (faulty_mpk.c), the kinds that need a process
+ * of their own are left out (FD_LEAK, RAISE_KILL, GARBAGE_REPLY, FORGED_REPLY:
+ * faulty_arm disarms them), and so are their imports (descriptors, signals,
+ * raw system calls, stdio), which an mpk domain cannot take.
  */
 #define _GNU_SOURCE
 
@@ -153,6 +158,7 @@ FAULTY_EXPORT void faulty_memory_bomb(void) {
     }
 }
 
+#ifndef FAULTY_IN_PROCESS
 FAULTY_EXPORT void faulty_fd_leak(void) {
     for (;;) {
         if (open("/dev/null", O_RDONLY) < 0) {
@@ -169,19 +175,26 @@ FAULTY_EXPORT void faulty_raise_kill(void) {
     }
 }
 
+#endif
+
 FAULTY_EXPORT void faulty_div_zero(void) {
     volatile int64_t zero = 0;
     volatile int64_t one = 1;
     volatile int64_t result = one / zero;
     (void)result;
     /* Only reached on architectures whose division does not trap. */
+#ifdef FAULTY_IN_PROCESS
+    __builtin_trap();
+#else
     raise(SIGFPE);
+#endif
 }
 
 FAULTY_EXPORT void faulty_illegal(void) {
     __builtin_trap();
 }
 
+#ifndef FAULTY_IN_PROCESS
 /* ---- attacks on ward's wire protocol ------------------------------------ */
 
 /*
@@ -334,6 +347,8 @@ FAULTY_EXPORT int64_t faulty_forged_reply(void) {
     return inject_reply(rec);
 }
 
+#endif
+
 /* ---- armed faults --------------------------------------------------------- */
 
 static int64_t armed_kind;
@@ -348,6 +363,11 @@ FAULTY_EXPORT void faulty_arm(int64_t kind, int64_t arg) {
     if (kind < FAULT_NULL_DEREF || kind > FAULT_ILLEGAL) {
         kind = FAULT_NONE;
     }
+#ifdef FAULTY_IN_PROCESS
+    if (kind >= FAULT_FD_LEAK && kind <= FAULT_FORGED_REPLY) {
+        kind = FAULT_NONE;
+    }
+#endif
     armed_arg = arg;
     armed_kind = kind;
 }
@@ -379,6 +399,7 @@ FAULTY_EXPORT int64_t faulty_compute(int64_t x) {
     case FAULT_MEMORY_BOMB:
         faulty_memory_bomb();
         break;
+#ifndef FAULTY_IN_PROCESS
     case FAULT_FD_LEAK:
         faulty_fd_leak();
         break;
@@ -389,6 +410,7 @@ FAULTY_EXPORT int64_t faulty_compute(int64_t x) {
         return faulty_garbage_reply();
     case FAULT_FORGED_REPLY:
         return faulty_forged_reply();
+#endif
     case FAULT_DIV_ZERO:
         faulty_div_zero();
         break;

@@ -169,6 +169,24 @@ impl Out {
     }
 }
 
+impl Out {
+    /// A line that could not be measured on this machine, and why.
+    fn skip(&mut self, name: &'static str, variant: &'static str, isolation: &'static str, why: &str) -> Result<()> {
+        if self.json {
+            return report::json_line(&serde_json::json!({
+                "name": name, "variant": variant, "isolation": isolation, "skipped": why,
+            }));
+        }
+        say!("{}", self.cols.row(&[name, variant, isolation, "-", "-", "", "", &format!("not run: {why}")]))?;
+        Ok(())
+    }
+}
+
+/// Why the mpk lines do not run here, if they do not.
+fn mpk_missing() -> Option<&'static str> {
+    (!ward::mpk_available()).then_some("no memory protection keys (PKU) on this machine")
+}
+
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
@@ -277,6 +295,15 @@ fn null_calls(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
     let s = measure(plan.runs, plan.ops(1_000_000), |n| call_void(&f, n))?;
     out.emit("null_call", "none", "none", s, Throughput::Ops, None)?;
 
+    if let Some(why) = mpk_missing() {
+        out.skip("null_call", "mpk", "mpk", why)?;
+    } else {
+        let (_sup, ext) = well_under(well, Isolation::Mpk, "adaptive")?;
+        let f = ext.function("well_null")?;
+        let s = measure(plan.runs, plan.ops(1_000_000), |n| call_void(&f, n))?;
+        out.emit("null_call", "mpk", "mpk", s, Throughput::Ops, Some(Target::AtMostNs(40.0)))?;
+    }
+
     for (variant, wait, full, target) in [
         ("process-poll", "poll", 100_000, Target::AtMostNs(400.0)),
         ("process-sleep", "sleep", 2_000, Target::AtMostNs(10_000.0)),
@@ -292,6 +319,11 @@ fn null_calls(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
 fn buffers(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
     let (_sup, ext) = well_under(well, Isolation::Process, "adaptive")?;
     let copy = ext.function("well_copy")?;
+    let mpk = match mpk_missing() {
+        None => Some(well_under(well, Isolation::Mpk, "adaptive")?),
+        Some(_) => None,
+    };
+    let mpk_copy = mpk.as_ref().map(|(_, ext)| ext.function("well_copy")).transpose()?;
     for (name, len, host_ops, ward_ops) in [("buffer_4k", 4096usize, 200_000, 20_000), ("buffer_1m", 1 << 20, 500, 200)]
     {
         let mut src = PageAligned::new(len);
@@ -309,15 +341,21 @@ fn buffers(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
         out.emit(name, "memcpy", "native", s, Throughput::Bytes(len as u64), None)?;
 
         let dst = dst.bytes_mut();
-        dst.fill(0);
-        let s = measure(plan.runs, plan.ops(ward_ops), |n| {
-            for _ in 0..n {
-                copy.call(&mut [Arg::In(src), Arg::Out(dst), Arg::U64(len as u64)], RetType::Void)?;
-            }
-            Ok(())
-        })?;
-        ensure!(dst == src, "well_copy through the process domain returned wrong bytes");
-        out.emit(name, "well_copy", "process", s, Throughput::Bytes(len as u64), None)?;
+        for (isolation, copy) in [("process", Some(&copy)), ("mpk", mpk_copy.as_ref())] {
+            let Some(copy) = copy else {
+                out.skip(name, "well_copy", isolation, mpk_missing().unwrap_or_default())?;
+                continue;
+            };
+            dst.fill(0);
+            let s = measure(plan.runs, plan.ops(ward_ops), |n| {
+                for _ in 0..n {
+                    copy.call(&mut [Arg::In(src), Arg::Out(dst), Arg::U64(len as u64)], RetType::Void)?;
+                }
+                Ok(())
+            })?;
+            ensure!(dst == src, "well_copy through the {isolation} domain returned wrong bytes");
+            out.emit(name, "well_copy", isolation, s, Throughput::Bytes(len as u64), None)?;
+        }
     }
     Ok(())
 }
@@ -367,26 +405,35 @@ fn deferred(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
 }
 
 fn recovery(out: &mut Out, plan: Plan, faulty: &Path) -> Result<()> {
-    let (took, call) = recoveries(faulty, true, plan.recoveries)?;
+    let (took, call) = recoveries(faulty, Isolation::Process, true, plan.recoveries)?;
     out.emit("recovery", "zygote", "process", took, Throughput::None, Some(Target::AtMostNs(2e6)))?;
     out.emit("recovery", "zygote-call", "process", call, Throughput::None, None)?;
-    let (took, call) = recoveries(faulty, false, plan.spawn_recoveries)?;
+    let (took, call) = recoveries(faulty, Isolation::Process, false, plan.spawn_recoveries)?;
     out.emit("recovery", "spawn", "process", took, Throughput::None, None)?;
-    out.emit("recovery", "spawn-call", "process", call, Throughput::None, None)
+    out.emit("recovery", "spawn-call", "process", call, Throughput::None, None)?;
+    if let Some(why) = mpk_missing() {
+        out.skip("recovery", "snapshot", "mpk", why)?;
+        return Ok(());
+    }
+    let faulty_mpk =
+        ward_extensions::path_of("faulty_mpk").context("cannot extract the built-in extension faulty_mpk.so")?;
+    let (took, call) = recoveries(&faulty_mpk, Isolation::Mpk, false, plan.recoveries)?;
+    out.emit("recovery", "snapshot", "mpk", took, Throughput::None, Some(Target::AtMostNs(50e3)))?;
+    out.emit("recovery", "snapshot-call", "mpk", call, Throughput::None, None)
 }
 
 /// Crash to ready `samples` times (a null dereference in faulty_compute each time). Returns the `took` of each
 /// recovery (detection to ready, replay included) and the whole faulting call as the host saw it (detection,
 /// recovery and the retried call).
-fn recoveries(faulty: &Path, zygote: bool, samples: usize) -> Result<(Stats, Stats)> {
+fn recoveries(faulty: &Path, isolation: Isolation, zygote: bool, samples: usize) -> Result<(Stats, Stats)> {
     // Restart limits that never disable the extension, and next to no backoff.
+    let name = ward::extension_name(faulty);
     let toml = format!(
-        "[extension.faulty]\nmax_restarts = 1000000\nrestart_period_s = 1\nbackoff_initial_ms = 0.001\nzygote = {zygote}\n"
+        "[extension.{name}]\nmax_restarts = 1000000\nrestart_period_s = 1\nbackoff_initial_ms = 0.001\nzygote = {zygote}\n"
     );
     let sup = Supervisor::new(Policy::from_toml_str(&toml, "the benchmark's recovery policy")?);
     let events = sup.subscribe();
-    let ext =
-        sup.load_with(faulty, Some(Isolation::Process)).with_context(|| format!("cannot load {}", faulty.display()))?;
+    let ext = sup.load_with(faulty, Some(isolation)).with_context(|| format!("cannot load {}", faulty.display()))?;
     let arm = ext.function("faulty_arm")?;
     let compute = ext.function("faulty_compute")?;
     let warmup = 3;

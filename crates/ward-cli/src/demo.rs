@@ -1,9 +1,9 @@
-//! `ward demo`: every fault kind of faulty.so, natively and under ward, side by side; then the well-behaved
-//! extension under ward.
+//! `ward demo`: every fault kind of faulty.so, natively and under ward, side by side (in process domains, then in
+//! mpk domains where the machine has protection keys); then the well-behaved extension under ward.
 //!
 //! Under ward each fault runs the same scenario as the native host: `faulty_counter_add(5)`,
 //! `faulty_counter_add(7)`, `faulty_arm(kind, arg)`, `faulty_compute(6)`, `faulty_counter_get()`, then a look at
-//! the host's own data. With isolation `process` that happens in this very process: surviving is the point. With
+//! the host's own data. With isolation `process` or `mpk` that happens in this very process: surviving is the point. With
 //! `none` it happens in a throwaway child, because there nothing stands between the fault and the host.
 
 use std::ffi::OsString;
@@ -36,6 +36,19 @@ open_files = 64
 address_space_mb = 256
 
 [extension.faulty.function.faulty_counter_add]
+state = true
+
+[extension.faulty_mpk]
+deadline_ms = 1000
+max_restarts = 1000
+restart_period_s = 60
+backoff_initial_ms = 0.1
+
+# The heap quota of the mpk domain: the memory bomb ends at 64 MiB.
+[extension.faulty_mpk.limits]
+address_space_mb = 64
+
+[extension.faulty_mpk.function.faulty_counter_add]
 state = true
 "#;
 
@@ -90,14 +103,80 @@ struct FaultRow {
 }
 
 pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
-    let faulty = builtin("faulty")?;
+    let faults_ok = match isolation {
+        DemoIsolation::Process => fault_section(isolation, json)? & mpk_fault_section(json)?,
+        DemoIsolation::Mpk | DemoIsolation::None => fault_section(isolation, json)?,
+    };
+    if !json {
+        say!("")?;
+        say!("well-behaved extension under ward (isolation {}):", iso_name(isolation))?;
+    }
+    let well_ok =
+        if isolation == DemoIsolation::Mpk && !mpk_here(json)? { true } else { well_section(isolation, json)? };
+    // Under `none` a plugin's crash is the host's: the plugin part runs with process isolation only. The class
+    // adapters open their plugins with dlopen, which an mpk domain does not offer.
+    let plugins_ok =
+        if isolation == DemoIsolation::Process { crate::demo_plugins::run(Isolation::Process, json)? } else { true };
+    Ok(faults_ok && well_ok && plugins_ok)
+}
+
+/// Whether this machine has protection keys; when not, says so (the mpk part then does not run).
+fn mpk_here(json: bool) -> Result<bool> {
+    if ward::mpk_available() {
+        return Ok(true);
+    }
+    let why = "this machine has no memory protection keys (PKU): the mpk part did not run";
+    if json {
+        report::json_line(&serde_json::json!({ "type": "skipped", "isolation": "mpk", "why": why }))?;
+    } else {
+        say!("  {why}")?;
+    }
+    Ok(false)
+}
+
+/// The fault kinds of `isolation` with the extension that carries them: faulty.so, or for mpk faulty_mpk.so, which
+/// leaves out the kinds that need a process of their own.
+fn fault_kinds(isolation: DemoIsolation) -> (&'static str, Vec<(i64, &'static str)>) {
+    match isolation {
+        DemoIsolation::Mpk => {
+            ("faulty_mpk", faults::KINDS.iter().copied().filter(|(k, _)| !faults::PROCESS_ONLY.contains(k)).collect())
+        }
+        _ => ("faulty", faults::KINDS.to_vec()),
+    }
+}
+
+/// After the process rows: the same faults in mpk domains.
+fn mpk_fault_section(json: bool) -> Result<bool> {
+    if !json {
+        say!("")?;
+    }
+    if !ward::mpk_available() {
+        if !json {
+            say!("mpk domains:")?;
+        }
+        mpk_here(json)?;
+        return Ok(true);
+    }
+    fault_section(DemoIsolation::Mpk, json)
+}
+
+/// Every fault kind natively and under ward, one row each, and the count contained.
+fn fault_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
+    let (extension, kinds) = fault_kinds(isolation);
+    let faulty = builtin(extension)?;
     let iso_name = iso_name(isolation);
     let cols = Columns::new(&[2, 28, 55]);
     if !json {
         say!(
-            "ward demo: {} fault kinds of faulty.so, natively and under ward (isolation {iso_name})",
-            faults::KINDS.len()
+            "ward demo: {} fault kinds of {extension}.so, natively and under ward (isolation {iso_name})",
+            kinds.len()
         )?;
+        if isolation == DemoIsolation::Mpk {
+            say!(
+                "(left out: descriptor leak, raise(SIGKILL) and the ring attacks need a process of their own; an \
+                 extension that imports open, raise or syscall is refused by mpk, and auto gives it a process)"
+            )?;
+        }
         say!(
             "scenario: counter_add(5), counter_add(7), arm(fault), compute(6) = {}?, counter_get() = {}?, host data = {}?",
             faults::COMPUTE_EXPECTED,
@@ -107,12 +186,15 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
         say!("")?;
         say!("{}", cols.row(&["#", "fault", "natively", "under ward"]))?;
     }
+    if isolation == DemoIsolation::Mpk && !mpk_here(json)? {
+        return Ok(true);
+    }
     let mut contained = 0;
-    for (kind, name) in faults::KINDS {
+    for &(kind, name) in &kinds {
         let native = native::run(&faulty, kind).with_context(|| format!("native run of fault {kind} ({name})"))?;
         let ward = match isolation {
-            DemoIsolation::Process => WardSide::Ran(
-                trial(&faulty, kind, Isolation::Process)
+            DemoIsolation::Process | DemoIsolation::Mpk => WardSide::Ran(
+                trial(&faulty, kind, iso_of(isolation))
                     .with_context(|| format!("ward run of fault {kind} ({name})"))?,
             ),
             DemoIsolation::None => {
@@ -128,33 +210,32 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
             say!("{}", cols.row(&[&kind.to_string(), name, &row.native, &format!("{mark}{}", row.ward)]))?;
         }
     }
-    let all = contained == faults::KINDS.len();
     if json {
         report::json_line(&serde_json::json!({
             "type": "summary",
             "isolation": iso_name,
             "faults_contained": contained,
-            "faults_total": faults::KINDS.len(),
+            "faults_total": kinds.len(),
         }))?;
     } else {
         say!("")?;
-        say!("{contained} of {} faults contained", faults::KINDS.len())?;
-        say!("")?;
-        say!("well-behaved extension under ward (isolation {iso_name}):")?;
+        say!("{contained} of {} faults contained (isolation {iso_name})", kinds.len())?;
     }
-    let well_ok = well_section(isolation, json)?;
-    let iso = match isolation {
+    Ok(contained == kinds.len())
+}
+
+fn iso_of(isolation: DemoIsolation) -> Isolation {
+    match isolation {
         DemoIsolation::Process => Isolation::Process,
+        DemoIsolation::Mpk => Isolation::Mpk,
         DemoIsolation::None => Isolation::None,
-    };
-    // Under `none` a plugin's crash is the host's: the plugin part runs with process isolation only.
-    let plugins_ok = if iso == Isolation::Process { crate::demo_plugins::run(iso, json)? } else { true };
-    Ok(all && well_ok && plugins_ok)
+    }
 }
 
 fn iso_name(isolation: DemoIsolation) -> &'static str {
     match isolation {
         DemoIsolation::Process => "process",
+        DemoIsolation::Mpk => "mpk",
         DemoIsolation::None => "none",
     }
 }
@@ -252,6 +333,7 @@ pub fn via_name(via: RestartVia) -> &'static str {
         RestartVia::Zygote => "zygote",
         RestartVia::Spawn => "spawn",
         RestartVia::Reload => "reload",
+        RestartVia::Snapshot => "snapshot",
     }
 }
 
@@ -361,10 +443,7 @@ struct WellLine {
 
 /// well_add, a buffer transform and a callback, each checked against what the host computes itself.
 fn well_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
-    let iso = match isolation {
-        DemoIsolation::Process => Isolation::Process,
-        DemoIsolation::None => Isolation::None,
-    };
+    let iso = iso_of(isolation);
     let sup = Supervisor::new(Policy::default());
     let well = builtin("well")?;
     let ext = sup.load_with(&well, Some(iso)).with_context(|| format!("cannot load {} under ward", well.display()))?;

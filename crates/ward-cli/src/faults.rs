@@ -30,6 +30,10 @@ pub const KINDS: [(i64, &str); 13] = [
     (13, "illegal instruction"),
 ];
 
+/// Kinds that need a process domain of their own (faulty_mpk.so leaves them out): a descriptor leak, raise(SIGKILL)
+/// and the two attacks on a process domain's rings.
+pub const PROCESS_ONLY: [i64; 4] = [8, 9, 10, 11];
+
 /// The second argument of `faulty_arm` for `kind` when no host address is involved: the starting depth of the
 /// recursion, ignored by the others.
 pub const DEFAULT_ARM_ARG: i64 = 0;

@@ -95,7 +95,10 @@ struct DemoArgs {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DemoIsolation {
+    /// Process domains, then mpk domains (where this machine has protection keys).
     Process,
+    /// mpk domains only.
+    Mpk,
     None,
 }
 

@@ -55,8 +55,8 @@ fn demo_contains_every_fault() {
     let out = run(ward().args(["demo", "--json"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines = json_lines(&out);
-    let faults: Vec<&Value> = lines.iter().filter(|l| l["type"] == "fault").collect();
-    assert_eq!(faults.len(), 13, "13 fault lines expected; stdout: {lines:#?}\nstderr: {stderr}");
+    let faults: Vec<&Value> = lines.iter().filter(|l| l["type"] == "fault" && l["isolation"] == "process").collect();
+    assert_eq!(faults.len(), 13, "13 process fault lines expected; stdout: {lines:#?}\nstderr: {stderr}");
     for (i, f) in faults.iter().enumerate() {
         let kind = f["kind"].as_i64().expect("kind is a number");
         assert_eq!(kind, i as i64 + 1, "faults in order: {f}");
@@ -69,10 +69,42 @@ fn demo_contains_every_fault() {
         }
         assert_eq!(f["replayed"], 2, "fault {kind}: {f}");
     }
+    // Then the faults mpk domains can hold, or one line saying this machine has no protection keys.
+    check_mpk_part(&lines);
     let well: Vec<&Value> = lines.iter().filter(|l| l["type"] == "well").collect();
     assert_eq!(well.len(), 3, "{lines:#?}");
     assert!(well.iter().all(|w| w["ok"] == true), "{well:#?}");
     assert!(out.status.success(), "exit status {:?}; stderr: {stderr}", out.status);
+}
+
+/// The mpk rows of a demo: every fault an mpk domain can hold, contained and restored from the snapshot; or, on a
+/// machine without protection keys, a line saying the part did not run.
+fn check_mpk_part(lines: &[Value]) {
+    let mpk: Vec<&Value> = lines.iter().filter(|l| l["isolation"] == "mpk").collect();
+    if !ward::mpk_available() {
+        assert!(mpk.iter().any(|l| l["type"] == "skipped"), "no line says mpk did not run: {lines:#?}");
+        return;
+    }
+    let kinds: Vec<i64> = mpk.iter().filter(|l| l["type"] == "fault").filter_map(|l| l["kind"].as_i64()).collect();
+    assert_eq!(kinds, [1, 2, 3, 4, 5, 6, 7, 12, 13], "{mpk:#?}");
+    for f in mpk.iter().filter(|l| l["type"] == "fault") {
+        assert_eq!(f["contained"], true, "mpk: {f}");
+        assert_eq!(f["via"], "snapshot", "mpk: {f}");
+        assert_eq!(f["replayed"], 2, "mpk: {f}");
+    }
+}
+
+#[test]
+fn demo_under_mpk_contains_every_fault_an_mpk_domain_can_hold() {
+    let out = run(ward().args(["demo", "--isolation", "mpk", "--json"]));
+    let lines = json_lines(&out);
+    assert!(out.status.success(), "exit status {:?}; stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    check_mpk_part(&lines);
+    if ward::mpk_available() {
+        let well: Vec<&Value> = lines.iter().filter(|l| l["type"] == "well").collect();
+        assert_eq!(well.len(), 3, "{lines:#?}");
+        assert!(well.iter().all(|w| w["ok"] == true && w["isolation"] == "mpk"), "{well:#?}");
+    }
 }
 
 #[test]
@@ -85,10 +117,16 @@ fn bench_reports_every_isolation() {
     for l in &lines {
         assert!(l["name"].is_string(), "{l}");
         assert!(l["isolation"].is_string(), "{l}");
+        // Only mpk lines may be skipped, and only where the processor has no protection keys.
+        if l["skipped"].is_string() {
+            assert_eq!(l["isolation"], "mpk", "{l}");
+            assert!(!ward::mpk_available(), "an mpk line was skipped on a machine with PKU: {l}");
+            continue;
+        }
         let ns = l["ns"].as_f64().unwrap_or_else(|| panic!("ns is not a number: {l}"));
         assert!(ns > 0.0 && ns.is_finite(), "{l}");
     }
-    for iso in ["native", "none", "process"] {
+    for iso in ["native", "none", "process", "mpk"] {
         assert!(lines.iter().any(|l| l["isolation"] == iso), "no {iso} line: {lines:#?}");
     }
     for name in ["null_call", "buffer_4k", "buffer_1m", "deferred", "recovery"] {

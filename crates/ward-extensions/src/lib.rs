@@ -8,6 +8,7 @@
 //! * `faulty` – deliberately faulty: every fault kind, armed or immediate.
 //! * `faulty_ladspa` – a LADSPA plugin library whose plugins fail on command (crash, hang, overrun, NaN).
 //! * `faulty_frei0r` – a frei0r filter that fails on command.
+//! * `faulty_mpk` – `faulty` without the kinds that need a process of their own, so an mpk domain can hold it.
 //! * `calls` – work that is C library calls (allocations, copies), for run-time library faults.
 //! * `stale_ladspa` – a LADSPA plugin that reports the registers and stack it was not given (poisoned calls).
 //! * `stale` – generic functions that return a register or stack slot they were not given (policy `poison`).
@@ -24,6 +25,10 @@ pub type Builtin = ward_embed::Embedded;
 pub const ALL: &[Builtin] = &[
     embedded!("faulty", "deliberately faulty: every fault kind, armed or immediate"),
     embedded!("faulty_frei0r", "a frei0r filter that fails on command"),
+    embedded!(
+        "faulty_mpk",
+        "faulty without the process-only kinds (descriptors, SIGKILL, ring attacks): mpk can hold it"
+    ),
     embedded!("faulty_ladspa", "LADSPA plugins that fail on command: crash, hang, overrun, NaN"),
     embedded!("calls", "C library calls (allocations, copies) for run-time library faults"),
     embedded!("stale_ladspa", "a LADSPA plugin that reports the registers and stack it was not given"),

@@ -17,6 +17,8 @@ pub enum RestartVia {
     Spawn,
     /// The extension was loaded again in this process.
     Reload,
+    /// The domain's memory was restored from the snapshot taken after it was loaded and initialised (mpk).
+    Snapshot,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +55,7 @@ impl std::fmt::Display for Event {
                     RestartVia::Zygote => "forked from the zygote",
                     RestartVia::Spawn => "spawned",
                     RestartVia::Reload => "reloaded",
+                    RestartVia::Snapshot => "restored from its snapshot",
                 };
                 write!(
                     f,

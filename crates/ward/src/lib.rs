@@ -42,4 +42,9 @@ pub use error::Error;
 pub use events::{Event, RestartVia};
 pub use fault::{DomainHint, Fault, FaultKind, SignalCause};
 pub use policy::{Isolation, Policy};
+/// Whether this machine has memory protection keys enabled, which isolation `mpk` needs.
+pub fn mpk_available() -> bool {
+    backend::mpk::pku_available()
+}
+
 pub use supervisor::{domain_program, extension_name, AdapterLoad, Extension, Function, Supervisor};

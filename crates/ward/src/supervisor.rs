@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::backend::direct::DirectBackend;
+use crate::backend::mpk::{MpkBackend, MpkConfig};
 use crate::backend::process::{find_program, ProcessBackend, ProcessConfig};
 use crate::backend::ExtensionSpec;
 use crate::call::{Arg, RetType, Signature, Value};
@@ -127,7 +128,8 @@ impl Supervisor {
             policy.isolation = iso;
         }
         crate::libfault::check_isolation(&name, &policy, policy.isolation)?;
-        let isolation = resolve_isolation(policy.isolation)?;
+        let needs_process = policy.poison || policy.library_fault.is_some();
+        let isolation = resolve_isolation(policy.isolation, needs_process)?;
         // A library fault affects the calls of the plugin a class adapter opens, else of the extension itself.
         let preload = crate::libfault::preload(&name, &policy, isolation, opened.as_deref().unwrap_or(path))?;
         if policy.poison && isolation != Isolation::Process {
@@ -139,7 +141,7 @@ impl Supervisor {
             let existing =
                 self.inner.groups.lock().unwrap_or_else(|e| e.into_inner()).get(&group).and_then(Weak::upgrade);
             if let Some(domain) = existing {
-                if domain.isolation != isolation {
+                if isolation != Isolation::Auto && domain.isolation != isolation {
                     return Err(Error::IsolationUnavailable(
                         isolation.to_string(),
                         format!("group {group} already runs with isolation {}", domain.isolation),
@@ -177,32 +179,28 @@ impl Supervisor {
         preload: Option<crate::libfault::Preload>,
     ) -> Result<Arc<Domain>, Error> {
         let mut tracker = Tracker::new();
-        let backend: Box<dyn crate::backend::Backend> = match isolation {
-            Isolation::None => Box::new(
-                DirectBackend::load(vec![spec.clone()])
-                    .map_err(|reason| Error::Load { path: spec.path.clone(), reason })?,
-            ),
-            Isolation::Process => {
-                let program = find_program().map_err(Error::DomainProgramMissing)?;
-                let cfg = ProcessConfig {
-                    program,
-                    extensions: vec![spec.clone()],
-                    limits: policy.limits.clone(),
-                    spin: match policy.wait {
-                        crate::policy::WaitMode::Poll => u32::MAX,
-                        crate::policy::WaitMode::Sleep => 0,
-                        crate::policy::WaitMode::Adaptive => policy.spin,
-                    },
-                    zygote: policy.zygote,
-                    preload,
-                };
-                Box::new(
-                    ProcessBackend::start(cfg, self.monitor()?, &mut tracker)
-                        .map_err(|reason| Error::Load { path: spec.path.clone(), reason })?,
-                )
+        let load_error = |reason: String| Error::Load { path: spec.path.clone(), reason };
+        let mpk = |spec: &ExtensionSpec| {
+            MpkBackend::start(MpkConfig {
+                extensions: vec![spec.clone()],
+                heap_bytes: heap_quota(&policy.limits),
+                init_deadline: policy.deadline,
+            })
+        };
+        let (backend, isolation): (Box<dyn crate::backend::Backend>, Isolation) = match isolation {
+            Isolation::None => {
+                (Box::new(DirectBackend::load(vec![spec.clone()]).map_err(load_error)?), Isolation::None)
             }
-            Isolation::Mpk | Isolation::Auto => {
-                return Err(Error::IsolationUnavailable(isolation.to_string(), "not built yet".into()))
+            Isolation::Mpk => (Box::new(mpk(&spec).map_err(|e| load_error(e.to_string()))?), Isolation::Mpk),
+            Isolation::Auto => match mpk(&spec) {
+                Ok(backend) => (Box::new(backend), Isolation::Mpk),
+                Err(why) => {
+                    tracing::info!(extension = %name, "auto isolation uses a process domain: {why}");
+                    (Box::new(self.process_backend(&spec, &policy, preload, &mut tracker)?), Isolation::Process)
+                }
+            },
+            Isolation::Process => {
+                (Box::new(self.process_backend(&spec, &policy, preload, &mut tracker)?), Isolation::Process)
             }
         };
         let heartbeat = policy.heartbeat;
@@ -213,6 +211,30 @@ impl Supervisor {
             }
         }
         Ok(domain)
+    }
+
+    fn process_backend(
+        &self,
+        spec: &ExtensionSpec,
+        policy: &ExtensionPolicy,
+        preload: Option<crate::libfault::Preload>,
+        tracker: &mut Tracker,
+    ) -> Result<ProcessBackend, Error> {
+        let program = find_program().map_err(Error::DomainProgramMissing)?;
+        let cfg = ProcessConfig {
+            program,
+            extensions: vec![spec.clone()],
+            limits: policy.limits.clone(),
+            spin: match policy.wait {
+                crate::policy::WaitMode::Poll => u32::MAX,
+                crate::policy::WaitMode::Sleep => 0,
+                crate::policy::WaitMode::Adaptive => policy.spin,
+            },
+            zygote: policy.zygote,
+            preload,
+        };
+        ProcessBackend::start(cfg, self.monitor()?, tracker)
+            .map_err(|reason| Error::Load { path: spec.path.clone(), reason })
     }
 
     fn add_heartbeat(&self, domain: &Arc<Domain>, interval: Duration) {
@@ -251,15 +273,26 @@ fn heartbeat_loop(inner: Weak<Inner>, stop: Arc<AtomicBool>) {
     }
 }
 
-/// Isolation kinds this build provides. `auto` means mpk where possible, else process; mpk is not built yet.
-fn resolve_isolation(iso: Isolation) -> Result<Isolation, Error> {
+/// The isolation kind to start a domain with. `auto` stays `auto` where protection keys exist (the domain then
+/// tries mpk and falls back to a process domain when the extension cannot run in one), and is `process` elsewhere
+/// or when the policy needs a process (poisoned calls, a run-time library fault).
+fn resolve_isolation(iso: Isolation, needs_process: bool) -> Result<Isolation, Error> {
     match iso {
-        Isolation::Auto => Ok(Isolation::Process),
-        Isolation::Mpk => Err(Error::IsolationUnavailable(
+        Isolation::Auto if needs_process || !crate::backend::mpk::pku_available() => Ok(Isolation::Process),
+        Isolation::Mpk if !crate::backend::mpk::pku_available() => Err(Error::IsolationUnavailable(
             "mpk".into(),
-            "this build has no protection-key domains yet; use process or auto".into(),
+            "this machine has no memory protection keys (PKU); use process, or auto (mpk where possible)".into(),
         )),
         other => Ok(other),
+    }
+}
+
+/// The heap an mpk domain may use: the policy's address-space limit, or 4 GiB of address space when unlimited
+/// (reserved, not committed).
+fn heap_quota(limits: &crate::policy::Limits) -> usize {
+    match limits.address_space_mb {
+        0 => 4 << 30,
+        mb => usize::try_from(mb).unwrap_or(usize::MAX / (1 << 20)).saturating_mul(1 << 20),
     }
 }
 

@@ -91,6 +91,12 @@ pub(crate) trait Backend: Send {
     /// backends.
     fn direct_function(&self, func: u32) -> Option<direct::DirectFn>;
 
+    /// For a backend that runs extensions on the host's thread behind a gate (mpk): the function, which the core
+    /// calls without holding its own state borrowed. None for the others.
+    fn gated(&self, _func: u32) -> Option<mpk::GatedCall> {
+        None
+    }
+
     /// Start a call: marshal the arguments into the domain and send it.
     fn begin(
         &mut self,

@@ -449,6 +449,10 @@ impl Domain {
             Err(Error::Fault(f)) => return Outcome::Failed(f.kind),
             Err(e) => return Outcome::Error(e),
         };
+        let gated = g.borrow().backend.gated(func);
+        if let Some(call) = gated {
+            return self.attempt_gated(g, sym, call, args, ret, timeout, replaying);
+        }
         if g.borrow().backend.is_direct() {
             return self.attempt_direct(g, sym, func, args, ret);
         }
@@ -524,6 +528,61 @@ impl Domain {
                     g.borrow_mut().backend.abandon(frame);
                     return backend_outcome_timeout(e, timeout);
                 }
+            }
+        }
+    }
+
+    /// A backend with a gate on the host's thread (mpk): arguments are placed in the domain with the state
+    /// borrowed, the call runs with nothing borrowed (a callback may call this domain again), outputs come back.
+    #[allow(clippy::too_many_arguments)]
+    fn attempt_gated(
+        &self,
+        g: &Guard<'_>,
+        sym: usize,
+        call: crate::backend::mpk::GatedCall,
+        args: &mut [Arg<'_>],
+        ret: RetType,
+        timeout: Duration,
+        replaying: bool,
+    ) -> Outcome {
+        let (incarnation, rewrite) = {
+            let st = g.borrow();
+            (st.incarnation, st.rewrite_for(sym))
+        };
+        let prepared = {
+            let mut st = g.borrow_mut();
+            let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
+            let wire = match self.translate(&mut st, args, sym, replaying, rewrite) {
+                Ok(w) => w,
+                Err(e) => return Outcome::Error(e),
+            };
+            match call.prepare(&wire) {
+                Ok(p) => p,
+                Err(e) => return backend_outcome(e, &st.symbols[sym].name),
+            }
+        };
+        let (regs, frame) = prepared;
+        let result = call.run(&regs, timeout);
+        // A nested call recovered the domain while this one was out in the host: its result means nothing.
+        if g.borrow().incarnation != incarnation {
+            call.finish(frame, None);
+            return Outcome::Stale;
+        }
+        match result {
+            Ok(regs) => {
+                let mut outputs: SmallVec<[&mut [u8]; 2]> = args
+                    .iter_mut()
+                    .filter_map(|a| match a {
+                        Arg::Out(b) | Arg::InOut(b) => Some(&mut **b),
+                        _ => None,
+                    })
+                    .collect();
+                call.finish(frame, Some(&mut outputs));
+                Outcome::Done(Value::from_regs(ret, regs))
+            }
+            Err(e) => {
+                call.finish(frame, None);
+                backend_outcome_timeout(e, timeout)
             }
         }
     }

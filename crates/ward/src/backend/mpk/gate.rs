@@ -356,7 +356,10 @@ thread_local! {
 const ALT_STACK_BYTES: usize = 64 * 1024;
 
 /// A thread's alternate signal stack, unregistered and unmapped when the thread ends.
-struct AltStack(KeyedRegion);
+struct AltStack {
+    /// Held for its mapping, unmapped after the drop below unregisters it.
+    _mapping: KeyedRegion,
+}
 
 impl Drop for AltStack {
     fn drop(&mut self) {
@@ -423,7 +426,7 @@ fn prepare_thread() -> io::Result<()> {
     if unsafe { libc::sigaltstack(&stack, ptr::null_mut()) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    ALT_STACK.with(|s| *s.borrow_mut() = Some(AltStack(region)));
+    ALT_STACK.with(|s| *s.borrow_mut() = Some(AltStack { _mapping: region }));
     Ok(())
 }
 
@@ -554,7 +557,7 @@ pub(crate) unsafe fn call(
 }
 
 /// Number of distinct outward entry points (host functions a domain may be handed at once).
-pub(crate) const OUTWARD_SLOTS: usize = 256;
+pub(crate) const OUTWARD_SLOTS: usize = 1024;
 /// Bytes between consecutive outward stubs (a 6-byte `mov r11d, imm32` and a jump of at most 5, padded).
 const OUTWARD_STRIDE: usize = 16;
 
@@ -589,6 +592,29 @@ pub(crate) unsafe fn outward_stub(slot: usize, target: *const c_void) -> Option<
     cell.store(target as usize, Ordering::Release);
     let base = ward_mpk_outward_stubs as *const u8;
     Some(base.wrapping_add(slot * OUTWARD_STRIDE).cast())
+}
+
+/// The outward stub for `target`, shared by every domain: the first request for a target takes the next free slot,
+/// which keeps it for the life of the process (targets are the host's library functions and callback entries, a
+/// bounded set). None when every slot is taken.
+pub(crate) fn outward_for(target: *const c_void) -> Option<*const c_void> {
+    static BY_TARGET: std::sync::Mutex<Option<std::collections::HashMap<usize, usize>>> = std::sync::Mutex::new(None);
+    let mut table = BY_TARGET.lock().unwrap_or_else(|e| e.into_inner());
+    let table = table.get_or_insert_with(std::collections::HashMap::new);
+    let slot = match table.get(&(target as usize)) {
+        Some(&slot) => slot,
+        None => {
+            let slot = table.len();
+            if slot >= OUTWARD_SLOTS {
+                return None;
+            }
+            table.insert(target as usize, slot);
+            slot
+        }
+    };
+    // SAFETY: targets handed here are host functions that stay loaded for the life of the process (libc's, and
+    // ward_abi's callback stubs), taking register arguments and returning normally.
+    unsafe { outward_stub(slot, target) }
 }
 
 /// Where a call into the domain that this thread has called out of should put its stack: below the stack the

@@ -6,18 +6,33 @@
 //! order: forbidden instruction bytes ([`scan`]), thread starts, own TLS, libraries other than glibc's, and
 //! imports the domain runtime cannot honour ([`imports`]).
 
+#[allow(unsafe_code)]
+mod backend;
 pub(crate) mod elf;
-// The domain's machinery: protection keys, memory tagged with them, the gate and its fault handler. The backend
-// that loads extensions into it and drives it from the core comes next; until then its tests are its only user.
-#[allow(unsafe_code, dead_code)]
+// The domain's machinery: protection keys, memory tagged with them, the gate and its fault handler, the loader and
+// the domain runtime: the modules whose job is unsafe code.
+#[allow(unsafe_code)]
 pub(crate) mod gate;
 pub(crate) mod imports;
-#[allow(unsafe_code, dead_code)]
+#[allow(unsafe_code)]
+mod loader;
+#[allow(unsafe_code)]
 pub(crate) mod memory;
-#[allow(unsafe_code, dead_code)]
+#[allow(unsafe_code)]
 pub(crate) mod pku;
 mod reason;
+#[allow(unsafe_code)]
+mod runtime;
 pub(crate) mod scan;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use self::backend::{GatedCall, MpkBackend, MpkConfig};
+
+/// Whether this machine has memory protection keys enabled (what mpk domains need).
+pub(crate) fn pku_available() -> bool {
+    pku::available()
+}
 
 use serde::Serialize;
 

@@ -87,6 +87,7 @@ impl Pkru {
     }
 
     /// Whether `key` may be read.
+    #[cfg(test)]
     pub(crate) const fn reads(self, key: u32) -> bool {
         self.0 & (0b01 << (2 * key)) == 0
     }

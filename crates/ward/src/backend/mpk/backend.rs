@@ -1,0 +1,698 @@
+//! The mpk backend: a domain's memory (its extensions' images, the runtime's block and thunks, the heap), loading
+//! into it, calling through the gate, and restoring it from the snapshot taken after load.
+//!
+//! # Memory
+//!
+//! One region tagged with the domain's key holds, in order: each extension's image, the runtime page (the
+//! [`RuntimeBlock`]), the thunk pages, and the heap (`heap_bytes`, the domain's quota). A stack and an argument
+//! area are regions of their own with the same key, each between guard pages: a stack overflow is a fault on the
+//! guard below the stack. The domain's PKRU reads the host's memory (key 0), reads and writes its own key and the
+//! signal key, and denies every other key: other domains are out of reach.
+//!
+//! # Calls
+//!
+//! Scalars go in registers. An input buffer or a string is passed as the host's own address (the domain may read
+//! it, never write it); an output, in-out or scratch buffer is copied into the argument area, passed, and an
+//! output copied back when the call returns (call-by-value-result). A callback becomes an outward stub to its
+//! host-side entry. The core calls through [`GatedCall`] without holding its own state borrowed, so a callback may
+//! call the same domain again: the nested call starts on the domain's stack below the part in use.
+//!
+//! # Recovery
+//!
+//! After load and initialisation every writable page of the images, the runtime page and the used part of the heap
+//! are copied aside. A restart copies them back and clears the heap the failed incarnation used beyond them: the
+//! domain is as it was just after initialisation, in microseconds, and the core replays its shadow log.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ward_abi::{RegArgs, RegRet};
+use ward_xpc::Deadline;
+
+use super::gate::{self, GateFault};
+use super::imports::ImportClass;
+use super::loader::{self, ImportRequest, Placed};
+use super::memory::{page_size, KeyedRegion};
+use super::pku::{self, Pkru, ProtectionKey};
+use super::runtime::{self, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
+use super::{assess, Image};
+use crate::backend::direct::DirectFn;
+use crate::backend::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
+use crate::call::RetType;
+use crate::events::RestartVia;
+use crate::fault::{DomainHint, FaultKind, SignalCause};
+use crate::tracker::Tracker;
+
+/// Bytes of one thunk (`mov r9, imm64; mov rax, imm64; jmp rax`, padded with `int3`).
+const THUNK_BYTES: usize = 32;
+/// A domain's stack.
+const STACK_BYTES: usize = 8 << 20;
+/// The argument area: buffers copied in for one call (and its nested calls) at a time.
+const ARGUMENT_BYTES: usize = 256 << 20;
+/// Alignment of each buffer in the argument area.
+const ARGUMENT_ALIGN: usize = 64;
+
+/// What an mpk domain is made of.
+#[derive(Debug, Clone)]
+pub(crate) struct MpkConfig {
+    pub extensions: Vec<ExtensionSpec>,
+    /// The heap quota in bytes.
+    pub heap_bytes: usize,
+    /// The deadline of the initialisers run at load.
+    pub init_deadline: Duration,
+}
+
+/// Why a domain could not be made.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MpkError {
+    #[error("this machine has no memory protection keys (PKU)")]
+    NoPku,
+    #[error("cannot read it: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("no mpk domain can hold it: {why}")]
+    Refused { path: PathBuf, why: String },
+    #[error("{source}")]
+    Load { path: PathBuf, source: loader::LoadError },
+    #[error("{what}: {source}")]
+    System { what: &'static str, source: std::io::Error },
+    #[error("{what} faulted during loading ({fault})")]
+    InitFault { path: PathBuf, what: String, fault: String },
+    #[error("init function `{name}` {why}")]
+    Init { path: PathBuf, name: String, why: String },
+}
+
+fn system(what: &'static str) -> impl FnOnce(std::io::Error) -> MpkError {
+    move |source| MpkError::System { what, source }
+}
+
+/// The memory of one incarnation's images and everything it needs to run, shared with calls in flight (which
+/// keep it mapped until they return, even across a reload).
+pub(crate) struct DomainMemory {
+    rights: Pkru,
+    key: u32,
+    region: KeyedRegion,
+    stack: KeyedRegion,
+    arguments: KeyedRegion,
+    /// The argument area's first free byte (calls nest strictly, so it is a stack of allocations).
+    arguments_top: AtomicUsize,
+    block: *mut RuntimeBlock,
+    images: Vec<Placed>,
+    // Declared last: dropped after the regions tagged with it are unmapped.
+    _key: ProtectionKey,
+}
+
+// SAFETY: the raw block pointer points into `region`, owned by this object; which thread may touch domain memory
+// is up to PKRU, and the core runs one call of a domain at a time.
+unsafe impl Send for DomainMemory {}
+// SAFETY: as above; the only shared mutable field is atomic.
+unsafe impl Sync for DomainMemory {}
+
+impl DomainMemory {
+    /// Lets this thread (as the host) read and write the domain's memory: a thread's PKRU starts without the
+    /// domain's key.
+    fn host_access(&self) {
+        if !Pkru::current().writes(self.key) {
+            gate::allow_on_this_thread(self.key);
+        }
+    }
+
+    fn runtime(&self) -> &RuntimeBlock {
+        self.host_access();
+        // SAFETY: the block lies in `region`, laid out by RuntimeBlock::init; the domain is not running (the core
+        // asks only between calls or after a fault).
+        unsafe { &*self.block }
+    }
+
+    /// Calls `func` inside the domain.
+    fn enter(&self, func: usize, args: &RegArgs, deadline: Option<Duration>) -> Result<RegRet, BackendError> {
+        let top = match gate::nested_stack_top() {
+            Some(top) if self.stack.contains(top as usize - 1) => top,
+            _ => self.stack.end(),
+        };
+        // SAFETY: func is code of this domain's images (resolved from their exports or initialisers); it takes
+        // register arguments only (the policy's contract, as for a process domain) and cannot unwind into the host
+        // (it is C, or returns through the gate); the stack is this domain's, and a nested call starts below the
+        // part in use.
+        let r = unsafe { gate::call(func as *const c_void, args, self.rights, top, deadline) };
+        match r {
+            Ok(Ok(ret)) => Ok(ret),
+            Ok(Err(fault)) => Err(self.classify(&fault)),
+            Err(e) => Err(BackendError::Usage(format!("cannot prepare this thread for mpk calls: {e}"))),
+        }
+    }
+
+    /// What a fault at the gate means.
+    fn classify(&self, fault: &GateFault) -> BackendError {
+        if fault.signal == gate::timeout_signal() {
+            return BackendError::TimedOut;
+        }
+        let block = self.runtime();
+        if block.ended == ENDED_EXIT {
+            return BackendError::Fault(FaultKind::Exited { status: block.exit_status });
+        }
+        if block.ended == ENDED_ABORT {
+            return BackendError::Fault(FaultKind::Signal {
+                signo: libc::SIGABRT,
+                cause: SignalCause::Abort,
+                addr: None,
+            });
+        }
+        let page = page_size();
+        let guard = self.stack.start() as usize - page..self.stack.start() as usize;
+        let hint = if fault.signal == libc::SIGSEGV && guard.contains(&fault.addr) {
+            DomainHint::StackOverflow
+        } else if block.exhausted != 0 {
+            DomainHint::MemoryExhausted
+        } else {
+            DomainHint::None
+        };
+        let addr = Some(fault.addr as u64);
+        // A key violation is memory the domain may not touch (the host's, written; another domain's), whatever
+        // its address.
+        let cause = if fault.is_key_violation() && hint == DomainHint::None {
+            SignalCause::InvalidAccess
+        } else {
+            SignalCause::classify(fault.signal, addr, hint)
+        };
+        BackendError::Fault(FaultKind::Signal { signo: fault.signal, cause, addr })
+    }
+
+    /// Space in the argument area: its address, or None when the area is full.
+    fn argument_space(&self, len: usize) -> Option<*mut u8> {
+        let top = self.arguments_top.load(Ordering::Relaxed);
+        let start = top.checked_add(ARGUMENT_ALIGN - 1)? & !(ARGUMENT_ALIGN - 1);
+        let end = start.checked_add(len)?;
+        if end > self.arguments.end() as usize {
+            return None;
+        }
+        self.arguments_top.store(end, Ordering::Relaxed);
+        Some(start as *mut u8)
+    }
+}
+
+/// The pages saved after load and initialisation.
+struct Snapshot {
+    pages: Vec<(usize, Vec<u8>)>,
+    heap_top: usize,
+}
+
+pub(crate) struct MpkBackend {
+    cfg: MpkConfig,
+    memory: Option<Arc<DomainMemory>>,
+    snapshot: Option<Snapshot>,
+    /// The extension list changed since the snapshot: the next restart loads afresh.
+    reload: bool,
+    /// Resolved functions of this incarnation.
+    functions: Vec<usize>,
+    /// Set between a fault and the restart.
+    stopped: bool,
+}
+
+impl MpkBackend {
+    pub fn start(cfg: MpkConfig) -> Result<MpkBackend, MpkError> {
+        if !pku::available() {
+            return Err(MpkError::NoPku);
+        }
+        let mut b =
+            MpkBackend { cfg, memory: None, snapshot: None, reload: true, functions: Vec::new(), stopped: false };
+        b.load()?;
+        Ok(b)
+    }
+
+    /// Loads every extension afresh, runs the initialisers, and takes the snapshot.
+    fn load(&mut self) -> Result<(), MpkError> {
+        self.memory = None;
+        self.snapshot = None;
+        self.functions.clear();
+        let page = page_size();
+        let mut files = Vec::new();
+        for spec in &self.cfg.extensions {
+            let bytes =
+                std::fs::read(&spec.path).map_err(|source| MpkError::Read { path: spec.path.clone(), source })?;
+            let image = Image::parse(&bytes)
+                .map_err(|why| MpkError::Refused { path: spec.path.clone(), why: why.to_string() })?;
+            let assessment = assess(&image);
+            if !assessment.reasons.is_empty() {
+                let why = assessment.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ");
+                return Err(MpkError::Refused { path: spec.path.clone(), why });
+            }
+            let classes: HashMap<String, ImportClass> =
+                assessment.imports.iter().map(|i| (i.name.clone(), i.class)).collect();
+            let span =
+                loader::span(&bytes, page).map_err(|source| MpkError::Load { path: spec.path.clone(), source })?;
+            drop(image);
+            files.push((bytes, classes, span));
+        }
+        let thunk_pages = files.iter().map(|f| f.1.len()).sum::<usize>().max(1) * THUNK_BYTES;
+        let thunk_pages = thunk_pages.div_ceil(page) * page;
+        let runtime_page = std::mem::size_of::<RuntimeBlock>().div_ceil(page) * page;
+        let images: usize = files.iter().map(|f| f.2).sum();
+        let heap = self.cfg.heap_bytes.div_ceil(page) * page;
+
+        let key = ProtectionKey::allocate().map_err(system("cannot allocate a protection key"))?;
+        let signal = gate::signal_key().map_err(system("cannot install the fault handlers"))?;
+        let k = key.number();
+        let region = KeyedRegion::new(images + runtime_page + thunk_pages + heap, k)
+            .map_err(system("cannot map the domain's memory"))?;
+        let stack = KeyedRegion::new(STACK_BYTES, k).map_err(system("cannot map the domain's stack"))?;
+        let arguments = KeyedRegion::new(ARGUMENT_BYTES, k).map_err(system("cannot map the argument area"))?;
+        gate::allow_on_this_thread(k);
+        let base = region.start() as usize;
+        let block_at = base + images;
+        let thunks_at = block_at + runtime_page;
+        let heap_at = thunks_at + thunk_pages;
+        let block = block_at as *mut RuntimeBlock;
+        // SAFETY: the runtime page lies in the region just mapped, writable by this thread, page-aligned.
+        unsafe { RuntimeBlock::init(block, heap_at, heap) };
+
+        let mut thunks =
+            Thunks { next: thunks_at, end: thunks_at + thunk_pages, block: block_at, made: HashMap::new() };
+        let mut placed = Vec::new();
+        let mut at = base;
+        for ((bytes, classes, span), spec) in files.iter().zip(&self.cfg.extensions) {
+            let load_error = |source| MpkError::Load { path: spec.path.clone(), source };
+            // SAFETY: [at, at + span) is part of the fresh region, writable by this thread, used by nothing else.
+            let image = unsafe {
+                loader::place(bytes, at as *mut u8, *span, page, |request| bind(request, classes, &mut thunks, block))
+            }
+            .map_err(load_error)?;
+            placed.push(image);
+            at += span;
+        }
+        if thunks.next > thunks.end {
+            return Err(MpkError::Refused { path: self.cfg.extensions[0].path.clone(), why: "too many thunks".into() });
+        }
+        // The thunks hold addresses; an address whose bytes spell WRPKRU or XRSTOR would give the domain one.
+        // SAFETY: the thunk pages were written above and lie in the region.
+        let thunk_code = unsafe { std::slice::from_raw_parts(thunks_at as *const u8, thunk_pages) };
+        if !super::scan::find_forbidden(thunk_code).is_empty() {
+            return Err(MpkError::Refused {
+                path: self.cfg.extensions[0].path.clone(),
+                why: "an address in the runtime's thunks contains a forbidden instruction's bytes".into(),
+            });
+        }
+
+        // Page protections, keyed: each image's pages as its segments say, the thunks executable.
+        let mut at = base;
+        for (image, (_, _, span)) in placed.iter().zip(&files) {
+            let mut p = 0;
+            while p < image.page_prot.len() {
+                let prot = image.page_prot[p];
+                let run = image.page_prot[p..].iter().take_while(|&&q| q == prot).count();
+                // SAFETY: the pages are this region's; their protections are this domain's to set.
+                unsafe { pku::protect_with_key((at + p * page) as *mut u8, run * page, prot, k) }
+                    .map_err(system("cannot protect the image"))?;
+                p += run;
+            }
+            at += span;
+        }
+        // SAFETY: as above.
+        unsafe { pku::protect_with_key(thunks_at as *mut u8, thunk_pages, libc::PROT_READ | libc::PROT_EXEC, k) }
+            .map_err(system("cannot protect the thunks"))?;
+
+        let rights = Pkru::DENY_ALL.read_only(pku::HOST_KEY).allow(k).allow(signal);
+        let memory = Arc::new(DomainMemory {
+            rights,
+            key: k,
+            region,
+            stack,
+            arguments,
+            arguments_top: AtomicUsize::new(0),
+            block,
+            images: placed,
+            _key: key,
+        });
+        memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
+
+        // Initialisers, then the policy's init function, inside the domain.
+        for (image, spec) in memory.images.iter().zip(&self.cfg.extensions) {
+            for &f in &image.init {
+                memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
+                    MpkError::InitFault { path: spec.path.clone(), what: "an initialiser".into(), fault: describe(&e) }
+                })?;
+            }
+            if let Some(name) = &spec.init {
+                let f = image.export(name).ok_or_else(|| MpkError::Init {
+                    path: spec.path.clone(),
+                    name: name.clone(),
+                    why: "is not exported".into(),
+                })?;
+                let r = memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
+                    MpkError::InitFault { path: spec.path.clone(), what: format!("`{name}`"), fault: describe(&e) }
+                })?;
+                if r.int != 0 {
+                    return Err(MpkError::Init {
+                        path: spec.path.clone(),
+                        name: name.clone(),
+                        why: format!("returned {}", r.as_i64()),
+                    });
+                }
+            }
+        }
+        self.snapshot = Some(take_snapshot(&memory, &files.iter().map(|f| f.2).collect::<Vec<_>>(), page));
+        self.memory = Some(memory);
+        self.reload = false;
+        self.stopped = false;
+        Ok(())
+    }
+
+    /// Puts the domain's memory back as it was after initialisation.
+    fn restore(&mut self) -> bool {
+        let (Some(memory), Some(snapshot)) = (&self.memory, &self.snapshot) else {
+            return false;
+        };
+        memory.host_access();
+        let (heap_start, heap_top) = memory.runtime().heap_used();
+        let heap_end = memory.region.end() as usize;
+        // The failed incarnation may have written any value there: clamp it to the heap.
+        let used_to = heap_top.clamp(heap_start, heap_end);
+        for (address, bytes) in &snapshot.pages {
+            // SAFETY: each saved range lies in the region (taken by take_snapshot), writable by the host now.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *address as *mut u8, bytes.len()) };
+        }
+        if used_to > snapshot.heap_top {
+            // Whole pages go back to the kernel (zero on next touch, key and protection kept): a heap the failed
+            // incarnation filled costs no time to clear. The part page at the snapshot's top is cleared by hand.
+            let page = page_size();
+            let first_page = snapshot.heap_top.div_ceil(page) * page;
+            let by_hand = first_page.min(used_to) - snapshot.heap_top;
+            // SAFETY: [snapshot top, used_to) lies in the heap, in the region, writable by the host now.
+            unsafe { std::ptr::write_bytes(snapshot.heap_top as *mut u8, 0, by_hand) };
+            if used_to > first_page {
+                let len = used_to.div_ceil(page) * page - first_page;
+                // SAFETY: whole pages of the heap, in the region this backend owns; MADV_DONTNEED on private
+                // anonymous memory only drops their contents (they read as zero again).
+                let dropped = unsafe { libc::madvise(first_page as *mut c_void, len, libc::MADV_DONTNEED) };
+                if dropped != 0 {
+                    // SAFETY: as for the part page above.
+                    unsafe { std::ptr::write_bytes(first_page as *mut u8, 0, used_to - first_page) };
+                }
+            }
+        }
+        memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
+        true
+    }
+
+    fn memory(&self) -> Result<&Arc<DomainMemory>, BackendError> {
+        match &self.memory {
+            Some(m) if !self.stopped => Ok(m),
+            _ => Err(BackendError::Fault(FaultKind::Vanished)),
+        }
+    }
+}
+
+impl Drop for MpkBackend {
+    fn drop(&mut self) {
+        // Destructors the extension registered run as the domain goes, inside it; a fault there only ends them.
+        let Some(memory) = &self.memory else { return };
+        if self.stopped {
+            return;
+        }
+        for (func, arg) in memory.runtime().destructors() {
+            let mut args = RegArgs::default();
+            args.ints[0] = arg as u64;
+            if memory.enter(func, &args, Some(self.cfg.init_deadline)).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+fn describe(e: &BackendError) -> String {
+    match e {
+        BackendError::Fault(kind) => {
+            crate::fault::Fault { kind: kind.clone(), domain: String::new(), call: None, incarnation: 0 }.cause()
+        }
+        BackendError::TimedOut => "past its deadline".into(),
+        BackendError::Usage(why) => why.clone(),
+        BackendError::UnknownSymbol => "unknown symbol".into(),
+    }
+}
+
+fn take_snapshot(memory: &DomainMemory, spans: &[usize], page: usize) -> Snapshot {
+    memory.host_access();
+    let mut pages = Vec::new();
+    let mut at = memory.region.start() as usize;
+    for (image, span) in memory.images.iter().zip(spans) {
+        for (i, prot) in image.page_prot.iter().enumerate() {
+            if prot & libc::PROT_WRITE != 0 {
+                let address = at + i * page;
+                // SAFETY: a writable page of the region, readable by the host.
+                pages.push((address, unsafe { std::slice::from_raw_parts(address as *const u8, page) }.to_vec()));
+            }
+        }
+        at += span;
+    }
+    let block = memory.block as usize;
+    let block_len = std::mem::size_of::<RuntimeBlock>();
+    // SAFETY: the block lies in the region.
+    pages.push((block, unsafe { std::slice::from_raw_parts(block as *const u8, block_len) }.to_vec()));
+    let (heap_start, heap_top) = memory.runtime().heap_used();
+    if heap_top > heap_start {
+        // SAFETY: the used heap lies in the region.
+        let used = unsafe { std::slice::from_raw_parts(heap_start as *const u8, heap_top - heap_start) };
+        pages.push((heap_start, used.to_vec()));
+    }
+    Snapshot { pages, heap_top }
+}
+
+/// The thunks being written into a domain's thunk pages.
+struct Thunks {
+    next: usize,
+    end: usize,
+    block: usize,
+    made: HashMap<usize, usize>,
+}
+
+impl Thunks {
+    /// A thunk that calls `function` with the block as its sixth argument.
+    fn to(&mut self, function: *const c_void) -> Option<usize> {
+        if let Some(&t) = self.made.get(&(function as usize)) {
+            return Some(t);
+        }
+        if self.next + THUNK_BYTES > self.end {
+            return None;
+        }
+        let mut code = [0xccu8; THUNK_BYTES];
+        code[..2].copy_from_slice(&[0x49, 0xb9]); // mov r9, imm64
+        code[2..10].copy_from_slice(&(self.block as u64).to_le_bytes());
+        code[10..12].copy_from_slice(&[0x48, 0xb8]); // mov rax, imm64
+        code[12..20].copy_from_slice(&(function as u64).to_le_bytes());
+        code[20..22].copy_from_slice(&[0xff, 0xe0]); // jmp rax
+        let at = self.next;
+        // SAFETY: [at, at + THUNK_BYTES) lies in the thunk pages (checked above), still writable.
+        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, THUNK_BYTES) };
+        self.next += THUNK_BYTES;
+        self.made.insert(function as usize, at);
+        Some(at)
+    }
+}
+
+/// Binds one import by its class (DESIGN.md §7; the table in `imports`).
+fn bind(
+    request: &ImportRequest<'_>,
+    classes: &HashMap<String, ImportClass>,
+    thunks: &mut Thunks,
+    block: *mut RuntimeBlock,
+) -> Option<usize> {
+    let class = classes.get(request.name).copied().unwrap_or(ImportClass::Unsupported);
+    match class {
+        ImportClass::DomainRuntime => {
+            if request.name == "_ZSt7nothrow" {
+                return Some(RuntimeBlock::nothrow_address(block));
+            }
+            thunks.to(runtime::function(request.name)?)
+        }
+        ImportClass::Fault => thunks.to(runtime::fault_function(request.name)),
+        ImportClass::Toolchain => Some(0),
+        // Data the host's libraries define (`stderr`, tables) is read in place.
+        _ if request.object => host_symbol(request),
+        ImportClass::Pure => host_symbol(request),
+        ImportClass::HostGate => {
+            let target = host_symbol(request)?;
+            gate::outward_for(target as *const c_void).map(|p| p as usize)
+        }
+        ImportClass::Unsupported => None,
+    }
+}
+
+/// The host's definition of an import, as the dynamic linker would bind it.
+fn host_symbol(request: &ImportRequest<'_>) -> Option<usize> {
+    let name = CString::new(request.name).ok()?;
+    let found = match request.version.and_then(|v| CString::new(v).ok()) {
+        // SAFETY: valid C strings; RTLD_DEFAULT searches the host's global scope.
+        Some(version) => unsafe { libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), version.as_ptr()) },
+        None => std::ptr::null_mut(),
+    };
+    let found = if found.is_null() {
+        // SAFETY: as above.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
+    } else {
+        found
+    };
+    (!found.is_null()).then_some(found as usize)
+}
+
+/// A domain function, called by the core on the host's thread without holding its state borrowed.
+pub(crate) struct GatedCall {
+    memory: Arc<DomainMemory>,
+    func: usize,
+}
+
+/// Buffers of one gated call in the argument area, to copy back and release.
+pub(crate) struct GatedFrame {
+    /// Where the argument area's top was before the call.
+    mark: usize,
+    /// Per output (`Out`/`InOut`, in argument order): its copy in the argument area.
+    outputs: smallvec::SmallVec<[(usize, usize); 2]>,
+}
+
+impl GatedCall {
+    /// Copies what must be copied into the domain and packs the registers.
+    pub(crate) fn prepare(&self, args: &[WireValue<'_>]) -> Result<(RegArgs, GatedFrame), BackendError> {
+        let memory = &self.memory;
+        memory.host_access();
+        let mark = memory.arguments_top.load(Ordering::Relaxed);
+        let mut frame = GatedFrame { mark, outputs: smallvec::SmallVec::new() };
+        let mut packer = ward_abi::ArgPacker::new();
+        let full = || BackendError::Usage(format!("buffers past the mpk argument area ({ARGUMENT_BYTES} bytes)"));
+        for a in args {
+            let pushed = match a {
+                WireValue::Int(v) => packer.push_int(*v),
+                WireValue::F64(v) => packer.push_f64(*v),
+                WireValue::F32(v) => packer.push_f32(*v),
+                WireValue::In(b) => packer.push_int(b.as_ptr() as u64),
+                WireValue::Str(s) => packer.push_int(s.as_ptr() as u64),
+                WireValue::Out(len) => {
+                    let at = memory.argument_space(*len).ok_or_else(full)?;
+                    // SAFETY: `len` bytes of the argument area, writable by the host (host_access above).
+                    unsafe { std::ptr::write_bytes(at, 0, *len) };
+                    frame.outputs.push((at as usize, *len));
+                    packer.push_int(at as u64)
+                }
+                WireValue::InOut(b) | WireValue::Scratch(b) => {
+                    let at = memory.argument_space(b.len()).ok_or_else(full)?;
+                    // SAFETY: as above; the source is the host's buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len()) };
+                    if matches!(a, WireValue::InOut(_)) {
+                        frame.outputs.push((at as usize, b.len()));
+                    }
+                    packer.push_int(at as u64)
+                }
+                WireValue::Callback(slot) => {
+                    let stub = ward_abi::callback_stub(*slot)
+                        .ok_or_else(|| BackendError::Usage(format!("callback slot {slot} has no stub")))?;
+                    let outward = gate::outward_for(stub)
+                        .ok_or_else(|| BackendError::Usage("no outward stub left for a callback".into()))?;
+                    packer.push_int(outward as u64)
+                }
+            };
+            if let Err(e) = pushed {
+                memory.arguments_top.store(mark, Ordering::Relaxed);
+                return Err(BackendError::Usage(e.to_string()));
+            }
+        }
+        Ok((packer.finish(), frame))
+    }
+
+    /// Runs the call through the gate.
+    pub(crate) fn run(&self, regs: &RegArgs, deadline: Duration) -> Result<RegRet, BackendError> {
+        self.memory.enter(self.func, regs, Some(deadline))
+    }
+
+    /// Copies outputs back (when the call returned) and releases the call's part of the argument area.
+    pub(crate) fn finish(&self, frame: GatedFrame, outputs: Option<&mut [&mut [u8]]>) {
+        if let Some(outputs) = outputs {
+            self.memory.host_access();
+            for ((at, len), out) in frame.outputs.iter().zip(outputs.iter_mut()) {
+                let n = (*len).min(out.len());
+                // SAFETY: the copy lies in the argument area, readable by the host; `out` is the host's buffer.
+                unsafe { std::ptr::copy_nonoverlapping(*at as *const u8, out.as_mut_ptr(), n) };
+            }
+        }
+        self.memory.arguments_top.store(frame.mark, Ordering::Relaxed);
+    }
+}
+
+impl Backend for MpkBackend {
+    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
+        let memory = self.memory()?;
+        let image = memory.images.get(ext).ok_or_else(|| BackendError::Usage(format!("no extension {ext}")))?;
+        let f = image.export(symbol).ok_or(BackendError::UnknownSymbol)?;
+        self.functions.push(f);
+        Ok((self.functions.len() - 1) as u32)
+    }
+
+    fn direct_function(&self, _: u32) -> Option<DirectFn> {
+        None
+    }
+
+    fn gated(&self, func: u32) -> Option<GatedCall> {
+        let memory = self.memory().ok()?;
+        let func = *self.functions.get(func as usize)?;
+        Some(GatedCall { memory: memory.clone(), func })
+    }
+
+    fn begin(&mut self, _: &mut Tracker, _: u32, _: &[WireValue<'_>], _: RetType) -> Result<Frame, BackendError> {
+        Err(BackendError::Usage("an mpk domain is called through its gate".into()))
+    }
+
+    fn wait(&mut self, _: &Frame, _: &mut Deadline) -> Result<Step, BackendError> {
+        Err(BackendError::Usage("an mpk domain has no calls in flight to wait for".into()))
+    }
+
+    fn answer_callback(&mut self, _: u64, _: RegRet) -> Result<(), BackendError> {
+        Err(BackendError::Usage("an mpk domain calls the host directly".into()))
+    }
+
+    fn finish(&mut self, _: &mut Tracker, _: Frame, _: &mut [&mut [u8]]) {}
+
+    fn abandon(&mut self, _: Frame) {}
+
+    /// No queue to batch into: the call runs now (the gate costs less than a queue would).
+    fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError> {
+        let call = self.gated(func).ok_or(BackendError::Fault(FaultKind::Vanished))?;
+        let (regs, frame) = call.prepare(args)?;
+        let r = call.run(&regs, self.cfg.init_deadline);
+        call.finish(frame, None);
+        r.map(|_| ())
+    }
+
+    fn flush(&mut self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn ping(&mut self, _: &mut Deadline) -> Result<(), BackendError> {
+        self.memory().map(|_| ())
+    }
+
+    fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    fn restart(&mut self, _: &mut Tracker) -> Result<RestartVia, String> {
+        self.functions.clear();
+        if !self.reload && self.restore() {
+            self.stopped = false;
+            return Ok(RestartVia::Snapshot);
+        }
+        self.load().map_err(|e| e.to_string())?;
+        Ok(RestartVia::Reload)
+    }
+
+    fn add_extension(&mut self, spec: ExtensionSpec) {
+        self.cfg.extensions.push(spec);
+        self.reload = true;
+    }
+
+    fn replace_image(&mut self, index: usize, path: PathBuf) {
+        if let Some(spec) = self.cfg.extensions.get_mut(index) {
+            spec.path = path;
+            self.reload = true;
+        }
+    }
+}

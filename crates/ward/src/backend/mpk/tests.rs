@@ -1,0 +1,242 @@
+//! mpk domains through the supervisor, as a host uses them: the built-in extensions loaded, called, faulted and
+//! recovered. On a machine without PKU the tests that need it say so and pass; `scripts/test` runs this module
+//! again under emulation (`scripts/pku-vm`). The tests of what happens without PKU run everywhere.
+
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::{Arg, Error, Event, Extension, FaultKind, Isolation, Policy, RestartVia, RetType, Signature, Supervisor};
+use crate::{SignalCause, ValType, Value};
+
+/// Protection keys are few (15 per process): the tests that make domains take turns.
+static KEYS: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    KEYS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pku_here() -> bool {
+    if super::pku_available() {
+        return true;
+    }
+    eprintln!(
+        "no PKU on this machine: this test did not run here; scripts/test runs it under emulation (scripts/pku-vm)"
+    );
+    false
+}
+
+fn builtin(name: &str) -> std::path::PathBuf {
+    ward_extensions::path_of(name).expect("built-in extensions extract")
+}
+
+/// faulty_mpk's policy: a deadline generous enough for emulation, a 64 MiB heap, its counter replayed.
+const POLICY: &str = r#"
+[extension.faulty_mpk]
+deadline_ms = 5000
+max_restarts = 1000
+restart_period_s = 1
+backoff_initial_ms = 0.001
+backoff_max_ms = 0.001
+[extension.faulty_mpk.limits]
+address_space_mb = 64
+[extension.faulty_mpk.function.faulty_counter_add]
+state = true
+[extension.well]
+init = "well_init"
+"#;
+
+fn load(name: &str, isolation: Isolation) -> (Supervisor, Extension, Receiver<Event>) {
+    let sup = Supervisor::new(Policy::from_toml_str(POLICY, "test policy").expect("the test policy parses"));
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin(name), Some(isolation)).expect("the extension loads under mpk");
+    (sup, ext, events)
+}
+
+fn int(ext: &Extension, f: &str, args: &mut [Arg<'_>]) -> i64 {
+    ext.call(f, args, RetType::I64).expect(f).as_i64().expect("an integer")
+}
+
+fn faults(events: &Receiver<Event>) -> Vec<crate::Fault> {
+    events.try_iter().filter_map(|e| if let Event::Fault { fault } = e { Some(fault) } else { None }).collect()
+}
+
+#[test]
+fn a_well_behaved_extension_runs_in_an_mpk_domain_with_scalars_buffers_strings_and_its_init() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (_sup, ext, _events) = load("well", Isolation::Mpk);
+    assert_eq!(ext.isolation(), Isolation::Mpk);
+    assert_eq!(int(&ext, "well_initialised", &mut []), 1, "the policy's init function ran in the domain");
+    assert_eq!(int(&ext, "well_add", &mut [Arg::I64(40), Arg::I64(2)]), 42);
+    let fma = ext.call("well_fma", &mut [Arg::F64(2.0), Arg::F64(3.0), Arg::F64(0.5)], RetType::F64).unwrap();
+    assert_eq!(fma.as_f64(), Some(6.5));
+    let bytes: Vec<u8> = (1..=100).collect();
+    assert_eq!(int(&ext, "well_sum", &mut [Arg::In(&bytes), Arg::U64(100)]), 5050);
+    let mut out = vec![0u8; 100];
+    ext.call("well_xor", &mut [Arg::In(&bytes), Arg::Out(&mut out), Arg::U64(100), Arg::U64(0xff)], RetType::Void)
+        .unwrap();
+    assert!(out.iter().zip(&bytes).all(|(o, b)| *o == b ^ 0xff), "the output came back");
+    let mut inout = b"abcdef".to_vec();
+    ext.call("well_reverse", &mut [Arg::InOut(&mut inout), Arg::U64(6)], RetType::Void).unwrap();
+    assert_eq!(inout, b"fedcba");
+    let s = std::ffi::CString::new("protection keys").unwrap();
+    assert_eq!(int(&ext, "well_strlen", &mut [Arg::Str(&s)]), 15);
+}
+
+#[test]
+fn callbacks_reach_the_host_and_the_host_calls_the_domain_again_from_inside_one() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (sup, ext, _events) = load("well", Isolation::Mpk);
+    let square = sup
+        .register_callback(Signature::new(&[ValType::I64], RetType::I64), |a| {
+            let x = a[0].as_i64().unwrap_or(0);
+            Value::I64(x * x)
+        })
+        .unwrap();
+    // 0 + 1 + 4 + 9 = 14
+    assert_eq!(int(&ext, "well_map_sum", &mut [Arg::Callback(&square), Arg::I64(4)]), 14);
+
+    // well_nest(f, depth) returns f(depth) + 1; the host's f(d) returns well_nest(f, d - 1) + 1, and 0 for d = 0:
+    // well_nest(f, 3) = 7, three rounds deep.
+    let slot: Arc<Mutex<Option<crate::Callback>>> = Arc::new(Mutex::new(None));
+    let inner = ext.clone();
+    let again = slot.clone();
+    let nest = sup
+        .register_callback(Signature::new(&[ValType::I64], RetType::I64), move |a| {
+            let depth = a[0].as_i64().unwrap_or(0);
+            if depth <= 0 {
+                return Value::I64(0);
+            }
+            let cb = again.lock().unwrap().clone().expect("registered");
+            let r = inner.call("well_nest", &mut [Arg::Callback(&cb), Arg::I64(depth - 1)], RetType::I64);
+            Value::I64(r.map(|v| v.as_i64().unwrap_or(-1)).unwrap_or(-1) + 1)
+        })
+        .unwrap();
+    *slot.lock().unwrap() = Some(nest.clone());
+    assert_eq!(int(&ext, "well_nest", &mut [Arg::Callback(&nest), Arg::I64(3)]), 7);
+}
+
+/// A host global the extension is given the address of.
+static HOST_GLOBAL: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(7);
+
+/// Arms `kind`, calls compute with the counter at 12: the call must come back right after a recovery from the
+/// snapshot, with the counter replayed. Returns the fault.
+fn recovers_from(kind: i64, arg: i64) -> crate::Fault {
+    let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
+    assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
+    assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(7)]), 12);
+    ext.call("faulty_arm", &mut [Arg::I64(kind), Arg::I64(arg)], RetType::Void).unwrap();
+    assert_eq!(int(&ext, "faulty_compute", &mut [Arg::I64(6)]), 37, "kind {kind}: the retried call's result");
+    assert_eq!(int(&ext, "faulty_counter_get", &mut []), 12, "kind {kind}: the counter was replayed");
+    let all: Vec<Event> = events.try_iter().collect();
+    assert!(
+        all.iter().any(|e| matches!(e, Event::Recovered { via: RestartVia::Snapshot, .. })),
+        "kind {kind}: restored from the snapshot: {all:?}"
+    );
+    let f: Vec<crate::Fault> =
+        all.into_iter().filter_map(|e| if let Event::Fault { fault } = e { Some(fault) } else { None }).collect();
+    assert_eq!(f.len(), 1, "kind {kind}: one fault: {f:?}");
+    f[0].clone()
+}
+
+fn signal_of(fault: &crate::Fault) -> (i32, SignalCause) {
+    match fault.kind {
+        FaultKind::Signal { signo, cause, .. } => (signo, cause),
+        ref other => panic!("not a signal: {other:?}"),
+    }
+}
+
+#[test]
+fn every_built_in_fault_is_caught_and_recovered_from_the_snapshot() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    assert_eq!(signal_of(&recovers_from(1, 0)), (libc::SIGSEGV, SignalCause::NullDereference));
+    assert_eq!(signal_of(&recovers_from(3, 0)), (libc::SIGABRT, SignalCause::Abort));
+    assert_eq!(recovers_from(4, 0).kind, FaultKind::Exited { status: 3 });
+    assert!(matches!(recovers_from(5, 0).kind, FaultKind::Timeout { .. }));
+    assert_eq!(signal_of(&recovers_from(6, 0)), (libc::SIGSEGV, SignalCause::StackOverflow));
+    assert_eq!(signal_of(&recovers_from(7, 0)).1, SignalCause::OutOfMemory);
+    assert_eq!(signal_of(&recovers_from(12, 0)), (libc::SIGFPE, SignalCause::Arithmetic));
+    assert_eq!(signal_of(&recovers_from(13, 0)), (libc::SIGILL, SignalCause::IllegalInstruction));
+}
+
+#[test]
+fn a_write_into_a_host_global_faults_and_leaves_the_global_unchanged() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let address = HOST_GLOBAL.as_ptr() as i64;
+    let fault = recovers_from(2, address);
+    assert_eq!(signal_of(&fault), (libc::SIGSEGV, SignalCause::InvalidAccess));
+    assert!(matches!(fault.kind, FaultKind::Signal { addr: Some(a), .. } if a == address as u64));
+    assert_eq!(HOST_GLOBAL.load(std::sync::atomic::Ordering::SeqCst), 7);
+}
+
+#[test]
+fn a_write_into_another_domain_faults_there_and_the_other_domain_goes_on() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (_sup_a, a, events_a) = load("faulty_mpk", Isolation::Mpk);
+    let (_sup_b, b, events_b) = load("faulty_mpk", Isolation::Mpk);
+    assert_eq!(int(&b, "faulty_counter_add", &mut [Arg::I64(9)]), 9);
+    // An address inside b's domain: where b saw an output buffer (its copy in b's argument area).
+    let mut out = [0u8; 16];
+    let inside_b = int(&b, "faulty_address_of", &mut [Arg::Out(&mut out)]);
+    let e = a.call("faulty_wild_write", &mut [Arg::I64(inside_b)], RetType::Void);
+    assert!(e.is_err(), "a write into another domain must fail the call");
+    let f = faults(&events_a);
+    assert!(!f.is_empty());
+    assert!(
+        matches!(f[0].kind, FaultKind::Signal { signo: libc::SIGSEGV, addr: Some(x), .. } if x == inside_b as u64),
+        "{f:?}"
+    );
+    assert_eq!(int(&b, "faulty_counter_get", &mut []), 9, "b kept its state");
+    assert!(faults(&events_b).is_empty(), "b did not fault");
+}
+
+#[test]
+fn an_extension_the_runtime_cannot_hold_is_refused_under_mpk_with_every_reason_and_auto_uses_a_process() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let sup = Supervisor::new(Policy::default());
+    let Err(e) = sup.load_with(builtin("faulty"), Some(Isolation::Mpk)) else {
+        panic!("faulty cannot run under mpk");
+    };
+    let text = e.to_string();
+    assert!(matches!(e, Error::Load { .. }), "{text}");
+    for import in ["open", "pause", "raise", "syscall"] {
+        assert!(text.contains(import), "the reason names {import}: {text}");
+    }
+    let ext = sup.load_with(builtin("faulty"), Some(Isolation::Auto)).expect("auto falls back to a process");
+    assert_eq!(ext.isolation(), Isolation::Process);
+    let ext = sup.load_with(builtin("well"), Some(Isolation::Auto)).expect("auto takes mpk");
+    assert_eq!(ext.isolation(), Isolation::Mpk);
+}
+
+#[test]
+fn without_pku_mpk_is_unavailable_and_auto_means_process() {
+    if super::pku_available() {
+        eprintln!("this machine has PKU: the test of its absence did not run here");
+        return;
+    }
+    let sup = Supervisor::new(Policy::default());
+    let Err(e) = sup.load_with(builtin("well"), Some(Isolation::Mpk)) else {
+        panic!("no mpk without PKU");
+    };
+    assert!(matches!(e, Error::IsolationUnavailable(..)), "{e}");
+    assert!(e.to_string().contains("PKU"), "{e}");
+    let ext = sup.load_with(builtin("well"), Some(Isolation::Auto)).expect("auto loads");
+    assert_eq!(ext.isolation(), Isolation::Process);
+}
