@@ -43,6 +43,8 @@ pub enum Event {
     Disabled { domain: String, restarts: u32, fault: Fault },
     /// After its first failure, an extension restarts from another file (its policy's `restart_from`).
     ImageSwitched { domain: String, extension: String, path: PathBuf },
+    /// An mpk domain failed `escalate_after` times: it runs in a process domain from now on.
+    Escalated { domain: String, faults: u64, from: crate::policy::Isolation, to: crate::policy::Isolation },
 }
 
 /// One line per event, for logs and standard error.
@@ -73,6 +75,9 @@ impl std::fmt::Display for Event {
             }
             Event::ImageSwitched { domain, extension, path } => {
                 write!(f, "{domain}: {extension} restarts from {} (restart_from)", path.display())
+            }
+            Event::Escalated { domain, faults, from, to } => {
+                write!(f, "{domain}: isolation {from} failed {faults} times: it runs with isolation {to} from now on")
             }
         }
     }
@@ -108,6 +113,9 @@ impl EventBus {
             }
             Event::Disabled { domain, restarts, fault } => {
                 tracing::error!(domain = %domain, restarts, "disabled after repeated faults; last: {fault}")
+            }
+            Event::Escalated { domain, faults, from, to } => {
+                tracing::warn!(domain = %domain, faults, %from, %to, "isolation escalated")
             }
             Event::ImageSwitched { domain, extension, path } => {
                 tracing::warn!(domain = %domain, extension = %extension, path = %path.display(), "restarts from")

@@ -29,6 +29,7 @@
 //! backoff_factor = 2.0
 //! on_fault = "retry"         # the call in flight when the extension fails: retry | fail
 //! max_retries = 1
+//! escalate_after = 3         # after this many faults in an mpk domain, move to a process domain (0 = never)
 //! on_limit = "disable"       # past the restart limit: disable | fail
 //! zygote = true              # restart from a pre-forked, pre-loaded process
 //! wait = "adaptive"          # adaptive | poll | sleep
@@ -295,6 +296,8 @@ pub struct ExtensionPolicy {
     pub on_fault: OnFault,
     /// How many times one call is retried (at most 100).
     pub max_retries: u32,
+    /// After this many faults in an mpk domain, the domain moves to a process domain; 0: never.
+    pub escalate_after: u32,
     /// What happens past the restart limit.
     pub on_limit: OnLimit,
     /// Restart from a pre-forked, pre-loaded process.
@@ -341,6 +344,7 @@ impl Default for ExtensionPolicy {
             backoff_factor: 2.0,
             on_fault: OnFault::Retry,
             max_retries: 1,
+            escalate_after: 3,
             on_limit: OnLimit::Disable,
             zygote: true,
             wait: WaitMode::Adaptive,
@@ -437,6 +441,7 @@ pub struct ExtensionOverride {
     pub backoff_factor: Option<f64>,
     pub on_fault: Option<OnFault>,
     pub max_retries: Option<u32>,
+    pub escalate_after: Option<u32>,
     pub on_limit: Option<OnLimit>,
     pub zygote: Option<bool>,
     pub wait: Option<WaitMode>,
@@ -479,6 +484,7 @@ impl ExtensionOverride {
             backoff_factor,
             on_fault,
             max_retries,
+            escalate_after,
             on_limit,
             zygote,
             wait,
@@ -754,6 +760,8 @@ struct RawExtension {
     on_fault: Option<OnFault>,
     #[serde(default, deserialize_with = "de_max_retries")]
     max_retries: Option<u32>,
+    #[serde(default, deserialize_with = "de_escalate_after")]
+    escalate_after: Option<u32>,
     #[serde(default, deserialize_with = "de_on_limit")]
     on_limit: Option<OnLimit>,
     #[serde(default, deserialize_with = "de_zygote")]
@@ -794,6 +802,7 @@ impl RawExtension {
             backoff_factor: self.backoff_factor,
             on_fault: self.on_fault,
             max_retries: self.max_retries,
+            escalate_after: self.escalate_after,
             on_limit: self.on_limit,
             zygote: self.zygote,
             wait: self.wait,
@@ -1226,6 +1235,11 @@ fn de_max_retries<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Err
     checked(d, |v| whole("max_retries", 0, 100, "a whole number from 0 to 100", v).map(|n| n as u32))
 }
 
+fn de_escalate_after<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    const EXPECTED: &str = "a whole number of faults from 0 (never) to 1000000";
+    checked(d, |v| whole("escalate_after", 0, 1_000_000, EXPECTED, v).map(|n| n as u32))
+}
+
 fn de_spin<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     checked(d, |v| whole("spin", 0, 10_000_000, "a whole number from 0 to 10000000", v).map(|n| n as u32))
 }
@@ -1427,6 +1441,7 @@ zygote = false
 isolation = "mpk"
 deadline_ms = 2000
 max_retries = 3
+escalate_after = 5
 [defaults.limits]
 cpu_s = 5
 open_files = 100
@@ -1435,6 +1450,7 @@ open_files = 100
 isolation = "none"
 on_fault = "fail"
 heartbeat_ms = 0
+escalate_after = 0
 [extension.a.limits]
 open_files = 10
 "#,
@@ -1445,6 +1461,9 @@ open_files = 10
         assert_eq!(a.heartbeat, None);
         assert_eq!(a.deadline, Duration::from_secs(2));
         assert_eq!(a.max_retries, 3);
+        assert_eq!(a.escalate_after, 0);
+        assert_eq!(policy.for_extension("b").escalate_after, 5);
+        assert_eq!(ExtensionPolicy::default().escalate_after, 3);
         assert_eq!(a.limits.cpu_s, 5);
         assert_eq!(a.limits.open_files, 10);
         assert_eq!(a.limits.address_space_mb, 1024);
@@ -1654,6 +1673,7 @@ address_space_mb = 0
             ("deadline_ms = 1e300", "of at most"),
             ("backoff_factor = 0.5", "backoff_factor must be a number of at least 1.0"),
             ("max_retries = 101", "max_retries must be a whole number from 0 to 100"),
+            ("escalate_after = -1", "escalate_after must be a whole number of faults from 0 (never) to 1000000"),
             ("max_restarts = -1", "max_restarts must be a whole number"),
             ("spin = 10000001", "spin must be a whole number from 0 to 10000000"),
             ("group = \"\"", "group must be non-empty"),

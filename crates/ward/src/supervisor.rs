@@ -141,10 +141,10 @@ impl Supervisor {
             let existing =
                 self.inner.groups.lock().unwrap_or_else(|e| e.into_inner()).get(&group).and_then(Weak::upgrade);
             if let Some(domain) = existing {
-                if isolation != Isolation::Auto && domain.isolation != isolation {
+                if isolation != Isolation::Auto && domain.isolation() != isolation {
                     return Err(Error::IsolationUnavailable(
                         isolation.to_string(),
-                        format!("group {group} already runs with isolation {}", domain.isolation),
+                        format!("group {group} already runs with isolation {}", domain.isolation()),
                     ));
                 }
                 let ext = domain.add_extension(spec, name.clone(), policy, opened)?;
@@ -163,11 +163,7 @@ impl Supervisor {
     }
 
     fn monitor(&self) -> Result<Arc<Monitor>, Error> {
-        if let Some(m) = self.inner.monitor.get() {
-            return Ok(m.clone());
-        }
-        let m = Monitor::start().map_err(|e| Error::io("cannot start the monitor thread", e))?;
-        Ok(self.inner.monitor.get_or_init(|| m).clone())
+        monitor_of(&self.inner)
     }
 
     fn start_domain(
@@ -204,7 +200,12 @@ impl Supervisor {
             }
         };
         let heartbeat = policy.heartbeat;
-        let domain = Arc::new(Domain::new(name, isolation, policy, self.inner.events.clone(), backend, tracker));
+        let escalation = (isolation == Isolation::Mpk).then(|| self.escalation(&policy));
+        let mut domain = Domain::new(name, isolation, policy, self.inner.events.clone(), backend, tracker);
+        if let Some(escalation) = escalation {
+            domain = domain.with_escalation(escalation);
+        }
+        let domain = Arc::new(domain);
         if let Some(interval) = heartbeat {
             if isolation == Isolation::Process {
                 self.add_heartbeat(&domain, interval);
@@ -220,21 +221,20 @@ impl Supervisor {
         preload: Option<crate::libfault::Preload>,
         tracker: &mut Tracker,
     ) -> Result<ProcessBackend, Error> {
-        let program = find_program().map_err(Error::DomainProgramMissing)?;
-        let cfg = ProcessConfig {
-            program,
-            extensions: vec![spec.clone()],
-            limits: policy.limits.clone(),
-            spin: match policy.wait {
-                crate::policy::WaitMode::Poll => u32::MAX,
-                crate::policy::WaitMode::Sleep => 0,
-                crate::policy::WaitMode::Adaptive => policy.spin,
-            },
-            zygote: policy.zygote,
-            preload,
-        };
-        ProcessBackend::start(cfg, self.monitor()?, tracker)
+        start_process(vec![spec.clone()], policy, preload, self.monitor()?, tracker)
             .map_err(|reason| Error::Load { path: spec.path.clone(), reason })
+    }
+
+    /// How an mpk domain moves to a process domain when it escalates.
+    fn escalation(&self, policy: &ExtensionPolicy) -> crate::domain::Escalation {
+        let inner = Arc::downgrade(&self.inner);
+        let policy = policy.clone();
+        Box::new(move |specs, tracker| {
+            let inner = inner.upgrade().ok_or("the supervisor is gone")?;
+            let monitor = monitor_of(&inner).map_err(|e| e.to_string())?;
+            let backend = start_process(specs, &policy, None, monitor, tracker)?;
+            Ok(Box::new(backend) as Box<dyn crate::backend::Backend>)
+        })
     }
 
     fn add_heartbeat(&self, domain: &Arc<Domain>, interval: Duration) {
@@ -271,6 +271,39 @@ fn heartbeat_loop(inner: Weak<Inner>, stop: Arc<AtomicBool>) {
             }
         }
     }
+}
+
+/// The supervisor's monitor thread, started on first use.
+fn monitor_of(inner: &Inner) -> Result<Arc<Monitor>, Error> {
+    if let Some(m) = inner.monitor.get() {
+        return Ok(m.clone());
+    }
+    let m = Monitor::start().map_err(|e| Error::io("cannot start the monitor thread", e))?;
+    Ok(inner.monitor.get_or_init(|| m).clone())
+}
+
+/// A process domain for `specs`, as `policy` says.
+fn start_process(
+    specs: Vec<ExtensionSpec>,
+    policy: &ExtensionPolicy,
+    preload: Option<crate::libfault::Preload>,
+    monitor: Arc<Monitor>,
+    tracker: &mut Tracker,
+) -> Result<ProcessBackend, String> {
+    let program = find_program()?;
+    let cfg = ProcessConfig {
+        program,
+        extensions: specs,
+        limits: policy.limits.clone(),
+        spin: match policy.wait {
+            crate::policy::WaitMode::Poll => u32::MAX,
+            crate::policy::WaitMode::Sleep => 0,
+            crate::policy::WaitMode::Adaptive => policy.spin,
+        },
+        zygote: policy.zygote,
+        preload,
+    };
+    ProcessBackend::start(cfg, monitor, tracker)
 }
 
 /// The isolation kind to start a domain with. `auto` stays `auto` where protection keys exist (the domain then
@@ -348,7 +381,7 @@ impl Extension {
     }
 
     pub fn isolation(&self) -> Isolation {
-        self.domain.isolation
+        self.domain.isolation()
     }
 
     /// Resolve a function once, for repeated calls.
@@ -381,7 +414,7 @@ impl Extension {
     /// gets the host's own buffer (`none`). A class adapter may then let a plugin write such a buffer directly
     /// instead of its own guarded copy.
     pub fn lends_guarded_buffers(&self) -> bool {
-        self.domain.isolation == Isolation::Process
+        self.domain.isolation() == Isolation::Process
     }
 
     /// The extension's effective policy.

@@ -141,6 +141,11 @@ pub(crate) trait Backend: Send {
     /// Load extension `index` (in the order added) from `path` from the next restart on.
     fn replace_image(&mut self, index: usize, path: PathBuf);
 
+    /// The extensions it loads, in order (for a move to another backend).
+    fn extensions(&self) -> Vec<ExtensionSpec> {
+        Vec::new()
+    }
+
     /// The process id of the running incarnation, for a backend that has one.
     fn pid(&self) -> Option<i32> {
         None

@@ -107,9 +107,16 @@ impl State {
     }
 }
 
+/// Makes the backend a domain moves to when it escalates: from the extensions it loads.
+pub(crate) type Escalation =
+    Box<dyn Fn(Vec<ExtensionSpec>, &mut Tracker) -> Result<Box<dyn Backend>, String> + Send + Sync>;
+
 pub(crate) struct Domain {
     pub name: String,
-    pub isolation: crate::policy::Isolation,
+    /// The isolation it runs with now (an mpk domain may escalate to a process).
+    isolation: Mutex<crate::policy::Isolation>,
+    /// How to escalate, for a domain that may.
+    escalation: Option<Escalation>,
     policy: ExtensionPolicy,
     events: Arc<EventBus>,
     lock: ReentrantMutex<RefCell<State>>,
@@ -155,7 +162,25 @@ impl Domain {
             recovering: false,
             rewriting: false,
         };
-        Domain { name, isolation, policy, events, lock: ReentrantMutex::new(RefCell::new(state)) }
+        Domain {
+            name,
+            isolation: Mutex::new(isolation),
+            escalation: None,
+            policy,
+            events,
+            lock: ReentrantMutex::new(RefCell::new(state)),
+        }
+    }
+
+    /// Lets this domain move to the backend `escalation` makes after `escalate_after` faults (policy).
+    pub fn with_escalation(mut self, escalation: Escalation) -> Domain {
+        self.escalation = Some(escalation);
+        self
+    }
+
+    /// The isolation the domain runs with now.
+    pub fn isolation(&self) -> crate::policy::Isolation {
+        *self.isolation.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Register an extension of this domain (already loaded by the backend); returns its index. `opened`: the

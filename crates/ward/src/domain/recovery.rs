@@ -11,6 +11,7 @@ use crate::call::{Arg, Value};
 use crate::error::Error;
 use crate::events::{Event, RestartVia};
 use crate::fault::{Fault, FaultKind};
+use crate::policy::Isolation;
 use crate::shadow::{OwnedArg, ShadowEntry};
 use crate::tracker::ResourceKind;
 
@@ -56,6 +57,7 @@ impl Domain {
                 std::thread::sleep(backoff);
             }
             self.switch_images(g);
+            self.escalate_if_due(g);
             g.borrow_mut().recovering = true;
             let result = self.restart_and_replay(g);
             g.borrow_mut().recovering = false;
@@ -83,6 +85,31 @@ impl Domain {
                     };
                     self.events.emit(Event::Fault { fault: fault.clone() });
                 }
+            }
+        }
+    }
+
+    /// Past `escalate_after` faults, an mpk domain moves to a process domain (UMDF moves a failing driver into a
+    /// host process of its own the same way). The restart that follows starts it; the shadow log replays into it.
+    fn escalate_if_due(&self, g: &Guard<'_>) {
+        let from = self.isolation();
+        let Some(escalation) = &self.escalation else { return };
+        let faults = g.borrow().stats.faults;
+        let after = u64::from(self.policy.escalate_after);
+        if from != Isolation::Mpk || after == 0 || faults < after {
+            return;
+        }
+        let mut st = g.borrow_mut();
+        let st = &mut *st;
+        let specs = st.backend.extensions();
+        match escalation(specs, &mut st.tracker) {
+            Ok(backend) => {
+                st.backend = backend;
+                *self.isolation.lock().unwrap_or_else(|e| e.into_inner()) = Isolation::Process;
+                self.events.emit(Event::Escalated { domain: self.name.clone(), faults, from, to: Isolation::Process });
+            }
+            Err(why) => {
+                tracing::warn!(domain = %self.name, "cannot move to a process domain, staying in mpk: {why}");
             }
         }
     }

@@ -689,6 +689,10 @@ impl Backend for MpkBackend {
         self.reload = true;
     }
 
+    fn extensions(&self) -> Vec<ExtensionSpec> {
+        self.cfg.extensions.clone()
+    }
+
     fn replace_image(&mut self, index: usize, path: PathBuf) {
         if let Some(spec) = self.cfg.extensions.get_mut(index) {
             spec.path = path;

@@ -240,3 +240,28 @@ fn without_pku_mpk_is_unavailable_and_auto_means_process() {
     let ext = sup.load_with(builtin("well"), Some(Isolation::Auto)).expect("auto loads");
     assert_eq!(ext.isolation(), Isolation::Process);
 }
+
+#[test]
+fn after_escalate_after_faults_an_mpk_domain_moves_to_a_process_domain_with_its_state() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let policy = POLICY.replacen("[extension.faulty_mpk]\n", "[extension.faulty_mpk]\nescalate_after = 2\n", 1);
+    let sup = Supervisor::new(Policy::from_toml_str(&policy, "test policy").expect("the test policy parses"));
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin("faulty_mpk"), Some(Isolation::Mpk)).expect("loads under mpk");
+    assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(12)]), 12);
+    for round in 1..=2 {
+        ext.call("faulty_arm", &mut [Arg::I64(1), Arg::I64(0)], RetType::Void).unwrap();
+        assert_eq!(int(&ext, "faulty_compute", &mut [Arg::I64(6)]), 37, "round {round}");
+        let expected = if round == 1 { Isolation::Mpk } else { Isolation::Process };
+        assert_eq!(ext.isolation(), expected, "after fault {round}");
+    }
+    assert_eq!(int(&ext, "faulty_counter_get", &mut []), 12, "the counter was replayed into the process domain");
+    assert!(ext.pid().is_some(), "a process domain runs it now");
+    let all: Vec<Event> = events.try_iter().collect();
+    let escalated: Vec<&Event> = all.iter().filter(|e| matches!(e, Event::Escalated { .. })).collect();
+    assert_eq!(escalated.len(), 1, "{all:?}");
+    assert!(matches!(escalated[0], Event::Escalated { faults: 2, from: Isolation::Mpk, to: Isolation::Process, .. }));
+}
