@@ -58,6 +58,25 @@ const EXPORTS: &[(&str, &[&str])] = &[
             "faulty_illegal",
         ],
     ),
+    (
+        "faulty_mpk",
+        &[
+            "faulty_counter_add",
+            "faulty_counter_get",
+            "faulty_arm",
+            "faulty_compute",
+            "faulty_null_deref",
+            "faulty_wild_write",
+            "faulty_address_of",
+            "faulty_abort",
+            "faulty_exit3",
+            "faulty_infinite_loop",
+            "faulty_recursion",
+            "faulty_memory_bomb",
+            "faulty_div_zero",
+            "faulty_illegal",
+        ],
+    ),
     ("faulty_ladspa", &["ladspa_descriptor"]),
     ("stale_ladspa", &["ladspa_descriptor"]),
     ("stale", &["stale_rbx", "stale_r15", "stale_second_arg", "stale_first_arg", "stale_stack_8k"]),
@@ -325,4 +344,22 @@ fn faulty_is_harmless_when_not_provoked() {
     // SAFETY: target is a live, aligned i64 owned by this frame.
     unsafe { wild_write(&mut target) };
     assert_eq!(target, WILD_WRITE_VALUE);
+}
+
+#[test]
+fn faulty_mpk_leaves_out_the_process_only_kinds() {
+    let lib = Lib::open("faulty_mpk");
+    for symbol in ["faulty_fd_leak", "faulty_raise_kill", "faulty_garbage_reply", "faulty_forged_reply"] {
+        let c_symbol = CString::new(symbol).unwrap();
+        // SAFETY: handle came from a successful dlopen and is never closed; c_symbol is a valid C string.
+        let ptr = unsafe { libc::dlsym(lib.handle, c_symbol.as_ptr()) };
+        assert!(ptr.is_null(), "faulty_mpk.so exports {symbol}");
+    }
+    let arm = func!(lib, "faulty_arm", extern "C" fn(i64, i64));
+    let compute = func!(lib, "faulty_compute", extern "C" fn(i64) -> i64);
+    // Arming a process-only kind disarms: compute returns its plain result.
+    for kind in 8..=11 {
+        arm(kind, 0);
+        assert_eq!(compute(6), 37, "kind {kind}");
+    }
 }
