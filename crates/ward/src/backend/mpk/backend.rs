@@ -99,6 +99,8 @@ pub(crate) struct DomainMemory {
     arguments: KeyedRegion,
     /// The argument area's first free byte (calls nest strictly, so it is a stack of allocations).
     arguments_top: AtomicUsize,
+    /// Calls of this domain in progress (nested ones included).
+    entered: AtomicUsize,
     block: *mut RuntimeBlock,
     images: Vec<Placed>,
     // Declared last: dropped after the regions tagged with it are unmapped.
@@ -131,8 +133,29 @@ impl DomainMemory {
     fn enter(&self, func: usize, args: &RegArgs, deadline: Option<Duration>) -> Result<RegRet, BackendError> {
         let top = match gate::nested_stack_top() {
             Some(top) if self.stack.contains(top as usize - 1) => top,
+            // Called from the host while this domain is out in the host through another domain in between: where
+            // this domain's stack is in use is not known here, and starting at its top would overwrite it.
+            _ if self.entered.load(Ordering::Relaxed) > 0 => {
+                return Err(BackendError::Usage(
+                    "an mpk domain entered again through another domain's callback (A, B, then A) is not supported"
+                        .into(),
+                ))
+            }
             _ => self.stack.end(),
         };
+        self.entered.fetch_add(1, Ordering::Relaxed);
+        let r = self.enter_at(func, args, deadline, top);
+        self.entered.fetch_sub(1, Ordering::Relaxed);
+        r
+    }
+
+    fn enter_at(
+        &self,
+        func: usize,
+        args: &RegArgs,
+        deadline: Option<Duration>,
+        top: *mut u8,
+    ) -> Result<RegRet, BackendError> {
         // SAFETY: func is code of this domain's images (resolved from their exports or initialisers); it takes
         // register arguments only (the policy's contract, as for a process domain) and cannot unwind into the host
         // (it is C, or returns through the gate); the stack is this domain's, and a nested call starts below the
@@ -322,6 +345,7 @@ impl MpkBackend {
             stack,
             arguments,
             arguments_top: AtomicUsize::new(0),
+            entered: AtomicUsize::new(0),
             block,
             images: placed,
             _key: key,
