@@ -103,16 +103,18 @@ struct FaultRow {
 }
 
 pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
-    let faults_ok = match isolation {
-        DemoIsolation::Process => fault_section(isolation, json)? & mpk_fault_section(json)?,
-        DemoIsolation::Mpk | DemoIsolation::None => fault_section(isolation, json)?,
-    };
+    if isolation == DemoIsolation::Mpk && !mpk_here(json)? {
+        return Ok(true);
+    }
+    let mut faults_ok = fault_section(isolation, json)?;
+    if isolation == DemoIsolation::Process {
+        faults_ok &= mpk_fault_section(json)?;
+    }
     if !json {
         say!("")?;
         say!("well-behaved extension under ward (isolation {}):", iso_name(isolation))?;
     }
-    let well_ok =
-        if isolation == DemoIsolation::Mpk && !mpk_here(json)? { true } else { well_section(isolation, json)? };
+    let well_ok = well_section(isolation, json)?;
     // Under `none` a plugin's crash is the host's: the plugin part runs with process isolation only. The class
     // adapters open their plugins with dlopen, which an mpk domain does not offer.
     let plugins_ok =
@@ -149,12 +151,11 @@ fn fault_kinds(isolation: DemoIsolation) -> (&'static str, Vec<(i64, &'static st
 fn mpk_fault_section(json: bool) -> Result<bool> {
     if !json {
         say!("")?;
-    }
-    if !ward::mpk_available() {
-        if !json {
+        if !ward::mpk_available() {
             say!("mpk domains:")?;
         }
-        mpk_here(json)?;
+    }
+    if !mpk_here(json)? {
         return Ok(true);
     }
     fault_section(DemoIsolation::Mpk, json)
@@ -185,9 +186,6 @@ fn fault_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
         )?;
         say!("")?;
         say!("{}", cols.row(&["#", "fault", "natively", "under ward"]))?;
-    }
-    if isolation == DemoIsolation::Mpk && !mpk_here(json)? {
-        return Ok(true);
     }
     let mut contained = 0;
     for &(kind, name) in &kinds {

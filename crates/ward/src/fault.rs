@@ -123,7 +123,14 @@ impl Fault {
 
     /// The human cause without the call: "null dereference (SIGSEGV at 0x0)".
     pub fn cause(&self) -> String {
-        match &self.kind {
+        self.kind.cause()
+    }
+}
+
+impl FaultKind {
+    /// The human cause: "null dereference (SIGSEGV at 0x0)".
+    pub fn cause(&self) -> String {
+        match self {
             FaultKind::Signal { signo, cause, addr } => match addr {
                 Some(a) if matches!(signo, &libc::SIGSEGV | &libc::SIGBUS) => {
                     format!("{} ({} at {a:#x})", cause.describe(), signal_name(*signo))

@@ -156,7 +156,8 @@ pub(crate) trait Backend: Send {
         0
     }
 
-    /// Calls into this backend are cheap enough that the core should skip per-call bookkeeping it can.
+    /// The extensions run on the host's own thread (`none`, `mpk`): the core calls them itself, through
+    /// [`Backend::gated`] where there is a gate, else [`Backend::direct_function`], and runs deferred calls at once.
     fn is_direct(&self) -> bool {
         false
     }

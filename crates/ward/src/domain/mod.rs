@@ -474,12 +474,12 @@ impl Domain {
             Err(Error::Fault(f)) => return Outcome::Failed(f.kind),
             Err(e) => return Outcome::Error(e),
         };
-        let gated = g.borrow().backend.gated(func);
-        if let Some(call) = gated {
-            return self.attempt_gated(g, sym, call, args, ret, timeout, replaying);
-        }
         if g.borrow().backend.is_direct() {
-            return self.attempt_direct(g, sym, func, args, ret);
+            let gated = g.borrow().backend.gated(func);
+            return match gated {
+                Some(call) => self.attempt_gated(g, sym, call, args, ret, timeout, replaying),
+                None => self.attempt_direct(g, sym, func, args, ret),
+            };
         }
         let (incarnation, rewrite) = {
             let st = g.borrow();

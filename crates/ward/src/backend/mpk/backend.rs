@@ -306,9 +306,6 @@ impl MpkBackend {
             placed.push(image);
             at += span;
         }
-        if thunks.next > thunks.end {
-            return Err(MpkError::Refused { path: self.cfg.extensions[0].path.clone(), why: "too many thunks".into() });
-        }
         // The thunks hold addresses; an address whose bytes spell WRPKRU or XRSTOR would give the domain one.
         // SAFETY: the thunk pages were written above and lie in the region.
         let thunk_code = unsafe { std::slice::from_raw_parts(thunks_at as *const u8, thunk_pages) };
@@ -321,7 +318,7 @@ impl MpkBackend {
 
         // Page protections, keyed: each image's pages as its segments say, the thunks executable.
         let mut at = base;
-        for (image, (_, _, span)) in placed.iter().zip(&files) {
+        for image in &placed {
             let mut p = 0;
             while p < image.page_prot.len() {
                 let prot = image.page_prot[p];
@@ -331,7 +328,7 @@ impl MpkBackend {
                     .map_err(system("cannot protect the image"))?;
                 p += run;
             }
-            at += span;
+            at += image.page_prot.len() * page;
         }
         // SAFETY: as above.
         unsafe { pku::protect_with_key(thunks_at as *mut u8, thunk_pages, libc::PROT_READ | libc::PROT_EXEC, k) }
@@ -377,7 +374,7 @@ impl MpkBackend {
                 }
             }
         }
-        self.snapshot = Some(take_snapshot(&memory, &files.iter().map(|f| f.2).collect::<Vec<_>>(), page));
+        self.snapshot = Some(take_snapshot(&memory, page));
         self.memory = Some(memory);
         self.reload = false;
         self.stopped = false;
@@ -448,20 +445,18 @@ impl Drop for MpkBackend {
 
 fn describe(e: &BackendError) -> String {
     match e {
-        BackendError::Fault(kind) => {
-            crate::fault::Fault { kind: kind.clone(), domain: String::new(), call: None, incarnation: 0 }.cause()
-        }
+        BackendError::Fault(kind) => kind.cause(),
         BackendError::TimedOut => "past its deadline".into(),
         BackendError::Usage(why) => why.clone(),
         BackendError::UnknownSymbol => "unknown symbol".into(),
     }
 }
 
-fn take_snapshot(memory: &DomainMemory, spans: &[usize], page: usize) -> Snapshot {
+fn take_snapshot(memory: &DomainMemory, page: usize) -> Snapshot {
     memory.host_access();
     let mut pages = Vec::new();
     let mut at = memory.region.start() as usize;
-    for (image, span) in memory.images.iter().zip(spans) {
+    for image in &memory.images {
         for (i, prot) in image.page_prot.iter().enumerate() {
             if prot & libc::PROT_WRITE != 0 {
                 let address = at + i * page;
@@ -469,7 +464,7 @@ fn take_snapshot(memory: &DomainMemory, spans: &[usize], page: usize) -> Snapsho
                 pages.push((address, unsafe { std::slice::from_raw_parts(address as *const u8, page) }.to_vec()));
             }
         }
-        at += span;
+        at += image.page_prot.len() * page;
     }
     let block = memory.block as usize;
     let block_len = std::mem::size_of::<RuntimeBlock>();
@@ -579,7 +574,6 @@ impl GatedCall {
     /// Copies what must be copied into the domain and packs the registers.
     pub(crate) fn prepare(&self, args: &[WireValue<'_>]) -> Result<(RegArgs, GatedFrame), BackendError> {
         let memory = &self.memory;
-        memory.host_access();
         let mark = memory.arguments_top.load(Ordering::Relaxed);
         let mut frame = GatedFrame { mark, outputs: smallvec::SmallVec::new() };
         let mut packer = ward_abi::ArgPacker::new();
@@ -592,6 +586,7 @@ impl GatedCall {
                 WireValue::In(b) => packer.push_int(b.as_ptr() as u64),
                 WireValue::Str(s) => packer.push_int(s.as_ptr() as u64),
                 WireValue::Out(len) => {
+                    memory.host_access();
                     let at = memory.argument_space(*len).ok_or_else(full)?;
                     // SAFETY: `len` bytes of the argument area, writable by the host (host_access above).
                     unsafe { std::ptr::write_bytes(at, 0, *len) };
@@ -599,6 +594,7 @@ impl GatedCall {
                     packer.push_int(at as u64)
                 }
                 WireValue::InOut(b) | WireValue::Scratch(b) => {
+                    memory.host_access();
                     let at = memory.argument_space(b.len()).ok_or_else(full)?;
                     // SAFETY: as above; the source is the host's buffer.
                     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len()) };
@@ -630,7 +626,7 @@ impl GatedCall {
 
     /// Copies outputs back (when the call returned) and releases the call's part of the argument area.
     pub(crate) fn finish(&self, frame: GatedFrame, outputs: Option<&mut [&mut [u8]]>) {
-        if let Some(outputs) = outputs {
+        if let (Some(outputs), false) = (outputs, frame.outputs.is_empty()) {
             self.memory.host_access();
             for ((at, len), out) in frame.outputs.iter().zip(outputs.iter_mut()) {
                 let n = (*len).min(out.len());
@@ -655,6 +651,10 @@ impl Backend for MpkBackend {
         None
     }
 
+    fn is_direct(&self) -> bool {
+        true
+    }
+
     fn gated(&self, func: u32) -> Option<GatedCall> {
         let memory = self.memory().ok()?;
         let func = *self.functions.get(func as usize)?;
@@ -677,13 +677,8 @@ impl Backend for MpkBackend {
 
     fn abandon(&mut self, _: Frame) {}
 
-    /// No queue to batch into: the call runs now (the gate costs less than a queue would).
-    fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError> {
-        let call = self.gated(func).ok_or(BackendError::Fault(FaultKind::Vanished))?;
-        let (regs, frame) = call.prepare(args)?;
-        let r = call.run(&regs, self.cfg.init_deadline);
-        call.finish(frame, None);
-        r.map(|_| ())
+    fn defer(&mut self, _: u32, _: &[WireValue<'_>]) -> Result<(), BackendError> {
+        Err(BackendError::Usage("an mpk domain is called through its gate".into()))
     }
 
     fn flush(&mut self) -> Result<(), BackendError> {

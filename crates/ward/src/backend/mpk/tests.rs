@@ -83,6 +83,10 @@ fn a_well_behaved_extension_runs_in_an_mpk_domain_with_scalars_buffers_strings_a
     assert_eq!(inout, b"fedcba");
     let s = std::ffi::CString::new("protection keys").unwrap();
     assert_eq!(int(&ext, "well_strlen", &mut [Arg::Str(&s)]), 15);
+    // A deferred call runs at once: there is no queue to cross.
+    ext.defer("counter_add", &[Arg::I64(3)]).unwrap();
+    ext.flush().unwrap();
+    assert_eq!(int(&ext, "counter_get", &mut []), 3);
 }
 
 #[test]
