@@ -59,7 +59,7 @@ impl FromStr for Mode {
             "none" => Ok(Mode::None),
             "mpk" | "auto" => Err(Error::UnknownIsolation {
                 given: s.to_string(),
-                hint: " (mpk domains are not built yet, and auto means process in this build)",
+                hint: " (campaigns do not run mpk domains yet, and auto would mean mpk or process by machine)",
             }),
             _ => Err(Error::UnknownIsolation { given: s.to_string(), hint: "" }),
         }
@@ -265,7 +265,7 @@ mod tests {
         let err = parse_isolations("process,jail").unwrap_err();
         assert!(err.is_bad_input());
         assert!(err.to_string().contains("`jail`; valid: process, none"), "{err}");
-        assert!(parse_isolations("mpk").unwrap_err().to_string().contains("not built yet"));
+        assert!(parse_isolations("mpk").unwrap_err().to_string().contains("do not run mpk domains yet"));
         assert!(parse_isolations("native").is_err());
     }
 

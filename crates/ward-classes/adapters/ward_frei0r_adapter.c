@@ -2,8 +2,8 @@
  * turns frei0r's interface into flat calls of scalars, handles and byte buffers, at most six integer arguments each
  * (a frame's time is a double and travels in a floating-point register):
  *
- *   ward_frei0r_open(path)                                  -> library handle, NULL when no frei0r plugin
- *   ward_frei0r_error(out, cap)                             -> why the last open failed (a u32-prefixed string)
+ *   ward_frei0r_open(path, why, why_cap)                    -> library handle, NULL when no frei0r plugin (and
+ *                                                              `why` holds the reason, a u32-prefixed string)
  *   ward_frei0r_describe(lib, out, cap)                     -> the plugin's info and parameter infos, serialised
  *   ward_frei0r_construct(lib, width, height, flags)        -> instance handle, NULL when the plugin refuses
  *   ward_frei0r_destruct(inst)
@@ -35,7 +35,6 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "ward_adapter_common.h"
@@ -107,13 +106,6 @@ struct instance {
 static pthread_mutex_t libraries_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct library *libraries;
 
-/* Why the last open failed, per thread (hosts of the none backend call from their own threads). */
-static __thread char last_error[512];
-
-static void set_error(const char *what) {
-    snprintf(last_error, sizeof last_error, "%s", what);
-}
-
 static int known_type(int type) {
     return type == F0R_PARAM_BOOL || type == F0R_PARAM_DOUBLE || type == F0R_PARAM_COLOR ||
            type == F0R_PARAM_POSITION || type == F0R_PARAM_STRING;
@@ -165,13 +157,15 @@ static const char *bind(struct library *lib) {
     return NULL;
 }
 
-/* Open a plugin library; NULL when it cannot be opened or is no frei0r plugin (ward_frei0r_error says why). */
-WARD_ADAPTER_EXPORT struct library *ward_frei0r_open(const char *path) {
-    last_error[0] = '\0';
+/* Open a plugin library; NULL when it cannot be opened or is no frei0r plugin, and then `why` (of `why_cap` bytes)
+ * holds the reason as a u32-prefixed string. The reason travels with the call, not in a global: hosts of the none
+ * backend open libraries from several threads, and an mpk domain has no thread-local storage. */
+WARD_ADAPTER_EXPORT struct library *ward_frei0r_open(const char *path, unsigned char *why, uint64_t why_cap) {
+    struct writer reason = {why, why_cap, 0};
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (dl == NULL) {
         const char *e = dlerror();
-        set_error(e != NULL ? e : "dlopen failed");
+        put_str(&reason, e != NULL ? e : "dlopen failed");
         return NULL;
     }
     pthread_mutex_lock(&libraries_lock);
@@ -188,14 +182,14 @@ WARD_ADAPTER_EXPORT struct library *ward_frei0r_open(const char *path) {
     lib = calloc(1, sizeof *lib);
     if (lib == NULL) {
         pthread_mutex_unlock(&libraries_lock);
-        set_error("out of memory");
+        put_str(&reason, "out of memory");
         return NULL;
     }
     lib->dl = dl;
-    const char *why = bind(lib);
-    if (why != NULL) {
+    const char *missing = bind(lib);
+    if (missing != NULL) {
         pthread_mutex_unlock(&libraries_lock);
-        set_error(why);
+        put_str(&reason, missing);
         free(lib->param_types);
         free(lib);
         /* The library stays loaded: if its f0r_init ran, unloading it now is as risky as at exit. */
@@ -205,18 +199,6 @@ WARD_ADAPTER_EXPORT struct library *ward_frei0r_open(const char *path) {
     libraries = lib;
     pthread_mutex_unlock(&libraries_lock);
     return lib;
-}
-
-/* Why the last open failed, for the host's message: the adapter's reason, else the last dlerror. */
-WARD_ADAPTER_EXPORT int64_t ward_frei0r_error(unsigned char *out, uint64_t cap) {
-    struct writer w = {out, cap, 0};
-    if (last_error[0] != '\0') {
-        put_str(&w, last_error);
-    } else {
-        const char *e = dlerror();
-        put_str(&w, e == NULL ? "" : e);
-    }
-    return writer_result(&w);
 }
 
 /* Serialise the plugin: name, author, i32 plugin type, i32 color model, i32 frei0r version, i32 major version,

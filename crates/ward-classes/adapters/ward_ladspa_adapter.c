@@ -4,7 +4,6 @@
  * buffers that end at guard pages so an overrunning plugin faults instead of corrupting anything. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "ward_adapter_common.h"
@@ -45,33 +44,29 @@ static const LADSPA_Descriptor *descriptor(const struct library *lib, uint64_t i
     return (const LADSPA_Descriptor *)WARD_CALL1(lib->descriptor_fn, index);
 }
 
-/* Why the last open failed, per thread, kept at the time of failure: the domain's own dl* calls (looking up the
- * next function the host calls, say) would clear dlerror before the host asks. */
-static __thread char last_error[512];
-
-static void set_error(const char *what) {
-    snprintf(last_error, sizeof last_error, "%s", what != NULL ? what : "dlopen failed");
-}
-
-/* Open a plugin library; NULL when it cannot be opened or is no LADSPA library (ward_ladspa_error says why). */
-WARD_ADAPTER_EXPORT struct library *ward_ladspa_open(const char *path) {
-    last_error[0] = '\0';
+/* Open a plugin library; NULL when it cannot be opened or is no LADSPA library, and then `why` (of `why_cap` bytes)
+ * holds the reason as a u32-prefixed string. The reason travels with the call, not in a global: hosts of the none
+ * backend open libraries from several threads, and an mpk domain has no thread-local storage. */
+WARD_ADAPTER_EXPORT struct library *ward_ladspa_open(const char *path, unsigned char *why, uint64_t why_cap) {
+    struct writer reason = {why, why_cap, 0};
     /* Hosts of audio plugins link libm, and some plugins rely on it without linking it themselves (ladspa-sdk's
-     * filter.so imports cos and sqrtf but needs only libc): give the domain the libm such a host has. */
+     * filter.so imports cos and sqrtf but needs only libc): give the domain the libm such a host has. (An mpk
+     * domain binds libm's functions for the plugin itself and refuses this open, which changes nothing.) */
     (void)dlopen("libm.so.6", RTLD_NOW | RTLD_GLOBAL);
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (dl == NULL) {
-        set_error(dlerror());
+        const char *e = dlerror();
+        put_str(&reason, e != NULL ? e : "dlopen failed");
         return NULL;
     }
     LADSPA_Descriptor_Function fn = (LADSPA_Descriptor_Function)(uintptr_t)dlsym(dl, "ladspa_descriptor");
     if (fn == NULL) {
-        set_error("it exports no ladspa_descriptor");
+        put_str(&reason, "it exports no ladspa_descriptor");
         return NULL;
     }
     struct library *lib = calloc(1, sizeof *lib);
     if (lib == NULL) {
-        set_error("out of memory");
+        put_str(&reason, "out of memory");
         return NULL;
     }
     lib->dl = dl;
@@ -88,18 +83,6 @@ WARD_ADAPTER_EXPORT int64_t ward_ladspa_count(const struct library *lib) { retur
 WARD_ADAPTER_EXPORT int64_t ward_ladspa_close(struct library *lib) {
     free(lib);
     return 0;
-}
-
-/* Why the last open failed, for the host's message: the reason kept then, else the last dlerror. */
-WARD_ADAPTER_EXPORT int64_t ward_ladspa_error(unsigned char *out, uint64_t cap) {
-    struct writer w = {out, cap, 0};
-    if (last_error[0] != '\0') {
-        put_str(&w, last_error);
-    } else {
-        const char *e = dlerror();
-        put_str(&w, e == NULL ? "" : e);
-    }
-    return writer_result(&w);
 }
 
 /* Serialise plugin `index`: u64 id, i32 properties, u32 port count, u32 flags, label, name, maker, copyright,

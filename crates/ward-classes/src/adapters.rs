@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use ward_embed::{embedded, EmbeddedSet};
 
 use ward::policy::FunctionPolicy;
-use ward::{AdapterLoad, Arg, Extension, Isolation, RetType, Supervisor, Value};
+use ward::{AdapterLoad, Arg, Extension, Isolation, RetType, Supervisor};
 
 use crate::reader::Reader;
 use crate::ClassError;
@@ -36,11 +36,13 @@ pub(crate) struct OpenSpec<'a> {
     pub class: &'static str,
     /// The adapter functions' policies (see [`AdapterLoad::functions`]).
     pub functions: &'a [(&'a str, FunctionPolicy)],
-    /// The adapter's open function: `library *open(const char *path)`.
+    /// The adapter's open function: `library *open(const char *path, unsigned char *why, uint64_t why_cap)`,
+    /// which writes why it failed (a u32-prefixed string) into `why` when it returns NULL.
     pub open: &'static str,
-    /// The adapter's error function, asked why an open failed.
-    pub error: &'static str,
 }
+
+/// Room for the reason an open failed.
+const REASON_BYTES: usize = 4096;
 
 /// A plugin library opened in its domain.
 pub(crate) struct Opened {
@@ -70,25 +72,22 @@ pub(crate) fn open_library(
     let not_a_plugin = |reason: String| ClassError::NotAPlugin { path: path.clone(), class: spec.class, reason };
     let c_path = CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| not_a_plugin("the path contains a NUL byte".into()))?;
-    let library = ext.call(spec.open, &mut [Arg::Str(&c_path)], RetType::Handle)?;
+    let mut why = vec![0u8; REASON_BYTES];
+    let library = ext.call(
+        spec.open,
+        &mut [Arg::Str(&c_path), Arg::Out(&mut why), Arg::U64(REASON_BYTES as u64)],
+        RetType::Handle,
+    )?;
     match library.as_handle() {
         Some(library) if library != 0 => Ok(Opened { path, ext, library }),
-        _ => Err(not_a_plugin(last_error(&ext, spec.error))),
+        _ => Err(not_a_plugin(reason(&why))),
     }
 }
 
-/// The adapter's last error message (a dlopen error, say).
-pub(crate) fn last_error(ext: &Extension, function: &str) -> String {
-    let mut buf = vec![0u8; 4096];
-    let cap = buf.len() as u64;
-    match ext.call(function, &mut [Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64) {
-        Ok(Value::I64(n)) if n >= 4 && n as u64 <= cap => {
-            let mut r = Reader::new(&buf[..n as usize]);
-            match r.string() {
-                Ok(s) if !s.is_empty() => s,
-                _ => "the library could not be opened".into(),
-            }
-        }
+/// The reason an adapter's open wrote (a dlopen error, say).
+fn reason(why: &[u8]) -> String {
+    match Reader::new(why).string() {
+        Ok(s) if !s.is_empty() => s,
         _ => "the library could not be opened".into(),
     }
 }

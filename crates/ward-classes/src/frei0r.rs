@@ -356,13 +356,8 @@ impl Library {
     /// it says about itself. A shared object that is no frei0r plugin is [`ClassError::NotAPlugin`].
     pub fn open(supervisor: &Supervisor, path: &Path, isolation: Option<Isolation>) -> Result<Library, ClassError> {
         let policies = function_policies();
-        let spec = adapters::OpenSpec {
-            adapter: ADAPTER,
-            class: CLASS,
-            functions: &policies,
-            open: "ward_frei0r_open",
-            error: "ward_frei0r_error",
-        };
+        let spec =
+            adapters::OpenSpec { adapter: ADAPTER, class: CLASS, functions: &policies, open: "ward_frei0r_open" };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
         let describe = ext.function("ward_frei0r_describe")?;
         let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.clone(), reason };

@@ -300,13 +300,8 @@ impl Library {
     /// plugins' descriptors.
     pub fn open(supervisor: &Supervisor, path: &Path, isolation: Option<Isolation>) -> Result<Library, ClassError> {
         let policies = function_policies();
-        let spec = adapters::OpenSpec {
-            adapter: ADAPTER,
-            class: "LADSPA",
-            functions: &policies,
-            open: "ward_ladspa_open",
-            error: "ward_ladspa_error",
-        };
+        let spec =
+            adapters::OpenSpec { adapter: ADAPTER, class: "LADSPA", functions: &policies, open: "ward_ladspa_open" };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
         // A library that describes itself badly is a bad call, as much as a crash is: recovered once (the restart
         // may load another build, see `restart_from`) and asked again; refused if it does it again.

@@ -68,7 +68,13 @@ fn supervisor(keys: &str) -> Supervisor {
 
 /// A faulty_invert instance under process isolation with its fault armed.
 fn armed(sup: &Supervisor, kind: f64, frame: f64, repeat: bool) -> (Library, Instance) {
-    let lib = Library::open(sup, &faulty_path(), Some(Isolation::Process)).unwrap();
+    armed_in(sup, kind, frame, repeat, Isolation::Process)
+}
+
+/// A faulty_invert instance under `isolation` with its fault armed.
+fn armed_in(sup: &Supervisor, kind: f64, frame: f64, repeat: bool, isolation: Isolation) -> (Library, Instance) {
+    let lib = Library::open(sup, &faulty_path(), Some(isolation)).unwrap();
+    assert_eq!(lib.extension().isolation(), isolation);
     assert_eq!(lib.extension().name(), "faulty_frei0r", "the policy section applies to the plugin");
     let mut inst = lib.construct(W, H).unwrap();
     for (index, value) in [
@@ -320,8 +326,12 @@ fn the_shadow_log_holds_an_instance_until_it_is_dropped() {
 
 #[test]
 fn a_crash_is_recovered_transparently_with_the_parameters_replayed() {
+    crash_recovered(Isolation::Process);
+}
+
+fn crash_recovered(isolation: Isolation) {
     let sup = supervisor("");
-    let (lib, mut inst) = armed(&sup, NULL_DEREF, 2.0, false);
+    let (lib, mut inst) = armed_in(&sup, NULL_DEREF, 2.0, false, isolation);
     let mut out = vec![0u32; PIXELS];
     let input = image(5, PIXELS);
     assert_eq!(inst.update(0.0, &input, &mut out).unwrap(), Processed::Ran);
@@ -359,9 +369,13 @@ fn a_crash_is_recovered_transparently_with_the_parameters_replayed() {
 
 #[test]
 fn an_overrun_is_caught_as_a_fault() {
+    overrun_caught(Isolation::Process);
+}
+
+fn overrun_caught(isolation: Isolation) {
     let sup = supervisor("");
     // Armed at update 1: the retry on the restarted instance overruns again, so the frame is bypassed.
-    let (lib, mut inst) = armed(&sup, OVERRUN, 1.0, false);
+    let (lib, mut inst) = armed_in(&sup, OVERRUN, 1.0, false, isolation);
     let input = image(9, PIXELS);
     let mut out = vec![0u32; PIXELS];
     let outcome = inst.update(0.0, &input, &mut out).unwrap();
@@ -439,4 +453,30 @@ fn a_library_that_is_no_frei0r_plugin_is_refused_by_name() {
     }
     let err = Library::open(&sup, Path::new("/nonexistent/x.so"), Some(Isolation::Process)).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/x.so"), "{err}");
+}
+
+// ---- the same in an mpk domain -----------------------------------------------------------------------------------
+
+/// Whether this machine has PKU; says so when it has not (`scripts/test` runs these again in an emulated machine
+/// that has it; tests/mpk.rs checks the fallback a host gets without it).
+fn pku() -> bool {
+    let here = ward::mpk_available();
+    if !here {
+        eprintln!("no PKU on this machine: the mpk part of this test did not run here");
+    }
+    here
+}
+
+#[test]
+fn in_an_mpk_domain_a_crash_is_recovered_transparently_with_the_parameters_replayed() {
+    if pku() {
+        crash_recovered(Isolation::Mpk);
+    }
+}
+
+#[test]
+fn in_an_mpk_domain_an_overrun_faults_at_the_adapters_guard_page() {
+    if pku() {
+        overrun_caught(Isolation::Mpk);
+    }
 }

@@ -190,7 +190,12 @@ fn without_faults_both_isolations_process_identically_and_count_blocks() {
 /// Blocks 1 and 2 run; block 3 crashes with `kind` and is recovered transparently: restart, replay of the
 /// library's opening, the instantiation and the activation, retry on intact input. Returns the one fault.
 fn transparent_at_block_3(kind: f32, keys: &str) -> ward::Fault {
-    let (_sup, lib, events) = open(keys, Isolation::Process);
+    transparent_at_block_3_in(kind, keys, Isolation::Process)
+}
+
+fn transparent_at_block_3_in(kind: f32, keys: &str, isolation: Isolation) -> ward::Fault {
+    let (_sup, lib, events) = open(keys, isolation);
+    assert_eq!(lib.extension().isolation(), isolation);
     let mut inst = amp(&lib);
     let armed = arm(kind, 3);
     for n in 1..=2 {
@@ -288,7 +293,11 @@ fn a_hang_at_block_3_is_stopped_at_the_deadline_and_recovered_transparently() {
 
 #[test]
 fn an_output_overrun_is_caught_as_a_segfault_never_silent_corruption() {
-    let (_sup, lib, events) = open("", Isolation::Process);
+    overrun_caught(Isolation::Process);
+}
+
+fn overrun_caught(isolation: Isolation) {
+    let (_sup, lib, events) = open("", isolation);
     let mut inst = amp(&lib);
     let armed = arm(OVERRUN, 3);
     for n in 1..=3 {
@@ -600,4 +609,52 @@ fn with_history_a_restarted_plugin_resumes_in_the_state_it_had() {
         let replayed_calls = if counted == 3.0 { 3 + 2 } else { 3 };
         assert_eq!(replayed(&seen), [replayed_calls], "{keys:?}: open, instantiate, activate (and two blocks)");
     }
+}
+
+// ---- the same in an mpk domain -----------------------------------------------------------------------------------
+
+/// Whether this machine has PKU; says so when it has not (`scripts/test` runs these again in an emulated machine
+/// that has it; tests/mpk.rs checks the fallback a host gets without it).
+fn pku() -> bool {
+    let here = ward::mpk_available();
+    if !here {
+        eprintln!("no PKU on this machine: the mpk part of this test did not run here");
+    }
+    here
+}
+
+#[test]
+fn in_an_mpk_domain_every_crash_kind_at_block_3_is_recovered_transparently() {
+    if !pku() {
+        return;
+    }
+    let f = transparent_at_block_3_in(NULL_DEREF, "", Isolation::Mpk);
+    assert_eq!(signal_cause(&f), ("SIGSEGV".into(), SignalCause::NullDereference));
+    let f = transparent_at_block_3_in(ABORT, "", Isolation::Mpk);
+    assert_eq!(signal_cause(&f), ("SIGABRT".into(), SignalCause::Abort));
+    let f = transparent_at_block_3_in(EXIT3, "", Isolation::Mpk);
+    assert_eq!(f.kind, FaultKind::Exited { status: 3 });
+    let f = transparent_at_block_3_in(RECURSION, "", Isolation::Mpk);
+    assert_eq!(signal_cause(&f), ("SIGSEGV".into(), SignalCause::StackOverflow));
+    let f = transparent_at_block_3_in(DIV_ZERO, "", Isolation::Mpk);
+    assert_eq!(signal_cause(&f), ("SIGFPE".into(), SignalCause::Arithmetic));
+    let f = transparent_at_block_3_in(ILLEGAL, "", Isolation::Mpk);
+    assert_eq!(signal_cause(&f), ("SIGILL".into(), SignalCause::IllegalInstruction));
+}
+
+#[test]
+fn in_an_mpk_domain_an_output_overrun_faults_at_the_adapters_guard_page() {
+    if !pku() {
+        return;
+    }
+    overrun_caught(Isolation::Mpk);
+}
+
+#[test]
+fn in_an_mpk_domain_a_hang_at_block_3_is_stopped_at_the_deadline_and_recovered_transparently() {
+    if !pku() {
+        return;
+    }
+    let f = transparent_at_block_3_in(INFINITE_LOOP, "deadline_ms = 2000", Isolation::Mpk);
+    assert_eq!(f.kind, FaultKind::Timeout { deadline: Duration::from_millis(2000) });
 }

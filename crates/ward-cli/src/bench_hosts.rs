@@ -1,7 +1,8 @@
 //! `ward bench sox` and `ward bench ffmpeg`: unmodified hosts timed natively and under `ward run`, side by side.
 //!
-//! Each variant runs the same host command: plain (native), then through `ward run --isolation none` and
-//! `ward run --isolation process` (the `ward` being this program). The variants are interleaved run by run, so
+//! Each variant runs the same host command: plain (native), then through `ward run --isolation none`,
+//! `ward run --isolation process` and, where the machine has protection keys, `ward run --isolation mpk` (the
+//! `ward` being this program). The variants are interleaved run by run, so
 //! drift on a shared machine hits all of them alike. One untimed round comes first: it warms the page cache and the
 //! plugins' files, and its outputs are compared with native's (sox's output files byte for byte; for ffmpeg, which
 //! discards its frames in the timed runs, a checksum of every output frame). Each time is the wall time of
@@ -89,15 +90,23 @@ enum Variant {
     Native,
     WardNone,
     WardProcess,
+    WardMpk,
 }
 
-const VARIANTS: [Variant; 3] = [Variant::Native, Variant::WardNone, Variant::WardProcess];
+/// The variants this machine can run: mpk only where it has protection keys.
+fn variants() -> Vec<Variant> {
+    let mut v = vec![Variant::Native, Variant::WardNone, Variant::WardProcess];
+    if ward::mpk_available() {
+        v.push(Variant::WardMpk);
+    }
+    v
+}
 
 impl Variant {
     fn name(self) -> &'static str {
         match self {
             Variant::Native => "native",
-            Variant::WardNone | Variant::WardProcess => "ward run",
+            Variant::WardNone | Variant::WardProcess | Variant::WardMpk => "ward run",
         }
     }
 
@@ -106,6 +115,7 @@ impl Variant {
             Variant::Native => "-",
             Variant::WardNone => "none",
             Variant::WardProcess => "process",
+            Variant::WardMpk => "mpk",
         }
     }
 
@@ -115,6 +125,16 @@ impl Variant {
             Variant::Native => "native",
             Variant::WardNone => "none",
             Variant::WardProcess => "process",
+            Variant::WardMpk => "mpk",
+        }
+    }
+
+    /// The ratio to native this variant should stay under, if it has a target.
+    fn target(self, case: &Case) -> Option<f64> {
+        match self {
+            Variant::WardProcess => Some(case.target),
+            Variant::WardMpk => Some(MPK_TARGET),
+            Variant::Native | Variant::WardNone => None,
         }
     }
 }
@@ -160,9 +180,9 @@ struct Case {
     target: f64,
 }
 
-/// Wall seconds of the timed runs of each variant, in `VARIANTS` order.
+/// Wall seconds of the timed runs of each variant, in `variants()` order.
 struct Timings {
-    seconds: [Vec<f64>; 3],
+    seconds: Vec<Vec<f64>>,
     identical: bool,
     /// Which ward variants' output differed from native's.
     differing: Vec<&'static str>,
@@ -442,23 +462,23 @@ fn command_text(case: &Case, dir: &Path) -> String {
 fn measure(case: &Case, ward: &Ward, dir: &Path, runs: u32) -> Result<Timings> {
     let load_before = load_average();
     let out_of = |v: Variant| dir.join(format!("out-{}-{}.{}", case_slug(&case.name), v.key(), case.ext));
-    for v in VARIANTS {
+    for v in variants() {
         let secs = run_once(case, ward, v, &out_of(v), true, dir)?;
         progress(&format!("{}: check run, {:<7} {secs:.2} s", case.name, v.key()));
     }
     let native = std::fs::read(out_of(Variant::Native))
         .with_context(|| format!("{}: the native check run wrote no output", case.name))?;
     let mut differing = Vec::new();
-    for v in [Variant::WardNone, Variant::WardProcess] {
+    for v in variants().into_iter().filter(|&v| v != Variant::Native) {
         let out = std::fs::read(out_of(v)).unwrap_or_default();
         if out != native {
             differing.push(v.key());
         }
     }
-    let mut seconds: [Vec<f64>; 3] = Default::default();
+    let mut seconds: Vec<Vec<f64>> = vec![Vec::new(); variants().len()];
     for round in 1..=runs {
         let mut line = format!("{}: run {round}/{runs}:", case.name);
-        for (i, v) in VARIANTS.into_iter().enumerate() {
+        for (i, v) in variants().into_iter().enumerate() {
             let secs = run_once(case, ward, v, &out_of(v), false, dir)?;
             seconds[i].push(secs);
             line.push_str(&format!(" {} {secs:.2} s", v.key()));
@@ -478,7 +498,7 @@ fn run_once(case: &Case, ward: &Ward, variant: Variant, out: &Path, check: bool,
     let args = (case.args)(out, check);
     let mut cmd = match variant {
         Variant::Native => Command::new(&case.program),
-        Variant::WardNone | Variant::WardProcess => {
+        Variant::WardNone | Variant::WardProcess | Variant::WardMpk => {
             let mut c = Command::new(&ward.exe);
             c.args(["run", "--isolation", variant.isolation()]);
             if let Some(policy) = &ward.policy {
@@ -534,27 +554,19 @@ fn summarise(v: &[f64]) -> Summary {
 
 /// Why there is no mpk line.
 fn mpk_unavailable() -> String {
-    let pku = std::fs::read_to_string("/proc/cpuinfo")
-        .is_ok_and(|c| c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "pku")));
-    if pku {
-        "unavailable: not built (ward run has no protection-key domains yet)".into()
-    } else {
-        "unavailable: no PKU on this machine / not built".into()
-    }
+    "unavailable: no PKU on this machine".into()
 }
 
 fn print_table(case: &Case, t: &Timings) -> Result<()> {
     let cols = Columns::new(&[9, 9, 9, 9, 9, 7]);
     say!("{}", cols.row(&["variant", "isolation", "median", "min", "max", "ratio", "target"]))?;
     let native = summarise(&t.seconds[0]).median;
-    for (i, v) in VARIANTS.into_iter().enumerate() {
+    for (i, v) in variants().into_iter().enumerate() {
         let s = summarise(&t.seconds[i]);
         let ratio = s.median / native;
-        let target = match v {
-            Variant::WardProcess => {
-                format!("<= {:.2}x: {}", case.target, if ratio <= case.target { "met" } else { "MISSED" })
-            }
-            _ => String::new(),
+        let target = match v.target(case) {
+            Some(target) => format!("<= {target:.2}x: {}", if ratio <= target { "met" } else { "MISSED" }),
+            None => String::new(),
         };
         say!(
             "{}",
@@ -569,9 +581,12 @@ fn print_table(case: &Case, t: &Timings) -> Result<()> {
             ])
         )?;
     }
-    say!("{}", cols.row(&["ward run", "mpk", &format!("{}; target <= {MPK_TARGET:.2}x", mpk_unavailable())]))?;
+    if !variants().contains(&Variant::WardMpk) {
+        say!("{}", cols.row(&["ward run", "mpk", &format!("{}; target <= {MPK_TARGET:.2}x", mpk_unavailable())]))?;
+    }
     if t.identical {
-        say!("outputs identical: yes (ward run none and process against native: {})", case.compared)?;
+        let kinds: Vec<&str> = variants().into_iter().filter(|&v| v != Variant::Native).map(Variant::key).collect();
+        say!("outputs identical: yes (ward run {} against native: {})", kinds.join(", "), case.compared)?;
     } else {
         say!("outputs identical: no (differing from native: {})", t.differing.join(", "))?;
     }
@@ -598,13 +613,13 @@ fn print_json(
             .iter()
             .map(|(case, t, command)| {
                 let native = summarise(&t.seconds[0]).median;
-                let mut variants: Vec<JsonVariant> = VARIANTS
+                let mut rows: Vec<JsonVariant> = variants()
                     .into_iter()
                     .enumerate()
                     .map(|(i, v)| {
                         let s = summarise(&t.seconds[i]);
                         let ratio = round(s.median / native, 4);
-                        let target = (v == Variant::WardProcess).then_some(case.target);
+                        let target = v.target(case);
                         JsonVariant {
                             variant: v.key(),
                             isolation: v.isolation(),
@@ -620,19 +635,21 @@ fn print_json(
                         }
                     })
                     .collect();
-                variants.push(JsonVariant {
-                    variant: "mpk",
-                    isolation: "mpk",
-                    available: false,
-                    unavailable_reason: Some(mpk_unavailable()),
-                    median_s: None,
-                    min_s: None,
-                    max_s: None,
-                    ratio: None,
-                    samples_s: Vec::new(),
-                    target_ratio: Some(MPK_TARGET),
-                    target_met: None,
-                });
+                if !variants().contains(&Variant::WardMpk) {
+                    rows.push(JsonVariant {
+                        variant: "mpk",
+                        isolation: "mpk",
+                        available: false,
+                        unavailable_reason: Some(mpk_unavailable()),
+                        median_s: None,
+                        min_s: None,
+                        max_s: None,
+                        ratio: None,
+                        samples_s: Vec::new(),
+                        target_ratio: Some(MPK_TARGET),
+                        target_met: None,
+                    });
+                }
                 JsonCase {
                     name: case.name.clone(),
                     command: command.clone(),
@@ -640,7 +657,7 @@ fn print_json(
                     compared: case.compared,
                     load_before: t.load.0,
                     load_after: t.load.1,
-                    variants,
+                    variants: rows,
                 }
             })
             .collect(),

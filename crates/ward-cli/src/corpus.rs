@@ -194,10 +194,7 @@ fn unavailable(isolation: Isolation) -> Option<String> {
     match isolation {
         Isolation::Process => ward::domain_program().err().map(|e| e.to_string()),
         Isolation::Mpk => {
-            let pku = std::fs::read_to_string("/proc/cpuinfo")
-                .is_ok_and(|c| c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "pku")));
-            let machine = if pku { "" } else { "; this machine has no PKU either" };
-            Some(format!("this build has no protection-key domains yet{machine}"))
+            (!ward::mpk_available()).then(|| "this machine has no memory protection keys (PKU)".to_string())
         }
         Isolation::None | Isolation::Auto => None,
     }

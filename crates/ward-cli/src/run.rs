@@ -49,9 +49,11 @@ pub fn is_bad_input(e: &anyhow::Error) -> bool {
 
 pub fn run(args: RunArgs) -> Result<bool> {
     let isolation: Isolation = args.isolation.parse().map_err(|e: String| anyhow!(BadInput(e)))?;
-    if isolation == Isolation::Mpk {
+    if isolation == Isolation::Mpk && !ward::mpk_available() {
         return Err(anyhow!(BadInput(
-            "--isolation mpk: this build has no protection-key domains yet; use auto, process or none".into()
+            "--isolation mpk: this machine has no memory protection keys (PKU); use auto (which then runs process \
+             domains), process or none"
+                .into()
         )));
     }
     if let Some(policy) = &args.policy {

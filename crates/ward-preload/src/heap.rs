@@ -6,7 +6,7 @@
 //! goes to the C library's allocator as before (`__libc_malloc` and friends, which glibc exports for exactly this).
 //! `free`, `realloc` and `malloc_usable_size` tell the two apart by address.
 //!
-//! The arena is set up when the library is loaded, unless `WARD_ISOLATION=none` (nothing crosses a process
+//! The arena is set up when the library is loaded, unless `WARD_ISOLATION` is `none` or `mpk` (nothing crosses a process
 //! boundary) or `WARD_ARENA=0` (the user's way out); without it every function here forwards to the C library.
 //!
 //! These functions run inside the host's allocations, so they never allocate through Rust and never panic.
@@ -31,7 +31,8 @@ static SET_UP_ARENA: extern "C" fn() = set_up_arena;
 extern "C" fn set_up_arena() {
     let isolation = std::env::var_os("WARD_ISOLATION");
     let wanted = std::env::var_os("WARD_ARENA");
-    if isolation.as_deref() == Some(std::ffi::OsStr::new("none"))
+    // Nothing crosses a process boundary under `none` or `mpk`: the arena would only cost.
+    if isolation.as_deref().is_some_and(|i| i == "none" || i == "mpk")
         || wanted.as_deref() == Some(std::ffi::OsStr::new("0"))
     {
         return;

@@ -135,7 +135,12 @@ impl Supervisor {
         if policy.poison && isolation != Isolation::Process {
             return Err(Error::PoisonNeedsProcess { extension: name, isolation });
         }
-        let spec = ExtensionSpec { path: path.to_path_buf(), init: policy.init.clone(), poison: policy.poison };
+        let spec = ExtensionSpec {
+            path: path.to_path_buf(),
+            init: policy.init.clone(),
+            poison: policy.poison,
+            opens: opened.clone(),
+        };
 
         if let Some(group) = policy.group.clone() {
             let existing =

@@ -24,6 +24,9 @@ pub(crate) struct ExtensionSpec {
     pub init: Option<String>,
     /// Call its functions poisoned (policy `poison`; process domains only).
     pub poison: bool,
+    /// The library it opens itself (a class adapter's plugin). A backend that cannot let it call the host's
+    /// dynamic linker (mpk) loads the library with it; the others ignore this.
+    pub opens: Option<PathBuf>,
 }
 
 /// Why a backend operation did not complete.

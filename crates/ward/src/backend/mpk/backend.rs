@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,12 +34,12 @@ use ward_abi::{RegArgs, RegRet};
 use ward_xpc::Deadline;
 
 use super::gate::{self, GateFault};
-use super::imports::ImportClass;
+use super::imports::{self, ImportClass};
 use super::loader::{self, ImportRequest, Placed};
 use super::memory::{page_size, KeyedRegion};
 use super::pku::{self, Pkru, ProtectionKey};
-use super::runtime::{self, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
-use super::{assess, Image};
+use super::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
+use super::{assess, Image, Reason};
 use crate::backend::direct::DirectFn;
 use crate::backend::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
 use crate::call::RetType;
@@ -55,6 +55,7 @@ const STACK_BYTES: usize = 8 << 20;
 const ARGUMENT_BYTES: usize = 256 << 20;
 /// Alignment of each buffer in the argument area.
 const ARGUMENT_ALIGN: usize = 64;
+const PROT_READ_WRITE: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
 /// What an mpk domain is made of.
 #[derive(Debug, Clone)]
@@ -75,6 +76,8 @@ pub(crate) enum MpkError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("no mpk domain can hold it: {why}")]
     Refused { path: PathBuf, why: String },
+    #[error("no mpk domain can hold {}, which it opens: {why}", path.display())]
+    RefusedLibrary { path: PathBuf, why: String },
     #[error("{source}")]
     Load { path: PathBuf, source: loader::LoadError },
     #[error("{what}: {source}")]
@@ -102,7 +105,14 @@ pub(crate) struct DomainMemory {
     /// Calls of this domain in progress (nested ones included).
     entered: AtomicUsize,
     block: *mut RuntimeBlock,
+    /// Every image, in the region's order.
     images: Vec<Placed>,
+    /// Per extension, its index in `images`.
+    extension_images: Vec<usize>,
+    /// Where the heap starts (it runs to the end of `region`).
+    heap_start: usize,
+    /// The table of the libraries the extensions open (see `runtime::LibraryTable`), when they open any.
+    _libraries: Option<KeyedRegion>,
     // Declared last: dropped after the regions tagged with it are unmapped.
     _key: ProtectionKey,
 }
@@ -119,6 +129,26 @@ impl DomainMemory {
     fn host_access(&self) {
         if !Pkru::current().writes(self.key) {
             gate::allow_on_this_thread(self.key);
+        }
+    }
+
+    /// Makes the whole heap read-write again (the domain may have made guard pages in it), so the host can copy
+    /// it; [`DomainMemory::reprotect`] puts the domain's protections back.
+    fn heap_writable(&self) {
+        let len = self.region.end() as usize - self.heap_start;
+        // SAFETY: the heap is the tail of this domain's region; only protections change.
+        if let Err(e) = unsafe { pku::protect_with_key(self.heap_start as *mut u8, len, PROT_READ_WRITE, self.key) } {
+            tracing::warn!("cannot make an mpk domain's heap writable: {e}");
+        }
+    }
+
+    /// Applies the protections the runtime block records for the heap (clamped to the heap by the block).
+    fn reprotect(&self) {
+        for (start, len, prot) in self.runtime().protected_ranges() {
+            // SAFETY: as in heap_writable; the range lies in the heap.
+            if let Err(e) = unsafe { pku::protect_with_key(start as *mut u8, len, prot, self.key) } {
+                tracing::warn!("cannot re-protect part of an mpk domain's heap: {e}");
+            }
         }
     }
 
@@ -217,6 +247,16 @@ impl DomainMemory {
     }
 }
 
+/// A file to place in a domain: an extension, or a library loaded with one.
+struct ToPlace {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    classes: HashMap<String, ImportClass>,
+    span: usize,
+    /// The extension's index, when it is one.
+    extension: Option<usize>,
+}
+
 /// The pages saved after load and initialisation.
 struct Snapshot {
     pages: Vec<(usize, Vec<u8>)>,
@@ -246,34 +286,53 @@ impl MpkBackend {
         Ok(b)
     }
 
-    /// Loads every extension afresh, runs the initialisers, and takes the snapshot.
+    /// Reads and assesses one file to place: an extension, or a library loaded with it (`opens_libraries` says the
+    /// extension opens such libraries, so its `dlopen` and `dlsym` are the runtime's).
+    fn read(path: &Path, opens_libraries: bool) -> Result<ToPlace, MpkError> {
+        let page = page_size();
+        let bytes = std::fs::read(path).map_err(|source| MpkError::Read { path: path.to_path_buf(), source })?;
+        let image =
+            Image::parse(&bytes).map_err(|why| MpkError::Refused { path: path.to_path_buf(), why: why.to_string() })?;
+        let mut assessment = assess(&image);
+        let lifted = |name: &str| opens_libraries && imports::LIBRARY_LOOKUP.contains(&name);
+        assessment.reasons.retain(|r| !matches!(r, Reason::UnsupportedImport { import, .. } if lifted(&import.name)));
+        if !assessment.reasons.is_empty() {
+            let why = assessment.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ");
+            return Err(MpkError::Refused { path: path.to_path_buf(), why });
+        }
+        let classes: HashMap<String, ImportClass> = assessment
+            .imports
+            .iter()
+            .map(|i| (i.name.clone(), if lifted(&i.name) { ImportClass::DomainRuntime } else { i.class }))
+            .collect();
+        let span = loader::span(&bytes, page).map_err(|source| MpkError::Load { path: path.to_path_buf(), source })?;
+        Ok(ToPlace { path: path.to_path_buf(), bytes, classes, span, extension: None })
+    }
+
+    /// Loads every extension afresh (each after the library it opens, if any), runs the initialisers, and takes
+    /// the snapshot.
     fn load(&mut self) -> Result<(), MpkError> {
         self.memory = None;
         self.snapshot = None;
         self.functions.clear();
         let page = page_size();
         let mut files = Vec::new();
-        for spec in &self.cfg.extensions {
-            let bytes =
-                std::fs::read(&spec.path).map_err(|source| MpkError::Read { path: spec.path.clone(), source })?;
-            let image = Image::parse(&bytes)
-                .map_err(|why| MpkError::Refused { path: spec.path.clone(), why: why.to_string() })?;
-            let assessment = assess(&image);
-            if !assessment.reasons.is_empty() {
-                let why = assessment.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ");
-                return Err(MpkError::Refused { path: spec.path.clone(), why });
+        for (i, spec) in self.cfg.extensions.iter().enumerate() {
+            if let Some(library) = &spec.opens {
+                let file = Self::read(library, false).map_err(|e| match e {
+                    MpkError::Refused { path, why } => MpkError::RefusedLibrary { path, why },
+                    other => other,
+                })?;
+                files.push(file);
             }
-            let classes: HashMap<String, ImportClass> =
-                assessment.imports.iter().map(|i| (i.name.clone(), i.class)).collect();
-            let span =
-                loader::span(&bytes, page).map_err(|source| MpkError::Load { path: spec.path.clone(), source })?;
-            drop(image);
-            files.push((bytes, classes, span));
+            let mut file = Self::read(&spec.path, spec.opens.is_some())?;
+            file.extension = Some(i);
+            files.push(file);
         }
-        let thunk_pages = files.iter().map(|f| f.1.len()).sum::<usize>().max(1) * THUNK_BYTES;
+        let thunk_pages = files.iter().map(|f| f.classes.len()).sum::<usize>().max(1) * THUNK_BYTES;
         let thunk_pages = thunk_pages.div_ceil(page) * page;
         let runtime_page = std::mem::size_of::<RuntimeBlock>().div_ceil(page) * page;
-        let images: usize = files.iter().map(|f| f.2).sum();
+        let images: usize = files.iter().map(|f| f.span).sum();
         let heap = self.cfg.heap_bytes.div_ceil(page) * page;
 
         let key = ProtectionKey::allocate().map_err(system("cannot allocate a protection key"))?;
@@ -290,21 +349,23 @@ impl MpkBackend {
         let heap_at = thunks_at + thunk_pages;
         let block = block_at as *mut RuntimeBlock;
         // SAFETY: the runtime page lies in the region just mapped, writable by this thread, page-aligned.
-        unsafe { RuntimeBlock::init(block, heap_at, heap) };
+        unsafe { RuntimeBlock::init(block, heap_at, heap, k) };
 
         let mut thunks =
             Thunks { next: thunks_at, end: thunks_at + thunk_pages, block: block_at, made: HashMap::new() };
         let mut placed = Vec::new();
         let mut at = base;
-        for ((bytes, classes, span), spec) in files.iter().zip(&self.cfg.extensions) {
-            let load_error = |source| MpkError::Load { path: spec.path.clone(), source };
+        for file in &files {
+            let load_error = |source| MpkError::Load { path: file.path.clone(), source };
             // SAFETY: [at, at + span) is part of the fresh region, writable by this thread, used by nothing else.
             let image = unsafe {
-                loader::place(bytes, at as *mut u8, *span, page, |request| bind(request, classes, &mut thunks, block))
+                loader::place(&file.bytes, at as *mut u8, file.span, page, |request| {
+                    bind(request, &file.classes, &mut thunks, block)
+                })
             }
             .map_err(load_error)?;
             placed.push(image);
-            at += span;
+            at += file.span;
         }
         // The thunks hold addresses; an address whose bytes spell WRPKRU or XRSTOR would give the domain one.
         // SAFETY: the thunk pages were written above and lie in the region.
@@ -334,6 +395,30 @@ impl MpkBackend {
         unsafe { pku::protect_with_key(thunks_at as *mut u8, thunk_pages, libc::PROT_READ | libc::PROT_EXEC, k) }
             .map_err(system("cannot protect the thunks"))?;
 
+        // The libraries the extensions open, in read-only pages of the key, for the runtime's dlopen.
+        let opened: Vec<(&[u8], &HashMap<String, usize>)> = files
+            .iter()
+            .zip(&placed)
+            .filter(|(f, _)| f.extension.is_none())
+            .map(|(f, image)| (f.path.as_os_str().as_encoded_bytes(), &image.exports))
+            .collect();
+        let libraries = if opened.is_empty() {
+            None
+        } else {
+            let table = LibraryTable::new(&opened);
+            let pages = KeyedRegion::new(table.bytes.len(), k).map_err(system("cannot map the library table"))?;
+            // SAFETY: the table fits the fresh region (made for its length), writable by this thread.
+            unsafe { std::ptr::copy_nonoverlapping(table.bytes.as_ptr(), pages.start(), table.bytes.len()) };
+            // SAFETY: the region is this domain's, made above.
+            unsafe { pku::protect_with_key(pages.start(), pages.len(), libc::PROT_READ, k) }
+                .map_err(system("cannot protect the library table"))?;
+            // SAFETY: the block was laid out above and is writable by this thread.
+            unsafe { (*block).set_libraries(pages.start() as usize, table.bytes.len()) };
+            Some(pages)
+        };
+        let extension_images =
+            files.iter().enumerate().filter(|(_, f)| f.extension.is_some()).map(|(j, _)| j).collect();
+
         let rights = Pkru::DENY_ALL.read_only(pku::HOST_KEY).allow(k).allow(signal);
         let memory = Arc::new(DomainMemory {
             rights,
@@ -345,33 +430,36 @@ impl MpkBackend {
             entered: AtomicUsize::new(0),
             block,
             images: placed,
+            extension_images,
+            heap_start: heap_at,
+            _libraries: libraries,
             _key: key,
         });
         memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
 
-        // Initialisers, then the policy's init function, inside the domain.
-        for (image, spec) in memory.images.iter().zip(&self.cfg.extensions) {
+        // Initialisers (a library's before the extension that opens it), then the policy's init function, inside
+        // the domain.
+        for (image, file) in memory.images.iter().zip(&files) {
             for &f in &image.init {
                 memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
-                    MpkError::InitFault { path: spec.path.clone(), what: "an initialiser".into(), fault: describe(&e) }
+                    MpkError::InitFault { path: file.path.clone(), what: "an initialiser".into(), fault: describe(&e) }
                 })?;
             }
-            if let Some(name) = &spec.init {
-                let f = image.export(name).ok_or_else(|| MpkError::Init {
-                    path: spec.path.clone(),
+            let Some(name) = file.extension.and_then(|i| self.cfg.extensions[i].init.as_ref()) else { continue };
+            let f = image.export(name).ok_or_else(|| MpkError::Init {
+                path: file.path.clone(),
+                name: name.clone(),
+                why: "is not exported".into(),
+            })?;
+            let r = memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
+                MpkError::InitFault { path: file.path.clone(), what: format!("`{name}`"), fault: describe(&e) }
+            })?;
+            if r.int != 0 {
+                return Err(MpkError::Init {
+                    path: file.path.clone(),
                     name: name.clone(),
-                    why: "is not exported".into(),
-                })?;
-                let r = memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
-                    MpkError::InitFault { path: spec.path.clone(), what: format!("`{name}`"), fault: describe(&e) }
-                })?;
-                if r.int != 0 {
-                    return Err(MpkError::Init {
-                        path: spec.path.clone(),
-                        name: name.clone(),
-                        why: format!("returned {}", r.as_i64()),
-                    });
-                }
+                    why: format!("returned {}", r.as_i64()),
+                });
             }
         }
         self.snapshot = Some(take_snapshot(&memory, page));
@@ -387,6 +475,7 @@ impl MpkBackend {
             return false;
         };
         memory.host_access();
+        memory.heap_writable();
         let (heap_start, heap_top) = memory.runtime().heap_used();
         let heap_end = memory.region.end() as usize;
         // The failed incarnation may have written any value there: clamp it to the heap.
@@ -414,6 +503,7 @@ impl MpkBackend {
                 }
             }
         }
+        memory.reprotect();
         memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
         true
     }
@@ -471,11 +561,14 @@ fn take_snapshot(memory: &DomainMemory, page: usize) -> Snapshot {
     // SAFETY: the block lies in the region.
     pages.push((block, unsafe { std::slice::from_raw_parts(block as *const u8, block_len) }.to_vec()));
     let (heap_start, heap_top) = memory.runtime().heap_used();
+    // Guard pages the extension made while it initialised would stop the copy; they are back after it.
+    memory.heap_writable();
     if heap_top > heap_start {
         // SAFETY: the used heap lies in the region.
         let used = unsafe { std::slice::from_raw_parts(heap_start as *const u8, heap_top - heap_start) };
         pages.push((heap_start, used.to_vec()));
     }
+    memory.reprotect();
     Snapshot { pages, heap_top }
 }
 
@@ -641,7 +734,11 @@ impl GatedCall {
 impl Backend for MpkBackend {
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
         let memory = self.memory()?;
-        let image = memory.images.get(ext).ok_or_else(|| BackendError::Usage(format!("no extension {ext}")))?;
+        let image = memory
+            .extension_images
+            .get(ext)
+            .and_then(|&i| memory.images.get(i))
+            .ok_or_else(|| BackendError::Usage(format!("no extension {ext}")))?;
         let f = image.export(symbol).ok_or(BackendError::UnknownSymbol)?;
         self.functions.push(f);
         Ok((self.functions.len() - 1) as u32)

@@ -21,8 +21,8 @@
 //! - **unsupported**: everything else. Each unsupported import is a reason the mpk loader refuses the extension.
 //!
 //! Weak imports are classified like strong ones. Binding an unsupported weak import to null would be legal ELF,
-//! but it changes behaviour silently: code that tests `pthread_mutex_lock` before locking (libstdc++'s gthreads
-//! do) would stop locking while the host calls in from two threads. So a weak import is bound to what a process
+//! but it changes behaviour silently: code that tests `__pthread_key_create` before it uses threads (libstdc++'s
+//! gthreads do) would stop locking while the host calls in from two threads. So a weak import is bound to what a process
 //! would bind it to, or it is a reason, marked weak.
 //!
 //! A name is looked up as written, then under its base name: fortified `__X_chk` as `X`, libm's `__X_finite`
@@ -78,6 +78,9 @@ pub(crate) struct Group {
 
 /// Identifiers of groups the analysis treats specially.
 pub(crate) const THREAD_START: &str = "thread-start";
+/// The imports of the `dynamic-loading` group the domain runtime answers for an extension loaded together with the
+/// libraries it opens (a class adapter and its plugin): for any other extension they stay reasons.
+pub(crate) const LIBRARY_LOOKUP: &[&str] = &["dlopen", "dlsym", "dlerror", "dlclose"];
 pub(crate) const TLS: &str = "tls";
 
 use ImportClass::*;
@@ -155,6 +158,40 @@ const GROUPS: &[Group] = &[
         class: DomainRuntime,
         why: "registered with the domain, run when it is torn down",
         names: &["__cxa_atexit", "__cxa_finalize"],
+    },
+    // Anonymous private mappings come from the domain's heap, and re-protection is limited to the heap's pages,
+    // read and write at most, with the domain's key: a guard page an extension makes still faults, and nothing
+    // becomes executable or changes key. Files, shared memory and fixed addresses are refused when called.
+    Group {
+        id: "domain-mappings",
+        class: DomainRuntime,
+        why: "anonymous mappings from the domain's heap, re-protected with its key",
+        names: &["mmap", "mmap64", "munmap", "mprotect"],
+    },
+    Group {
+        id: "system-configuration",
+        class: DomainRuntime,
+        why: "answered by the domain runtime (the page size, the processor count)",
+        names: &["sysconf", "__sysconf"],
+    },
+    // The core runs one call of a domain at a time, so a mutex in the domain's memory is never contended by
+    // another thread: the runtime keeps glibc's layout and types, and a normal mutex locked twice (a hang) is a
+    // fault.
+    Group {
+        id: "domain-locks",
+        class: DomainRuntime,
+        why: "mutexes in the domain's memory, which one call at a time uses",
+        names: &[
+            "pthread_mutex_init",
+            "pthread_mutex_destroy",
+            "pthread_mutex_lock",
+            "pthread_mutex_trylock",
+            "pthread_mutex_unlock",
+            "pthread_mutexattr_init",
+            "pthread_mutexattr_destroy",
+            "pthread_mutexattr_settype",
+            "pthread_mutexattr_gettype",
+        ],
     },
     // Generators with hidden state get a state of the domain's own: the extension's sequence neither disturbs
     // nor depends on the host's, and starts again with a restart.
@@ -561,11 +598,7 @@ const GROUPS: &[Group] = &[
         class: Unsupported,
         why: "maps or re-protects memory, bypassing the domain's protection key",
         names: &[
-            "mmap",
-            "mmap64",
-            "munmap",
             "mremap",
-            "mprotect",
             "pkey_mprotect",
             "pkey_alloc",
             "pkey_free",
@@ -1030,6 +1063,22 @@ mod tests {
         for name in ["__errno_location", "__cxa_atexit", "__cxa_finalize", "rand", "srand", "random", "qsort"] {
             assert_eq!(class(name), DomainRuntime, "{name}");
         }
+        for name in ["mmap", "munmap", "mprotect", "sysconf", "pthread_mutex_lock", "pthread_mutex_unlock"] {
+            assert_eq!(class(name), DomainRuntime, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_domain_runtime_name_has_a_function() {
+        for group in GROUPS.iter().filter(|g| g.class == DomainRuntime) {
+            for name in group.names.iter().filter(|&&n| n != "_ZSt7nothrow") {
+                assert!(super::super::runtime::function(name).is_some(), "{name} of {}", group.id);
+            }
+        }
+        for name in LIBRARY_LOOKUP {
+            assert_eq!(id(name, None), "dynamic-loading", "{name}");
+            assert!(super::super::runtime::function(name).is_some(), "{name}");
+        }
     }
 
     #[test]
@@ -1084,8 +1133,8 @@ mod tests {
         assert_eq!(id("pthread_create", None), THREAD_START);
         assert_eq!(id("thrd_create", None), THREAD_START);
         assert_eq!(id("__tls_get_addr", None), TLS);
-        assert_eq!(id("pthread_mutex_lock", None), "thread-sync");
-        for name in ["mmap", "mprotect", "pkey_mprotect"] {
+        assert_eq!(id("pthread_cond_wait", None), "thread-sync");
+        for name in ["mremap", "pkey_mprotect", "madvise"] {
             assert_eq!(id(name, None), "mappings", "{name}");
         }
         assert_eq!(id("dlopen", None), "dynamic-loading");

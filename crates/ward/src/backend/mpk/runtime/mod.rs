@@ -11,6 +11,13 @@
 use std::ffi::c_void;
 use std::ptr;
 
+mod libraries;
+mod locks;
+mod mappings;
+
+pub(crate) use self::libraries::LibraryTable;
+use self::mappings::Protection;
+
 /// Size classes of the heap: class `k` holds blocks of `16 << k` bytes, header included.
 const CLASSES: usize = 36;
 /// Bytes before every pointer the heap hands out.
@@ -50,6 +57,20 @@ pub(crate) struct RuntimeBlock {
     nothrow: u8,
     atexit_count: usize,
     atexit: [(usize, usize); ATEXIT_SLOTS],
+    /// The domain's protection key, which the runtime's `mprotect` applies.
+    key: u32,
+    /// The page size and processor count `sysconf` answers with.
+    page: usize,
+    processors: i64,
+    /// Pages of the heap whose protection `mprotect` changed from read-write, in the order it changed them.
+    protected_count: usize,
+    protected: [Protection; mappings::PROTECTED_SLOTS],
+    /// The libraries loaded with the extension, which its `dlopen` opens (see [`LibraryTable`]).
+    libraries: usize,
+    libraries_len: usize,
+    /// The message `dlerror` hands out, NUL-terminated, and whether one is pending.
+    dl_error_pending: u32,
+    dl_error: [u8; libraries::ERROR_BYTES],
 }
 
 impl RuntimeBlock {
@@ -57,13 +78,16 @@ impl RuntimeBlock {
     ///
     /// # Safety
     /// `block` is writable memory of `size_of::<RuntimeBlock>()` bytes, aligned for it, used by nothing else.
-    pub(crate) unsafe fn init(block: *mut RuntimeBlock, heap: usize, heap_len: usize) {
+    pub(crate) unsafe fn init(block: *mut RuntimeBlock, heap: usize, heap_len: usize, key: u32) {
         // SAFETY: the caller's guarantee; all-zero is a valid block (every field is an integer or an array of them).
         unsafe {
             ptr::write_bytes(block, 0, 1);
             (*block).heap_start = heap;
             (*block).heap_top = heap;
             (*block).heap_end = heap + heap_len;
+            (*block).key = key;
+            (*block).page = super::memory::page_size();
+            (*block).processors = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
             srandom_state(&mut *block, 1);
             (*block).rand48_mult = [0xe66d, 0xdeec, 0x5];
             (*block).rand48_add = 0xb;
@@ -73,6 +97,17 @@ impl RuntimeBlock {
     /// The part of the heap in use since the block was laid out: what a snapshot must keep.
     pub(crate) fn heap_used(&self) -> (usize, usize) {
         (self.heap_start, self.heap_top)
+    }
+
+    /// Hands the domain the libraries its `dlopen` opens: a table laid out by [`LibraryTable`] at `at`.
+    pub(crate) fn set_libraries(&mut self, at: usize, len: usize) {
+        self.libraries = at;
+        self.libraries_len = len;
+    }
+
+    /// The heap's ranges whose protection the domain changed, clamped to the heap: what a restore re-applies.
+    pub(crate) fn protected_ranges(&self) -> Vec<(usize, usize, i32)> {
+        mappings::ranges(self)
     }
 
     /// The address of `std::nothrow` in this block.
@@ -138,6 +173,23 @@ pub(crate) fn function(name: &str) -> Option<Raw> {
         "mrand48" => rt_mrand48 as Raw,
         "seed48" => rt_seed48 as Raw,
         "lcong48" => rt_lcong48 as Raw,
+        "mmap" | "mmap64" => mappings::rt_mmap as Raw,
+        "munmap" => mappings::rt_munmap as Raw,
+        "mprotect" => mappings::rt_mprotect as Raw,
+        "sysconf" | "__sysconf" => mappings::rt_sysconf as Raw,
+        "pthread_mutex_init" => locks::rt_mutex_init as Raw,
+        "pthread_mutex_destroy" => locks::rt_mutex_destroy as Raw,
+        "pthread_mutex_lock" => locks::rt_mutex_lock as Raw,
+        "pthread_mutex_trylock" => locks::rt_mutex_trylock as Raw,
+        "pthread_mutex_unlock" => locks::rt_mutex_unlock as Raw,
+        "pthread_mutexattr_init" => locks::rt_mutexattr_init as Raw,
+        "pthread_mutexattr_destroy" => locks::rt_mutexattr_destroy as Raw,
+        "pthread_mutexattr_settype" => locks::rt_mutexattr_settype as Raw,
+        "pthread_mutexattr_gettype" => locks::rt_mutexattr_gettype as Raw,
+        "dlopen" => libraries::rt_dlopen as Raw,
+        "dlsym" => libraries::rt_dlsym as Raw,
+        "dlerror" => libraries::rt_dlerror as Raw,
+        "dlclose" => libraries::rt_dlclose as Raw,
         _ => return None,
     };
     Some(f)
@@ -215,16 +267,24 @@ fn allocate(b: &mut RuntimeBlock, bytes: usize, align: usize) -> *mut c_void {
 
 /// The class and block start of a pointer the heap handed out; a pointer it did not hand out stops the domain.
 fn block_of(b: &RuntimeBlock, p: usize) -> (usize, usize) {
+    match live_block(b, p) {
+        Some(found) => found,
+        None => stop(),
+    }
+}
+
+/// The class and block start of a pointer the heap handed out, or None.
+fn live_block(b: &RuntimeBlock, p: usize) -> Option<(usize, usize)> {
     if p < b.heap_start + HEADER || p >= b.heap_top || !p.is_multiple_of(16) {
-        stop();
+        return None;
     }
     let header = (p - HEADER) as *const u32;
     // SAFETY: inside the used heap (checked above), domain memory.
     let (class, mark, back) = unsafe { (*header as usize, *header.add(1), *(header.add(2) as *const usize)) };
     if mark != LIVE || class >= CLASSES || back < HEADER || back > p - b.heap_start {
-        stop();
+        return None;
     }
-    (class, p - back)
+    Some((class, p - back))
 }
 
 fn usable(b: &RuntimeBlock, p: usize) -> usize {
@@ -604,13 +664,13 @@ extern "C" fn rt_abort(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut
 mod tests {
     use super::*;
 
-    fn fresh(heap: &mut [u8]) -> Box<RuntimeBlock> {
+    pub(super) fn fresh(heap: &mut [u8]) -> Box<RuntimeBlock> {
         // SAFETY: all-zero is a valid block; init lays it out over the test's own heap buffer.
         let mut b: Box<RuntimeBlock> = Box::new(unsafe { std::mem::zeroed() });
         let start = (heap.as_mut_ptr() as usize + 15) & !15;
         let len = heap.len() - (start - heap.as_mut_ptr() as usize);
         // SAFETY: b is a live, aligned block.
-        unsafe { RuntimeBlock::init(&mut *b, start, len) };
+        unsafe { RuntimeBlock::init(&mut *b, start, len, 0) };
         b
     }
 
