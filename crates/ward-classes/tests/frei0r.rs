@@ -8,6 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
+use common::{image, pku};
+
 use ward::{Isolation, Policy, Supervisor};
 use ward_classes::frei0r::{ColorModel, Instance, Library, ParamKind, ParamValue, PluginType};
 use ward_classes::{ClassError, Processed};
@@ -41,19 +45,6 @@ fn plugin(name: &str) -> PathBuf {
 
 fn faulty_path() -> PathBuf {
     ward_extensions::path_of("faulty_frei0r").expect("the built-in faulty_frei0r extracts")
-}
-
-/// A deterministic test image: pseudo-random pixels (xorshift), every channel used.
-fn image(seed: u32, pixels: usize) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9) | 1;
-    (0..pixels)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        })
-        .collect()
 }
 
 fn inverted(input: &[u32]) -> Vec<u32> {
@@ -456,16 +447,6 @@ fn a_library_that_is_no_frei0r_plugin_is_refused_by_name() {
 }
 
 // ---- the same in an mpk domain -----------------------------------------------------------------------------------
-
-/// Whether this machine has PKU; says so when it has not (`scripts/test` runs these again in an emulated machine
-/// that has it; tests/mpk.rs checks the fallback a host gets without it).
-fn pku() -> bool {
-    let here = ward::mpk_available();
-    if !here {
-        eprintln!("no PKU on this machine: the mpk part of this test did not run here");
-    }
-    here
-}
 
 #[test]
 fn in_an_mpk_domain_a_crash_is_recovered_transparently_with_the_parameters_replayed() {

@@ -10,6 +10,10 @@ use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
+mod common;
+
+use common::pku;
+
 use ward::{Event, FaultKind, Isolation, Policy, SignalCause, Supervisor};
 use ward_classes::ladspa::{Instance, Library, PortBuffer};
 use ward_classes::{ClassError, Processed};
@@ -612,16 +616,6 @@ fn with_history_a_restarted_plugin_resumes_in_the_state_it_had() {
 }
 
 // ---- the same in an mpk domain -----------------------------------------------------------------------------------
-
-/// Whether this machine has PKU; says so when it has not (`scripts/test` runs these again in an emulated machine
-/// that has it; tests/mpk.rs checks the fallback a host gets without it).
-fn pku() -> bool {
-    let here = ward::mpk_available();
-    if !here {
-        eprintln!("no PKU on this machine: the mpk part of this test did not run here");
-    }
-    here
-}
 
 #[test]
 fn in_an_mpk_domain_every_crash_kind_at_block_3_is_recovered_transparently() {

@@ -8,6 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
+mod common;
+
+use common::image;
+
 use ward::{Error, Isolation, Policy, Supervisor};
 use ward_classes::{frei0r, ladspa, ClassError, Processed};
 
@@ -79,18 +83,6 @@ fn a_library_that_is_no_plugin_is_refused_by_name_in_an_mpk_domain() {
     assert!(msg.contains("ladspa_descriptor"), "the adapter's reason comes back: {msg}");
 }
 
-fn image(pixels: usize) -> Vec<u32> {
-    let mut x = 0x9E37_79B9u32;
-    (0..pixels)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        })
-        .collect()
-}
-
 #[test]
 fn a_frei0r_filter_runs_in_an_mpk_domain_with_guarded_frames_and_matches_none() {
     if !pku_or_fallback(installed(AMP)) {
@@ -98,7 +90,7 @@ fn a_frei0r_filter_runs_in_an_mpk_domain_with_guarded_frames_and_matches_none() 
     }
     let plugin: PathBuf = installed(INVERT0R).to_path_buf();
     let (w, h) = (64u32, 36u32);
-    let input = image((w * h) as usize);
+    let input = image(1, (w * h) as usize);
     let mut results = Vec::new();
     for iso in [Isolation::Mpk, Isolation::None] {
         let sup = Supervisor::new(Policy::default());

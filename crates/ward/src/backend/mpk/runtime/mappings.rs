@@ -62,9 +62,9 @@ fn fail(b: &mut RuntimeBlock, errno: i32) -> i32 {
 }
 
 // `mmap`'s sixth argument (the file offset) arrives as the block: only anonymous mappings are made, and they have
-// no offset.
+// no offset. The address is a hint, which the heap does not take.
 pub(super) extern "C" fn rt_mmap(
-    addr: usize,
+    _hint: usize,
     len: usize,
     prot: i32,
     flags: i32,
@@ -80,7 +80,6 @@ pub(super) extern "C" fn rt_mmap(
         || len == 0
     {
         // A file, shared memory or a fixed address: none of them can be the domain's.
-        let _ = addr;
         fail(b, libc::EINVAL);
         return failed;
     }
