@@ -411,11 +411,19 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
     assert_eq!(arm_timer(None), None, "no deadline is left armed after the call");
 }
 
+static SLOW_HOST_ENTERED: AtomicU64 = AtomicU64::new(0);
 static SLOW_HOST_DONE: AtomicU64 = AtomicU64::new(0);
 
-/// In the host, called out of a domain: busy for longer than the domain's deadline, then return.
+/// The domain's deadline in the test below: long enough that even an emulated, loaded machine has the domain call
+/// the host well before it passes.
+const CALL_OUT_DEADLINE: Duration = Duration::from_secs(2);
+
+/// In the host, called out of a domain: busy until the domain's deadline has surely passed, then return. The timer
+/// was armed before the domain called out, so waiting the whole deadline from here outlasts it, however slowly the
+/// domain got here.
 extern "C" fn slow_host(x: u64) -> u64 {
-    let until = std::time::Instant::now() + Duration::from_millis(100);
+    SLOW_HOST_ENTERED.store(1, Ordering::SeqCst);
+    let until = std::time::Instant::now() + CALL_OUT_DEADLINE + Duration::from_millis(50);
     while std::time::Instant::now() < until {
         std::hint::spin_loop();
     }
@@ -441,8 +449,9 @@ fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once
     args.ints[0] = stub as u64;
     // SAFETY: call_out_then_spin takes one function pointer; the stack is the domain's own.
     let r = unsafe {
-        super::call(f(call_out_then_spin as *const ()), &args, d.rights, d.stack.end(), Some(Duration::from_millis(5)))
+        super::call(f(call_out_then_spin as *const ()), &args, d.rights, d.stack.end(), Some(CALL_OUT_DEADLINE))
     };
+    assert_eq!(SLOW_HOST_ENTERED.load(Ordering::SeqCst), 1, "the domain called the host before its deadline");
     assert_eq!(r.unwrap().unwrap_err().signal, timeout_signal());
     assert_eq!(SLOW_HOST_DONE.load(Ordering::SeqCst), 1, "the host's code ran to its end");
 }
