@@ -50,6 +50,11 @@ impl Library {
         Ok(Library { handles, poisoned, functions: Vec::new() })
     }
 
+    /// The function table, by the indices [`Library::resolve`] returned.
+    pub fn functions(&self) -> &[Callee] {
+        &self.functions
+    }
+
     /// Resolve `name` in extension `ext`; returns its index in the function table.
     pub fn resolve(&mut self, ext: u32, name: &[u8]) -> Option<u32> {
         let handle = *self.handles.get(ext as usize)?;

@@ -6,6 +6,7 @@
 //! across one, so re-entry is safe.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
@@ -27,6 +28,10 @@ struct Server {
     replies: Producer,
     spin: u32,
     next_callback_id: u64,
+    /// Calls that came while this process waited for a callback's answer and were not made from inside that
+    /// callback (it came from a deferred call the host had not yet seen run): they run at the top level, oldest
+    /// first, before anything newer on the ring, so calls run in the order the host made them.
+    held: VecDeque<Vec<u8>>,
 }
 
 thread_local! {
@@ -36,7 +41,9 @@ thread_local! {
 pub fn run(setup: Setup) -> ExitCode {
     let (requests, replies) = setup.region.domain_endpoints();
     let spin = setup.args.spin;
-    SERVER.with(|s| *s.borrow_mut() = Some(Server { setup, requests, replies, spin, next_callback_id: 1 }));
+    SERVER.with(|s| {
+        *s.borrow_mut() = Some(Server { setup, requests, replies, spin, next_callback_id: 1, held: VecDeque::new() })
+    });
     ward_abi::set_callback_dispatch(on_callback);
     match serve_until(None) {
         Ok(_) => ExitCode::SUCCESS,
@@ -62,6 +69,8 @@ enum Next {
     Batch(usize),
     /// Any other record, `len` bytes at the start of the buffer.
     Other(usize),
+    /// A call put aside until this process is back at the top level.
+    Held,
 }
 
 /// Serve requests until the `CallbackReply` with id `until` arrives (None: forever).
@@ -69,7 +78,8 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
     let mut record = [0u8; MAX_RECORD];
     loop {
         // One borrow of the serving state per record: take it off the ring and, for a call, prepare it.
-        match with_server(|s| take(s, &mut record))? {
+        match with_server(|s| take(s, &mut record, until.is_none()))? {
+            Next::Held => {}
             Next::Empty => {
                 with_server(|s| {
                     if until.is_none() {
@@ -125,54 +135,56 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
     }
 }
 
-/// Calls of a batch prepared under one borrow of the serving state (a thread-local lookup and a borrow per call cost
-/// as much as the call itself).
-const BATCH_CHUNK: usize = 32;
-
 /// Run every call of a batch in order. No replies: these are deferred calls. A call that cannot run (an unknown
 /// function, arguments that do not fit) is skipped, as its synchronous twin would have been refused.
 fn run_batch(record: &[u8]) -> Result<(), String> {
     let batch = BatchView::parse(record).map_err(|e| format!("bad batch from the host: {e}"))?;
-    let mut entries = batch.entries();
-    let mut ready: [(Callee, RegArgs); BATCH_CHUNK] =
-        [(Callee { func: std::ptr::null(), poisoned: false }, RegArgs::default()); BATCH_CHUNK];
-    loop {
-        // Prepare up to a chunk; the calls run outside the borrow, as they may call back into the host.
-        let n = with_server(|s| {
-            let mut n = 0;
-            for entry in entries.by_ref() {
-                if let Ok(call) = prepare(s, entry.func, entry.args(), &[], None) {
-                    ready[n] = call;
-                    n += 1;
-                    if n == BATCH_CHUNK {
-                        break;
-                    }
-                }
-            }
-            if n > 0 {
-                seal_idle(s);
-            }
-            n
-        });
-        if n == 0 {
-            return Ok(());
+    // Every function a batch names was resolved before the batch was sent (the host closes a batch before any
+    // other request), so one copy of the table serves the whole batch: no thread-local lookup and borrow of the
+    // serving state per call, which cost as much as the call itself. The calls run outside any borrow, as they
+    // may call back into the host. A batch lends no arena range, so one seal covers it (a nested call's lends
+    // end with that call).
+    let functions = with_server(|s| {
+        seal_idle(s);
+        s.setup.library.functions().to_vec()
+    });
+    let outer = CURRENT_CALL.load(Ordering::Relaxed);
+    CURRENT_CALL.store(batch.id(), Ordering::Relaxed);
+    for entry in batch.entries() {
+        let Some(&callee) = functions.get(entry.func as usize) else {
+            continue;
+        };
+        let mut packer = ArgPacker::new();
+        if entry.args().all(|arg| push_scalar(&mut packer, &arg).is_ok()) {
+            call(callee, &finish(packer, callee));
         }
-        let outer = CURRENT_CALL.load(Ordering::Relaxed);
-        CURRENT_CALL.store(batch.id(), Ordering::Relaxed);
-        for (callee, regs) in &ready[..n] {
-            call(*callee, regs);
-        }
-        CURRENT_CALL.store(outer, Ordering::Relaxed);
     }
+    CURRENT_CALL.store(outer, Ordering::Relaxed);
+    Ok(())
 }
 
-/// Copy out the next request; for a call, resolve its function and translate its arguments.
-fn take(s: &mut Server, record: &mut [u8; MAX_RECORD]) -> Result<Next, String> {
-    let Some(len) = s.requests.pop(record).map_err(|e| format!("request ring: {e}"))? else {
-        return Ok(Next::Empty);
+/// Copy out the next request; for a call, resolve its function and translate its arguments. At the top level
+/// held calls come first; inside a callback, a call not made from inside it is held (see `Server::held`).
+fn take(s: &mut Server, record: &mut [u8; MAX_RECORD], top_level: bool) -> Result<Next, String> {
+    let held = if top_level { s.held.pop_front() } else { None };
+    let len = match held {
+        Some(held) => {
+            record[..held.len()].copy_from_slice(&held);
+            held.len()
+        }
+        None => match s.requests.pop(record).map_err(|e| format!("request ring: {e}"))? {
+            Some(len) => len,
+            None => return Ok(Next::Empty),
+        },
     };
     let record = &record[..len];
-    match record.get(4).copied().map(Op::from) {
+    let op = record.get(4).copied().map(Op::from);
+    let is_call = matches!(op, Some(Op::Call | Op::Deferred | Op::Batch));
+    if is_call && !top_level && !ward_xpc::wire::is_nested(record) {
+        s.held.push_back(record.to_vec());
+        return Ok(Next::Held);
+    }
+    match op {
         Some(Op::Call | Op::Deferred) => {}
         Some(Op::Batch) => return Ok(Next::Batch(len)),
         _ => return Ok(Next::Other(len)),
@@ -271,9 +283,10 @@ fn prepare(
             ArgKind::BufOut | ArgKind::BufInOut if arg.pool == POOL_ARENA => {
                 packer.push_int(lend_arena(s, lents.as_deref_mut(), &arg, Access::ReadWrite)? as u64)
             }
-            ArgKind::Int => packer.push_int(arg.a),
-            ArgKind::F64 => packer.push_f64(f64::from_bits(arg.a)),
-            ArgKind::F32 => packer.push_f32(f32::from_bits(arg.a as u32)),
+            ArgKind::Int | ArgKind::F64 | ArgKind::F32 | ArgKind::Callback => {
+                push_scalar(&mut packer, &arg)?;
+                Ok(())
+            }
             ArgKind::BufIn | ArgKind::Str => {
                 let p = s.setup.pool_in.resolve(&rich).map_err(|_| Status::BadArgs)?;
                 packer.push_int(p as u64)
@@ -281,10 +294,6 @@ fn prepare(
             ArgKind::BufOut | ArgKind::BufInOut | ArgKind::BufScratch => {
                 let p = s.setup.pool_out.resolve(&rich).map_err(|_| Status::BadArgs)?;
                 packer.push_int(p as u64)
-            }
-            ArgKind::Callback => {
-                let stub = ward_abi::callback_stub(arg.a as usize).ok_or(Status::BadArgs)?;
-                packer.push_int(stub as u64)
             }
             ArgKind::Inline => {
                 let end = arg.a.checked_add(arg.b).ok_or(Status::BadArgs)?;
@@ -297,8 +306,31 @@ fn prepare(
         };
         pushed.map_err(|_| Status::BadArgs)?;
     }
-    let regs = if callee.poisoned { packer.finish_poisoned() } else { packer.finish() };
-    Ok((callee, regs))
+    Ok((callee, finish(packer, callee)))
+}
+
+/// Pack one scalar argument (integer, float, callback); anything else is refused.
+fn push_scalar(packer: &mut ArgPacker, arg: &WireArg) -> Result<(), Status> {
+    let pushed = match arg.kind {
+        ArgKind::Int => packer.push_int(arg.a),
+        ArgKind::F64 => packer.push_f64(f64::from_bits(arg.a)),
+        ArgKind::F32 => packer.push_f32(f32::from_bits(arg.a as u32)),
+        ArgKind::Callback => {
+            let stub = ward_abi::callback_stub(arg.a as usize).ok_or(Status::BadArgs)?;
+            packer.push_int(stub as u64)
+        }
+        _ => return Err(Status::BadArgs),
+    };
+    pushed.map_err(|_| Status::BadArgs)
+}
+
+/// The register image of a packed call, poisoned if its extension's policy says so.
+fn finish(packer: ArgPacker, callee: Callee) -> RegArgs {
+    if callee.poisoned {
+        packer.finish_poisoned()
+    } else {
+        packer.finish()
+    }
 }
 
 /// Lend an arena range to the call being prepared; refused without an arena, or where `lents` is None.

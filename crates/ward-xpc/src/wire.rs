@@ -19,12 +19,30 @@
 //! a [`Message`] only for a record whose length field, op, argument count, argument kinds, return kind and inline
 //! ranges are all valid, and whose length is exactly what its contents need; the message borrows the record (which
 //! the caller must already have copied out of shared memory). Reserved bytes and `flags` are ignored by `parse` and
-//! written as zero by `emit`. [`Message::emit`] writes every byte of the record, padding included, and fails rather
+//! written as zero by `emit`; the one flag, [`FLAG_NESTED`], is set on a finished record by [`mark_nested`]. [`Message::emit`] writes every byte of the record, padding included, and fails rather
 //! than write a record that `parse` would refuse; `parse(emit(m)) == m` for every message that emits.
 
 use std::ops::Range;
 
 use crate::ring::{MAX_RECORD, RECORD_ALIGN};
+
+/// Header flag of a request the host sent while it was serving a callback of the domain's: a call (or batch)
+/// made from inside that callback, which the domain runs at once. A call without it that reaches a domain waiting
+/// for a callback's answer was made before the host saw the callback (the callback came from a deferred call), so
+/// the domain runs it after the deferred calls before it, keeping the host's order.
+pub const FLAG_NESTED: u8 = 1;
+
+/// Set [`FLAG_NESTED`] on a finished record (a no-op on one shorter than a header).
+pub fn mark_nested(record: &mut [u8]) {
+    if let Some(flags) = record.get_mut(field::FLAGS) {
+        *flags |= FLAG_NESTED;
+    }
+}
+
+/// Whether a record carries [`FLAG_NESTED`].
+pub fn is_nested(record: &[u8]) -> bool {
+    record.get(field::FLAGS).is_some_and(|f| f & FLAG_NESTED != 0)
+}
 
 /// Length of the record header.
 pub const HEADER_LEN: usize = 16;
@@ -1264,5 +1282,18 @@ mod tests {
             }
         }
         assert!(parsed > 100, "the fuzz loop parsed only {parsed} records");
+    }
+
+    #[test]
+    fn a_nested_mark_is_seen_and_changes_nothing_else() {
+        let m = Message::Call { id: 5, deferred: false, func: 2, ret: RetKind::Int, args: ArgList::new(), inline: &[] };
+        let mut buf = vec![0u8; m.wire_len()];
+        let n = m.emit(&mut buf).unwrap();
+        assert!(!is_nested(&buf[..n]), "emit writes no flags");
+        mark_nested(&mut buf[..n]);
+        assert!(is_nested(&buf[..n]));
+        assert_eq!(Message::parse(&buf[..n]).unwrap(), m);
+        assert!(CallView::parse(&buf[..n]).is_ok());
+        assert!(!is_nested(&buf[..3]), "too short to carry flags");
     }
 }

@@ -154,6 +154,67 @@ fn deferred_calls_run_in_order_before_the_next_call() {
 }
 
 #[test]
+fn deferred_calls_that_call_back_run_in_order_before_the_next_call() {
+    for iso in KINDS {
+        let (sup, ext) = well(iso);
+        // What the callback saw, in the order it ran: the domain calls back from inside a batch, and the host
+        // answers once it next waits for the domain.
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let scale = sup
+            .register_callback(Signature::new(&[ValType::F64, ValType::I64], RetType::F64), move |a| {
+                let (x, n) = (a[0].as_f64().unwrap_or(0.0), a[1].as_i64().unwrap_or(0));
+                record.lock().unwrap().push((x, n));
+                Value::F64(x * n as f64)
+            })
+            .unwrap();
+        let apply = ext.function("well_apply_f").unwrap();
+        // First with a function the next call has yet to resolve (the resolve waits behind the deferred calls),
+        // then with one resolved already.
+        for round in 0..2 {
+            let calls: Vec<i64> = (1..=20).map(|i| i + 20 * round).collect();
+            for &i in &calls {
+                apply.defer(&[Arg::Callback(&scale), Arg::F64(0.5 * i as f64), Arg::I64(i)]).unwrap();
+            }
+            assert_eq!(i64_call(&ext, "well_add", &mut [Arg::I64(2), Arg::I64(3)]), 5, "{iso}");
+            let expected: Vec<(f64, i64)> = calls.iter().map(|&i| (0.5 * i as f64, i)).collect();
+            assert_eq!(*seen.lock().unwrap(), expected, "{iso}: every deferred call ran, in order, before the call");
+            seen.lock().unwrap().clear();
+        }
+        assert_eq!(ext.stats().restarts, 0, "{iso}: no fault");
+    }
+}
+
+#[test]
+fn a_heartbeat_while_a_deferred_call_waits_for_its_callback_is_answered_not_a_fault() {
+    let policy = format!("[extension.well]\nheartbeat_ms = 20\n{WELL_POLICY}");
+    let sup = Supervisor::new(Policy::from_toml_str(&policy, "test").unwrap());
+    let ext = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+    let called = Arc::new(AtomicI64::new(0));
+    let count = called.clone();
+    let cb = sup
+        .register_callback(Signature::new(&[ValType::F64, ValType::I64], RetType::F64), move |_| {
+            count.fetch_add(1, Ordering::SeqCst);
+            Value::F64(0.0)
+        })
+        .unwrap();
+    ext.defer("well_apply_f", &[Arg::Callback(&cb), Arg::F64(1.0), Arg::I64(1)]).unwrap();
+    ext.flush().unwrap();
+    // The domain now waits for the callback's answer, which comes when the host next waits on it; the heartbeat
+    // thread pings it meanwhile, and the domain answers the pings from inside that wait.
+    let bound = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while ext.stats().heartbeats < 3 {
+        assert!(std::time::Instant::now() < bound, "three heartbeats within the bound");
+        // A polling interval, not synchronisation: the loop ends on what it observes.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!((ext.stats().faults, ext.stats().restarts), (0, 0), "the pings found the domain well");
+    assert_eq!(called.load(Ordering::SeqCst), 0, "the callback waits for the thread that calls");
+    assert_eq!(i64_call(&ext, "well_add", &mut [Arg::I64(2), Arg::I64(3)]), 5);
+    assert_eq!(called.load(Ordering::SeqCst), 1, "the next call served it first");
+}
+
+#[test]
 fn handles_are_stable_and_remapped_after_a_restart() {
     let (_s, ext) = well(Isolation::Process);
     let h = ext.call("acc_new", &mut [Arg::I64(100)], RetType::Handle).unwrap().as_handle().unwrap();

@@ -48,6 +48,8 @@ pub struct DomainStats {
     /// Buffers lent in place so far: host memory the extension used directly, without a copy (a process domain
     /// given blocks of the host's arena, `ward_xpc::arena`).
     pub lent_in_place: u64,
+    /// Heartbeats the domain answered in time.
+    pub heartbeats: u64,
 }
 
 struct Symbol {
@@ -800,7 +802,10 @@ impl Domain {
         }
         let r = g.borrow_mut().backend.ping(&mut Deadline::after(interval));
         let kind = match r {
-            Ok(()) => return,
+            Ok(()) => {
+                g.borrow_mut().stats.heartbeats += 1;
+                return;
+            }
             Err(BackendError::TimedOut) => FaultKind::HeartbeatMissed { interval },
             Err(BackendError::Fault(k)) => k,
             Err(_) => return,

@@ -12,6 +12,7 @@
 #[allow(unsafe_code)]
 mod spawn;
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Child;
@@ -120,6 +121,12 @@ pub(crate) struct ProcessBackend {
     in_place_pages: Vec<(u64, u64)>,
     /// Buffers lent in place so far.
     lent_in_place: u64,
+    /// Callbacks handed to the core by `wait` and not yet answered: what is sent meanwhile is made from inside one
+    /// of them, and marked nested so the domain runs it at once.
+    callbacks_open: u32,
+    /// Callbacks of deferred calls that came while the host waited for something that cannot serve them (a
+    /// resolve, a heartbeat): handed out by the next `wait`, on the thread that makes calls.
+    stashed: VecDeque<(u64, usize, RegArgs)>,
 }
 
 impl ProcessBackend {
@@ -147,6 +154,8 @@ impl ProcessBackend {
             arena: arena::host::shared_fd(),
             in_place_pages: Vec::new(),
             lent_in_place: 0,
+            callbacks_open: 0,
+            stashed: VecDeque::new(),
         };
         b.restart(tracker)?;
         Ok(b)
@@ -282,6 +291,9 @@ impl ProcessBackend {
 
     /// Push one record; if the ring is full, publish and wait for the domain to make room.
     fn push(&mut self, len: usize) -> Result<(), BackendError> {
+        if self.callbacks_open > 0 {
+            ward_xpc::wire::mark_nested(&mut self.record[..len]);
+        }
         loop {
             match self.requests.push(&self.record[..len]) {
                 Ok(()) => return Ok(()),
@@ -447,6 +459,18 @@ impl ProcessBackend {
         }
     }
 
+    /// The next reply, for a request that cannot serve callbacks (a resolve, a heartbeat). Callbacks of deferred
+    /// calls that come first are kept for the next `wait`: the domain answers these requests while it waits for
+    /// the callback's answer.
+    fn next_reply(&mut self, deadline: &mut Deadline) -> Result<(u64, Status, RegRet), BackendError> {
+        loop {
+            match self.next_from_domain(deadline)? {
+                Incoming::Reply { id, status, ret } => return Ok((id, status, ret)),
+                Incoming::Callback { id, slot, regs } => self.stashed.push_back((id, slot, regs)),
+            }
+        }
+    }
+
     /// Put the collected deferred calls on the ring as one batch record (not yet published). Everything else that
     /// goes on the ring closes the batch first, so calls reach the domain in the order the host made them.
     fn close_batch(&mut self) -> Result<(), BackendError> {
@@ -558,12 +582,11 @@ impl Backend for ProcessBackend {
         self.push(len)?;
         self.requests.publish();
         self.in_flight.push(id);
-        match self.next_from_domain(&mut Deadline::after(ZYGOTE_TIMEOUT)) {
-            Ok(Incoming::Reply { id, status, ret }) => {
+        match self.next_reply(&mut Deadline::after(ZYGOTE_TIMEOUT)) {
+            Ok((id, status, ret)) => {
                 self.check_reply(id, status)?;
                 u32::try_from(ret.int).map_err(|_| protocol("function id out of range".into()))
             }
-            Ok(Incoming::Callback { .. }) => Err(protocol("callback while resolving a symbol".into())),
             Err(BackendError::TimedOut) => Err(BackendError::Fault(FaultKind::Timeout { deadline: ZYGOTE_TIMEOUT })),
             Err(e) => Err(e),
         }
@@ -632,6 +655,10 @@ impl Backend for ProcessBackend {
     }
 
     fn wait(&mut self, frame: &Frame, deadline: &mut Deadline) -> Result<Step, BackendError> {
+        if let Some((token, slot, regs)) = self.stashed.pop_front() {
+            self.callbacks_open += 1;
+            return Ok(Step::Callback { token, slot, regs });
+        }
         match self.next_from_domain(deadline)? {
             Incoming::Reply { id, status, ret } => {
                 if id != frame.id {
@@ -640,15 +667,20 @@ impl Backend for ProcessBackend {
                 self.check_reply(id, status)?;
                 Ok(Step::Done(ret))
             }
-            Incoming::Callback { id, slot, regs } => Ok(Step::Callback { token: id, slot, regs }),
+            Incoming::Callback { id, slot, regs } => {
+                self.callbacks_open += 1;
+                Ok(Step::Callback { token: id, slot, regs })
+            }
         }
     }
 
     fn answer_callback(&mut self, token: u64, ret: RegRet) -> Result<(), BackendError> {
         self.fault_if_dead()?;
+        // Deferred calls the callback made go first, nested in it like the reply.
         self.close_batch()?;
         let len = self.encode(&Message::CallbackReply { id: token, ret_int: ret.int, ret_float: ret.float })?;
         self.push(len)?;
+        self.callbacks_open = self.callbacks_open.saturating_sub(1);
         self.requests.publish();
         Ok(())
     }
@@ -753,10 +785,8 @@ impl Backend for ProcessBackend {
         self.push(len)?;
         self.requests.publish();
         self.in_flight.push(id);
-        match self.next_from_domain(deadline)? {
-            Incoming::Reply { id, status, .. } => self.check_reply(id, status),
-            Incoming::Callback { .. } => Err(protocol("callback in answer to a heartbeat".into())),
-        }
+        let (id, status, _) = self.next_reply(deadline)?;
+        self.check_reply(id, status)
     }
 
     fn lent_in_place(&self) -> u64 {
@@ -774,6 +804,8 @@ impl Backend for ProcessBackend {
         }
         self.live = None;
         self.in_flight.clear();
+        self.callbacks_open = 0;
+        self.stashed.clear();
         self.in_place_pages.clear();
         self.deferred_unpublished = 0;
         // Queued calls name functions by this incarnation's ids: they are dropped with it (DECISIONS.md).
