@@ -289,8 +289,8 @@ fn an_illegal_instruction_at_block_3_is_recovered_transparently() {
 
 #[test]
 fn a_hang_at_block_3_is_stopped_at_the_deadline_and_recovered_transparently() {
-    let f = transparent_at_block_3(INFINITE_LOOP, "deadline_ms = 300");
-    assert_eq!(f.kind, FaultKind::Timeout { deadline: Duration::from_millis(300) });
+    let f = transparent_at_block_3(INFINITE_LOOP, "deadline_ms = 1000");
+    assert_eq!(f.kind, FaultKind::Timeout { deadline: Duration::from_millis(1000) });
 }
 
 // ---- overrun ----------------------------------------------------------------------------------------------------
