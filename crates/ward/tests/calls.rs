@@ -5,6 +5,7 @@ mod common;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use common::*;
 use ward::{Arg, Extension, Isolation, Policy, RetType, Signature, Supervisor, ValType, Value};
@@ -187,7 +188,7 @@ fn deferred_calls_that_call_back_run_in_order_before_the_next_call() {
 
 #[test]
 fn a_heartbeat_while_a_deferred_call_waits_for_its_callback_is_answered_not_a_fault() {
-    let policy = format!("[extension.well]\nheartbeat_ms = 20\n{WELL_POLICY}");
+    let policy = format!("[extension.well]\nheartbeat_ms = 500\n{WELL_POLICY}");
     let sup = Supervisor::new(Policy::from_toml_str(&policy, "test").unwrap());
     let ext = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
     let called = Arc::new(AtomicI64::new(0));
@@ -201,12 +202,13 @@ fn a_heartbeat_while_a_deferred_call_waits_for_its_callback_is_answered_not_a_fa
     ext.defer("well_apply_f", &[Arg::Callback(&cb), Arg::F64(1.0), Arg::I64(1)]).unwrap();
     ext.flush().unwrap();
     // The domain now waits for the callback's answer, which comes when the host next waits on it; the heartbeat
-    // thread pings it meanwhile, and the domain answers the pings from inside that wait.
-    let bound = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while ext.stats().heartbeats < 3 {
-        assert!(std::time::Instant::now() < bound, "three heartbeats within the bound");
+    // thread pings it meanwhile, and the domain answers the pings from inside that wait. (Each ping may take the
+    // whole interval to be answered: half a second is far more than a loaded machine needs.)
+    let bound = Instant::now() + Duration::from_secs(120);
+    while ext.stats().heartbeats < 2 {
+        assert!(Instant::now() < bound, "two heartbeats within the bound");
         // A polling interval, not synchronisation: the loop ends on what it observes.
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!((ext.stats().faults, ext.stats().restarts), (0, 0), "the pings found the domain well");
     assert_eq!(called.load(Ordering::SeqCst), 0, "the callback waits for the thread that calls");
