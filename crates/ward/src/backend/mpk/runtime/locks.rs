@@ -42,14 +42,9 @@ pub(super) extern "C" fn rt_mutex_init(
     0
 }
 
-pub(super) extern "C" fn rt_mutex_destroy(
-    _: usize,
-    _: usize,
-    _: usize,
-    _: usize,
-    _: usize,
-    _: *mut RuntimeBlock,
-) -> i32 {
+/// `pthread_mutex_destroy` and `pthread_mutexattr_destroy`: a mutex or attribute is only words in the caller's
+/// memory, so there is nothing to release.
+pub(super) extern "C" fn rt_destroy(_: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> i32 {
     0
 }
 
@@ -123,17 +118,6 @@ pub(super) extern "C" fn rt_mutexattr_init(
 ) -> i32 {
     // SAFETY: a `pthread_mutexattr_t *` (4 bytes).
     unsafe { *(a as *mut i32) = 0 };
-    0
-}
-
-pub(super) extern "C" fn rt_mutexattr_destroy(
-    _: usize,
-    _: usize,
-    _: usize,
-    _: usize,
-    _: usize,
-    _: *mut RuntimeBlock,
-) -> i32 {
     0
 }
 
