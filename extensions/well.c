@@ -11,6 +11,8 @@
  * Built with -fvisibility=hidden: only the functions marked WELL_EXPORT are
  * exported.
  */
+#include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,6 +45,28 @@ WELL_EXPORT float well_halve(float x) {
 
 WELL_EXPORT double well_mix(int64_t i, double d, int32_t j, float f) {
     return (double)i + d + (double)j + (double)f;
+}
+
+/* ---- errno set by the C library ----------------------------------------- */
+
+/* libm's sqrt and libc's strtod set errno (EDOM for a negative x, ERANGE for
+ * "1e999"); well_errno reads it back in a later call. Each is one call or
+ * less, so nothing is kept in a stack slot across a call (the fault-injection
+ * campaign expects no stack-slot stores in this library). */
+WELL_EXPORT double well_sqrt(double x) {
+    return sqrt(x);
+}
+
+WELL_EXPORT double well_strtod(const char *text) {
+    return strtod(text, NULL);
+}
+
+WELL_EXPORT int well_errno(void) {
+    return errno;
+}
+
+WELL_EXPORT void well_clear_errno(void) {
+    errno = 0;
 }
 
 /* ---- buffers ----------------------------------------------------------- */

@@ -6,5 +6,6 @@ use std::path::PathBuf;
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let include = manifest_dir.join("../../include");
-    ward_embed::build::compile_dir(&manifest_dir.join("../../extensions"), &[&include], &[]);
+    // libm only where an extension calls it (well's errno checks).
+    ward_embed::build::compile_dir(&manifest_dir.join("../../extensions"), &[&include], &["-Wl,--as-needed", "-lm"]);
 }

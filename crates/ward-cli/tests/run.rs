@@ -134,6 +134,41 @@ fn under_mpk_applyplugin_is_bit_identical_and_sox_survives_a_crashing_plugin() {
     assert_eq!(read(&s.path("out.wav")), read(&s.path("clean.wav")));
 }
 
+#[test]
+fn under_mpk_ffmpeg_frei0r_is_bit_identical_and_survives_a_crashing_filter() {
+    if !ward::mpk_available() {
+        // scripts/test runs this again in an emulated machine with PKU.
+        eprintln!("no PKU on this machine: ffmpeg under ward run --isolation mpk did not run here");
+        return;
+    }
+    let s = Scratch::new("mpk-ffmpeg");
+    // A real Debian filter in ffmpeg's own address space: the same frames as natively.
+    let native = output(Command::new(host("ffmpeg")).args(ffmpeg_args("frei0r=invert0r", &s.path("native.rgba"))));
+    assert!(native.status.success(), "{}", stderr(&native));
+    let args = ffmpeg_args("frei0r=invert0r", &s.path("ward.rgba"));
+    let out = output(ward().args(["run", "--verbose", "--isolation", "mpk", "--", "ffmpeg"]).args(&args));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("invert0r.so: frei0r plugin under ward (isolation mpk"), "{err}");
+    assert!(read(&s.path("native.rgba")) == read(&s.path("ward.rgba")), "frames differ");
+
+    // A null dereference at frame 5: ffmpeg finishes with every frame filtered, as a run without the fault.
+    let crash = ffmpeg_args("frei0r=faulty_frei0r:1|5", &s.path("out.rgba"));
+    let out = output(
+        ward().args(["run", "--isolation", "mpk", "--", "ffmpeg"]).args(&crash).env("FREI0R_PATH", builtin_dir()),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "under ward ffmpeg finishes: {:?}\n{err}", out.status);
+    assert!(err.contains("ward: faulty_frei0r: fault: null dereference"), "{err}");
+    assert!(err.contains("recovered in"), "{err}");
+    let clean = ffmpeg_args("frei0r=faulty_frei0r:0", &s.path("clean.rgba"));
+    let reference = output(Command::new("ffmpeg").args(&clean).env("FREI0R_PATH", builtin_dir()));
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    let (got, want) = (read(&s.path("out.rgba")), read(&s.path("clean.rgba")));
+    assert_eq!(got.len(), 25 * 160 * 120 * 4);
+    assert!(got == want, "frames differ from the run without the fault");
+}
+
 /// sox's ladspa effect wants a value for every control port, outputs included: gain, fault kind, fault at block,
 /// repeat, and the "Blocks" output.
 fn sox_faulty(s: &Scratch, out: &str, gain: &str, kind: &str, at: &str, repeat: &str) -> Vec<String> {

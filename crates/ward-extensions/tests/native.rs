@@ -17,6 +17,10 @@ const EXPORTS: &[(&str, &[&str])] = &[
             "well_fma",
             "well_halve",
             "well_mix",
+            "well_sqrt",
+            "well_strtod",
+            "well_errno",
+            "well_clear_errno",
             "well_sum",
             "well_xor",
             "well_reverse",
@@ -206,6 +210,19 @@ fn well_behaves() {
     assert_eq!(halve(3.0), 1.5);
     let mix = func!(well, "well_mix", extern "C" fn(i64, f64, i32, f32) -> f64);
     assert_eq!(mix(3, 0.25, -2, 0.5), 1.75);
+    let sqrt = func!(well, "well_sqrt", extern "C" fn(f64) -> f64);
+    let strtod = func!(well, "well_strtod", unsafe extern "C" fn(*const c_char) -> f64);
+    let errno = func!(well, "well_errno", extern "C" fn() -> i32);
+    let clear_errno = func!(well, "well_clear_errno", extern "C" fn());
+    clear_errno();
+    assert!(sqrt(-1.0).is_nan());
+    assert_eq!(errno(), libc::EDOM);
+    clear_errno();
+    assert_eq!(sqrt(4.0), 2.0);
+    assert_eq!(errno(), 0);
+    // SAFETY: NUL-terminated text.
+    assert_eq!(unsafe { strtod(c"1e999".as_ptr()) }, f64::INFINITY);
+    assert_eq!(errno(), libc::ERANGE);
 
     let data: Vec<u8> = (0..=255u8).chain(0..10).collect();
     let sum = func!(well, "well_sum", unsafe extern "C" fn(*const u8, usize) -> i64);

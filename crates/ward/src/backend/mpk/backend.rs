@@ -186,11 +186,12 @@ impl DomainMemory {
         deadline: Option<Duration>,
         top: *mut u8,
     ) -> Result<RegRet, BackendError> {
+        let errno = RuntimeBlock::errno_address(self.block);
         // SAFETY: func is code of this domain's images (resolved from their exports or initialisers); it takes
         // register arguments only (the policy's contract, as for a process domain) and cannot unwind into the host
         // (it is C, or returns through the gate); the stack is this domain's, and a nested call starts below the
-        // part in use.
-        let r = unsafe { gate::call(func as *const c_void, args, self.rights, top, deadline) };
+        // part in use; errno is this domain's own, in its runtime block, for the whole call.
+        let r = unsafe { gate::call(func as *const c_void, args, self.rights, top, deadline, errno) };
         match r {
             Ok(Ok(ret)) => Ok(ret),
             Ok(Err(fault)) => Err(self.classify(&fault)),
@@ -203,6 +204,15 @@ impl DomainMemory {
         if fault.signal == gate::timeout_signal() {
             return BackendError::TimedOut;
         }
+        // The program counter is in no fault message (it means nothing to a user); with the placement lines it
+        // says which instruction of which image faulted.
+        tracing::debug!(
+            signal = fault.signal,
+            code = fault.code,
+            addr = format_args!("{:#x}", fault.addr),
+            pc = format_args!("{:#x}", fault.pc),
+            "mpk: fault in a domain"
+        );
         let block = self.runtime();
         if block.ended == ENDED_EXIT {
             return BackendError::Fault(FaultKind::Exited { status: block.exit_status });
@@ -364,6 +374,7 @@ impl MpkBackend {
                 })
             }
             .map_err(load_error)?;
+            tracing::debug!(path = %file.path.display(), base = format_args!("{at:#x}"), "mpk: image placed");
             placed.push(image);
             at += file.span;
         }
@@ -623,7 +634,7 @@ fn bind(
         ImportClass::Toolchain => Some(0),
         // Data the host's libraries define (`stderr`, tables) is read in place.
         _ if request.object => host_symbol(request),
-        ImportClass::Pure => host_symbol(request),
+        ImportClass::Pure => host_symbol(request).or_else(|| math_library_symbol(request)),
         ImportClass::HostGate => {
             let target = host_symbol(request)?;
             gate::outward_for(target as *const c_void).map(|p| p as usize)
@@ -645,6 +656,30 @@ fn host_symbol(request: &ImportRequest<'_>) -> Option<usize> {
         unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
     } else {
         found
+    };
+    (!found.is_null()).then_some(found as usize)
+}
+
+/// A pure import from one of libm's libraries that the host itself has not loaded (`libmvec.so.1`, whose vector
+/// functions GCC calls from auto-vectorised loops; the host's own code rarely needs it). The library is opened in
+/// the host, once and for good, as the dynamic linker would have opened it for the extension: libm's libraries
+/// keep no state, so running their code in the domain is what binding a loaded one does.
+fn math_library_symbol(request: &ImportRequest<'_>) -> Option<usize> {
+    let library = request.library.filter(|l| imports::LIBM_LIBRARIES.contains(l))?;
+    let library = CString::new(library).ok()?;
+    let name = CString::new(request.name).ok()?;
+    // SAFETY: a valid C string; libm's libraries have no initialisers that touch the host's state. Opened with
+    // RTLD_LOCAL, they add nothing to the host's global scope, and the handle is kept (never closed) because the
+    // domain's bindings point into the library.
+    let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        return None;
+    }
+    let found = match request.version.and_then(|v| CString::new(v).ok()) {
+        // SAFETY: a handle dlopen returned and valid C strings.
+        Some(version) => unsafe { libc::dlvsym(handle, name.as_ptr(), version.as_ptr()) },
+        // SAFETY: as above.
+        None => unsafe { libc::dlsym(handle, name.as_ptr()) },
     };
     (!found.is_null()).then_some(found as usize)
 }

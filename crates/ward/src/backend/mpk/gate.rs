@@ -87,6 +87,8 @@ struct GateFrame {
     inside: u64,
     /// The fault, when the call ended in one (written by the signal handler; signal 0 until then).
     fault: GateFault,
+    /// The domain's errno, where a store of library code to this thread's errno lands instead (null: nowhere).
+    errno_home: *mut i32,
 }
 
 // The floats follow the ints, as in RegArgs: the argument loader reads both from one base.
@@ -154,6 +156,18 @@ global_asm!(
     "movq xmm5, qword ptr [\\base + \\offset + 88]",
     "movq xmm6, qword ptr [\\base + \\offset + 96]",
     "movq xmm7, qword ptr [\\base + \\offset + 104]",
+    ".endm",
+    // [rsp] := the first {stack_words} eightbytes above the return address of an outward stub's caller, whose
+    // frame starts at `base` (the RegArgs image, 120 bytes, and the six saved registers, 48, lie below that return
+    // address): where System V puts the arguments that do not fit the registers (the seventh integer one on, a
+    // variadic function's surplus, long doubles). Clobbers rax.
+    ".macro ward_mpk_copy_stack_arguments base:req",
+    ".set ward_mpk_word, 0",
+    ".rept {stack_words}",
+    "mov rax, qword ptr [\\base + 176 + ward_mpk_word * 8]",
+    "mov qword ptr [rsp + ward_mpk_word * 8], rax",
+    ".set ward_mpk_word, ward_mpk_word + 1",
+    ".endr",
     ".endm",
     ".pushsection .text.ward_mpk_gate, \"ax\", @progbits",
     // u64 ward_mpk_gate(GateFrame *frame): 0 when the function returned, 1 when the handler sent it to resume.
@@ -258,6 +272,8 @@ global_asm!(
     "mov qword ptr [r13 + {domain_rsp_out}], r14",
     "mov rsp, qword ptr [r13 + {host_rsp}]",
     "and rsp, -16",
+    "sub rsp, {stack_bytes}",
+    "ward_mpk_copy_stack_arguments r14",
     "call 4f",
     // Back to the domain: unmarked, its stack, its rights; the results survive in rbx and r15.
     "mov rbx, rax",
@@ -270,6 +286,8 @@ global_asm!(
     "jmp 5f",
     // Not inside a domain (a host thread calling the pointer itself): a plain call.
     "3:",
+    "sub rsp, {stack_bytes}",
+    "ward_mpk_copy_stack_arguments r14",
     "call 4f",
     "mov rsp, r14",
     "5:",
@@ -288,6 +306,7 @@ global_asm!(
     ".purgem ward_mpk_restore_host_registers_and_return",
     ".purgem ward_mpk_set_pkru",
     ".purgem ward_mpk_load_arguments",
+    ".purgem ward_mpk_copy_stack_arguments",
     func = const offset_of!(GateFrame, func),
     ints = const offset_of!(GateFrame, ints),
     ret_int = const offset_of!(GateFrame, ret_int),
@@ -301,6 +320,8 @@ global_asm!(
     inside = const offset_of!(GateFrame, inside),
     handler_pkru = sym HANDLER_PKRU,
     on_signal = sym on_signal,
+    stack_words = const OUTWARD_STACK_WORDS,
+    stack_bytes = const OUTWARD_STACK_WORDS * 8,
     slots = const OUTWARD_SLOTS,
     stride = const OUTWARD_STRIDE,
     current = sym current_activation_inside,
@@ -489,7 +510,9 @@ fn set_this_thread(pkru: Pkru) {
 }
 
 /// Call `func` inside a domain: on the stack whose top is `stack_top`, with `rights` as PKRU, for at most
-/// `deadline` of time.
+/// `deadline` of time. A store that library code running in the domain makes to this thread's errno (the FS base
+/// is the host's, so libm's and libc's own `errno = EDOM` address the host's thread block) is made to
+/// `errno_home` instead, when it is not null: see [`redirect_errno_store`].
 ///
 /// Returns what it returned, or the fault it raised (a call past its deadline: [`timeout_signal`] with code
 /// `SI_TIMER`); either way the thread is back in the host with the host's PKRU. Only on a machine with PKU.
@@ -504,6 +527,7 @@ pub(crate) unsafe fn call(
     rights: Pkru,
     stack_top: *mut u8,
     deadline: Option<std::time::Duration>,
+    errno_home: *mut i32,
 ) -> io::Result<Result<RegRet, GateFault>> {
     prepare_thread()?;
     if deadline.is_some() {
@@ -525,12 +549,14 @@ pub(crate) unsafe fn call(
         ret_float: 0,
         domain_pkru: u64::from(rights.0),
         host_pkru: 0,
-        stack_top: stack_top as u64,
+        // Below the words an outward stub copies from above its caller's return address.
+        stack_top: (stack_top as u64).wrapping_sub(OUTWARD_STACK_WORDS as u64 * 8),
         host_rsp: 0,
         outside: 0,
         domain_rsp_out: 0,
         inside: 0,
         fault: GateFault { signal: 0, code: 0, addr: 0, pc: 0 },
+        errno_home,
     };
     let frame_ptr: *mut GateFrame = &mut frame;
     ACTIVE.with(|a| a.set(frame_ptr));
@@ -555,6 +581,13 @@ pub(crate) unsafe fn call(
         _ => Err(frame.fault),
     })
 }
+
+/// Eightbytes of stack arguments an outward stub passes on to its host function: sixteen, so a call with up to
+/// 22 integer arguments, or a printf with that many, arrives whole. The gate keeps that much of the top of the
+/// domain's stack unused, so the copy never reads past it.
+const OUTWARD_STACK_WORDS: usize = 16;
+// The copy keeps the host stack 16-byte aligned.
+const _: () = assert!(OUTWARD_STACK_WORDS.is_multiple_of(2));
 
 /// Number of distinct outward entry points (host functions a domain may be handed at once).
 pub(crate) const OUTWARD_SLOTS: usize = 1024;
@@ -585,8 +618,9 @@ extern "C" fn current_activation_inside() -> *mut GateFrame {
 /// and `xmm0` to the domain; called from the host it is a plain call. None when `slot` is out of range.
 ///
 /// # Safety
-/// `target` must be a System V function taking only register-passed arguments (it is called with whatever the
-/// domain passes) that returns normally, and stay valid while any domain may call the stub.
+/// `target` must be a System V function taking register-passed arguments and at most [`OUTWARD_STACK_WORDS`]
+/// eightbytes of stack-passed ones (it is called with whatever the domain passes) that returns normally, and stay
+/// valid while any domain may call the stub.
 pub(crate) unsafe fn outward_stub(slot: usize, target: *const c_void) -> Option<*const c_void> {
     let cell = OUTWARD_TARGETS.get(slot)?;
     cell.store(target as usize, Ordering::Release);
@@ -657,6 +691,18 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
         return;
     }
     let uc = context.cast::<libc::ucontext_t>();
+    // SAFETY: `frame` is this thread's live activation; the errno address is this (host) thread's, read through
+    // the FS base the domain runs with.
+    let errno_store = unsafe {
+        signal == libc::SIGSEGV
+            && code == pku::SEGV_PKUERR
+            && !(*frame).errno_home.is_null()
+            && addr == libc::__errno_location() as usize
+    };
+    // SAFETY: as above, and `uc` is the interrupted context, which the kernel restores on return.
+    if errno_store && unsafe { redirect_errno_store(frame, uc) } {
+        return;
+    }
     // SAFETY: the kernel passes this thread's interrupted context; `frame` is this thread's live activation, in
     // host memory the handler may write, and the interrupted code lies in the span the gate marked inside, where
     // its resume path is safe to take.
@@ -667,6 +713,82 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
         gregs[libc::REG_RBX as usize] = frame as i64;
     }
 }
+
+/// Makes the store to this thread's errno that faulted in the domain to the domain's errno instead, and moves the
+/// interrupted code past it; false (nothing changed) when the faulting instruction is not a plain 32-bit store.
+///
+/// An mpk domain runs with the host's FS base (DECISIONS.md), so library code bound as pure (libm's wrappers
+/// setting `EDOM` or `ERANGE`, `strtod`) writes errno in the host's thread block, which the domain may not write.
+/// glibc writes errno with one `mov dword ptr fs:[reg], imm32/r32`: the handler makes that store to the domain's
+/// errno (the one `__errno_location` gives the extension), as if the domain had its own thread block. Any other
+/// write to the host's memory, errno through a plain pointer included, stays a fault.
+///
+/// # Safety
+/// `frame` must be this thread's live activation, inside its domain (not outside), with the host's PKRU recorded
+/// by the gate; `uc` the context the kernel passed for the fault, whose program counter is that instruction's.
+unsafe fn redirect_errno_store(frame: *mut GateFrame, uc: *mut libc::ucontext_t) -> bool {
+    use iced_x86::{Code, Decoder, DecoderOptions, Register};
+    // The host's rights read every image's code and write the domain's memory; the kernel puts the domain's
+    // rights back from the signal frame when the handler returns.
+    // SAFETY: `frame` is this thread's live activation (the caller's guarantee), whose host PKRU the gate recorded
+    // before entering.
+    let host_rights = unsafe { (*frame).host_pkru };
+    set_this_thread(Pkru(host_rights as u32));
+    // SAFETY: the caller passes the kernel's context for this signal.
+    let gregs = unsafe { &mut (*uc).uc_mcontext.gregs };
+    let pc = gregs[libc::REG_RIP as usize] as usize;
+    // The processor fetched the whole instruction, so its bytes are mapped; bytes past it may not be (the end of a
+    // mapping), so read to the end of the page first and further only when the instruction continues there.
+    let to_page_end = CODE_PAGE - (pc % CODE_PAGE);
+    let mut ins = iced_x86::Instruction::default();
+    for len in [to_page_end.min(15), 15] {
+        // SAFETY: `len` bytes at the program counter: the instruction's own, or the rest of its page.
+        let bytes = unsafe { std::slice::from_raw_parts(pc as *const u8, len) };
+        ins = Decoder::with_ip(64, bytes, pc as u64, DecoderOptions::NONE).decode();
+        if !ins.is_invalid() {
+            break;
+        }
+    }
+    // Thread-local addressing only: a store through a plain pointer that happens to hold the host's errno address
+    // is a wild write, and stays a fault.
+    if ins.memory_segment() != Register::FS {
+        return false;
+    }
+    let value = match ins.code() {
+        Code::Mov_rm32_imm32 if ins.op0_kind() == iced_x86::OpKind::Memory => ins.immediate32(),
+        Code::Mov_rm32_r32 if ins.op0_kind() == iced_x86::OpKind::Memory => {
+            let index = match ins.op1_register() {
+                Register::EAX => libc::REG_RAX,
+                Register::ECX => libc::REG_RCX,
+                Register::EDX => libc::REG_RDX,
+                Register::EBX => libc::REG_RBX,
+                Register::ESP => libc::REG_RSP,
+                Register::EBP => libc::REG_RBP,
+                Register::ESI => libc::REG_RSI,
+                Register::EDI => libc::REG_RDI,
+                Register::R8D => libc::REG_R8,
+                Register::R9D => libc::REG_R9,
+                Register::R10D => libc::REG_R10,
+                Register::R11D => libc::REG_R11,
+                Register::R12D => libc::REG_R12,
+                Register::R13D => libc::REG_R13,
+                Register::R14D => libc::REG_R14,
+                Register::R15D => libc::REG_R15,
+                _ => return false,
+            };
+            gregs[index as usize] as u32
+        }
+        _ => return false,
+    };
+    // SAFETY: errno_home is the domain's errno (the caller's activation), writable with the host's rights.
+    unsafe { (*frame).errno_home.write(value as i32) };
+    gregs[libc::REG_RIP as usize] = (pc + ins.len()) as i64;
+    true
+}
+
+/// The smallest x86-64 page, for bounding reads at the program counter: a read that stops at a 4 KiB boundary
+/// stops at every larger page's too.
+const CODE_PAGE: usize = 4096;
 
 thread_local! {
     /// This thread's deadline timer (made on its first gate call with a deadline), as the handler reads it.

@@ -12,8 +12,8 @@
 //!   pointers at the same offsets, the stack guard at `%fs:0x28`), so this code finds its own copies there;
 //! - a **host gate**: the call leaves the domain and runs on the host's side with the host's rights, because the
 //!   function keeps state in the host's libc (stdio buffers and locks, the gettext catalogue cache, the time-zone
-//!   state). Variadic functions are forwarded as their `v` form with a `va_list` built from the saved registers
-//!   and the domain's stack. What a gate returns may point into host memory, which the domain can read;
+//!   state). The gate passes the argument registers and the first sixteen eightbytes of stack arguments on, which
+//!   serves variadic functions as it is. What a gate returns may point into host memory, which the domain can read;
 //! - a **fault**: the function ends the process (or says the extension is broken), so calling it is reported as a
 //!   fault of the domain and recovered (DESIGN.md §4, step 1);
 //! - a **toolchain hook**: bound to null, exactly as in a process that loads no profiler, transactional-memory
@@ -384,7 +384,7 @@ const GROUPS: &[Group] = &[
     // symbols the domain reads (host memory is readable) and passes back to gated functions. The printf family,
     // even the string-only sprintf and snprintf, goes through the gate too: glibc's formatter falls back to the
     // host's malloc for large field widths and precisions (and for `%m`/`%ms` in scanf), which a domain cannot
-    // write; and variadic calls cost the gate only a `va_list`, where a pure binding would fail rare formats.
+    // write; a pure binding would fail rare formats.
     Group {
         id: "stdio",
         class: HostGate,
@@ -943,7 +943,7 @@ const LIBM_FUNCTIONS: &[&str] = &[
 ];
 
 /// Libraries whose exports are libm's.
-const LIBM_LIBRARIES: &[&str] = &["libm.so.6", "libmvec.so.1"];
+pub(crate) const LIBM_LIBRARIES: &[&str] = &["libm.so.6", "libmvec.so.1"];
 
 /// Name prefixes of the C++ runtime, checked in order (the first match wins).
 const CXX_PREFIXES: &[(&str, &str)] = &[

@@ -25,6 +25,8 @@ type Header = elf::FileHeader64<LE>;
 pub(crate) struct ImportRequest<'a> {
     pub name: &'a str,
     pub version: Option<&'a str>,
+    /// The library that version comes from (`libmvec.so.1`), from `.gnu.version_r`.
+    pub library: Option<&'a str>,
     /// Data rather than code (`STT_OBJECT`, `STT_COMMON`, `STT_TLS`).
     pub object: bool,
 }
@@ -170,16 +172,20 @@ pub(crate) unsafe fn place(
         }
         let name = String::from_utf8_lossy(dynsym.symbol_name(endian, sym).map_err(malformed)?).into_owned();
         if sym.is_undefined(endian) {
-            let version = match &versions {
-                Some(table) => table
-                    .version(table.version_index(endian, index))
-                    .map_err(malformed)?
-                    .map(|v| String::from_utf8_lossy(v.name()).into_owned()),
-                None => None,
+            let (version, library) = match &versions {
+                Some(table) => match table.version(table.version_index(endian, index)).map_err(malformed)? {
+                    Some(v) => (
+                        Some(String::from_utf8_lossy(v.name()).into_owned()),
+                        v.file().map(|f| String::from_utf8_lossy(f).into_owned()),
+                    ),
+                    None => (None, None),
+                },
+                None => (None, None),
             };
             let weak = sym.st_bind() == elf::STB_WEAK;
             let object = matches!(sym.st_type(), elf::STT_OBJECT | elf::STT_COMMON | elf::STT_TLS);
-            let bound = bind(&ImportRequest { name: &name, version: version.as_deref(), object });
+            let bound =
+                bind(&ImportRequest { name: &name, version: version.as_deref(), library: library.as_deref(), object });
             match bound {
                 Some(address) => values.push(Some(address)),
                 None if weak => values.push(Some(0)),

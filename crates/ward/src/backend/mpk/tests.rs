@@ -90,6 +90,29 @@ fn a_well_behaved_extension_runs_in_an_mpk_domain_with_scalars_buffers_strings_a
 }
 
 #[test]
+fn library_code_setting_errno_sets_the_domains_errno_without_a_fault() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (_sup, ext, events) = load("well", Isolation::Mpk);
+    // libm's sqrt and libc's strtod run in the domain and store errno through the host's FS base: that store
+    // lands in the domain's errno, which the extension reads back in its next call.
+    let f64_call = |f: &str, args: &mut [Arg<'_>]| ext.call(f, args, RetType::F64).expect(f).as_f64().expect(f);
+    ext.call("well_clear_errno", &mut [], RetType::Void).unwrap();
+    assert!(f64_call("well_sqrt", &mut [Arg::F64(-1.0)]).is_nan());
+    assert_eq!(int(&ext, "well_errno", &mut []), i64::from(libc::EDOM));
+    ext.call("well_clear_errno", &mut [], RetType::Void).unwrap();
+    assert_eq!(f64_call("well_sqrt", &mut [Arg::F64(4.0)]), 2.0);
+    assert_eq!(int(&ext, "well_errno", &mut []), 0);
+    let huge = std::ffi::CString::new("1e999").unwrap();
+    assert_eq!(f64_call("well_strtod", &mut [Arg::Str(&huge)]), f64::INFINITY);
+    assert_eq!(int(&ext, "well_errno", &mut []), i64::from(libc::ERANGE));
+    assert!(faults(&events).is_empty(), "errno stores are no faults");
+    assert_eq!(ext.stats().restarts, 0);
+}
+
+#[test]
 fn callbacks_reach_the_host_and_the_host_calls_the_domain_again_from_inside_one() {
     let _keys = one_at_a_time();
     if !pku_here() {

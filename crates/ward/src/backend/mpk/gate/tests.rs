@@ -34,7 +34,8 @@ impl TestDomain {
         args.ints[..ints.len()].copy_from_slice(ints);
         // SAFETY: every function the tests call is an `extern "C"` function of this file taking integer or pointer
         // arguments only; the stack is this domain's own, used by no other call.
-        unsafe { super::call(func, &args, self.rights, self.stack.end(), None) }.expect("the gate's thread set-up")
+        unsafe { super::call(func, &args, self.rights, self.stack.end(), None, ptr::null_mut()) }
+            .expect("the gate's thread set-up")
     }
 
     fn data_word(&self) -> *mut u64 {
@@ -211,7 +212,10 @@ fn two_threads_in_one_domain_one_faulting() {
             let mut args = RegArgs::default();
             args.ints[0] = 0;
             // SAFETY: read_word takes one pointer; the stack is the second one, used only here.
-            unsafe { super::call(f(read_word as *const ()), &args, rights, stack_top as *mut u8, None) }.unwrap()
+            unsafe {
+                super::call(f(read_word as *const ()), &args, rights, stack_top as *mut u8, None, ptr::null_mut())
+            }
+            .unwrap()
         });
         for i in 0..1000 {
             assert_eq!(d.call(f(add as *const ()), &[i, 1]).unwrap().int, i + 1);
@@ -320,6 +324,74 @@ fn a_domain_calls_the_host_through_an_outward_stub() {
     assert_eq!(direct(5), 10);
 }
 
+/// In a domain: call `out` with twelve integer arguments, the last six of them on the stack.
+#[allow(clippy::type_complexity)]
+extern "C" fn call_out_with_twelve(
+    out: extern "C" fn(u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64) -> u64,
+) -> u64 {
+    out(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+}
+
+/// In the host: the sum of each argument times its position, so every argument counts in its own place.
+#[allow(clippy::too_many_arguments)]
+extern "C" fn host_weighted_sum(
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    a4: u64,
+    a5: u64,
+    a6: u64,
+    a7: u64,
+    a8: u64,
+    a9: u64,
+    a10: u64,
+    a11: u64,
+    a12: u64,
+) -> u64 {
+    [a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12].iter().zip(1..).map(|(a, i)| a * i).sum()
+}
+
+/// The host buffer the variadic test's snprintf writes (the host's memory: the domain could not).
+static FORMATTED: std::sync::Mutex<[u8; 64]> = std::sync::Mutex::new([0; 64]);
+
+type Snprintf = unsafe extern "C" fn(*mut libc::c_char, usize, *const libc::c_char, ...) -> libc::c_int;
+
+/// In a domain: format ten integers with `out` (snprintf behind an outward stub) into `buf`: four of them on the
+/// stack.
+extern "C" fn format_ten(out: Snprintf, buf: *mut libc::c_char) -> u64 {
+    // SAFETY: `out` is snprintf; `buf` has 64 bytes; the format takes ten ints.
+    let n = unsafe { out(buf, 64, c"%d %d %d %d %d %d %d %d %d %d".as_ptr(), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10) };
+    n as u64
+}
+
+#[test]
+fn a_host_function_called_out_of_a_domain_gets_its_stack_arguments() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    // Slots far from the ones the backend hands out from the bottom.
+    // SAFETY: host_weighted_sum takes twelve integers (six on the stack) and returns normally.
+    let stub = unsafe { outward_stub(OUTWARD_SLOTS - 1, f(host_weighted_sum as *const ())) }.unwrap();
+    let expected: u64 = (1..=12).map(|i| i * i).sum();
+    assert_eq!(d.call(f(call_out_with_twelve as *const ()), &[stub as u64]).unwrap().int, expected);
+    // Called from the host itself, the stub passes them on too.
+    // SAFETY: the stub stands for host_weighted_sum.
+    let direct: extern "C" fn(u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64) -> u64 =
+        unsafe { std::mem::transmute(stub) };
+    assert_eq!(direct(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), expected);
+
+    // A variadic function: snprintf with ten integers.
+    // SAFETY: snprintf takes a buffer, its size, a format and what the format names (at most 16 words on the
+    // stack here).
+    let stub = unsafe { outward_stub(OUTWARD_SLOTS - 2, f(libc::snprintf as *const ())) }.unwrap();
+    let mut buf = FORMATTED.lock().unwrap_or_else(|e| e.into_inner());
+    let n = d.call(f(format_ten as *const ()), &[stub as u64, buf.as_mut_ptr() as u64]).unwrap().int;
+    let text = std::ffi::CStr::from_bytes_until_nul(&buf[..]).expect("a C string").to_str().expect("ASCII");
+    assert_eq!(text, "1 2 3 4 5 6 7 8 9 10");
+    assert_eq!(n as usize, text.len());
+}
+
 /// The rights of the domain the nesting test uses (set by the test before it calls in).
 static NESTED_RIGHTS: AtomicU32 = AtomicU32::new(0);
 static NESTED_INNER_RSP: AtomicU64 = AtomicU64::new(0);
@@ -332,10 +404,14 @@ extern "C" fn host_calls_back_in(_: u64) -> u64 {
     let rights = Pkru(NESTED_RIGHTS.load(Ordering::SeqCst));
     let args = RegArgs::default();
     // SAFETY: stack_pointer takes nothing; the stack is the domain's own, below the part its outer call uses.
-    let inner = unsafe { super::call(f(stack_pointer as *const ()), &args, rights, top, None) }.unwrap().unwrap();
+    let inner = unsafe { super::call(f(stack_pointer as *const ()), &args, rights, top, None, ptr::null_mut()) }
+        .unwrap()
+        .unwrap();
     NESTED_INNER_RSP.store(inner.int, Ordering::SeqCst);
     // SAFETY: read_word takes one pointer (null here, on purpose).
-    let fault = unsafe { super::call(f(read_word as *const ()), &args, rights, top, None) }.unwrap().unwrap_err();
+    let fault = unsafe { super::call(f(read_word as *const ()), &args, rights, top, None, ptr::null_mut()) }
+        .unwrap()
+        .unwrap_err();
     NESTED_FAULT_SIGNAL.store(fault.signal as u64, Ordering::SeqCst);
     100
 }
@@ -399,14 +475,22 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
     let mut args = RegArgs::default();
     // SAFETY: spin_forever takes nothing; the stack is the domain's own.
     let stuck = unsafe {
-        super::call(f(spin_forever as *const ()), &args, d.rights, d.stack.end(), Some(Duration::from_millis(20)))
+        super::call(
+            f(spin_forever as *const ()),
+            &args,
+            d.rights,
+            d.stack.end(),
+            Some(Duration::from_millis(20)),
+            ptr::null_mut(),
+        )
     };
     let fault = stuck.unwrap().unwrap_err();
     assert_eq!((fault.signal, fault.code), (timeout_signal(), libc::SI_TIMER));
     args.ints[..2].copy_from_slice(&[2, 2]);
     // SAFETY: add takes two integers.
-    let prompt =
-        unsafe { super::call(f(add as *const ()), &args, d.rights, d.stack.end(), Some(Duration::from_secs(60))) };
+    let prompt = unsafe {
+        super::call(f(add as *const ()), &args, d.rights, d.stack.end(), Some(Duration::from_secs(60)), ptr::null_mut())
+    };
     assert_eq!(prompt.unwrap().unwrap().int, 4);
     assert_eq!(arm_timer(None), None, "no deadline is left armed after the call");
 }
@@ -449,7 +533,14 @@ fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once
     args.ints[0] = stub as u64;
     // SAFETY: call_out_then_spin takes one function pointer; the stack is the domain's own.
     let r = unsafe {
-        super::call(f(call_out_then_spin as *const ()), &args, d.rights, d.stack.end(), Some(CALL_OUT_DEADLINE))
+        super::call(
+            f(call_out_then_spin as *const ()),
+            &args,
+            d.rights,
+            d.stack.end(),
+            Some(CALL_OUT_DEADLINE),
+            ptr::null_mut(),
+        )
     };
     assert_eq!(SLOW_HOST_ENTERED.load(Ordering::SeqCst), 1, "the domain called the host before its deadline");
     assert_eq!(r.unwrap().unwrap_err().signal, timeout_signal());

@@ -116,6 +116,12 @@ impl RuntimeBlock {
         unsafe { ptr::addr_of_mut!((*block).nothrow) as usize }
     }
 
+    /// The address of the domain's errno in this block (what `__errno_location` gives the extension).
+    pub(crate) fn errno_address(block: *mut RuntimeBlock) -> *mut i32 {
+        // SAFETY: only the field's address is taken.
+        unsafe { ptr::addr_of_mut!((*block).errno) }
+    }
+
     /// Destructors registered with `__cxa_atexit`, newest first.
     pub(crate) fn destructors(&self) -> Vec<(usize, usize)> {
         let n = self.atexit_count.min(ATEXIT_SLOTS);
