@@ -662,8 +662,9 @@ fn host_symbol(request: &ImportRequest<'_>) -> Option<usize> {
 
 /// A pure import from one of libm's libraries that the host itself has not loaded (`libmvec.so.1`, whose vector
 /// functions GCC calls from auto-vectorised loops; the host's own code rarely needs it). The library is opened in
-/// the host, once and for good, as the dynamic linker would have opened it for the extension: libm's libraries
-/// keep no state, so running their code in the domain is what binding a loaded one does.
+/// the host and never closed, as the dynamic linker would have opened it for the extension (opening it again for the
+/// next import gives the same handle): libm's libraries keep no state, so running their code in the domain is what
+/// binding a loaded one does.
 fn math_library_symbol(request: &ImportRequest<'_>) -> Option<usize> {
     let library = request.library.filter(|l| imports::LIBM_LIBRARIES.contains(l))?;
     let library = CString::new(library).ok()?;
