@@ -22,6 +22,7 @@ enum fault_kind {
     FAULT_ILLEGAL = 13,
     FAULT_OVERRUN = 20,
     FAULT_NAN = 21, /* LADSPA only */
+    FAULT_HOST_WRITE = 22,
 };
 
 /* Bytes an OVERRUN writes past the end of the output. */
@@ -79,6 +80,18 @@ static inline void crash(long kind) {
     }
     case FAULT_ILLEGAL:
         __builtin_trap();
+    case FAULT_HOST_WRITE: {
+        /*
+         * Writes the first byte of the environment's PATH back unchanged: harmless where the plugin has a process
+         * to itself (natively, or in a domain process), a fault where the host's memory is read-only to it (an mpk
+         * domain). Nothing happens without a PATH.
+         */
+        volatile char *path = getenv("PATH");
+        if (path != NULL) {
+            *path = *path;
+        }
+        break;
+    }
     default:
         break;
     }

@@ -23,6 +23,8 @@
  *   13 ILLEGAL        __builtin_trap()                         -> SIGILL
  *   20 OVERRUN        write the frame, then 64 KiB past its end
  *                     (SIGSEGV when the frame ends at a guard page)
+ *   22 HOST_WRITE     write a byte of the host's PATH back unchanged
+ *                     (SIGSEGV in an mpk domain only; harmless elsewhere)
  * Any other kind does nothing.
  *
  * Self-contained (no libm; shared helpers are header-only, in faulty_common.h):

@@ -23,6 +23,8 @@
  *   20 OVERRUN        write the output, then 64 KiB of floats past its end
  *                     (SIGSEGV when the buffer ends at a guard page)
  *   21 NAN            every output sample is NaN
+ *   22 HOST_WRITE     write a byte of the host's PATH back unchanged
+ *                     (SIGSEGV in an mpk domain only; harmless elsewhere)
  * Any other kind does nothing.
  *
  * Self-contained (no libm; shared helpers are header-only, in faulty_common.h):

@@ -97,8 +97,17 @@ impl Campaign {
             return Err(Error::EmptyList { what: "--isolation" });
         }
         let library: Vec<TrialFault> = options.fault_types.iter().copied().filter(|t| t.is_library()).collect();
-        if !library.is_empty() && options.isolations.contains(&Mode::None) {
-            return Err(Error::LibraryFaultNeedsProcess { kinds: crate::config::type_list(&library) });
+        let in_host_process = options.isolations.iter().copied().find(|m| matches!(m, Mode::Mpk | Mode::None));
+        if let Some(mode) = in_host_process {
+            if !library.is_empty() {
+                return Err(Error::LibraryFaultNeedsProcess { kinds: crate::config::type_list(&library), mode });
+            }
+            if options.poison {
+                return Err(Error::PoisonNeedsProcess { mode });
+            }
+        }
+        if options.isolations.contains(&Mode::Mpk) && !ward::mpk_available() {
+            return Err(Error::MpkUnavailable("this machine has none (no PKU)"));
         }
         let config = CampaignConfig {
             extension,

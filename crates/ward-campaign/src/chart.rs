@@ -125,6 +125,7 @@ fn legend(root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<
 fn short(mode: Mode) -> &'static str {
     match mode {
         Mode::Native => "nat",
+        Mode::Mpk => "mpk",
         Mode::Process => "proc",
         Mode::None => "none",
     }

@@ -17,6 +17,8 @@ use crate::fault::TrialFault;
 pub enum Mode {
     /// Loaded with dlopen and called directly, as hosts do without ward.
     Native,
+    /// Under ward, in an mpk domain: the host's own process, behind protection keys.
+    Mpk,
     /// Under ward, in a `ward-domain` process.
     Process,
     /// Under ward with isolation `none`: interposed and tracked, but in the host's own process.
@@ -27,6 +29,7 @@ impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Native => "native",
+            Mode::Mpk => "mpk",
             Mode::Process => "process",
             Mode::None => "none",
         }
@@ -36,6 +39,7 @@ impl Mode {
     pub fn isolation(self) -> Option<Isolation> {
         match self {
             Mode::Native => None,
+            Mode::Mpk => Some(Isolation::Mpk),
             Mode::Process => Some(Isolation::Process),
             Mode::None => Some(Isolation::None),
         }
@@ -51,15 +55,16 @@ impl fmt::Display for Mode {
 impl FromStr for Mode {
     type Err = Error;
 
-    /// The isolation kinds a campaign can compare: `process` and `none` (and `native`, for the hidden host).
+    /// The isolation kinds a campaign can compare: `mpk`, `process` and `none` (and `native`, for the hidden host).
     fn from_str(s: &str) -> Result<Mode, Error> {
         match s {
             "native" => Ok(Mode::Native),
+            "mpk" => Ok(Mode::Mpk),
             "process" => Ok(Mode::Process),
             "none" => Ok(Mode::None),
-            "mpk" | "auto" => Err(Error::UnknownIsolation {
+            "auto" => Err(Error::UnknownIsolation {
                 given: s.to_string(),
-                hint: " (campaigns do not run mpk domains yet, and auto would mean mpk or process by machine)",
+                hint: " (auto would mean mpk or process by machine and extension: name the kinds to compare)",
             }),
             _ => Err(Error::UnknownIsolation { given: s.to_string(), hint: "" }),
         }
@@ -191,7 +196,7 @@ pub fn parse_types(text: &str) -> Result<Vec<TrialFault>, Error> {
     Ok(types)
 }
 
-/// Isolation kinds separated by commas (`process`, `none`), without repeats, in that order.
+/// Isolation kinds separated by commas (`mpk`, `process`, `none`), without repeats, in that order.
 pub fn parse_isolations(text: &str) -> Result<Vec<Mode>, Error> {
     let mut modes = Vec::new();
     for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -264,8 +269,9 @@ mod tests {
         assert_eq!(parse_isolations("none,process").unwrap(), vec![Mode::Process, Mode::None]);
         let err = parse_isolations("process,jail").unwrap_err();
         assert!(err.is_bad_input());
-        assert!(err.to_string().contains("`jail`; valid: process, none"), "{err}");
-        assert!(parse_isolations("mpk").unwrap_err().to_string().contains("do not run mpk domains yet"));
+        assert!(err.to_string().contains("`jail`; valid: mpk, process, none"), "{err}");
+        assert_eq!(parse_isolations("process, mpk").unwrap(), vec![Mode::Mpk, Mode::Process]);
+        assert!(parse_isolations("auto").unwrap_err().to_string().contains("name the kinds to compare"));
         assert!(parse_isolations("native").is_err());
     }
 

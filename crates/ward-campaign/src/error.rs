@@ -14,12 +14,19 @@ pub enum Error {
     )]
     UnknownFaultType { given: String },
     #[error(
-        "library fault kinds ({kinds}) cannot run under isolation `none`: a library fault is preloaded into the \
-         extension's own domain process, and `none` runs the extension in the host's process; drop `none` from \
+        "library fault kinds ({kinds}) cannot run under isolation `{mode}`: a library fault is preloaded into the \
+         extension's own domain process, and `{mode}` runs the extension in the host's process; drop `{mode}` from \
          --isolation, or the library kinds from --types"
     )]
-    LibraryFaultNeedsProcess { kinds: String },
-    #[error("unknown isolation `{given}`; valid: process, none{hint}")]
+    LibraryFaultNeedsProcess { kinds: String, mode: Mode },
+    #[error(
+        "--poison cannot run under isolation `{mode}`: poisoned calls are made by the dispatcher of a domain \
+         process; drop `{mode}` from --isolation, or --poison"
+    )]
+    PoisonNeedsProcess { mode: Mode },
+    #[error("isolation mpk needs memory protection keys, and {0}; drop mpk from --isolation")]
+    MpkUnavailable(&'static str),
+    #[error("unknown isolation `{given}`; valid: mpk, process, none{hint}")]
     UnknownIsolation { given: String, hint: &'static str },
     #[error("unknown fault model `{given}`; valid: persistent, transient")]
     UnknownFaultModel { given: String },
@@ -88,6 +95,8 @@ impl Error {
             self,
             Error::UnknownFaultType { .. }
                 | Error::LibraryFaultNeedsProcess { .. }
+                | Error::PoisonNeedsProcess { .. }
+                | Error::MpkUnavailable(..)
                 | Error::Imports { .. }
                 | Error::UnknownIsolation { .. }
                 | Error::UnknownFaultModel { .. }

@@ -1,7 +1,7 @@
 //! Counting: outcomes per fault type and run (Nooks' Figures 6 and 7 in numbers), and the targets of issue 5.
 //!
 //! - **survival**: of the trials whose native host crashed or hung, the share whose isolated host did neither
-//!   (target 100%; Nooks: 99%);
+//!   (target 100%, 99.5% under mpk, where the extension shares the host's process; Nooks: 99%);
 //! - **transparency**: of those, the share whose isolated host saw exactly the reference output (target 90%);
 //! - **hangs**: every trial whose native host hung had its hang detected under isolation, no later than the
 //!   deadline plus [`hang_slack`].
@@ -16,8 +16,15 @@ use crate::plan::TrialId;
 use crate::record::RunRecord;
 use serde::Serialize;
 
-/// Share of native host failures the isolated host must survive.
-pub const SURVIVAL_TARGET: f64 = 1.0;
+/// Share of native host failures the isolated host must survive under `mode`: all of them in a domain process of
+/// their own; 99.5% in an mpk domain, which shares the host's process (an injected system call instruction, say,
+/// reaches the kernel as the host's).
+pub fn survival_target(mode: Mode) -> f64 {
+    match mode {
+        Mode::Mpk => 0.995,
+        Mode::Native | Mode::Process | Mode::None => 1.0,
+    }
+}
 /// Share of survived failures that must be fully transparent.
 pub const TRANSPARENCY_TARGET: f64 = 0.9;
 
@@ -253,7 +260,7 @@ fn targets(mode: Mode, total: &Row, trials: &Trials<'_>, deadline: Duration) -> 
         clean,
         survival,
         transparency,
-        survival_met: !matches!(survival, Some(s) if s < SURVIVAL_TARGET),
+        survival_met: !matches!(survival, Some(s) if s < survival_target(mode)),
         transparency_met: !matches!(transparency, Some(t) if t < TRANSPARENCY_TARGET),
         hangs,
     }

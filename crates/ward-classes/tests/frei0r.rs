@@ -36,6 +36,7 @@ const REPEAT: usize = 2;
 const NULL_DEREF: f64 = 1.0;
 const INFINITE_LOOP: f64 = 5.0;
 const OVERRUN: f64 = 20.0;
+const HOST_WRITE: f64 = 22.0;
 
 fn plugin(name: &str) -> PathBuf {
     let path = Path::new(FREI0R_DIR).join(format!("{name}.so"));
@@ -460,4 +461,36 @@ fn in_an_mpk_domain_an_overrun_faults_at_the_adapters_guard_page() {
     if pku() {
         overrun_caught(Isolation::Mpk);
     }
+}
+
+/// A plugin that faults only in an mpk domain (it writes host memory that a process of its own would own) moves to a
+/// process domain after `escalate_after` faults, and the update in flight is retried there: the host gets every frame
+/// right, with the parameters it set, as from a plugin that never failed.
+#[test]
+fn in_an_mpk_domain_a_plugin_faulting_only_there_escalates_and_every_frame_is_right() {
+    if !pku() {
+        return;
+    }
+    let sup = supervisor("escalate_after = 2\nmax_retries = 2");
+    let (lib, mut inst) = armed_in(&sup, HOST_WRITE, 2.0, true, Isolation::Mpk);
+    let mut out = vec![0u32; PIXELS];
+    let input = image(1, PIXELS);
+    assert_eq!(inst.update(0.0, &input, &mut out).unwrap(), Processed::Ran);
+    assert!(out == inverted(&input));
+    assert_eq!(lib.extension().isolation(), Isolation::Mpk);
+
+    // Update 2 faults in the mpk domain; the restarted instance's first update does not, so it is retried and
+    // right there. Update 3 is the new instance's second: it faults, and that is the second fault, so the domain
+    // moves to a process, where the replayed instance's retried update runs on without faults.
+    for (seed, time) in [(2, 0.04), (3, 0.08), (4, 0.12), (5, 0.16)] {
+        let input = image(seed, PIXELS);
+        out.fill(0);
+        assert_eq!(inst.update(time, &input, &mut out).unwrap(), Processed::Ran, "update of image {seed}");
+        assert!(out == inverted(&input), "update of image {seed}: the output is not the inverted input");
+    }
+    assert_eq!(lib.extension().isolation(), Isolation::Process, "two faults move the domain to a process");
+    let stats = lib.extension().stats();
+    assert_eq!(stats.faults, 2, "{stats:?}");
+    assert_eq!(inst.get_param(KIND).unwrap(), ParamValue::Double(HOST_WRITE), "the parameters moved along");
+    assert_eq!(inst.get_param(REPEAT).unwrap(), ParamValue::Bool(1.0));
 }

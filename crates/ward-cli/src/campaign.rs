@@ -30,7 +30,7 @@ pub struct CampaignArgs {
     /// library fault kinds (alloc, leak, copy-overrun; `library` is every one) run the unmutated extension with a
     /// run-time fault in the C library calls its own code makes: an allocation fails, frees leak, or a copy
     /// overruns, from a call drawn from the trial's seed. Mix them at will (`all,library`, `nop,alloc`). Library
-    /// kinds need isolation process (not none).
+    /// kinds need isolation process (not mpk or none).
     #[arg(long, default_value = "all", value_name = "all|library|TYPE,...")]
     types: String,
     /// Trials of each fault type.
@@ -40,7 +40,8 @@ pub struct CampaignArgs {
     /// library-fault trial has one fault).
     #[arg(long, default_value_t = 5, value_name = "N", value_parser = value_parser!(u32).range(1..=100))]
     faults_per_trial: u32,
-    /// Isolation kinds each trial also runs under, after the native run: process, none (comma-separated).
+    /// Isolation kinds each trial also runs under, after the native run: mpk (on a machine with protection keys),
+    /// process, none (comma-separated).
     #[arg(long, default_value = "process", value_name = "KIND,...")]
     isolation: String,
     /// Seed of every trial's injection (and of every library-fault trial's drawn call).
@@ -202,7 +203,9 @@ impl Launcher for ChildHosts {
                     env = ward::libfault::env_for(request.path, fault)
                         .map_err(|e| ward_campaign::Error::Launch(format!("{e:#}")))?;
                 }
-                Mode::Process | Mode::None => args.extend(["--library-fault".into(), fault.to_string().into()]),
+                Mode::Mpk | Mode::Process | Mode::None => {
+                    args.extend(["--library-fault".into(), fault.to_string().into()])
+                }
             }
         }
         args.extend(["--".into(), request.path.as_os_str().to_owned()]);

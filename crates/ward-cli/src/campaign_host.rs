@@ -25,7 +25,7 @@ pub struct CampaignHostArgs {
     /// The workload: well, ladspa or frei0r.
     #[arg(long)]
     workload: String,
-    /// `native`, `process` or `none`.
+    /// `native`, `mpk`, `process` or `none`.
     #[arg(long)]
     mode: String,
     /// Deadline of every call under ward.

@@ -156,6 +156,37 @@ fn under_mpk_ffmpeg_frei0r_is_bit_identical_and_survives_a_crashing_filter() {
     ffmpeg_recovers_the_crashing_filter(&s, ward().args(["run", "--isolation", "mpk", "--", "ffmpeg"]));
 }
 
+/// A filter that faults only in an mpk domain (faulty_frei0r's kind 22 writes a byte of the host's environment back
+/// unchanged, from frame 2 on): after three faults (the default `escalate_after`) it moves to a process domain,
+/// where it runs without faults, and ffmpeg gets every frame as from a filter that never failed.
+#[test]
+fn under_mpk_a_filter_faulting_only_there_moves_to_a_process_and_every_frame_is_right() {
+    if !ward::mpk_available() {
+        eprintln!("no PKU on this machine: escalation from mpk under ward run did not run here");
+        return;
+    }
+    let s = Scratch::new("mpk-escalation");
+    let args = ffmpeg_args("frei0r=faulty_frei0r:22|2|y", &s.path("out.rgba"));
+    let out = output(
+        ward().args(["run", "--isolation", "mpk", "--", "ffmpeg"]).args(&args).env("FREI0R_PATH", builtin_dir()),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "under ward ffmpeg finishes: {:?}\n{err}", out.status);
+    assert!(
+        err.contains("ward: faulty_frei0r: isolation mpk failed 3 times: it runs with isolation process from now on"),
+        "{err}"
+    );
+    let clean = ffmpeg_args("frei0r=faulty_frei0r:0", &s.path("clean.rgba"));
+    let reference = output(Command::new("ffmpeg").args(&clean).env("FREI0R_PATH", builtin_dir()));
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    let (got, want) = (read(&s.path("out.rgba")), read(&s.path("clean.rgba")));
+    assert_eq!(got.len(), want.len(), "{err}");
+    let frame = 160 * 120 * 4;
+    let differing: Vec<usize> =
+        (0..got.len() / frame).filter(|f| got[f * frame..][..frame] != want[f * frame..][..frame]).collect();
+    assert!(differing.is_empty(), "frames {differing:?} differ from the run without the fault\n{err}");
+}
+
 /// sox's ladspa effect wants a value for every control port, outputs included: gain, fault kind, fault at block,
 /// repeat, and the "Blocks" output.
 fn sox_faulty(s: &Scratch, out: &str, gain: &str, kind: &str, at: &str, repeat: &str) -> Vec<String> {

@@ -36,7 +36,7 @@ use ward_xpc::Deadline;
 use super::gate::{self, GateFault};
 use super::imports::{self, ImportClass};
 use super::loader::{self, ImportRequest, Placed};
-use super::memory::{page_size, KeyedRegion};
+use super::memory::{self, page_size, KeyedRegion};
 use super::pku::{self, Pkru, ProtectionKey};
 use super::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
 use super::{assess, Image, Reason};
@@ -343,7 +343,10 @@ impl MpkBackend {
         let thunk_pages = thunk_pages.div_ceil(page) * page;
         let runtime_page = std::mem::size_of::<RuntimeBlock>().div_ceil(page) * page;
         let images: usize = files.iter().map(|f| f.span).sum();
-        let heap = self.cfg.heap_bytes.div_ceil(page) * page;
+        // Under an address-space limit the domain reserves at most half of what the host has left, so that
+        // neither fails for lack of room: the domain's quota is then the smaller of the two.
+        let room = memory::address_space_room().map_or(usize::MAX, |room| room / 2);
+        let heap = self.cfg.heap_bytes.min(room).div_ceil(page) * page;
 
         let key = ProtectionKey::allocate().map_err(system("cannot allocate a protection key"))?;
         let signal = gate::signal_key().map_err(system("cannot install the fault handlers"))?;

@@ -83,3 +83,20 @@ pub(crate) fn page_size() -> usize {
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(page).unwrap_or(4096)
 }
+
+/// How much more address space this process may map under its `RLIMIT_AS` (a host run with `ulimit -v`, say):
+/// `None` when it has no limit. A domain's reservations count against the host's limit, as every mapping does.
+pub(crate) fn address_space_room() -> Option<usize> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct it is given, which lives for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    let limit = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
+    // The first field of statm is the size of every mapping, in pages.
+    let mapped_pages = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse::<usize>().ok()))
+        .unwrap_or(0);
+    Some(limit.saturating_sub(mapped_pages.saturating_mul(page_size())))
+}
