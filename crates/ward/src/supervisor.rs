@@ -206,13 +206,16 @@ impl Supervisor {
         };
         let heartbeat = policy.heartbeat;
         let escalation = (isolation == Isolation::Mpk).then(|| self.escalation(&policy));
+        let escalates = escalation.is_some() && policy.escalate_after > 0;
         let mut domain = Domain::new(name, isolation, policy, self.inner.events.clone(), backend, tracker);
         if let Some(escalation) = escalation {
             domain = domain.with_escalation(escalation);
         }
         let domain = Arc::new(domain);
+        // An mpk domain runs on its callers' threads, so there is nothing to ping while it is idle; once it has
+        // moved to a process (escalation), its heartbeat starts.
         if let Some(interval) = heartbeat {
-            if isolation == Isolation::Process {
+            if isolation == Isolation::Process || escalates {
                 self.add_heartbeat(&domain, interval);
             }
         }

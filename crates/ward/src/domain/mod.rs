@@ -792,8 +792,12 @@ impl Domain {
     }
 
     /// Heartbeat: when the domain is idle, check it answers within `interval`. Busy domains are skipped (their
-    /// calls have deadlines of their own).
+    /// calls have deadlines of their own), and so are domains that do not run in a process of their own (an mpk
+    /// domain that may move to one later has its heartbeat from then on).
     pub fn heartbeat(&self, interval: Duration) {
+        if self.isolation() != crate::policy::Isolation::Process {
+            return;
+        }
         let Some(g) = self.lock.try_lock() else {
             return;
         };

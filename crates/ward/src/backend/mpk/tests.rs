@@ -4,6 +4,7 @@
 
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::{Arg, Error, Event, Extension, FaultKind, Isolation, Policy, RestartVia, RetType, Signature, Supervisor};
 use crate::{SignalCause, ValType, Value};
@@ -291,4 +292,39 @@ fn after_escalate_after_faults_an_mpk_domain_moves_to_a_process_domain_with_its_
     let escalated: Vec<&Event> = all.iter().filter(|e| matches!(e, Event::Escalated { .. })).collect();
     assert_eq!(escalated.len(), 1, "{all:?}");
     assert!(matches!(escalated[0], Event::Escalated { faults: 2, from: Isolation::Mpk, to: Isolation::Process, .. }));
+}
+
+/// A domain that moved to a process gets the heartbeat its policy asks for: stopped there, it misses a beat and is
+/// restarted, its state replayed. (In the mpk domain before, there was nothing to ping.)
+#[test]
+#[allow(unsafe_code)] // one kill(2) of the domain process this test started
+fn an_escalated_domain_has_a_heartbeat() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let keys = "[extension.faulty_mpk]\nescalate_after = 1\nheartbeat_ms = 500\n";
+    let policy = POLICY.replacen("[extension.faulty_mpk]\n", keys, 1);
+    let sup = Supervisor::new(Policy::from_toml_str(&policy, "test policy").expect("the test policy parses"));
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin("faulty_mpk"), Some(Isolation::Mpk)).expect("loads under mpk");
+    assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
+    ext.call("faulty_arm", &mut [Arg::I64(1), Arg::I64(0)], RetType::Void).unwrap();
+    assert_eq!(int(&ext, "faulty_compute", &mut [Arg::I64(6)]), 37);
+    assert_eq!(ext.isolation(), Isolation::Process);
+    let pid = ext.pid().expect("a process domain runs it now");
+    let _ = events.try_iter().count();
+    // SAFETY: the domain process this test's supervisor started; SIGSTOP freezes it without ending it.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let bound = Duration::from_secs(120);
+    let fault = loop {
+        match events.recv_timeout(bound).expect("a heartbeat fault within the bound") {
+            Event::Fault { fault } => break fault,
+            _ => continue,
+        }
+    };
+    assert!(matches!(fault.kind, FaultKind::HeartbeatMissed { .. }), "{fault:?}");
+    while !matches!(events.recv_timeout(bound).expect("recovery within the bound"), Event::Recovered { .. }) {}
+    assert_ne!(ext.pid(), Some(pid), "restarted in a new process");
+    assert_eq!(int(&ext, "faulty_counter_get", &mut []), 5, "the counter was replayed");
 }
