@@ -21,7 +21,7 @@
 //! [defaults]                 # any extension field
 //! isolation = "process"      # none | process | mpk | auto
 //! deadline_ms = 10000        # how long one call may take
-//! heartbeat_ms = 1000        # 0 = off
+//! heartbeat_ms = 1000        # 0 = off; domain processes only (an mpk domain once it escalated)
 //! max_restarts = 10          # restart intensity: at most max_restarts ...
 //! restart_period_s = 60      # ... within restart_period_s (integer or float)
 //! backoff_initial_ms = 1     # pause before the 2nd consecutive restart (integer or float)
@@ -280,7 +280,8 @@ pub struct ExtensionPolicy {
     pub group: Option<String>,
     /// Deadline of one call.
     pub deadline: Duration,
-    /// Heartbeat interval of the domain; `None`: off.
+    /// Heartbeat interval of the domain; `None`: off. Only a domain process is pinged: an mpk domain has its
+    /// heartbeat once it has moved to a process (`escalate_after`).
     pub heartbeat: Option<Duration>,
     /// Restart intensity: at most this many restarts ...
     pub max_restarts: u32,
