@@ -312,8 +312,8 @@ fn a_domain_calls_the_host_through_an_outward_stub() {
         return;
     }
     let d = TestDomain::new();
-    // SAFETY: host_double takes one integer and returns normally.
-    let stub = unsafe { outward_stub(0, f(host_double as *const ())) }.unwrap();
+    // host_double takes one integer and returns normally.
+    let stub = outward_for(f(host_double as *const ())).expect("an outward slot");
     assert_eq!(d.call(f(call_out as *const ()), &[stub as u64, 20]).unwrap().int, 41);
     assert_eq!(OUTWARD_HOST_WORD.load(Ordering::SeqCst), 20, "the host function wrote host memory");
     let rsp = OUTWARD_HOST_RSP.load(Ordering::SeqCst) as usize;
@@ -370,9 +370,8 @@ fn a_host_function_called_out_of_a_domain_gets_its_stack_arguments() {
         return;
     }
     let d = TestDomain::new();
-    // Slots far from the ones the backend hands out from the bottom.
-    // SAFETY: host_weighted_sum takes twelve integers (six on the stack) and returns normally.
-    let stub = unsafe { outward_stub(OUTWARD_SLOTS - 1, f(host_weighted_sum as *const ())) }.unwrap();
+    // host_weighted_sum takes twelve integers (six on the stack) and returns normally.
+    let stub = outward_for(f(host_weighted_sum as *const ())).expect("an outward slot");
     let expected: u64 = (1..=12).map(|i| i * i).sum();
     assert_eq!(d.call(f(call_out_with_twelve as *const ()), &[stub as u64]).unwrap().int, expected);
     // Called from the host itself, the stub passes them on too.
@@ -382,9 +381,9 @@ fn a_host_function_called_out_of_a_domain_gets_its_stack_arguments() {
     assert_eq!(direct(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), expected);
 
     // A variadic function: snprintf with ten integers.
-    // SAFETY: snprintf takes a buffer, its size, a format and what the format names (at most 16 words on the
+    // snprintf takes a buffer, its size, a format and what the format names (at most 16 words on the
     // stack here).
-    let stub = unsafe { outward_stub(OUTWARD_SLOTS - 2, f(libc::snprintf as *const ())) }.unwrap();
+    let stub = outward_for(f(libc::snprintf as *const ())).expect("an outward slot");
     let mut buf = FORMATTED.lock().unwrap_or_else(|e| e.into_inner());
     let n = d.call(f(format_ten as *const ()), &[stub as u64, buf.as_mut_ptr() as u64]).unwrap().int;
     let text = std::ffi::CStr::from_bytes_until_nul(&buf[..]).expect("a C string").to_str().expect("ASCII");
@@ -423,8 +422,8 @@ fn nested_calls_host_domain_host_domain_with_a_fault_at_depth_three() {
     }
     let d = TestDomain::new();
     NESTED_RIGHTS.store(d.rights.0, Ordering::SeqCst);
-    // SAFETY: host_calls_back_in takes one integer and returns normally.
-    let stub = unsafe { outward_stub(1, f(host_calls_back_in as *const ())) }.unwrap();
+    // host_calls_back_in takes one integer and returns normally.
+    let stub = outward_for(f(host_calls_back_in as *const ())).expect("an outward slot");
     let outer = d.call(f(call_out as *const ()), &[stub as u64, 0]);
     assert_eq!(outer.unwrap().int, 101, "the outer call went on after the fault at depth three");
     assert_eq!(NESTED_FAULT_SIGNAL.load(Ordering::SeqCst), libc::SIGSEGV as u64);
@@ -447,8 +446,8 @@ fn a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts() {
         // SAFETY: installs a plain handler that only bumps an atomic.
         unsafe { libc::signal(libc::SIGTRAP, host_trap_handler as *const () as usize) };
         let d = TestDomain::new();
-        // SAFETY: host_breakpoint takes one integer and returns normally (after its trap is handled).
-        let stub = unsafe { outward_stub(2, f(host_breakpoint as *const ())) }.unwrap();
+        // host_breakpoint takes one integer and returns normally (after its trap is handled).
+        let stub = outward_for(f(host_breakpoint as *const ())).expect("an outward slot");
         assert_eq!(d.call(f(call_out as *const ()), &[stub as u64, 6]).unwrap().int, 7);
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's trap reached the host's handler");
         println!("child: host fault while outside went to the host");
@@ -527,8 +526,8 @@ fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once
         return;
     }
     let d = TestDomain::new();
-    // SAFETY: slow_host takes one integer and returns normally.
-    let stub = unsafe { outward_stub(3, f(slow_host as *const ())) }.unwrap();
+    // slow_host takes one integer and returns normally.
+    let stub = outward_for(f(slow_host as *const ())).expect("an outward slot");
     let mut args = RegArgs::default();
     args.ints[0] = stub as u64;
     // SAFETY: call_out_then_spin takes one function pointer; the stack is the domain's own.
