@@ -107,7 +107,7 @@ impl Campaign {
             }
         }
         if options.isolations.contains(&Mode::Mpk) && !ward::mpk_available() {
-            return Err(Error::MpkUnavailable("this machine has none (no PKU)"));
+            return Err(Error::MpkUnavailable);
         }
         let config = CampaignConfig {
             extension,

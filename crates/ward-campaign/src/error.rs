@@ -24,8 +24,10 @@ pub enum Error {
          process; drop `{mode}` from --isolation, or --poison"
     )]
     PoisonNeedsProcess { mode: Mode },
-    #[error("isolation mpk needs memory protection keys, and {0}; drop mpk from --isolation")]
-    MpkUnavailable(&'static str),
+    #[error(
+        "isolation mpk needs memory protection keys, and this machine has none (no PKU); drop mpk from --isolation"
+    )]
+    MpkUnavailable,
     #[error("unknown isolation `{given}`; valid: mpk, process, none{hint}")]
     UnknownIsolation { given: String, hint: &'static str },
     #[error("unknown fault model `{given}`; valid: persistent, transient")]
@@ -96,7 +98,7 @@ impl Error {
             Error::UnknownFaultType { .. }
                 | Error::LibraryFaultNeedsProcess { .. }
                 | Error::PoisonNeedsProcess { .. }
-                | Error::MpkUnavailable(..)
+                | Error::MpkUnavailable
                 | Error::Imports { .. }
                 | Error::UnknownIsolation { .. }
                 | Error::UnknownFaultModel { .. }
