@@ -57,16 +57,31 @@ const OUTCOMES: [&str; 6] =
 /// The workload's output on the unmutated well.so, worked out here from well.c's definitions.
 /// Nothing recovers natively, and no host failure escapes process isolation.
 fn check_outcome_for_isolation(l: &Value, outcome: &str) {
+    check_outcome_under(l, outcome, "process");
+}
+
+/// Nothing recovers natively, and no host failure escapes `isolated`, the one isolation kind the campaign ran.
+fn check_outcome_under(l: &Value, outcome: &str, isolated: &str) {
     match l["isolation"].as_str() {
         Some("native") => assert!(!outcome.starts_with("recovered"), "nothing detects faults natively: {l}"),
-        Some("process") => {
+        Some(kind) if kind == isolated => {
             assert!(
                 outcome != "host_crashed" && outcome != "host_hung",
-                "a host failure escaped process isolation: {l}"
+                "a host failure escaped {isolated} isolation: {l}"
             )
         }
         _ => panic!("unexpected isolation: {l}"),
     }
+}
+
+/// The campaign crashed some of `ext`'s native hosts, and ward detected some faults under `isolated`.
+fn check_crashes_and_detections(lines: &[Value], ext: &str, isolated: &str) {
+    let of = |isolation: &str, outcome: &str| {
+        lines.iter().filter(|l| l["extension"] == ext && l["isolation"] == isolation && l["outcome"] == outcome).count()
+    };
+    assert!(of("native", "host_crashed") > 0, "{ext}: the campaign should crash some native hosts");
+    let recovered = of(isolated, "recovered") + of(isolated, "recovered_wrong_output");
+    assert!(recovered > 0, "{ext}: ward should detect some faults under {isolated}");
 }
 
 fn expected_reference() -> Vec<(String, String)> {
@@ -261,25 +276,10 @@ fn no_host_crash_escapes_under_mpk_isolation() {
     assert_eq!(extensions, BTreeSet::from(["well", "amp_1181", "invert0r"]));
     for l in &lines {
         let outcome = l["outcome"].as_str().unwrap_or_else(|| panic!("no outcome: {l}"));
-        match l["isolation"].as_str() {
-            Some("native") => assert!(!outcome.starts_with("recovered"), "nothing detects faults natively: {l}"),
-            Some("mpk") => assert!(
-                outcome != "host_crashed" && outcome != "host_hung",
-                "a host failure escaped mpk isolation: {l}"
-            ),
-            _ => panic!("unexpected isolation: {l}"),
-        }
+        check_outcome_under(l, outcome, "mpk");
     }
     for ext in ["well", "amp_1181", "invert0r"] {
-        let of = |isolation: &str, outcome: &str| {
-            lines
-                .iter()
-                .filter(|l| l["extension"] == ext && l["isolation"] == isolation && l["outcome"] == outcome)
-                .count()
-        };
-        assert!(of("native", "host_crashed") > 0, "{ext}: the campaign should crash some native hosts");
-        let recovered = of("mpk", "recovered") + of("mpk", "recovered_wrong_output");
-        assert!(recovered > 0, "{ext}: ward should detect some faults in the mpk domain");
+        check_crashes_and_detections(&lines, ext, "mpk");
     }
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json")).expect("JSON");
@@ -367,15 +367,7 @@ fn plugin_campaigns_keep_every_host_alive_under_process_isolation() {
         }
     }
     for ext in ["amp_1181", "invert0r"] {
-        let of = |isolation: &str, outcome: &str| {
-            lines
-                .iter()
-                .filter(|l| l["extension"] == ext && l["isolation"] == isolation && l["outcome"] == outcome)
-                .count()
-        };
-        assert!(of("native", "host_crashed") > 0, "{ext}: the campaign should crash some native hosts");
-        let recovered = of("process", "recovered") + of("process", "recovered_wrong_output");
-        assert!(recovered > 0, "{ext}: ward should detect some faults");
+        check_crashes_and_detections(&lines, ext, "process");
     }
     // Debian strips its plugins: faults still reach their internal functions (found through the unwind tables).
     let internal = |l: &&Value| {
