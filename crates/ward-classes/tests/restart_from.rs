@@ -8,7 +8,7 @@ use std::sync::mpsc::Receiver;
 
 mod common;
 
-use common::switched_to;
+use common::{pku, switched_to};
 use ward::{Event, Isolation, Policy, Supervisor};
 use ward_classes::ladspa::{Library, PortBuffer};
 use ward_classes::Processed;
@@ -29,12 +29,12 @@ fn broken(test: &str, function: &str) -> PathBuf {
     path
 }
 
-fn open(path: &Path, restart_from: Option<&Path>) -> (Supervisor, Library, Receiver<Event>) {
+fn open(path: &Path, restart_from: Option<&Path>, isolation: Isolation) -> (Supervisor, Library, Receiver<Event>) {
     let key = restart_from.map(|p| format!("restart_from = {p:?}\n")).unwrap_or_default();
     let text = format!("[extension.faulty_ladspa]\n{key}");
     let sup = Supervisor::new(Policy::from_toml_str(&text, "restart_from policy").unwrap());
     let events = sup.subscribe();
-    let lib = Library::open(&sup, path, Some(Isolation::Process)).expect("the library opens");
+    let lib = Library::open(&sup, path, Some(isolation)).expect("the library opens");
     (sup, lib, events)
 }
 
@@ -67,7 +67,7 @@ fn expected() -> Vec<f32> {
 #[test]
 fn a_library_that_crashes_when_opened_is_reopened_from_the_good_file() {
     let path = broken("open", "ladspa_descriptor");
-    let (_sup, lib, events) = open(&path, Some(&good()));
+    let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Process);
     assert_eq!(amp_block(&lib), (Processed::Ran, expected()));
     assert_eq!(switched_to(&events), [good()]);
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
@@ -76,7 +76,7 @@ fn a_library_that_crashes_when_opened_is_reopened_from_the_good_file() {
 #[test]
 fn a_plugin_that_crashes_in_run_is_restarted_from_the_good_file_and_the_block_retried() {
     let path = broken("run", "amp_run");
-    let (_sup, lib, events) = open(&path, Some(&good()));
+    let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Process);
     assert_eq!(amp_block(&lib), (Processed::Ran, expected()), "retried on the good build: the plugin's own output");
     assert_eq!(switched_to(&events), [good()]);
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
@@ -85,10 +85,39 @@ fn a_plugin_that_crashes_in_run_is_restarted_from_the_good_file_and_the_block_re
 #[test]
 fn without_restart_from_the_broken_plugin_is_bypassed() {
     let path = broken("bypass", "amp_run");
-    let (_sup, lib, events) = open(&path, None);
+    let (_sup, lib, events) = open(&path, None, Isolation::Process);
     let (processed, out) = amp_block(&lib);
     assert!(matches!(processed, Processed::Bypassed { .. }), "{processed:?}");
     assert_ne!(out, expected());
     assert!(switched_to(&events).is_empty());
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+// In an mpk domain the plugin is loaded with the adapter, and its `dlopen` opens only what was loaded: the restart
+// must load the good file for the rewritten open to find it.
+
+#[test]
+fn in_an_mpk_domain_a_library_that_crashes_when_opened_is_reopened_from_the_good_file() {
+    if !pku() {
+        return;
+    }
+    let path = broken("mpk-open", "ladspa_descriptor");
+    let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Mpk);
+    assert_eq!(amp_block(&lib), (Processed::Ran, expected()));
+    assert_eq!(switched_to(&events), [good()]);
+    assert_eq!(lib.extension().isolation(), Isolation::Mpk, "recovered in mpk, not by escalating to a process");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+#[test]
+fn in_an_mpk_domain_a_plugin_that_crashes_in_run_is_restarted_from_the_good_file() {
+    if !pku() {
+        return;
+    }
+    let path = broken("mpk-run", "amp_run");
+    let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Mpk);
+    assert_eq!(amp_block(&lib), (Processed::Ran, expected()), "retried on the good build: the plugin's own output");
+    assert_eq!(switched_to(&events), [good()]);
+    assert_eq!(lib.extension().isolation(), Isolation::Mpk, "recovered in mpk, not by escalating to a process");
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }

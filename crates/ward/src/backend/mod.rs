@@ -144,6 +144,11 @@ pub(crate) trait Backend: Send {
     /// Load extension `index` (in the order added) from `path` from the next restart on.
     fn replace_image(&mut self, index: usize, path: PathBuf);
 
+    /// Load the library extension `index` opens (its [`ExtensionSpec::opens`], a class adapter's plugin) from
+    /// `path` from the next restart on. Only a backend that loads that library itself needs to know; the others
+    /// let the adapter open whatever path its (rewritten) calls name.
+    fn replace_opened(&mut self, _index: usize, _path: PathBuf) {}
+
     /// The extensions it loads, in order (for a move to another backend).
     fn extensions(&self) -> Vec<ExtensionSpec> {
         Vec::new()

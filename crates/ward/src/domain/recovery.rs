@@ -130,6 +130,9 @@ impl Domain {
                     None => st.backend.replace_image(index, to.clone()),
                     Some(opened) => {
                         let (Ok(from), Ok(to_c)) = (path_cstring(opened), path_cstring(&to)) else { continue };
+                        // A backend that loads the plugin itself (mpk) must load the good file for the rewritten
+                        // open to find it.
+                        st.backend.replace_opened(index, to.clone());
                         // The recorded open is rewritten for the direct backend, which replays it as recorded;
                         // every call that crosses to a domain is rewritten on its way (the retried open included).
                         let symbols = &st.symbols;

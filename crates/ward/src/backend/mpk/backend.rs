@@ -854,4 +854,13 @@ impl Backend for MpkBackend {
             self.reload = true;
         }
     }
+
+    fn replace_opened(&mut self, index: usize, path: PathBuf) {
+        // The library table answers the adapter's dlopen only for the files loaded with it: the rewritten open
+        // finds the new file only once the next incarnation loads it in place of the old one.
+        if let Some(spec) = self.cfg.extensions.get_mut(index).filter(|s| s.opens.is_some()) {
+            spec.opens = Some(path);
+            self.reload = true;
+        }
+    }
 }
