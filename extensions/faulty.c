@@ -33,12 +33,17 @@
  * With FAULTY_IN_PROCESS defined (faulty_mpk.c), the kinds that need a process
  * of their own are left out (FD_LEAK, RAISE_KILL, GARBAGE_REPLY, FORGED_REPLY:
  * faulty_arm disarms them), and so are their imports (descriptors, signals,
- * raw system calls, stdio), which an mpk domain cannot take.
+ * raw system calls), which an mpk domain cannot take.
+ *
+ * The faulty_gate_* functions hand C library functions pointers they cannot
+ * use (see below); they are not kinds faulty_arm knows.
  */
 #define _GNU_SOURCE
 
 #include <fcntl.h>
+#include <libintl.h>
 #include <linux/futex.h>
+#include <locale.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -192,6 +197,37 @@ FAULTY_EXPORT void faulty_div_zero(void) {
 
 FAULTY_EXPORT void faulty_illegal(void) {
     __builtin_trap();
+}
+
+/* ---- library calls handed bad pointers ---------------------------------- */
+
+/*
+ * Each hands a C library function a pointer it cannot use. Natively (and in a
+ * process domain) the library faults inside its own code; in an mpk domain
+ * these functions run on the host's side of a gate, whose check must turn the
+ * call into a fault of the domain before the host's code sees the pointer.
+ */
+
+/* Reads a string at `address` (gettext's message catalogue lookup). */
+FAULTY_EXPORT int64_t faulty_gate_read(int64_t address) {
+    return dcgettext((const char *)(uintptr_t)address, "ward", LC_MESSAGES) != NULL;
+}
+
+/* Writes a formatted number to `address`. */
+FAULTY_EXPORT int64_t faulty_gate_write(int64_t address) {
+    return snprintf((char *)(uintptr_t)address, 16, "%d", 42);
+}
+
+/* Formats the string at `address`, which printf reads. */
+FAULTY_EXPORT int64_t faulty_gate_format(int64_t address) {
+    char out[32];
+    return snprintf(out, sizeof out, "[%s]", (const char *)(uintptr_t)address);
+}
+
+/* Writes to something that is not a stream: zeroed memory of the extension's own. */
+FAULTY_EXPORT int64_t faulty_gate_stream(void) {
+    static uint64_t not_a_stream[32];
+    return fputs("ward", (FILE *)not_a_stream);
 }
 
 #ifndef FAULTY_IN_PROCESS

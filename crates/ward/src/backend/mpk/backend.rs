@@ -33,6 +33,7 @@ use std::time::Duration;
 use ward_abi::{RegArgs, RegRet};
 use ward_xpc::Deadline;
 
+use super::checks;
 use super::gate::{self, GateFault};
 use super::imports::{self, ImportClass};
 use super::loader::{self, ImportRequest, Placed};
@@ -213,6 +214,11 @@ impl DomainMemory {
             pc = format_args!("{:#x}", fault.pc),
             "mpk: fault in a domain"
         );
+        if let Some(refused) = fault.refused() {
+            return BackendError::Fault(FaultKind::Protocol {
+                what: format!("the extension called {} with {}", refused.function, refused.why.describe()),
+            });
+        }
         let block = self.runtime();
         if block.ended == ENDED_EXIT {
             return BackendError::Fault(FaultKind::Exited { status: block.exit_status });
@@ -640,7 +646,7 @@ fn bind(
         ImportClass::Pure => host_symbol(request).or_else(|| math_library_symbol(request)),
         ImportClass::HostGate => {
             let target = host_symbol(request)?;
-            gate::outward_for(target as *const c_void).map(|p| p as usize)
+            gate::outward_for_checked(target as *const c_void, checks::for_import(request.name)).map(|p| p as usize)
         }
         ImportClass::Unsupported => None,
     }

@@ -51,11 +51,12 @@ use std::ffi::c_void;
 use std::io;
 use std::mem::{offset_of, MaybeUninit};
 use std::ptr;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use ward_abi::{RegArgs, RegRet};
 
+use super::checks::{self, Arguments, GateCheck, Refusal, Touch};
 use super::memory::KeyedRegion;
 use super::pku::{self, Pkru, ProtectionKey};
 
@@ -105,9 +106,26 @@ pub(crate) struct GateFault {
     pub addr: usize,
     /// The program counter at the fault.
     pub pc: usize,
+    /// When the fault is an outward stub's argument check refusing the call: the stub's slot and the refusal's
+    /// code (0: not a refusal). [`GateFault::refused`] reads them.
+    refused_slot: usize,
+    refusal_code: u64,
+}
+
+/// An outward call its argument check refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// The host function the domain called, as it imported it.
+    pub function: &'static str,
+    pub why: Refusal,
 }
 
 impl GateFault {
+    /// The refusal, when an outward stub's argument check refused the call.
+    pub(crate) fn refused(&self) -> Option<Refused> {
+        refusal(self.refused_slot, self.refusal_code)
+    }
+
     /// A write or read of memory the domain's key rights forbid (host memory written, another domain touched).
     pub(crate) fn is_key_violation(&self) -> bool {
         self.signal == libc::SIGSEGV && self.code == pku::SEGV_PKUERR
@@ -225,6 +243,15 @@ global_asm!(
     "mov rdx, r8",
     "jmp {on_signal}",
     ".size ward_mpk_signal_entry, . - ward_mpk_signal_entry",
+    // Where an outward stub's argument check refuses a call (rdi = the slot, rsi = the refusal): the trap ends the
+    // call as the domain's, and the handler knows it by this address.
+    ".globl ward_mpk_refuse",
+    ".hidden ward_mpk_refuse",
+    ".type ward_mpk_refuse, @function",
+    ".balign 16",
+    "ward_mpk_refuse:",
+    "ud2",
+    ".size ward_mpk_refuse, . - ward_mpk_refuse",
     ".popsection",
     ".pushsection .text.ward_mpk_outward, \"ax\", @progbits",
     ".balign 16",
@@ -266,6 +293,11 @@ global_asm!(
     "mov r13, rax",
     "test r13, r13",
     "jz 3f",
+    // Still with the domain's rights, on its stack: the slot's argument check, where a pointer the domain could
+    // not use itself faults as the domain's (see `checks`).
+    "mov rdi, r12",
+    "mov rsi, r14",
+    "call {check}",
     // To the host: its rights, then its stack (below where the gate left it), marked outside.
     "ward_mpk_set_pkru r13, {host_pkru}",
     "mov qword ptr [r13 + {outside}], 1",
@@ -325,6 +357,7 @@ global_asm!(
     slots = const OUTWARD_SLOTS,
     stride = const OUTWARD_STRIDE,
     current = sym current_activation_inside,
+    check = sym check_outward_arguments,
     targets = sym OUTWARD_TARGETS,
 );
 
@@ -332,6 +365,8 @@ extern "C" {
     fn ward_mpk_gate(frame: *mut GateFrame) -> u64;
     fn ward_mpk_gate_resume();
     fn ward_mpk_signal_entry(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void);
+    /// Traps, with the slot and the refusal in the argument registers, for the handler to read.
+    fn ward_mpk_refuse(slot: usize, refusal: u64) -> !;
 }
 
 /// PKRU the signal handler runs with: key 0 and the signal key allowed (set once, before any handler is installed).
@@ -555,7 +590,7 @@ pub(crate) unsafe fn call(
         outside: 0,
         domain_rsp_out: 0,
         inside: 0,
-        fault: GateFault { signal: 0, code: 0, addr: 0, pc: 0 },
+        fault: GateFault { signal: 0, code: 0, addr: 0, pc: 0, refused_slot: 0, refusal_code: 0 },
         errno_home,
     };
     let frame_ptr: *mut GateFrame = &mut frame;
@@ -651,6 +686,54 @@ pub(crate) fn outward_for(target: *const c_void) -> Option<*const c_void> {
     unsafe { outward_stub(slot, target) }
 }
 
+/// The outward stub for `target`, as [`outward_for`] gives it, with `check` run on the arguments of every call made
+/// through it from inside a domain (see `checks`). Every request for one target must bring the same check (the
+/// imports of one function under its names, `getc` and `_IO_getc`, do).
+pub(crate) fn outward_for_checked(target: *const c_void, check: Option<&'static GateCheck>) -> Option<*const c_void> {
+    let stub = outward_for(target)?;
+    let slot = (stub as usize - ward_mpk_outward_stubs as *const () as usize) / OUTWARD_STRIDE;
+    let check = check.map_or(ptr::null(), |c| c as *const GateCheck);
+    OUTWARD_CHECKS.get(slot)?.store(check.cast_mut(), Ordering::Release);
+    Some(stub)
+}
+
+/// The argument check behind each outward stub (null: none). Host memory: a domain reads it, never writes it.
+static OUTWARD_CHECKS: [AtomicPtr<GateCheck>; OUTWARD_SLOTS] =
+    [const { AtomicPtr::new(ptr::null_mut()) }; OUTWARD_SLOTS];
+
+/// Where an outward stub's caller's stack arguments begin, from its saved argument image: the image (120 bytes),
+/// the six saved registers (48) and the return address (8).
+const STACK_ARGUMENTS_AT: usize = 176;
+
+/// Called by an outward stub, inside the domain (its stack, its rights), before it leaves: runs the slot's argument
+/// check. A pointer the domain could not use faults in here, as the domain's; a refusal traps at
+/// `ward_mpk_refuse`. Returns when the call may go on.
+extern "C" fn check_outward_arguments(slot: usize, image: *const u64) {
+    let Some(cell) = OUTWARD_CHECKS.get(slot) else {
+        return;
+    };
+    // SAFETY: non-null entries are `&'static GateCheck`s stored by `outward_for_checked`.
+    let Some(check) = (unsafe { cell.load(Ordering::Acquire).as_ref() }) else {
+        return;
+    };
+    // SAFETY: `image` is the stub's saved argument image on the domain's stack, six integer registers first.
+    let ints = unsafe { ptr::read(image.cast::<[u64; 6]>()) };
+    let arguments =
+        Arguments { ints, stack: (image as usize).wrapping_add(STACK_ARGUMENTS_AT), stack_words: OUTWARD_STACK_WORDS };
+    if let Err(why) = checks::run(check, &arguments, &mut Touch) {
+        // SAFETY: the trap ends the call at the gate (the handler knows its address); nothing here continues.
+        unsafe { ward_mpk_refuse(slot, why as u64) }
+    }
+}
+
+/// The refusal a trap at `ward_mpk_refuse` carries.
+fn refusal(slot: usize, code: u64) -> Option<Refused> {
+    let why = Refusal::from_code(code)?;
+    // SAFETY: non-null entries are `&'static GateCheck`s stored by `outward_for_checked`.
+    let check = unsafe { OUTWARD_CHECKS.get(slot)?.load(Ordering::Acquire).as_ref()? };
+    Some(Refused { function: check.name, why })
+}
+
 /// Where a call into the domain that this thread has called out of should put its stack: below the stack the
 /// domain was using (and its red zone), 16-byte aligned. None when the thread is not in a call out of a domain.
 pub(crate) fn nested_stack_top() -> Option<*mut u8> {
@@ -708,7 +791,13 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
     // its resume path is safe to take.
     unsafe {
         let gregs = &mut (*uc).uc_mcontext.gregs;
-        (*frame).fault = GateFault { signal, code, addr, pc: gregs[libc::REG_RIP as usize] as usize };
+        let pc = gregs[libc::REG_RIP as usize] as usize;
+        let (refused_slot, refusal_code) = if signal == libc::SIGILL && pc == ward_mpk_refuse as *const () as usize {
+            (gregs[libc::REG_RDI as usize] as usize, gregs[libc::REG_RSI as usize] as u64)
+        } else {
+            (0, 0)
+        };
+        (*frame).fault = GateFault { signal, code, addr, pc, refused_slot, refusal_code };
         gregs[libc::REG_RIP as usize] = ward_mpk_gate_resume as *const () as i64;
         gregs[libc::REG_RBX as usize] = frame as i64;
     }

@@ -999,6 +999,12 @@ fn is_libm_function(name: &str) -> bool {
         .any(|stem| LIBM_FUNCTIONS.contains(&stem))
 }
 
+/// Every name the table binds through a host gate.
+#[cfg(test)]
+pub(crate) fn host_gate_names() -> impl Iterator<Item = &'static str> {
+    GROUPS.iter().filter(|g| g.class == HostGate).flat_map(|g| g.names.iter().copied())
+}
+
 /// How the import `name`, whose version (if any) comes from `library`, is bound.
 pub(crate) fn classify(name: &str, library: Option<&str>) -> &'static Group {
     let table = table();

@@ -8,6 +8,9 @@
 
 #[allow(unsafe_code)]
 mod backend;
+// Touches the memory a domain's pointers name, inside the domain.
+#[allow(unsafe_code)]
+mod checks;
 pub(crate) mod elf;
 // The domain's machinery: protection keys, memory tagged with them, the gate and its fault handler, the loader and
 // the domain runtime: the modules whose job is unsafe code.

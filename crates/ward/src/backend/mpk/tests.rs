@@ -208,6 +208,80 @@ fn a_write_into_a_host_global_faults_and_leaves_the_global_unchanged() {
     assert_eq!(HOST_GLOBAL.load(std::sync::atomic::Ordering::SeqCst), 7);
 }
 
+/// Calls `function` of faulty_mpk, which hands a host-gated C library function a pointer: the call fails with a
+/// fault of the domain (the same one each time it is tried), the host goes on, and so does the domain, its counter
+/// replayed. Returns the fault.
+fn gate_misuse(function: &str, args: &mut [Arg<'_>]) -> crate::Fault {
+    let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
+    assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
+    let result = ext.call(function, args, RetType::I64);
+    assert!(result.is_err(), "{function}: {result:?}");
+    assert_eq!(int(&ext, "faulty_counter_get", &mut []), 5, "{function}: the domain recovered with its state");
+    let f = faults(&events);
+    assert!(!f.is_empty(), "{function}: a fault was reported");
+    assert!(f.iter().all(|x| x.kind == f[0].kind), "{function}: one kind of fault: {f:?}");
+    f[0].clone()
+}
+
+/// An address no mapping of a test process uses (below the heap and libraries' usual places).
+const UNMAPPED: i64 = 1 << 46;
+
+#[test]
+fn a_host_gate_handed_a_pointer_the_domain_cannot_read_faults_the_domain_not_the_host() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    // gettext's domain name, near null: a null dereference, as natively.
+    let fault = gate_misuse("faulty_gate_read", &mut [Arg::I64(8)]);
+    assert_eq!(
+        fault.kind,
+        FaultKind::Signal { signo: libc::SIGSEGV, cause: SignalCause::NullDereference, addr: Some(8) }
+    );
+    // A string printf would read for a `%s`.
+    let fault = gate_misuse("faulty_gate_format", &mut [Arg::I64(UNMAPPED)]);
+    assert_eq!(
+        fault.kind,
+        FaultKind::Signal { signo: libc::SIGSEGV, cause: SignalCause::InvalidAccess, addr: Some(UNMAPPED as u64) }
+    );
+}
+
+#[test]
+fn a_host_gate_reads_host_memory_the_domain_may_read() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    static HOST_TEXT: &std::ffi::CStr = c"host";
+    let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
+    assert_eq!(int(&ext, "faulty_gate_format", &mut [Arg::I64(HOST_TEXT.as_ptr() as i64)]), 6, "snprintf gave [host]");
+    assert!(faults(&events).is_empty());
+}
+
+#[test]
+fn a_host_gate_asked_to_write_host_memory_faults_the_domain_and_the_memory_is_unchanged() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let address = HOST_GLOBAL.as_ptr() as i64;
+    let fault = gate_misuse("faulty_gate_write", &mut [Arg::I64(address)]);
+    assert_eq!(signal_of(&fault), (libc::SIGSEGV, SignalCause::InvalidAccess));
+    assert!(matches!(fault.kind, FaultKind::Signal { addr: Some(a), .. } if a == address as u64), "{fault:?}");
+    assert_eq!(HOST_GLOBAL.load(std::sync::atomic::Ordering::SeqCst), 7);
+}
+
+#[test]
+fn a_host_gate_handed_something_that_is_no_stream_refuses_the_call() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let fault = gate_misuse("faulty_gate_stream", &mut []);
+    let FaultKind::Protocol { what } = &fault.kind else { panic!("a refused call: {fault:?}") };
+    assert!(what.contains("fputs") && what.contains("no stream"), "{what}");
+}
+
 #[test]
 fn a_write_into_another_domain_faults_there_and_the_other_domain_goes_on() {
     let _keys = one_at_a_time();
