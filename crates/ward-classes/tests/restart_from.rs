@@ -121,3 +121,45 @@ fn in_an_mpk_domain_a_plugin_that_crashes_in_run_is_restarted_from_the_good_file
     assert_eq!(lib.extension().isolation(), Isolation::Mpk, "recovered in mpk, not by escalating to a process");
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
+
+#[test]
+fn a_plugin_whose_initialiser_crashes_is_reopened_from_the_good_file() {
+    let path = broken("init", "faulty_ladspa_loaded");
+    let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Process);
+    assert_eq!(amp_block(&lib), (Processed::Ran, expected()));
+    assert_eq!(switched_to(&events), [good()]);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+// An mpk domain loads the plugin with its adapter, initialisers included: a crash there happens while the domain
+// is made, and with `restart_from` the domain starts from the good file instead.
+#[test]
+fn in_an_mpk_domain_a_plugin_whose_initialiser_crashes_starts_from_the_good_file() {
+    if !pku() {
+        return;
+    }
+    let path = broken("mpk-init", "faulty_ladspa_loaded");
+    let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Mpk);
+    assert_eq!(amp_block(&lib), (Processed::Ran, expected()));
+    let all: Vec<Event> = events.try_iter().collect();
+    assert!(all.iter().any(|e| matches!(e, Event::Fault { .. })), "the initialiser's fault is reported: {all:?}");
+    assert!(
+        all.iter().any(|e| matches!(e, Event::ImageSwitched { path, .. } if *path == good())),
+        "the domain started from the good file: {all:?}"
+    );
+    assert_eq!(lib.extension().isolation(), Isolation::Mpk);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+#[test]
+fn in_an_mpk_domain_without_restart_from_a_crashing_initialiser_fails_the_load_and_says_so() {
+    if !pku() {
+        return;
+    }
+    let path = broken("mpk-init-alone", "faulty_ladspa_loaded");
+    let sup = Supervisor::new(Policy::default());
+    let Err(e) = Library::open(&sup, &path, Some(Isolation::Mpk)) else { panic!("the load must fail") };
+    let message = e.to_string();
+    assert!(message.contains("initialiser") && message.contains("faulted"), "{message}");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}

@@ -18,7 +18,7 @@ use crate::check::check_header;
 use crate::domain::{Domain, DomainStats};
 use crate::error::Error;
 use crate::events::{Event, EventBus};
-use crate::fault::FaultKind;
+use crate::fault::{Fault, FaultKind};
 use crate::monitor::Monitor;
 use crate::policy::{ExtensionPolicy, FunctionPolicy, Isolation, Policy};
 use crate::tracker::Tracker;
@@ -157,13 +157,13 @@ impl Supervisor {
             }
             let mut domain_policy = self.inner.policy.for_group(&group);
             domain_policy.isolation = isolation;
-            let domain = self.start_domain(group.clone(), isolation, domain_policy, spec, preload)?;
-            let ext = domain.register_extension(name.clone(), policy, opened);
+            let (domain, started_from) = self.start_domain(group.clone(), isolation, domain_policy, spec, preload)?;
+            let ext = domain.register_extension(name.clone(), policy, opened, started_from);
             self.inner.groups.lock().unwrap_or_else(|e| e.into_inner()).insert(group, Arc::downgrade(&domain));
             return Ok(Extension { domain, ext, name });
         }
-        let domain = self.start_domain(name.clone(), isolation, policy.clone(), spec, preload)?;
-        let ext = domain.register_extension(name.clone(), policy, opened);
+        let (domain, started_from) = self.start_domain(name.clone(), isolation, policy.clone(), spec, preload)?;
+        let ext = domain.register_extension(name.clone(), policy, opened, started_from);
         Ok(Extension { domain, ext, name })
     }
 
@@ -178,8 +178,10 @@ impl Supervisor {
         policy: ExtensionPolicy,
         spec: ExtensionSpec,
         preload: Option<crate::libfault::Preload>,
-    ) -> Result<Arc<Domain>, Error> {
+    ) -> Result<(Arc<Domain>, Option<PathBuf>), Error> {
         let mut tracker = Tracker::new();
+        // The `restart_from` file the domain was started from, when the extension's own failed to load.
+        let mut started_from = None;
         let load_error = |reason: String| Error::Load { path: spec.path.clone(), reason };
         let mpk = |spec: &ExtensionSpec| {
             MpkBackend::start(MpkConfig {
@@ -192,7 +194,29 @@ impl Supervisor {
             Isolation::None => {
                 (Box::new(DirectBackend::load(vec![spec.clone()]).map_err(load_error)?), Isolation::None)
             }
-            Isolation::Mpk => (Box::new(mpk(&spec).map_err(|e| load_error(e.to_string()))?), Isolation::Mpk),
+            Isolation::Mpk => match mpk(&spec) {
+                Ok(backend) => (Box::new(backend), Isolation::Mpk),
+                // An initialiser of the extension (or of the plugin its adapter opens) crashed or hung while the
+                // domain loaded it: with a `restart_from`, the domain starts from that file, as a process domain
+                // recovers when the plugin crashes in the adapter's open.
+                Err(e) => match (e.load_fault(), policy.restart_from.as_ref()) {
+                    (Some(kind), Some(to)) => {
+                        let to = std::path::absolute(to).unwrap_or_else(|_| to.clone());
+                        tracing::warn!(extension = %name, "{e}; starting from {} (restart_from)", to.display());
+                        let mut good = spec.clone();
+                        match good.opens.as_mut() {
+                            Some(opened) => *opened = to.clone(),
+                            None => good.path = to.clone(),
+                        }
+                        let backend = mpk(&good).map_err(|e| load_error(e.to_string()))?;
+                        let fault = Fault { kind: kind.clone(), domain: name.clone(), call: None, incarnation: 1 };
+                        self.inner.events.emit(Event::Fault { fault });
+                        started_from = Some(to);
+                        (Box::new(backend), Isolation::Mpk)
+                    }
+                    _ => return Err(load_error(e.to_string())),
+                },
+            },
             Isolation::Auto => match mpk(&spec) {
                 Ok(backend) => (Box::new(backend), Isolation::Mpk),
                 Err(why) => {
@@ -219,7 +243,7 @@ impl Supervisor {
                 self.add_heartbeat(&domain, interval);
             }
         }
-        Ok(domain)
+        Ok((domain, started_from))
     }
 
     fn process_backend(

@@ -187,12 +187,32 @@ impl Domain {
 
     /// Register an extension of this domain (already loaded by the backend); returns its index. `opened`: the
     /// plugin a class adapter will open in the domain, when the extension is an adapter.
-    pub fn register_extension(&self, name: String, policy: ExtensionPolicy, opened: Option<PathBuf>) -> usize {
+    /// `started_from`: the extension's `restart_from` file, when the domain had to start from it (the extension's
+    /// own file failed to load); a class adapter's opens of its plugin are then rewritten to open that file.
+    pub fn register_extension(
+        &self,
+        name: String,
+        policy: ExtensionPolicy,
+        opened: Option<PathBuf>,
+        started_from: Option<PathBuf>,
+    ) -> usize {
         let g = self.lock.lock();
-        let mut st = g.borrow_mut();
-        st.extensions.push((name, policy));
-        st.images.push(Image { opened, switched: false, rewrite: None });
-        st.extensions.len() - 1
+        let index = {
+            let mut st = g.borrow_mut();
+            let st = &mut *st;
+            let rewrite = match (&opened, &started_from) {
+                (Some(from), Some(to)) => recovery::path_cstring(from).ok().zip(recovery::path_cstring(to).ok()),
+                _ => None,
+            };
+            st.rewriting |= rewrite.is_some();
+            st.extensions.push((name.clone(), policy));
+            st.images.push(Image { opened, switched: started_from.is_some(), rewrite });
+            st.extensions.len() - 1
+        };
+        if let Some(path) = started_from {
+            self.events.emit(Event::ImageSwitched { domain: self.name.clone(), extension: name, path });
+        }
+        index
     }
 
     /// Add an extension to a running group domain: the backend reloads with it, the shadow log is replayed.

@@ -225,6 +225,6 @@ impl Domain {
     }
 }
 
-fn path_cstring(path: &Path) -> Result<CString, std::ffi::NulError> {
+pub(super) fn path_cstring(path: &Path) -> Result<CString, std::ffi::NulError> {
     CString::new(path.as_os_str().as_encoded_bytes())
 }

@@ -84,7 +84,7 @@ pub(crate) enum MpkError {
     #[error("{what}: {source}")]
     System { what: &'static str, source: std::io::Error },
     #[error("{what} faulted during loading ({fault})")]
-    InitFault { path: PathBuf, what: String, fault: String },
+    InitFault { path: PathBuf, what: String, fault: String, kind: Option<FaultKind> },
     #[error("init function `{name}` {why}")]
     Init { path: PathBuf, name: String, why: String },
 }
@@ -462,7 +462,12 @@ impl MpkBackend {
         for (image, file) in memory.images.iter().zip(&files) {
             for &f in &image.init {
                 memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
-                    MpkError::InitFault { path: file.path.clone(), what: "an initialiser".into(), fault: describe(&e) }
+                    MpkError::InitFault {
+                        path: file.path.clone(),
+                        what: "an initialiser".into(),
+                        fault: describe(&e),
+                        kind: fault_kind(e, self.cfg.init_deadline),
+                    }
                 })?;
             }
             let Some(name) = file.extension.and_then(|i| self.cfg.extensions[i].init.as_ref()) else { continue };
@@ -472,7 +477,12 @@ impl MpkBackend {
                 why: "is not exported".into(),
             })?;
             let r = memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
-                MpkError::InitFault { path: file.path.clone(), what: format!("`{name}`"), fault: describe(&e) }
+                MpkError::InitFault {
+                    path: file.path.clone(),
+                    what: format!("`{name}`"),
+                    fault: describe(&e),
+                    kind: fault_kind(e, self.cfg.init_deadline),
+                }
             })?;
             if r.int != 0 {
                 return Err(MpkError::Init {
@@ -549,6 +559,26 @@ impl Drop for MpkBackend {
             if memory.enter(func, &args, Some(self.cfg.init_deadline)).is_err() {
                 break;
             }
+        }
+    }
+}
+
+/// The fault a failed call into the domain was, if it was one (and not a misuse).
+fn fault_kind(e: BackendError, deadline: Duration) -> Option<FaultKind> {
+    match e {
+        BackendError::Fault(kind) => Some(kind),
+        BackendError::TimedOut => Some(FaultKind::Timeout { deadline }),
+        BackendError::Usage(_) | BackendError::UnknownSymbol => None,
+    }
+}
+
+impl MpkError {
+    /// The fault of the extension's own code that made loading fail, when that is why (an initialiser crashed or
+    /// hung): a fault like any other, which `restart_from` may recover from.
+    pub(crate) fn load_fault(&self) -> Option<&FaultKind> {
+        match self {
+            MpkError::InitFault { kind, .. } => kind.as_ref(),
+            _ => None,
         }
     }
 }
