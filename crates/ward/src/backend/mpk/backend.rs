@@ -162,17 +162,16 @@ impl DomainMemory {
 
     /// Calls `func` inside the domain.
     fn enter(&self, func: usize, args: &RegArgs, deadline: Option<Duration>) -> Result<RegRet, BackendError> {
-        let top = match gate::nested_stack_top() {
-            Some(top) if self.stack.contains(top as usize - 1) => top,
-            // Called from the host while this domain is out in the host through another domain in between: where
-            // this domain's stack is in use is not known here, and starting at its top would overwrite it.
-            _ if self.entered.load(Ordering::Relaxed) > 0 => {
+        let top = match gate::nested_stack_top(self.stack.start() as usize..self.stack.end() as usize) {
+            Some(top) => top,
+            // In use, but not by a call this thread has made out of it: starting at the top would overwrite the
+            // stack of that call (the domain's calls are serialised above this, so this is a misuse).
+            None if self.entered.load(Ordering::Relaxed) > 0 => {
                 return Err(BackendError::Usage(
-                    "an mpk domain entered again through another domain's callback (A, B, then A) is not supported"
-                        .into(),
+                    "an mpk domain entered from a second thread while a call is using its stack".into(),
                 ))
             }
-            _ => self.stack.end(),
+            None => self.stack.end(),
         };
         self.entered.fetch_add(1, Ordering::Relaxed);
         let r = self.enter_at(func, args, deadline, top);

@@ -90,6 +90,8 @@ struct GateFrame {
     fault: GateFault,
     /// The domain's errno, where a store of library code to this thread's errno lands instead (null: nowhere).
     errno_home: *mut i32,
+    /// The activation this one interrupted on this thread (null: none): the chain [`nested_stack_top`] walks.
+    below: *mut GateFrame,
 }
 
 // The floats follow the ints, as in RegArgs: the argument loader reads both from one base.
@@ -592,6 +594,7 @@ pub(crate) unsafe fn call(
         inside: 0,
         fault: GateFault { signal: 0, code: 0, addr: 0, pc: 0, refused_slot: 0, refusal_code: 0 },
         errno_home,
+        below,
     };
     let frame_ptr: *mut GateFrame = &mut frame;
     ACTIVE.with(|a| a.set(frame_ptr));
@@ -734,13 +737,22 @@ fn refusal(slot: usize, code: u64) -> Option<Refused> {
     Some(Refused { function: check.name, why })
 }
 
-/// Where a call into the domain that this thread has called out of should put its stack: below the stack the
-/// domain was using (and its red zone), 16-byte aligned. None when the thread is not in a call out of a domain.
-pub(crate) fn nested_stack_top() -> Option<*mut u8> {
-    let frame = ACTIVE.with(Cell::get);
-    // SAFETY: a non-null ACTIVE is this thread's live activation.
-    let (outside, rsp) = unsafe { frame.as_ref().map(|f| (f.outside, f.domain_rsp_out))? };
-    (outside != 0).then(|| ((rsp as usize - 128) & !15) as *mut u8)
+/// Where a call into the domain whose stack is `stack` should put its stack when this thread is in a call out of
+/// that domain, directly (A, then the host, then A) or with other domains' calls in between (A, B, then A): below
+/// the part of the stack the latest such call was using (and its red zone), 16-byte aligned. None when no call of
+/// this thread is out of that domain.
+pub(crate) fn nested_stack_top(stack: std::ops::Range<usize>) -> Option<*mut u8> {
+    let mut frame = ACTIVE.with(Cell::get);
+    // SAFETY: a non-null ACTIVE is this thread's live activation, and each `below` the live one it interrupted
+    // (each `call` puts the one it replaced back before it returns).
+    while let Some(f) = unsafe { frame.as_ref() } {
+        if f.outside != 0 && stack.contains(&(f.domain_rsp_out as usize)) {
+            let top = (f.domain_rsp_out as usize).saturating_sub(128) & !15;
+            return stack.contains(&top.wrapping_sub(1)).then_some(top as *mut u8);
+        }
+        frame = f.below;
+    }
+    None
 }
 
 /// The Rust half of the fault handler (after `ward_mpk_signal_entry`).

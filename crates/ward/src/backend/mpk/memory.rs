@@ -65,6 +65,7 @@ impl KeyedRegion {
     }
 
     /// Whether `addr` lies in the usable part.
+    #[cfg(test)]
     pub(crate) fn contains(&self, addr: usize) -> bool {
         (self.start() as usize..self.end() as usize).contains(&addr)
     }

@@ -149,6 +149,39 @@ fn callbacks_reach_the_host_and_the_host_calls_the_domain_again_from_inside_one(
     assert_eq!(int(&ext, "well_nest", &mut [Arg::Callback(&nest), Arg::I64(3)]), 7);
 }
 
+#[test]
+fn a_domain_is_entered_again_through_another_domains_callback() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let sup = Supervisor::new(Policy::from_toml_str(POLICY, "test policy").expect("the test policy parses"));
+    let a = sup.load_with(builtin("well"), Some(Isolation::Mpk)).expect("well loads under mpk");
+    let b = sup.load_with(builtin("well"), Some(Isolation::Mpk)).expect("a second well loads under mpk");
+    // well_nest(f, depth) returns f(depth) + 1; the host's f(d) calls well_nest(f, d - 1) of the other domain for
+    // even d and of the first for odd d, and returns 0 for d = 0: A, B, A, B, four rounds, so 2 * 4 + 1 = 9.
+    let slot: Arc<Mutex<Option<crate::Callback>>> = Arc::new(Mutex::new(None));
+    let (into_a, into_b, again) = (a.clone(), b.clone(), slot.clone());
+    let nest = sup
+        .register_callback(Signature::new(&[ValType::I64], RetType::I64), move |args| {
+            let depth = args[0].as_i64().unwrap_or(0);
+            if depth <= 0 {
+                return Value::I64(0);
+            }
+            let next = if depth % 2 == 0 { &into_b } else { &into_a };
+            let cb = again.lock().unwrap().clone().expect("registered");
+            let r = next.call("well_nest", &mut [Arg::Callback(&cb), Arg::I64(depth - 1)], RetType::I64);
+            Value::I64(r.map(|v| v.as_i64().unwrap_or(-100)).unwrap_or(-100) + 1)
+        })
+        .unwrap();
+    *slot.lock().unwrap() = Some(nest.clone());
+    assert_eq!(int(&a, "well_nest", &mut [Arg::Callback(&nest), Arg::I64(4)]), 9);
+    // Both go on as before.
+    assert_eq!(int(&a, "well_add", &mut [Arg::I64(40), Arg::I64(2)]), 42);
+    assert_eq!(int(&b, "well_add", &mut [Arg::I64(1), Arg::I64(2)]), 3);
+    assert_eq!(a.stats().restarts + b.stats().restarts, 0);
+}
+
 /// A host global the extension is given the address of.
 static HOST_GLOBAL: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(7);
 

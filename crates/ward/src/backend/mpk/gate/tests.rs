@@ -393,13 +393,17 @@ fn a_host_function_called_out_of_a_domain_gets_its_stack_arguments() {
 
 /// The rights of the domain the nesting test uses (set by the test before it calls in).
 static NESTED_RIGHTS: AtomicU32 = AtomicU32::new(0);
+/// And its stack.
+static NESTED_STACK_START: AtomicU64 = AtomicU64::new(0);
+static NESTED_STACK_END: AtomicU64 = AtomicU64::new(0);
 static NESTED_INNER_RSP: AtomicU64 = AtomicU64::new(0);
 static NESTED_FAULT_SIGNAL: AtomicU64 = AtomicU64::new(0);
 
 /// In the host, called out of the domain (depth 2): call into the same domain again (depth 3), once to see where
 /// its stack is and once into a fault; return 100 when the fault came back as an error.
 extern "C" fn host_calls_back_in(_: u64) -> u64 {
-    let top = nested_stack_top().expect("called out of a domain");
+    let stack = NESTED_STACK_START.load(Ordering::SeqCst) as usize..NESTED_STACK_END.load(Ordering::SeqCst) as usize;
+    let top = nested_stack_top(stack).expect("called out of a domain");
     let rights = Pkru(NESTED_RIGHTS.load(Ordering::SeqCst));
     let args = RegArgs::default();
     // SAFETY: stack_pointer takes nothing; the stack is the domain's own, below the part its outer call uses.
@@ -422,6 +426,8 @@ fn nested_calls_host_domain_host_domain_with_a_fault_at_depth_three() {
     }
     let d = TestDomain::new();
     NESTED_RIGHTS.store(d.rights.0, Ordering::SeqCst);
+    NESTED_STACK_START.store(d.stack.start() as u64, Ordering::SeqCst);
+    NESTED_STACK_END.store(d.stack.end() as u64, Ordering::SeqCst);
     // host_calls_back_in takes one integer and returns normally.
     let stub = outward_for(f(host_calls_back_in as *const ())).expect("an outward slot");
     let outer = d.call(f(call_out as *const ()), &[stub as u64, 0]);
@@ -430,7 +436,10 @@ fn nested_calls_host_domain_host_domain_with_a_fault_at_depth_three() {
     let inner = NESTED_INNER_RSP.load(Ordering::SeqCst) as usize;
     assert!(d.stack.contains(inner), "the inner call ran on the domain's stack");
     assert!(inner < d.stack.end() as usize - 256, "below the outer call's frames ({inner:#x})");
-    assert!(nested_stack_top().is_none(), "back in the host, outside every domain");
+    assert!(
+        nested_stack_top(d.stack.start() as usize..d.stack.end() as usize).is_none(),
+        "back in the host, outside every domain"
+    );
     assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
 }
 
