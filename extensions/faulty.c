@@ -199,6 +199,19 @@ FAULTY_EXPORT void faulty_illegal(void) {
     __builtin_trap();
 }
 
+/*
+ * Writes `len + past` bytes of 0xAB into `out`, which the host lends as `len`
+ * bytes: a positive `past` writes past its end. `other` is a second buffer
+ * the host lends, which this never touches.
+ */
+FAULTY_EXPORT void faulty_overrun(uint8_t *out, int64_t len, int64_t past, uint8_t *other) {
+    (void)other;
+    volatile uint8_t *p = out;
+    for (int64_t i = 0; i < len + past; i++) {
+        p[i] = 0xAB;
+    }
+}
+
 /* ---- library calls handed bad pointers ---------------------------------- */
 
 /*

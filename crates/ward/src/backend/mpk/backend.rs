@@ -23,11 +23,11 @@
 //! are copied aside. A restart copies them back and clears the heap the failed incarnation used beyond them: the
 //! domain is as it was just after initialisation, in microseconds, and the core replays its shadow log.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ward_abi::{RegArgs, RegRet};
@@ -55,7 +55,7 @@ const STACK_BYTES: usize = 8 << 20;
 /// The argument area: buffers copied in for one call (and its nested calls) at a time.
 const ARGUMENT_BYTES: usize = 256 << 20;
 /// Alignment of each buffer in the argument area.
-const ARGUMENT_ALIGN: usize = 64;
+const ARGUMENT_ALIGN: usize = 16;
 const PROT_READ_WRITE: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
 /// What an mpk domain is made of.
@@ -103,6 +103,9 @@ pub(crate) struct DomainMemory {
     arguments: KeyedRegion,
     /// The argument area's first free byte (calls nest strictly, so it is a stack of allocations).
     arguments_top: AtomicUsize,
+    /// Pages of the argument area that are guard pages now (no access): each buffer lent ends at one. They stay
+    /// guards from call to call, so a host lending the same sizes again changes no protection.
+    argument_guards: Mutex<BTreeSet<usize>>,
     /// Calls of this domain in progress (nested ones included).
     entered: AtomicUsize,
     block: *mut RuntimeBlock,
@@ -249,16 +252,43 @@ impl DomainMemory {
         BackendError::Fault(FaultKind::Signal { signo: fault.signal, cause, addr })
     }
 
-    /// Space in the argument area: its address, or None when the area is full.
-    fn argument_space(&self, len: usize) -> Option<*mut u8> {
+    /// Gives back the argument area above `mark` (what a call took).
+    fn release_arguments(&self, mark: usize) {
+        self.arguments_top.store(mark, Ordering::Relaxed);
+    }
+
+    /// Space in the argument area for a buffer of `len` bytes: its address; an error when the area is full.
+    ///
+    /// The buffer ends at a guard page (less up to 15 bytes: it starts 16-byte aligned), so a domain writing past
+    /// it faults instead of overwriting the next buffer, as in a process domain's pools.
+    fn argument_space(&self, len: usize) -> Result<*mut u8, BackendError> {
+        let full = || BackendError::Usage(format!("buffers past the mpk argument area ({ARGUMENT_BYTES} bytes)"));
+        let page = page_size();
         let top = self.arguments_top.load(Ordering::Relaxed);
-        let start = top.checked_add(ARGUMENT_ALIGN - 1)? & !(ARGUMENT_ALIGN - 1);
-        let end = start.checked_add(len)?;
+        let first = top.checked_next_multiple_of(page).ok_or_else(full)?;
+        let guard = len.max(1).checked_next_multiple_of(page).and_then(|l| first.checked_add(l)).ok_or_else(full)?;
+        let end = guard.checked_add(page).ok_or_else(full)?;
         if end > self.arguments.end() as usize {
-            return None;
+            return Err(full());
+        }
+        let protect = |at: usize, prot: i32| {
+            // SAFETY: a whole page of the argument area, which this object owns; only its protection changes, and
+            // no buffer of a call in progress lies in it (they lie below `top`).
+            unsafe { pku::protect_with_key(at as *mut u8, page, prot, self.key) }
+                .map_err(|e| BackendError::Usage(format!("cannot set a guard page in the mpk argument area: {e}")))
+        };
+        let mut guards = self.argument_guards.lock().unwrap_or_else(|e| e.into_inner());
+        let in_the_way: Vec<usize> = guards.range(first..guard).copied().collect();
+        for at in in_the_way {
+            protect(at, PROT_READ_WRITE)?;
+            guards.remove(&at);
+        }
+        if !guards.contains(&guard) {
+            protect(guard, libc::PROT_NONE)?;
+            guards.insert(guard);
         }
         self.arguments_top.store(end, Ordering::Relaxed);
-        Some(start as *mut u8)
+        Ok(((guard - len) & !(ARGUMENT_ALIGN - 1)) as *mut u8)
     }
 }
 
@@ -446,6 +476,7 @@ impl MpkBackend {
             stack,
             arguments,
             arguments_top: AtomicUsize::new(0),
+            argument_guards: Mutex::new(BTreeSet::new()),
             entered: AtomicUsize::new(0),
             block,
             images: placed,
@@ -744,7 +775,6 @@ impl GatedCall {
         let mark = memory.arguments_top.load(Ordering::Relaxed);
         let mut frame = GatedFrame { mark, outputs: smallvec::SmallVec::new() };
         let mut packer = ward_abi::ArgPacker::new();
-        let full = || BackendError::Usage(format!("buffers past the mpk argument area ({ARGUMENT_BYTES} bytes)"));
         for a in args {
             let pushed = match a {
                 WireValue::Int(v) => packer.push_int(*v),
@@ -754,7 +784,7 @@ impl GatedCall {
                 WireValue::Str(s) => packer.push_int(s.as_ptr() as u64),
                 WireValue::Out(len) => {
                     memory.host_access();
-                    let at = memory.argument_space(*len).ok_or_else(full)?;
+                    let at = memory.argument_space(*len).inspect_err(|_| memory.release_arguments(mark))?;
                     // SAFETY: `len` bytes of the argument area, writable by the host (host_access above).
                     unsafe { std::ptr::write_bytes(at, 0, *len) };
                     frame.outputs.push((at as usize, *len));
@@ -762,7 +792,7 @@ impl GatedCall {
                 }
                 WireValue::InOut(b) | WireValue::Scratch(b) => {
                     memory.host_access();
-                    let at = memory.argument_space(b.len()).ok_or_else(full)?;
+                    let at = memory.argument_space(b.len()).inspect_err(|_| memory.release_arguments(mark))?;
                     // SAFETY: as above; the source is the host's buffer.
                     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len()) };
                     if matches!(a, WireValue::InOut(_)) {
@@ -779,7 +809,7 @@ impl GatedCall {
                 }
             };
             if let Err(e) = pushed {
-                memory.arguments_top.store(mark, Ordering::Relaxed);
+                memory.release_arguments(mark);
                 return Err(BackendError::Usage(e.to_string()));
             }
         }
@@ -801,7 +831,7 @@ impl GatedCall {
                 unsafe { std::ptr::copy_nonoverlapping(*at as *const u8, out.as_mut_ptr(), n) };
             }
         }
-        self.memory.arguments_top.store(frame.mark, Ordering::Relaxed);
+        self.memory.release_arguments(frame.mark);
     }
 }
 

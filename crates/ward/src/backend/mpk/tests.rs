@@ -241,6 +241,49 @@ fn a_write_into_a_host_global_faults_and_leaves_the_global_unchanged() {
     assert_eq!(HOST_GLOBAL.load(std::sync::atomic::Ordering::SeqCst), 7);
 }
 
+#[test]
+fn a_buffer_lent_to_a_domain_ends_at_a_guard_page() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    // Never moved to a process domain, however many faults: every overrun here is caught by mpk's guard pages.
+    let policy = POLICY.replacen("[extension.faulty_mpk]\n", "[extension.faulty_mpk]\nescalate_after = 0\n", 1);
+    let sup = Supervisor::new(Policy::from_toml_str(&policy, "test policy").expect("the test policy parses"));
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin("faulty_mpk"), Some(Isolation::Mpk)).expect("loads under mpk");
+    let overrun = |len: usize, past: i64| {
+        let (mut out, mut other) = (vec![0u8; len], vec![0u8; 64]);
+        let r = ext.call(
+            "faulty_overrun",
+            &mut [Arg::Out(&mut out), Arg::I64(len as i64), Arg::I64(past), Arg::Out(&mut other)],
+            RetType::Void,
+        );
+        (r.is_ok(), out, other)
+    };
+    // Within the buffer: every byte written, the other buffer untouched.
+    for len in [100, 4096, 5000] {
+        let (ok, out, other) = overrun(len, 0);
+        assert!(ok && out.iter().all(|&b| b == 0xAB) && other.iter().all(|&b| b == 0), "{len} bytes");
+    }
+    assert!(faults(&events).is_empty());
+    // Sixteen bytes past the end reach the guard page whatever the length (a buffer starts 16-byte aligned).
+    for len in [100, 4096, 5000] {
+        let (ok, ..) = overrun(len, 16);
+        assert!(!ok, "{len} bytes and 16 past the end");
+        let f = faults(&events);
+        assert!(!f.is_empty(), "{len}: a fault");
+        assert!(
+            f.iter().all(|x| matches!(
+                x.kind,
+                FaultKind::Signal { signo: libc::SIGSEGV, cause: SignalCause::InvalidAccess, .. }
+            )),
+            "{len}: {f:?}"
+        );
+    }
+    assert_eq!(ext.isolation(), Isolation::Mpk);
+}
+
 /// Calls `function` of faulty_mpk, which hands a host-gated C library function a pointer: the call fails with a
 /// fault of the domain (the same one each time it is tried), the host goes on, and so does the domain, its counter
 /// replayed. Returns the fault.
