@@ -6,9 +6,12 @@
  * copy into buffers of exactly the size asked for, and leave freeing to free. Others check, and report a failed
  * allocation as an error code. Every function is well-behaved when the library is.
  *
- * Built with -fvisibility=hidden: only the functions marked CALLS_EXPORT are exported.
+ * Built with -fvisibility=hidden: only the functions marked CALLS_EXPORT are exported. With CALLS_NO_DLOPEN
+ * defined (calls_plugin.c), calls_via and its dlopen are left out.
  */
+#ifndef CALLS_NO_DLOPEN
 #include <dlfcn.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -125,6 +128,27 @@ CALLS_EXPORT int64_t calls_copy(int64_t n, int64_t how) {
     return sum;
 }
 
+/*
+ * One argument each, for calls made through calls_via: calls_copy of n bytes
+ * every way in turn (the sum of their sums, or -1), and calls_churn of 1 MiB
+ * blocks.
+ */
+CALLS_EXPORT int64_t calls_copy_every_way(int64_t n) {
+    int64_t total = 0;
+    for (int64_t how = 0; how < 5; how++) {
+        int64_t sum = calls_copy(n, how);
+        if (sum < 0) {
+            return -1;
+        }
+        total += sum;
+    }
+    return total;
+}
+
+CALLS_EXPORT int64_t calls_churn_mib(int64_t iterations) {
+    return calls_churn(iterations, 1 << 20);
+}
+
 /* Fills the caller's buffer of len bytes with `byte`; returns len. (Returning something else than memset's result
  * keeps the call a call: a tail jump would make memset's caller the host.) */
 CALLS_EXPORT int64_t calls_fill(uint8_t *out, size_t len, int64_t byte) {
@@ -132,6 +156,7 @@ CALLS_EXPORT int64_t calls_fill(uint8_t *out, size_t len, int64_t byte) {
     return (int64_t)len;
 }
 
+#ifndef CALLS_NO_DLOPEN
 /* ---- a stand-in class adapter ------------------------------------------------------------------------------------ */
 
 /*
@@ -151,3 +176,4 @@ CALLS_EXPORT int64_t calls_via(const char *path, const char *symbol, int64_t arg
     memcpy(&call, &f, sizeof call);
     return call(arg);
 }
+#endif

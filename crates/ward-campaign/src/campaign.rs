@@ -97,14 +97,14 @@ impl Campaign {
             return Err(Error::EmptyList { what: "--isolation" });
         }
         let library: Vec<TrialFault> = options.fault_types.iter().copied().filter(|t| t.is_library()).collect();
+        // A library fault needs a domain's runtime or preloaded library to inject it; poisoned calls, a domain
+        // process's dispatcher.
+        if options.isolations.contains(&Mode::None) && !library.is_empty() {
+            return Err(Error::LibraryFaultNeedsDomain { kinds: crate::config::type_list(&library), mode: Mode::None });
+        }
         let in_host_process = options.isolations.iter().copied().find(|m| matches!(m, Mode::Mpk | Mode::None));
-        if let Some(mode) = in_host_process {
-            if !library.is_empty() {
-                return Err(Error::LibraryFaultNeedsProcess { kinds: crate::config::type_list(&library), mode });
-            }
-            if options.poison {
-                return Err(Error::PoisonNeedsProcess { mode });
-            }
+        if let (Some(mode), true) = (in_host_process, options.poison) {
+            return Err(Error::PoisonNeedsProcess { mode });
         }
         if options.isolations.contains(&Mode::Mpk) && !ward::mpk_available() {
             return Err(Error::MpkUnavailable);

@@ -14,11 +14,11 @@ pub enum Error {
     )]
     UnknownFaultType { given: String },
     #[error(
-        "library fault kinds ({kinds}) cannot run under isolation `{mode}`: a library fault is preloaded into the \
-         extension's own domain process, and `{mode}` runs the extension in the host's process; drop `{mode}` from \
-         --isolation, or the library kinds from --types"
+        "library fault kinds ({kinds}) cannot run under isolation `{mode}`: a library fault is injected by the \
+         extension's domain (its process's preloaded library, or an mpk domain's runtime), and `{mode}` has none; \
+         drop `{mode}` from --isolation, or the library kinds from --types"
     )]
-    LibraryFaultNeedsProcess { kinds: String, mode: Mode },
+    LibraryFaultNeedsDomain { kinds: String, mode: Mode },
     #[error(
         "--poison cannot run under isolation `{mode}`: poisoned calls are made by the dispatcher of a domain \
          process; drop `{mode}` from --isolation, or --poison"
@@ -96,7 +96,7 @@ impl Error {
         matches!(
             self,
             Error::UnknownFaultType { .. }
-                | Error::LibraryFaultNeedsProcess { .. }
+                | Error::LibraryFaultNeedsDomain { .. }
                 | Error::PoisonNeedsProcess { .. }
                 | Error::MpkUnavailable
                 | Error::Imports { .. }

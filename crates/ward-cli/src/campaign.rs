@@ -30,7 +30,7 @@ pub struct CampaignArgs {
     /// library fault kinds (alloc, leak, copy-overrun; `library` is every one) run the unmutated extension with a
     /// run-time fault in the C library calls its own code makes: an allocation fails, frees leak, or a copy
     /// overruns, from a call drawn from the trial's seed. Mix them at will (`all,library`, `nop,alloc`). Library
-    /// kinds need isolation process (not mpk or none).
+    /// kinds need a domain to inject them: isolation process or mpk (not none).
     #[arg(long, default_value = "all", value_name = "all|library|TYPE,...")]
     types: String,
     /// Trials of each fault type.

@@ -10,6 +10,8 @@
 //! * `faulty_frei0r` – a frei0r filter that fails on command.
 //! * `faulty_mpk` – `faulty` without the kinds that need a process of their own, so an mpk domain can hold it.
 //! * `calls` – work that is C library calls (allocations, copies), for run-time library faults.
+//! * `calls_plugin` – `calls` without `calls_via` and its `dlopen`: the plugin a stand-in class adapter opens in
+//!   an mpk domain, which lets an opened library look up nothing.
 //! * `stale_ladspa` – a LADSPA plugin that reports the registers and stack it was not given (poisoned calls).
 //! * `stale` – generic functions that return a register or stack slot they were not given (policy `poison`).
 
@@ -31,6 +33,7 @@ pub const ALL: &[Builtin] = &[
     ),
     embedded!("faulty_ladspa", "LADSPA plugins that fail on command: crash, hang, overrun, NaN"),
     embedded!("calls", "C library calls (allocations, copies) for run-time library faults"),
+    embedded!("calls_plugin", "calls without its dlopen: a plugin a stand-in adapter opens, which mpk can hold"),
     embedded!("stale_ladspa", "a LADSPA plugin that reports the registers and stack it was not given"),
     embedded!("stale", "functions that return a register or stack slot they were not given"),
     embedded!("well", "well-behaved: arithmetic, buffers, callbacks, state"),

@@ -34,11 +34,11 @@ pub enum Error {
     IsolationUnavailable(String, String),
     /// A `library_fault` policy for an isolation kind that cannot carry one.
     #[error(
-        "extension {extension} has a library_fault, which needs isolation `process` (a library preloaded into its \
-         domain process injects it), but it would run with isolation `{isolation}`; use isolation \"process\" or \
-         remove library_fault"
+        "extension {extension} has a library_fault, which needs a domain (a library preloaded into its domain \
+         process, or an mpk domain's runtime, injects it), but it would run with isolation `{isolation}`; use \
+         isolation \"process\" or \"mpk\", or remove library_fault"
     )]
-    LibraryFaultNeedsProcess { extension: String, isolation: crate::policy::Isolation },
+    LibraryFaultNeedsDomain { extension: String, isolation: crate::policy::Isolation },
     /// `poison` for an extension that would not run in a process domain.
     #[error(
         "extension {extension} has poison = true, which needs a process domain (the domain calls it through the          poisoning trampoline; in the host's own process a fault it turns up would be the host's), but it would run          with isolation `{isolation}`; use isolation \"process\" or remove poison"

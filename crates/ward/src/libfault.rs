@@ -332,17 +332,18 @@ pub(crate) struct Preload {
     pub config: OsString,
 }
 
-/// Refuses a library fault for an isolation kind that cannot carry one (checked before the kind is resolved, so
-/// that `mpk` gets this error rather than another).
+/// Refuses a library fault for an isolation kind that cannot carry one: `none`, where nothing stands between the
+/// extension and the host's C library (checked before the kind is resolved).
 pub(crate) fn check_isolation(extension: &str, policy: &ExtensionPolicy, isolation: Isolation) -> Result<(), Error> {
     match (&policy.library_fault, isolation) {
-        (None, _) | (Some(_), Isolation::Process | Isolation::Auto) => Ok(()),
-        (Some(_), isolation) => Err(Error::LibraryFaultNeedsProcess { extension: extension.to_string(), isolation }),
+        (None, _) | (Some(_), Isolation::Process | Isolation::Auto | Isolation::Mpk) => Ok(()),
+        (Some(_), isolation) => Err(Error::LibraryFaultNeedsDomain { extension: extension.to_string(), isolation }),
     }
 }
 
 /// The preload for `extension`'s domain when its policy has a library fault: the calls of `object` (the extension,
-/// or the plugin a class adapter opens) get it. Needs a process domain of the extension's own.
+/// or the plugin a class adapter opens) get it. A process domain of the extension's own needs one; an mpk domain
+/// needs none (None).
 pub(crate) fn preload(
     extension: &str,
     policy: &ExtensionPolicy,
@@ -353,13 +354,19 @@ pub(crate) fn preload(
         return Ok(None);
     };
     check_isolation(extension, policy, isolation)?;
-    if isolation != Isolation::Process {
-        return Err(Error::LibraryFaultNeedsProcess { extension: extension.to_string(), isolation });
-    }
     if let Some(group) = &policy.group {
         return Err(Error::LibraryFaultInGroup { extension: extension.to_string(), group: group.clone() });
     }
-    Ok(Some(Preload { library: library_path()?, config: env_value(object, fault) }))
+    // In an mpk domain the domain runtime injects it (see `ExtensionSpec::library_fault`).
+    if isolation != Isolation::Process {
+        return Ok(None);
+    }
+    preload_for(fault, object).map(Some)
+}
+
+/// The preload that gives the calls of `object` in a domain process `fault`.
+pub(crate) fn preload_for(fault: &LibraryFault, object: &Path) -> Result<Preload, Error> {
+    Ok(Preload { library: library_path()?, config: env_value(object, fault) })
 }
 
 // ---------------------------------------------------------------------------

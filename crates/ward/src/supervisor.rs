@@ -140,6 +140,7 @@ impl Supervisor {
             init: policy.init.clone(),
             poison: policy.poison,
             opens: opened.clone(),
+            library_fault: policy.library_fault,
         };
 
         if let Some(group) = policy.group.clone() {
@@ -264,7 +265,15 @@ impl Supervisor {
         Box::new(move |specs, tracker| {
             let inner = inner.upgrade().ok_or("the supervisor is gone")?;
             let monitor = monitor_of(&inner).map_err(|e| e.to_string())?;
-            let backend = start_process(specs, &policy, None, monitor, tracker)?;
+            // A library fault the mpk runtime injected is preloaded into the process (its count starts again).
+            let preload = match (&policy.library_fault, specs.first()) {
+                (Some(fault), Some(spec)) => Some(
+                    crate::libfault::preload_for(fault, spec.opens.as_deref().unwrap_or(&spec.path))
+                        .map_err(|e| e.to_string())?,
+                ),
+                _ => None,
+            };
+            let backend = start_process(specs, &policy, preload, monitor, tracker)?;
             Ok(Box::new(backend) as Box<dyn crate::backend::Backend>)
         })
     }

@@ -27,6 +27,10 @@ pub(crate) struct ExtensionSpec {
     /// The library it opens itself (a class adapter's plugin). A backend that cannot let it call the host's
     /// dynamic linker (mpk) loads the library with it; the others ignore this.
     pub opens: Option<PathBuf>,
+    /// A run-time library fault for the calls of the library it opens, else its own (policy `library_fault`).
+    /// A backend whose domain runtime binds the C library's allocation and copy functions (mpk) injects it; a
+    /// process domain gets it from its preloaded library instead.
+    pub library_fault: Option<crate::libfault::LibraryFault>,
 }
 
 /// Why a backend operation did not complete.

@@ -46,6 +46,7 @@ use crate::backend::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValu
 use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::fault::{DomainHint, FaultKind, SignalCause};
+use crate::libfault::LibraryFaultKind;
 use crate::tracker::Tracker;
 
 /// Bytes of one thunk (`mov r9, imm64; mov rax, imm64; jmp rax`, padded with `int3`).
@@ -300,6 +301,8 @@ struct ToPlace {
     span: usize,
     /// The extension's index, when it is one.
     extension: Option<usize>,
+    /// The kind of run-time library fault its calls get, if any.
+    library_fault: Option<LibraryFaultKind>,
 }
 
 /// The pages saved after load and initialisation.
@@ -351,7 +354,7 @@ impl MpkBackend {
             .map(|i| (i.name.clone(), if lifted(&i.name) { ImportClass::DomainRuntime } else { i.class }))
             .collect();
         let span = loader::span(&bytes, page).map_err(|source| MpkError::Load { path: path.to_path_buf(), source })?;
-        Ok(ToPlace { path: path.to_path_buf(), bytes, classes, span, extension: None })
+        Ok(ToPlace { path: path.to_path_buf(), bytes, classes, span, extension: None, library_fault: None })
     }
 
     /// Loads every extension afresh (each after the library it opens, if any), runs the initialisers, and takes
@@ -363,15 +366,21 @@ impl MpkBackend {
         let page = page_size();
         let mut files = Vec::new();
         for (i, spec) in self.cfg.extensions.iter().enumerate() {
+            // The library fault goes to the calls of the plugin an adapter opens, else of the extension.
+            let faulted = spec.library_fault.map(|f| f.kind());
             if let Some(library) = &spec.opens {
-                let file = Self::read(library, false).map_err(|e| match e {
+                let mut file = Self::read(library, false).map_err(|e| match e {
                     MpkError::Refused { path, why } => MpkError::RefusedLibrary { path, why },
                     other => other,
                 })?;
+                file.library_fault = faulted;
                 files.push(file);
             }
             let mut file = Self::read(&spec.path, spec.opens.is_some())?;
             file.extension = Some(i);
+            if spec.opens.is_none() {
+                file.library_fault = faulted;
+            }
             files.push(file);
         }
         let thunk_pages = files.iter().map(|f| f.classes.len()).sum::<usize>().max(1) * THUNK_BYTES;
@@ -398,6 +407,10 @@ impl MpkBackend {
         let block = block_at as *mut RuntimeBlock;
         // SAFETY: the runtime page lies in the region just mapped, writable by this thread, page-aligned.
         unsafe { RuntimeBlock::init(block, heap_at, heap, k) };
+        if let Some(fault) = self.cfg.extensions.iter().find_map(|s| s.library_fault.as_ref()) {
+            // SAFETY: the block was just laid out, and nothing runs in the domain yet.
+            unsafe { (*block).set_library_fault(fault) };
+        }
 
         let mut thunks =
             Thunks { next: thunks_at, end: thunks_at + thunk_pages, block: block_at, made: HashMap::new() };
@@ -408,7 +421,7 @@ impl MpkBackend {
             // SAFETY: [at, at + span) is part of the fresh region, writable by this thread, used by nothing else.
             let image = unsafe {
                 loader::place(&file.bytes, at as *mut u8, file.span, page, |request| {
-                    bind(request, &file.classes, &mut thunks, block)
+                    bind(request, &file.classes, &mut thunks, block, file.library_fault)
                 })
             }
             .map_err(load_error)?;
@@ -690,7 +703,11 @@ fn bind(
     classes: &HashMap<String, ImportClass>,
     thunks: &mut Thunks,
     block: *mut RuntimeBlock,
+    library_fault: Option<LibraryFaultKind>,
 ) -> Option<usize> {
+    if let Some(f) = library_fault.and_then(|kind| runtime::library_fault_function(kind, request.name)) {
+        return thunks.to(f);
+    }
     let class = classes.get(request.name).copied().unwrap_or(ImportClass::Unsupported);
     match class {
         ImportClass::DomainRuntime => {

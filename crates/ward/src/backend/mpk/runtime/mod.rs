@@ -11,10 +11,13 @@
 use std::ffi::c_void;
 use std::ptr;
 
+mod libfault;
 mod libraries;
 mod locks;
 mod mappings;
 
+pub(crate) use self::libfault::function as library_fault_function;
+use self::libfault::FaultPlan;
 pub(crate) use self::libraries::LibraryTable;
 use self::mappings::Protection;
 
@@ -71,6 +74,8 @@ pub(crate) struct RuntimeBlock {
     /// The message `dlerror` hands out, NUL-terminated, and whether one is pending.
     dl_error_pending: u32,
     dl_error: [u8; libraries::ERROR_BYTES],
+    /// The run-time library fault the calls of one image get (the policy's `library_fault`), and its count.
+    library_fault: FaultPlan,
 }
 
 impl RuntimeBlock {
@@ -92,6 +97,11 @@ impl RuntimeBlock {
             (*block).rand48_mult = [0xe66d, 0xdeec, 0x5];
             (*block).rand48_add = 0xb;
         }
+    }
+
+    /// Injects `fault` into the calls bound to [`library_fault_function`]s.
+    pub(crate) fn set_library_fault(&mut self, fault: &crate::libfault::LibraryFault) {
+        self.library_fault = FaultPlan::new(fault);
     }
 
     /// The part of the heap in use since the block was laid out: what a snapshot must keep.
