@@ -204,7 +204,8 @@ impl Supervisor {
                     (Some(kind), Some(to)) => {
                         let to = std::path::absolute(to).unwrap_or_else(|_| to.clone());
                         tracing::warn!(extension = %name, "{e}; starting from {} (restart_from)", to.display());
-                        let mut good = spec.clone();
+                        // The file started from is not the one a library fault targets (see `replace_image`).
+                        let mut good = ExtensionSpec { library_fault: None, ..spec.clone() };
                         match good.opens.as_mut() {
                             Some(opened) => *opened = to.clone(),
                             None => good.path = to.clone(),

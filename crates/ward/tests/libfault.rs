@@ -175,6 +175,15 @@ fn a_class_adapters_fault_targets_the_plugin_it_opens() {
 /// as its plugin, whose calls get `fault`:
 /// the supervisor, the extension, its events, the plugin's path and the directory to remove. None without PKU.
 fn mpk_adapter(test: &str, fault: &str) -> Option<(Supervisor, Extension, Receiver<Event>, CString, PathBuf)> {
+    mpk_adapter_with(test, fault, "")
+}
+
+/// As [`mpk_adapter`], with `more` added to the plugin's policy section.
+fn mpk_adapter_with(
+    test: &str,
+    fault: &str,
+    more: &str,
+) -> Option<(Supervisor, Extension, Receiver<Event>, CString, PathBuf)> {
     if !ward::mpk_available() {
         eprintln!("no PKU on this machine: {test} did not run here; scripts/test runs it under emulation");
         return None;
@@ -183,7 +192,11 @@ fn mpk_adapter(test: &str, fault: &str) -> Option<(Supervisor, Extension, Receiv
     std::fs::create_dir_all(&dir).unwrap();
     let plugin = dir.join("plugin_copy.so");
     std::fs::copy(builtin("calls_plugin"), &plugin).unwrap();
-    let sup = Supervisor::new(Policy::from_toml_str(&policy("plugin_copy", fault), "test policy").unwrap());
+    // `more` may set on_fault itself.
+    let base = policy("plugin_copy", fault);
+    let base = if more.contains("on_fault") { base.replace("on_fault = \"fail\"\n", "") } else { base };
+    let text = base.replacen("[extension.plugin_copy]\n", &format!("[extension.plugin_copy]\n{more}"), 1);
+    let sup = Supervisor::new(Policy::from_toml_str(&text, "test policy").unwrap());
     let events = sup.subscribe();
     let adapter = builtin("calls");
     let load = AdapterLoad { adapter: &adapter, plugin: &plugin, isolation: Some(Isolation::Mpk), functions: &[] };
@@ -210,6 +223,21 @@ fn mpk_an_allocation_fault_hits_the_plugins_calls_and_not_the_adapters() {
     assert_eq!(call(&ext, "calls_add", &mut [Arg::I64(2), Arg::I64(3)]).unwrap(), 5);
     assert_eq!(faults(&events).len(), 1);
     assert_eq!(ext.isolation(), Isolation::Mpk);
+    drop(ext);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn mpk_a_library_fault_stays_with_its_file_when_the_plugin_restarts_from_another() {
+    // The fault names the plugin's copy; after its fault the plugin restarts from the built-in file (restart_from),
+    // which the fault does not target, as in a process domain.
+    let more = format!("restart_from = {:?}\non_fault = \"retry\"\n", builtin("calls_plugin"));
+    let Some((_sup, ext, events, path, dir)) = mpk_adapter_with("switch", r#""alloc:nth=1,count=0""#, &more) else {
+        return;
+    };
+    assert_eq!(via(&ext, &path, c"calls_alloc_sum", 16).unwrap(), 120, "retried on the good file: no fault there");
+    assert_eq!(faults(&events).len(), 1);
+    assert_eq!(via(&ext, &path, c"calls_checked_alloc", 32).unwrap(), 32);
     drop(ext);
     std::fs::remove_dir_all(&dir).unwrap();
 }

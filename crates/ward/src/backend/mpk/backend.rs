@@ -933,6 +933,11 @@ impl Backend for MpkBackend {
     fn replace_image(&mut self, index: usize, path: PathBuf) {
         if let Some(spec) = self.cfg.extensions.get_mut(index) {
             spec.path = path;
+            // A library fault targets the file it was given for, as a process domain's preloaded library names
+            // the object by path: the file restarted from is not it. (An adapter's fault is its plugin's.)
+            if spec.opens.is_none() {
+                spec.library_fault = None;
+            }
             self.reload = true;
         }
     }
@@ -942,6 +947,8 @@ impl Backend for MpkBackend {
         // finds the new file only once the next incarnation loads it in place of the old one.
         if let Some(spec) = self.cfg.extensions.get_mut(index).filter(|s| s.opens.is_some()) {
             spec.opens = Some(path);
+            // As in `replace_image`: the fault was the old plugin file's.
+            spec.library_fault = None;
             self.reload = true;
         }
     }
