@@ -212,6 +212,20 @@ FAULTY_EXPORT void faulty_overrun(uint8_t *out, int64_t len, int64_t past, uint8
     }
 }
 
+/*
+ * Copies n bytes into a 16-byte buffer through glibc's fortified memcpy, as a
+ * _FORTIFY_SOURCE build does when it knows the destination's size: n > 16
+ * fails the check, and glibc ends the process (natively, SIGABRT).
+ */
+extern void *__memcpy_chk(void *dst, const void *src, size_t n, size_t dstlen);
+
+FAULTY_EXPORT int64_t faulty_fortified_copy(int64_t n) {
+    static const uint8_t source[4096];
+    uint8_t buf[16];
+    __memcpy_chk(buf, source, (size_t)n, sizeof buf);
+    return (int64_t)((volatile uint8_t *)buf)[0];
+}
+
 /* ---- library calls handed bad pointers ---------------------------------- */
 
 /*

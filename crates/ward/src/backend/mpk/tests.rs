@@ -322,6 +322,23 @@ fn a_host_gate_handed_a_pointer_the_domain_cannot_read_faults_the_domain_not_the
     );
 }
 
+/// glibc's fortify failure, run inside the domain, stores its message in libc's own data before it aborts: the store
+/// is what faults (the domain may not write host memory), and the host never sees the abort.
+#[test]
+fn a_fortified_copy_that_fails_its_check_is_a_fault_of_the_domain() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
+    assert_eq!(int(&ext, "faulty_fortified_copy", &mut [Arg::I64(16)]), 0, "within the buffer");
+    let result = ext.call("faulty_fortified_copy", &mut [Arg::I64(64)], RetType::I64);
+    assert!(result.is_err(), "{result:?}");
+    let f = faults(&events);
+    assert!(!f.is_empty(), "a fault was reported");
+    assert_eq!(int(&ext, "faulty_counter_get", &mut []), 0, "the host and the domain go on");
+}
+
 #[test]
 fn a_host_gate_reads_host_memory_the_domain_may_read() {
     let _keys = one_at_a_time();
