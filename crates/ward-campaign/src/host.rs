@@ -67,8 +67,8 @@ pub fn run_native(workload: &dyn Workload, symbols: &dyn Symbols) -> HostReport 
 
 /// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline`;
 /// after a failure the extension restarts from `restart_from` when given; with `library_fault`, the extension's
-/// domain runs with that run-time library fault (policy `library_fault`: it needs isolation `process`, and hits the
-/// calls of the file at `path`, so a restart from another file runs without it). Fails only if this host cannot
+/// domain runs with that run-time library fault (policy `library_fault`: it needs isolation `process` or `mpk`, and
+/// hits the calls of the file at `path`, so a restart from another file runs without it). Fails only if this host cannot
 /// set itself up.
 ///
 /// The restarts reported are those of the extension's domain when the workload ended; when the workload could not

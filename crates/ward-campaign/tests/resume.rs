@@ -300,7 +300,7 @@ fn library_kinds_are_refused_under_isolation_none_before_anything_runs() {
         isolations: vec![Mode::Process, Mode::None],
         ..options(&out, 6)
     };
-    let err = Campaign::new(options).expect_err("library faults need a process domain");
+    let err = Campaign::new(options).expect_err("library faults need a domain");
     assert!(err.is_bad_input(), "{err}");
     assert!(err.to_string().contains("library fault kinds (leak) cannot run under isolation `none`"), "{err}");
     assert!(!out.exists());

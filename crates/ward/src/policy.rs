@@ -81,8 +81,10 @@
 //! 64, at most 1048576); the `nth` eligible call of the process (from 1,
 //! default 1) and the `count - 1` after it are affected (`count` 0: every
 //! one from then on; default 1, 0 for `leak`). A class adapter's fault
-//! applies to the plugin it opens. It needs isolation `process` and an
-//! extension in its own domain (no `group`); loading refuses it otherwise.
+//! applies to the plugin it opens. It needs a domain of the extension's own
+//! (no `group`): isolation `process` (a preloaded library injects it) or
+//! `mpk` (the domain runtime does; `auto` means `process` then); loading
+//! refuses it otherwise.
 
 use std::collections::BTreeMap;
 use std::fmt;
