@@ -415,25 +415,30 @@ fn positional(probe: &mut impl Probe, at: usize) -> bool {
     end != at && probe.byte(end) == b'$'
 }
 
-fn printf(probe: &mut impl Probe, format: usize, args: &mut Cursor, forbid_n: bool) -> Result<(), Refusal> {
-    let mut at = format;
+/// Where the next conversion of the format at `at` begins (just after its `%`), or None when the format ends there.
+/// A conversion that names its argument by position (`%2$s`) ends the walk too: such arguments are taken in any
+/// order, so the rest of the format is only read.
+fn next_conversion(probe: &mut impl Probe, mut at: usize) -> Option<usize> {
     loop {
         let b = probe.byte(at);
         at += 1;
         match b {
-            0 => return Ok(()),
-            b'%' => {}
-            _ => continue,
+            0 => return None,
+            b'%' if probe.byte(at) == b'%' => at += 1,
+            b'%' if positional(probe, at) => {
+                string(probe, at, None, false);
+                return None;
+            }
+            b'%' => return Some(at),
+            _ => {}
         }
-        if probe.byte(at) == b'%' {
-            at += 1;
-            continue;
-        }
-        if positional(probe, at) {
-            // Arguments named by position are taken in any order: the rest of the format is only read.
-            string(probe, at, None, false);
-            return Ok(());
-        }
+    }
+}
+
+fn printf(probe: &mut impl Probe, format: usize, args: &mut Cursor, forbid_n: bool) -> Result<(), Refusal> {
+    let mut at = format;
+    while let Some(conversion) = next_conversion(probe, at) {
+        at = conversion;
         while matches!(probe.byte(at), b'-' | b'+' | b' ' | b'#' | b'0' | b'\'' | b'I') {
             at += 1;
         }
@@ -492,26 +497,13 @@ fn printf(probe: &mut impl Probe, format: usize, args: &mut Cursor, forbid_n: bo
             _ => {}
         }
     }
+    Ok(())
 }
 
 fn scanf(probe: &mut impl Probe, format: usize, args: &mut Cursor) -> Result<(), Refusal> {
     let mut at = format;
-    loop {
-        let b = probe.byte(at);
-        at += 1;
-        match b {
-            0 => return Ok(()),
-            b'%' => {}
-            _ => continue,
-        }
-        if probe.byte(at) == b'%' {
-            at += 1;
-            continue;
-        }
-        if positional(probe, at) {
-            string(probe, at, None, false);
-            return Ok(());
-        }
+    while let Some(conversion) = next_conversion(probe, at) {
+        at = conversion;
         let assigns = probe.byte(at) != b'*';
         if !assigns {
             at += 1;
@@ -574,6 +566,7 @@ fn scanf(probe: &mut impl Probe, format: usize, args: &mut Cursor) -> Result<(),
         let p = args.int(probe)? as usize;
         probe.write(p, bytes);
     }
+    Ok(())
 }
 
 /// The probe a gate runs: it touches the memory inside the domain, with the domain's rights, so a pointer the

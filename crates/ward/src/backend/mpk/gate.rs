@@ -671,6 +671,13 @@ pub(crate) unsafe fn outward_stub(slot: usize, target: *const c_void) -> Option<
 /// which keeps it for the life of the process (targets are the host's library functions and callback entries, a
 /// bounded set). None when every slot is taken.
 pub(crate) fn outward_for(target: *const c_void) -> Option<*const c_void> {
+    outward_for_checked(target, None)
+}
+
+/// The outward stub for `target`, as [`outward_for`] gives it, with `check` run on the arguments of every call made
+/// through it from inside a domain (see `checks`). Every request for one target must bring the same check (the
+/// imports of one function under its names, `getc` and `_IO_getc`, do).
+pub(crate) fn outward_for_checked(target: *const c_void, check: Option<&'static GateCheck>) -> Option<*const c_void> {
     static BY_TARGET: std::sync::Mutex<Option<std::collections::HashMap<usize, usize>>> = std::sync::Mutex::new(None);
     let mut table = BY_TARGET.lock().unwrap_or_else(|e| e.into_inner());
     let table = table.get_or_insert_with(std::collections::HashMap::new);
@@ -685,20 +692,11 @@ pub(crate) fn outward_for(target: *const c_void) -> Option<*const c_void> {
             slot
         }
     };
+    let check = check.map_or(ptr::null(), |c| c as *const GateCheck);
+    OUTWARD_CHECKS.get(slot)?.store(check.cast_mut(), Ordering::Release);
     // SAFETY: targets handed here are host functions that stay loaded for the life of the process (libc's, and
     // ward_abi's callback stubs), taking register arguments and returning normally.
     unsafe { outward_stub(slot, target) }
-}
-
-/// The outward stub for `target`, as [`outward_for`] gives it, with `check` run on the arguments of every call made
-/// through it from inside a domain (see `checks`). Every request for one target must bring the same check (the
-/// imports of one function under its names, `getc` and `_IO_getc`, do).
-pub(crate) fn outward_for_checked(target: *const c_void, check: Option<&'static GateCheck>) -> Option<*const c_void> {
-    let stub = outward_for(target)?;
-    let slot = (stub as usize - ward_mpk_outward_stubs as *const () as usize) / OUTWARD_STRIDE;
-    let check = check.map_or(ptr::null(), |c| c as *const GateCheck);
-    OUTWARD_CHECKS.get(slot)?.store(check.cast_mut(), Ordering::Release);
-    Some(stub)
 }
 
 /// The argument check behind each outward stub (null: none). Host memory: a domain reads it, never writes it.
