@@ -200,6 +200,32 @@ FAULTY_EXPORT void faulty_illegal(void) {
 }
 
 /*
+ * Returns 7 having broken the calling convention: every callee-saved register
+ * but the stack pointer points at zeroed memory of the extension's, and the
+ * direction flag is set. A caller that trusts any of them afterwards (a frame
+ * pointer kept in rbx, a copy that assumes the flag clear) goes wrong.
+ * Assembly, so that no compiled epilogue puts them back.
+ */
+FAULTY_EXPORT int64_t faulty_clobber_callee_saved(void);
+static uint8_t faulty_zeroes[4096] __attribute__((used));
+__asm__(".text\n"
+        ".intel_syntax noprefix\n"
+        ".globl faulty_clobber_callee_saved\n"
+        ".type faulty_clobber_callee_saved, @function\n"
+        "faulty_clobber_callee_saved:\n"
+        "lea rbx, [rip + faulty_zeroes + 2048]\n"
+        "mov rbp, rbx\n"
+        "mov r12, rbx\n"
+        "mov r13, rbx\n"
+        "mov r14, rbx\n"
+        "mov r15, rbx\n"
+        "std\n"
+        "mov eax, 7\n"
+        "ret\n"
+        ".size faulty_clobber_callee_saved, . - faulty_clobber_callee_saved\n"
+        ".att_syntax prefix\n");
+
+/*
  * Writes `len + past` bytes of 0xAB into `out`, which the host lends as `len`
  * bytes: a positive `past` writes past its end. `other` is a second buffer
  * the host lends, which this never touches.

@@ -60,6 +60,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
             "faulty_forged_reply",
             "faulty_div_zero",
             "faulty_illegal",
+            "faulty_clobber_callee_saved",
             "faulty_overrun",
             "faulty_gate_read",
             "faulty_gate_write",

@@ -212,9 +212,16 @@ global_asm!(
     // The upper bound on vector registers a variadic callee reads.
     "mov eax, 8",
     "call r11",
-    // Out: the host's rights first, then its memory may be written.
+    // Out. rbx is the domain's to preserve, and a faulty domain may not have: the frame comes again from the
+    // thread's own record, which the domain may read but not write. The direction flag, which the System V ABI
+    // wants clear at a return, is cleared for the same reason before any host code runs.
     "mov r12, rax",
     "movq r13, xmm0",
+    "cld",
+    "and rsp, -16",
+    "call {active}",
+    "mov rbx, rax",
+    // The host's rights first, then its memory may be written.
     "ward_mpk_set_pkru rbx, {host_pkru}",
     "mov qword ptr [rbx + {inside}], 0",
     "mov qword ptr [rbx + {ret_int}], r12",
@@ -226,6 +233,7 @@ global_asm!(
     ".globl ward_mpk_gate_resume",
     ".hidden ward_mpk_gate_resume",
     "ward_mpk_gate_resume:",
+    "cld",
     "ward_mpk_set_pkru rbx, {host_pkru}",
     "mov qword ptr [rbx + {inside}], 0",
     "mov rsp, qword ptr [rbx + {host_rsp}]",
@@ -289,7 +297,9 @@ global_asm!(
     "movq qword ptr [rsp + 104], xmm7",
     "mov r12, r11",
     "mov r14, rsp",
-    // Which activation is this thread in? (Reads host memory only, which the domain's rights allow.)
+    // Which activation is this thread in? (Reads host memory only, which the domain's rights allow.) The direction
+    // flag is the caller's to clear, and host code must not run with a faulty domain's.
+    "cld",
     "and rsp, -16",
     "call {current}",
     "mov r13, rax",
@@ -360,6 +370,7 @@ global_asm!(
     slots = const OUTWARD_SLOTS,
     stride = const OUTWARD_STRIDE,
     current = sym current_activation_inside,
+    active = sym current_activation,
     check = sym check_outward_arguments,
     targets = sym OUTWARD_TARGETS,
 );
@@ -641,6 +652,12 @@ extern "C" {
     fn ward_mpk_outward_stubs();
 }
 
+/// This thread's newest activation: the gate's way back to its frame when the domain returns. Called on the
+/// domain's stack with the domain's rights: it only reads.
+extern "C" fn current_activation() -> *mut GateFrame {
+    ACTIVE.with(Cell::get)
+}
+
 /// The activation this thread is running a domain in, or null when it is not inside one. Called by the outward
 /// stubs on the domain's stack with the domain's rights: it only reads.
 extern "C" fn current_activation_inside() -> *mut GateFrame {
@@ -711,6 +728,12 @@ const STACK_ARGUMENTS_AT: usize = 176;
 /// check. A pointer the domain could not use faults in here, as the domain's; a refusal traps at
 /// `ward_mpk_refuse`. Returns when the call may go on.
 extern "C" fn check_outward_arguments(slot: usize, image: *const u64) {
+    // Each stub loads its own slot; a faulty domain that jumped into the common body past one carries any number,
+    // which must not pick the host code to run.
+    if OUTWARD_TARGETS.get(slot).is_none_or(|target| target.load(Ordering::Acquire) == 0) {
+        // SAFETY: as below; a trap without a refusal is an illegal instruction of the domain's.
+        unsafe { ward_mpk_refuse(slot, 0) }
+    }
     let Some(cell) = OUTWARD_CHECKS.get(slot) else {
         return;
     };

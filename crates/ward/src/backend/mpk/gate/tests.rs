@@ -554,3 +554,105 @@ fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once
     assert_eq!(r.unwrap().unwrap_err().signal, timeout_signal());
     assert_eq!(SLOW_HOST_DONE.load(Ordering::SeqCst), 1, "the host's code ran to its end");
 }
+
+/// Zeroed host memory: what a faulty domain's registers point at in the tests below. Read as a gate frame it
+/// would give the host all rights and a null stack.
+static ZEROES: [u64; 64] = [0; 64];
+
+std::arch::global_asm!(
+    // In a domain: return 7 with every callee-saved register but rsp := rdi, and the direction flag set.
+    ".globl ward_test_clobber_callee_saved",
+    "ward_test_clobber_callee_saved:",
+    "mov rbx, rdi",
+    "mov rbp, rdi",
+    "mov r12, rdi",
+    "mov r13, rdi",
+    "mov r14, rdi",
+    "mov r15, rdi",
+    "std",
+    "mov eax, 7",
+    "ret",
+    // In a domain: call rdi(rsi) with the direction flag set; return what it returns.
+    ".globl ward_test_call_out_backwards",
+    "ward_test_call_out_backwards:",
+    "push rbx",
+    "mov rax, rdi",
+    "mov rdi, rsi",
+    "std",
+    "call rax",
+    "cld",
+    "pop rbx",
+    "ret",
+    // In a domain: enter the outward stubs' common body past the stub at rdi, with slot esi.
+    ".globl ward_test_jump_into_outward_common",
+    "ward_test_jump_into_outward_common:",
+    "mov r11d, esi",
+    "lea rax, [rdi + 6]",
+    "jmp rax",
+);
+
+extern "C" {
+    fn ward_test_clobber_callee_saved(to: u64) -> u64;
+    fn ward_test_call_out_backwards(out: extern "C" fn(u64) -> u64, x: u64) -> u64;
+    fn ward_test_jump_into_outward_common(stub: u64, slot: u64) -> u64;
+}
+
+/// Whether the direction flag is set.
+fn direction_flag() -> bool {
+    let flags: u64;
+    // SAFETY: reads the flags through the stack (a push and a pop).
+    unsafe { asm!("pushfq", "pop {}", out(reg) flags, options(nomem, preserves_flags)) };
+    flags & (1 << 10) != 0
+}
+
+#[test]
+fn a_domain_that_breaks_the_calling_convention_returns_to_a_host_with_its_own_registers() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let zeroes = ZEROES.as_ptr() as u64 + 256;
+    for _ in 0..3 {
+        let r = d.call(f(ward_test_clobber_callee_saved as *const ()), &[zeroes]);
+        assert!(!direction_flag(), "the direction flag is clear again in the host");
+        assert_eq!(r.unwrap().int, 7, "the call returned its result");
+    }
+    assert_eq!(d.call(f(add as *const ()), &[40, 2]).unwrap().int, 42, "the next call works");
+    let copied: Vec<u64> = (0..1000).collect::<Vec<_>>().clone();
+    assert_eq!(copied[999], 999, "copies in the host go forwards");
+}
+
+extern "C" fn host_sees_direction_flag(x: u64) -> u64 {
+    if direction_flag() {
+        u64::MAX
+    } else {
+        x + 1
+    }
+}
+
+#[test]
+fn a_domain_that_calls_the_host_with_the_direction_flag_set_reaches_it_clear() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    // host_sees_direction_flag takes one integer and returns normally.
+    let stub = outward_for(f(host_sees_direction_flag as *const ())).expect("an outward slot");
+    assert_eq!(d.call(f(ward_test_call_out_backwards as *const ()), &[stub as u64, 1]).unwrap().int, 2);
+}
+
+#[test]
+fn a_domain_that_jumps_into_the_outward_stubs_with_a_slot_of_no_stub_faults_there() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let stub = outward_for(f(host_double as *const ())).expect("an outward slot") as u64;
+    let jump = f(ward_test_jump_into_outward_common as *const ());
+    for slot in [OUTWARD_SLOTS as u64, u64::from(u32::MAX)] {
+        let fault = d.call(jump, &[stub, slot]).unwrap_err();
+        assert_eq!((fault.signal, fault.pc), (libc::SIGILL, ward_mpk_refuse as *const () as usize), "slot {slot}");
+        assert_eq!(fault.refused(), None, "slot {slot}: no check refused it");
+    }
+    assert_eq!(d.call(f(call_out as *const ()), &[stub, 20]).unwrap().int, 41, "the stub itself still works");
+}
