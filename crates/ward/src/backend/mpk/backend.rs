@@ -88,6 +88,11 @@ pub(crate) enum MpkError {
     InitFault { path: PathBuf, what: String, fault: String, kind: Option<FaultKind> },
     #[error("init function `{name}` {why}")]
     Init { path: PathBuf, name: String, why: String },
+    #[error(
+        "cannot keep a copy of its initialised state: the host could not allocate {bytes} bytes for it; give the \
+         host more memory or run the extension in a process domain"
+    )]
+    Snapshot { bytes: usize },
 }
 
 fn system(what: &'static str) -> impl FnOnce(std::io::Error) -> MpkError {
@@ -307,7 +312,11 @@ struct ToPlace {
 
 /// The pages saved after load and initialisation.
 struct Snapshot {
+    /// Ranges saved byte for byte.
     pages: Vec<(usize, Vec<u8>)>,
+    /// Ranges of the heap that were all zero, as (start, end): saved as nothing, cleared on restore. A plugin that
+    /// reserves a large buffer while it initialises and writes little of it costs the host no copy of the rest.
+    zeros: Vec<(usize, usize)>,
     heap_top: usize,
 }
 
@@ -535,7 +544,8 @@ impl MpkBackend {
                 });
             }
         }
-        self.snapshot = Some(take_snapshot(&memory, page));
+        let snapshot = take_snapshot(&memory, page).map_err(|bytes| MpkError::Snapshot { bytes })?;
+        self.snapshot = Some(snapshot);
         self.memory = Some(memory);
         self.reload = false;
         self.stopped = false;
@@ -553,29 +563,9 @@ impl MpkBackend {
         let heap_end = memory.region.end() as usize;
         // The failed incarnation may have written any value there: clamp it to the heap.
         let used_to = heap_top.clamp(heap_start, heap_end);
-        for (address, bytes) in &snapshot.pages {
-            // SAFETY: each saved range lies in the region (taken by take_snapshot), writable by the host now.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *address as *mut u8, bytes.len()) };
-        }
-        if used_to > snapshot.heap_top {
-            // Whole pages go back to the kernel (zero on next touch, key and protection kept): a heap the failed
-            // incarnation filled costs no time to clear. The part page at the snapshot's top is cleared by hand.
-            let page = page_size();
-            let first_page = snapshot.heap_top.div_ceil(page) * page;
-            let by_hand = first_page.min(used_to) - snapshot.heap_top;
-            // SAFETY: [snapshot top, used_to) lies in the heap, in the region, writable by the host now.
-            unsafe { std::ptr::write_bytes(snapshot.heap_top as *mut u8, 0, by_hand) };
-            if used_to > first_page {
-                let len = used_to.div_ceil(page) * page - first_page;
-                // SAFETY: whole pages of the heap, in the region this backend owns; MADV_DONTNEED on private
-                // anonymous memory only drops their contents (they read as zero again).
-                let dropped = unsafe { libc::madvise(first_page as *mut c_void, len, libc::MADV_DONTNEED) };
-                if dropped != 0 {
-                    // SAFETY: as for the part page above.
-                    unsafe { std::ptr::write_bytes(first_page as *mut u8, 0, used_to - first_page) };
-                }
-            }
-        }
+        // SAFETY: the snapshot was taken of this memory, every range of it writable by the host now, and
+        // [heap start, used_to) is the heap.
+        unsafe { snapshot.put_back(used_to) };
         memory.reprotect();
         memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
         true
@@ -635,16 +625,20 @@ fn describe(e: &BackendError) -> String {
     }
 }
 
-fn take_snapshot(memory: &DomainMemory, page: usize) -> Snapshot {
+/// Copies what the domain's writable memory holds after initialisation. Fails, with the number of bytes it would
+/// have had to keep, when the host cannot allocate the copy: the size is the extension's doing, so it must not abort
+/// the host.
+fn take_snapshot(memory: &DomainMemory, page: usize) -> Result<Snapshot, usize> {
     memory.host_access();
-    let mut pages = Vec::new();
+    let (heap_start, heap_top) = memory.runtime().heap_used();
+    let mut snapshot = Snapshot { pages: Vec::new(), zeros: Vec::new(), heap_top };
     let mut at = memory.region.start() as usize;
     for image in &memory.images {
         for (i, prot) in image.page_prot.iter().enumerate() {
             if prot & libc::PROT_WRITE != 0 {
                 let address = at + i * page;
                 // SAFETY: a writable page of the region, readable by the host.
-                pages.push((address, unsafe { std::slice::from_raw_parts(address as *const u8, page) }.to_vec()));
+                snapshot.save(address, unsafe { std::slice::from_raw_parts(address as *const u8, page) })?;
             }
         }
         at += image.page_prot.len() * page;
@@ -652,18 +646,111 @@ fn take_snapshot(memory: &DomainMemory, page: usize) -> Snapshot {
     let block = memory.block as usize;
     let block_len = std::mem::size_of::<RuntimeBlock>();
     // SAFETY: the block lies in the region.
-    pages.push((block, unsafe { std::slice::from_raw_parts(block as *const u8, block_len) }.to_vec()));
-    let (heap_start, heap_top) = memory.runtime().heap_used();
+    snapshot.save(block, unsafe { std::slice::from_raw_parts(block as *const u8, block_len) })?;
     // Guard pages the extension made while it initialised would stop the copy; they are back after it.
     memory.heap_writable();
-    if heap_top > heap_start {
-        // SAFETY: the used heap lies in the region.
-        let used = unsafe { std::slice::from_raw_parts(heap_start as *const u8, heap_top - heap_start) };
-        pages.push((heap_start, used.to_vec()));
-    }
+    let saved = snapshot.save_heap(heap_start, heap_top, page);
     memory.reprotect();
-    Snapshot { pages, heap_top }
+    saved?;
+    Ok(snapshot)
 }
+
+impl Snapshot {
+    /// Keeps a copy of `bytes`, found at `address`.
+    fn save(&mut self, address: usize, bytes: &[u8]) -> Result<(), usize> {
+        let mut copy = Vec::new();
+        copy.try_reserve_exact(bytes.len()).map_err(|_| bytes.len())?;
+        copy.extend_from_slice(bytes);
+        self.pages.push((address, copy));
+        Ok(())
+    }
+
+    /// Keeps the used heap `[start, top)` page by page: runs of pages holding data are copied, runs of zero pages
+    /// are only noted.
+    fn save_heap(&mut self, start: usize, top: usize, page: usize) -> Result<(), usize> {
+        let mut run: Option<(usize, bool)> = None;
+        let mut at = start;
+        while at < top {
+            let end = (at + page - at % page).min(top);
+            // SAFETY: [at, end) lies in the used heap, in the region, readable by the host now.
+            let zero = unsafe { std::slice::from_raw_parts(at as *const u8, end - at) }.iter().all(|&b| b == 0);
+            match run {
+                Some((_, was_zero)) if was_zero == zero => {}
+                Some((from, was_zero)) => {
+                    self.save_run(from, at, was_zero)?;
+                    run = Some((at, zero));
+                }
+                None => run = Some((at, zero)),
+            }
+            at = end;
+        }
+        match run {
+            Some((from, zero)) => self.save_run(from, top, zero),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes every saved range back and clears the heap from the snapshot's top to `used_to`.
+    ///
+    /// # Safety
+    /// The memory the snapshot was taken of must still be mapped and writable by this thread, and the snapshot's
+    /// heap must run at least to `used_to` (private anonymous memory).
+    unsafe fn put_back(&self, used_to: usize) {
+        for (address, bytes) in &self.pages {
+            // SAFETY: each saved range lies in that memory (the caller's guarantee).
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *address as *mut u8, bytes.len()) };
+        }
+        for &(start, end) in &self.zeros {
+            // SAFETY: a range of the heap, as above.
+            unsafe { clear(start, end) };
+        }
+        if used_to > self.heap_top {
+            // SAFETY: [top, used_to) lies in the heap (the caller's guarantee).
+            unsafe { clear(self.heap_top, used_to) };
+        }
+    }
+
+    fn save_run(&mut self, start: usize, end: usize, zero: bool) -> Result<(), usize> {
+        if zero {
+            self.zeros.push((start, end));
+            Ok(())
+        } else {
+            // SAFETY: [start, end) lies in the used heap (save_heap's caller), readable by the host now.
+            self.save(start, unsafe { std::slice::from_raw_parts(start as *const u8, end - start) })
+        }
+    }
+}
+
+/// Sets `[start, end)` of the domain's heap to zero. Whole pages go back to the kernel (zero on next touch, key and
+/// protection kept), so a large range costs no time to clear; the part pages at either end are cleared by hand.
+///
+/// # Safety
+/// `[start, end)` must lie in a domain's heap (private anonymous memory), writable by this thread.
+unsafe fn clear(start: usize, end: usize) {
+    let page = page_size();
+    let first_page = start.div_ceil(page) * page;
+    let last_page = end / page * page;
+    if last_page <= first_page || last_page - first_page < CLEAR_BY_KERNEL {
+        // SAFETY: the caller's range, writable.
+        unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+        return;
+    }
+    // SAFETY: the part pages of the caller's range, writable.
+    unsafe {
+        std::ptr::write_bytes(start as *mut u8, 0, first_page - start);
+        std::ptr::write_bytes(last_page as *mut u8, 0, end - last_page);
+    }
+    // SAFETY: whole pages of the caller's range; MADV_DONTNEED on private anonymous memory only drops their contents
+    // (they read as zero again).
+    if unsafe { libc::madvise(first_page as *mut c_void, last_page - first_page, libc::MADV_DONTNEED) } != 0 {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(first_page as *mut u8, 0, last_page - first_page) };
+    }
+}
+
+/// Below this many bytes of whole pages, clearing them by hand is cheaper than a system call and the page faults
+/// that follow it.
+const CLEAR_BY_KERNEL: usize = 64 * 1024;
 
 /// The thunks being written into a domain's thunk pages.
 struct Thunks {
@@ -951,5 +1038,85 @@ impl Backend for MpkBackend {
             spec.library_fault = None;
             self.reload = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod snapshot_tests {
+    use super::{page_size, Snapshot, CLEAR_BY_KERNEL};
+
+    /// Private anonymous memory, as a domain's heap is, unmapped when dropped.
+    struct Anonymous {
+        at: *mut u8,
+        len: usize,
+    }
+
+    impl Anonymous {
+        fn new(len: usize) -> Anonymous {
+            // SAFETY: a fresh private anonymous mapping; nothing else uses its range.
+            let at = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED, "mmap");
+            Anonymous { at: at.cast(), len }
+        }
+
+        fn bytes(&mut self) -> &mut [u8] {
+            // SAFETY: the whole mapping, readable and writable, borrowed through `self`.
+            unsafe { std::slice::from_raw_parts_mut(self.at, self.len) }
+        }
+    }
+
+    impl Drop for Anonymous {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`, no longer borrowed.
+            unsafe { libc::munmap(self.at.cast(), self.len) };
+        }
+    }
+
+    #[test]
+    fn a_heap_snapshot_keeps_pages_with_data_notes_zero_pages_and_puts_both_back() {
+        let page = page_size();
+        let zero_run = CLEAR_BY_KERNEL / page + 3;
+        // Pages: two with data, a long zero run (cleared by the kernel), one with data, one zero page (cleared
+        // by hand), then 100 bytes of data in a part page: the heap's top.
+        let data_after = 2 + zero_run;
+        let part = data_after + 2;
+        let pages = part + 8;
+        let mut heap = Anonymous::new(pages * page);
+        let start = heap.at as usize;
+        let top = start + part * page + 100;
+        let bytes = heap.bytes();
+        for (i, b) in bytes[..2 * page].iter_mut().enumerate() {
+            *b = (i % 251) as u8 + 1;
+        }
+        bytes[data_after * page + 17] = 0x42;
+        bytes[part * page..part * page + 100].fill(0x17);
+        let before = bytes[..top - start].to_vec();
+
+        let mut snapshot = Snapshot { pages: Vec::new(), zeros: Vec::new(), heap_top: top };
+        snapshot.save_heap(start, top, page).unwrap();
+        let saved: Vec<(usize, usize)> = snapshot.pages.iter().map(|(at, b)| (at - start, b.len())).collect();
+        assert_eq!(saved, [(0, 2 * page), (data_after * page, page), (part * page, 100)]);
+        let zeros: Vec<(usize, usize)> = snapshot.zeros.iter().map(|(a, b)| (a - start, b - start)).collect();
+        assert_eq!(zeros, [(2 * page, data_after * page), ((data_after + 1) * page, part * page)]);
+
+        // The failed incarnation wrote everywhere, past the old top too.
+        heap.bytes().fill(0x5a);
+        let used_to = start + pages * page - 10;
+        // SAFETY: the snapshot was taken of this mapping, which is still mapped, writable and anonymous, and
+        // `used_to` lies in it.
+        unsafe { snapshot.put_back(used_to) };
+        let bytes = heap.bytes();
+        assert!(bytes[..top - start] == before[..], "the heap below the top is as it was");
+        assert!(bytes[top - start..used_to - start].iter().all(|&b| b == 0), "above the top it is cleared");
+        assert!(bytes[used_to - start..].iter().all(|&b| b == 0x5a), "past what was used it is untouched");
     }
 }
