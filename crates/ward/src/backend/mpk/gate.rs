@@ -59,6 +59,7 @@ use ward_abi::{RegArgs, RegRet};
 use super::checks::{self, Arguments, GateCheck, Refusal, Touch};
 use super::memory::KeyedRegion;
 use super::pku::{self, Pkru, ProtectionKey};
+use super::watchdog;
 
 /// What the gate needs for one call; the assembly names its fields by `offset_of!`.
 #[repr(C)]
@@ -459,7 +460,9 @@ fn install() -> Result<Installed, i32> {
         // SAFETY: as above.
         let mut action: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
         action.sa_sigaction = ward_mpk_signal_entry as *const () as usize;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
+        // SA_RESTART: the watchdog's signal may reach host code a late domain called out to, whose system calls
+        // then go on as if it had not.
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESTART;
         // SAFETY: sa_mask is a valid sigset to empty; sigaction installs a handler that follows the C signal
         // handler ABI (the entry stub, then `on_signal`) and stores the old action in memory we own.
         let r = unsafe {
@@ -564,7 +567,7 @@ fn set_this_thread(pkru: Pkru) {
 /// `errno_home` instead, when it is not null: see [`redirect_errno_store`].
 ///
 /// Returns what it returned, or the fault it raised (a call past its deadline: [`timeout_signal`] with code
-/// `SI_TIMER`); either way the thread is back in the host with the host's PKRU. Only on a machine with PKU.
+/// `SI_TKILL`, from the [`watchdog`]); either way the thread is back in the host with the host's PKRU. Only on a machine with PKU.
 ///
 /// # Safety
 /// `func` is a System V function taking only register-passed scalars valid in `args` (as for
@@ -579,9 +582,8 @@ pub(crate) unsafe fn call(
     errno_home: *mut i32,
 ) -> io::Result<Result<RegRet, GateFault>> {
     prepare_thread()?;
-    if deadline.is_some() {
-        thread_timer()?;
-    }
+    // A nested call's deadline replaces its caller's for its own time; the caller's is put back after it.
+    let outer_deadline = deadline.map(watchdog::arm).transpose()?;
     // The host's rights on this thread must cover the domain's memory: the outward stub reads the arguments the
     // domain left on its stack with them, and the host copies into and out of domain memory.
     let host = Pkru::current();
@@ -610,17 +612,13 @@ pub(crate) unsafe fn call(
     };
     let frame_ptr: *mut GateFrame = &mut frame;
     ACTIVE.with(|a| a.set(frame_ptr));
-    // The thread's one timer serves nested calls too: an inner deadline replaces the outer one for the inner
-    // call's time, and the outer one gets back what it had left, less that time.
-    // (No clock read without a deadline: it would cost about as much as the whole gate.)
-    let outer_deadline = deadline.map(|d| (std::time::Instant::now(), arm_timer(Some(d))));
     // SAFETY: the frame is live for the whole call and has the layout the assembly reads (checked above); the gate
     // saves and restores every callee-saved register and the stack pointer, on both its paths, so to Rust it is an
     // ordinary C function. The call of `func` on the domain's stack is sound by the caller's guarantee, and a fault
     // in it comes back through the resume path, which the handler only takes for this activation.
     let status = unsafe { ward_mpk_gate(frame_ptr) };
-    if let Some((started, outer)) = outer_deadline {
-        arm_timer(outer.map(|left| left.saturating_sub(started.elapsed())));
+    if let Some(outer) = outer_deadline {
+        watchdog::restore(outer);
     }
     ACTIVE.with(|a| a.set(below));
     // SAFETY: the gate and the handler are done with the frame; reading it through the pointer they used keeps
@@ -785,18 +783,16 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
     // SAFETY: a non-null ACTIVE is this thread's live activation (see `call`), in host memory.
     let (inside, outside) = unsafe { frame.as_ref().map_or((false, false), |f| (f.inside != 0, f.outside != 0)) };
     let ours = if signal == timeout_signal() {
-        if code != libc::SI_TIMER {
+        // SAFETY: the kernel passes a valid siginfo; si_pid is set for a signal sent with tgkill.
+        if code != libc::SI_TKILL || unsafe { (*info).si_pid() } != unsafe { libc::getpid() } {
             // Sent by someone else: not ward's.
             chain(signal, info, context);
             return;
         }
-        if inside && outside {
-            // The deadline passed while the domain is calling the host: the host's code is not interrupted; the
-            // domain is, once it is back (the timer tries again every millisecond).
-            arm_timer(Some(std::time::Duration::from_millis(1)));
-        }
-        // A timer that fires after its call left the gate is stale: dropped.
-        inside && !outside
+        // The watchdog's. While the domain is calling the host, the host's code is not interrupted; the domain is,
+        // once it is back (the watchdog sends the signal again every tick while the deadline stays passed). One
+        // that arrives after its call is over, or early for the next call, is stale: dropped.
+        inside && !outside && watchdog::passed()
     } else {
         // Raised by the processor (code > 0) in the domain's span of its gate call.
         code > 0 && inside && !outside
@@ -912,64 +908,6 @@ unsafe fn redirect_errno_store(frame: *mut GateFrame, uc: *mut libc::ucontext_t)
 /// The smallest x86-64 page, for bounding reads at the program counter: a read that stops at a 4 KiB boundary
 /// stops at every larger page's too.
 const CODE_PAGE: usize = 4096;
-
-thread_local! {
-    /// This thread's deadline timer (made on its first gate call with a deadline), as the handler reads it.
-    static TIMER: Cell<Option<libc::timer_t>> = const { Cell::new(None) };
-    /// The same timer, deleted when the thread ends.
-    static TIMER_OWNER: RefCell<Option<ThreadTimer>> = const { RefCell::new(None) };
-}
-
-/// A thread's deadline timer, deleted when the thread ends.
-struct ThreadTimer(libc::timer_t);
-
-impl Drop for ThreadTimer {
-    fn drop(&mut self) {
-        TIMER.with(|t| t.set(None));
-        // SAFETY: the timer was made by `thread_timer` on this thread and is deleted once; no call of this thread
-        // is in a domain any more (it is ending), so nothing waits for it.
-        unsafe { libc::timer_delete(self.0) };
-    }
-}
-
-/// This thread's deadline timer, made on first use: one-shot, CLOCK_MONOTONIC, raising [`timeout_signal`] on this
-/// thread.
-fn thread_timer() -> io::Result<libc::timer_t> {
-    if let Some(timer) = TIMER.with(Cell::get) {
-        return Ok(timer);
-    }
-    // SAFETY: all-zero is a valid sigevent; the fields that matter are set below.
-    let mut event: libc::sigevent = unsafe { MaybeUninit::zeroed().assume_init() };
-    event.sigev_notify = libc::SIGEV_THREAD_ID;
-    event.sigev_signo = timeout_signal();
-    // SAFETY: gettid has no preconditions.
-    event.sigev_notify_thread_id = unsafe { libc::gettid() };
-    let mut timer: libc::timer_t = ptr::null_mut();
-    // SAFETY: event and timer are valid for the call; the timer is this thread's until it ends (ThreadTimer).
-    if unsafe { libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    TIMER.with(|t| t.set(Some(timer)));
-    TIMER_OWNER.with(|o| *o.borrow_mut() = Some(ThreadTimer(timer)));
-    Ok(timer)
-}
-
-/// Arm this thread's timer to fire once after `after` (None: disarm); returns what was left of the previous
-/// arming (None: it was disarmed). Async-signal-safe once the timer exists.
-fn arm_timer(after: Option<std::time::Duration>) -> Option<std::time::Duration> {
-    let timer = TIMER.with(Cell::get)?;
-    let value = after.map_or(libc::timespec { tv_sec: 0, tv_nsec: 0 }, |d| libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        // A zero it_value disarms: an expired deadline fires after a nanosecond instead.
-        tv_nsec: if d.is_zero() { 1 } else { libc::c_long::from(d.subsec_nanos()) },
-    });
-    let new = libc::itimerspec { it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 }, it_value: value };
-    let mut old = libc::itimerspec { it_interval: new.it_interval, it_value: new.it_interval };
-    // SAFETY: timer is this thread's timer; new and old are valid for the call.
-    unsafe { libc::timer_settime(timer, 0, &new, &mut old) };
-    let left = std::time::Duration::new(old.it_value.tv_sec as u64, old.it_value.tv_nsec as u32);
-    (!left.is_zero()).then_some(left)
-}
 
 /// Hand a signal that is not a domain's to what the host had installed.
 fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {

@@ -29,6 +29,9 @@ mod runtime;
 pub(crate) mod scan;
 #[cfg(test)]
 mod tests;
+// Call deadlines: one thread signals the threads that are late.
+#[allow(unsafe_code)]
+mod watchdog;
 
 pub(crate) use self::backend::{GatedCall, MpkBackend, MpkConfig};
 
