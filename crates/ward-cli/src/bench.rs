@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
-use ward::{Arg, Event, Function, Isolation, Policy, RetType, Supervisor};
+use ward::{Arg, Event, Function, Isolation, Policy, RestartVia, RetType, Supervisor};
 
 use crate::floor;
 use crate::native::NativeLib;
@@ -426,11 +426,14 @@ fn recovery(out: &mut Out, plan: Plan, faulty: &Path) -> Result<()> {
 /// recovery (detection to ready, replay included) and the whole faulting call as the host saw it (detection,
 /// recovery and the retried call).
 fn recoveries(faulty: &Path, isolation: Isolation, zygote: bool, samples: usize) -> Result<(Stats, Stats)> {
-    // Restart limits that never disable the extension, and next to no backoff.
+    // Restart limits that never disable the extension, next to no backoff, and an mpk domain that stays one (by
+    // default it would move to a process domain after three faults, and the rest would time process restarts).
     let name = ward::extension_name(faulty);
     let toml = format!(
-        "[extension.{name}]\nmax_restarts = 1000000\nrestart_period_s = 1\nbackoff_initial_ms = 0.001\nzygote = {zygote}\n"
+        "[extension.{name}]\nmax_restarts = 1000000\nrestart_period_s = 1\nbackoff_initial_ms = 0.001\nzygote = {zygote}\n\
+         escalate_after = 0\n"
     );
+
     let sup = Supervisor::new(Policy::from_toml_str(&toml, "the benchmark's recovery policy")?);
     let events = sup.subscribe();
     let ext = sup.load_with(faulty, Some(isolation)).with_context(|| format!("cannot load {}", faulty.display()))?;
@@ -447,7 +450,11 @@ fn recoveries(faulty: &Path, isolation: Isolation, zygote: bool, samples: usize)
         ensure!(v.as_i64() == Some(37), "faulty_compute returned {v:?} after recovery, expected 37");
         let mut seen = 0;
         for event in events.try_iter() {
-            if let Event::Recovered { took: d, .. } = event {
+            if let Event::Recovered { took: d, via, .. } = event {
+                ensure!(
+                    isolation != Isolation::Mpk || via == RestartVia::Snapshot,
+                    "an mpk recovery was {via:?}, not a restore from the snapshot"
+                );
                 seen += 1;
                 if i >= warmup {
                     took.push(nanos(d));
