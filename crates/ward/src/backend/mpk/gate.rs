@@ -567,7 +567,8 @@ fn set_this_thread(pkru: Pkru) {
 /// `errno_home` instead, when it is not null: see [`redirect_errno_store`].
 ///
 /// Returns what it returned, or the fault it raised (a call past its deadline: [`timeout_signal`] with code
-/// `SI_TKILL`, from the [`watchdog`]); either way the thread is back in the host with the host's PKRU. Only on a machine with PKU.
+/// `SI_TKILL`, from the [`watchdog`]); either way the thread is back in the host with the host's PKRU. Only on a
+/// machine with PKU.
 ///
 /// # Safety
 /// `func` is a System V function taking only register-passed scalars valid in `args` (as for
