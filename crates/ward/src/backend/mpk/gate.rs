@@ -461,12 +461,17 @@ fn install() -> Result<Installed, i32> {
         let mut action: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
         action.sa_sigaction = ward_mpk_signal_entry as *const () as usize;
         // SA_RESTART: the watchdog's signal may reach host code a late domain called out to, whose system calls
-        // then go on as if it had not.
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESTART;
-        // SAFETY: sa_mask is a valid sigset to empty; sigaction installs a handler that follows the C signal
+        // then go on as if it had not. Every signal is blocked while the handler runs: one delivered on top of it
+        // before its first instructions have given it the signal key would have its frame written to the
+        // alternate stack, tagged with that key, under the PKRU the kernel starts handlers with, which denies it,
+        // and a kernel that writes frames under the thread's PKRU (the emulated machine's 6.1 does) then ends the
+        // process with SIGSEGV. The watchdog's signal, queued every tick for a late thread, made that happen in
+        // about half the runs of a test. `chain` gives a host's handler the mask it asked for.
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+        // SAFETY: sa_mask is a valid sigset to fill; sigaction installs a handler that follows the C signal
         // handler ABI (the entry stub, then `on_signal`) and stores the old action in memory we own.
         let r = unsafe {
-            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigfillset(&mut action.sa_mask);
             libc::sigaction(*signal, &action, &mut previous[i])
         };
         if r != 0 {
@@ -930,16 +935,39 @@ fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) 
             }
         }
         handler if previous.sa_flags & libc::SA_SIGINFO != 0 => {
+            unblock_as_the_host_asked(signal, previous, context);
             // SAFETY: the host installed this address as an SA_SIGINFO handler for this signal.
             let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
                 unsafe { std::mem::transmute(handler) };
             handler(signal, info, context);
         }
         handler => {
+            unblock_as_the_host_asked(signal, previous, context);
             // SAFETY: the host installed this address as a plain handler for this signal.
             let handler: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
             handler(signal);
         }
+    }
+}
+
+/// The signal mask the kernel would have given the host's own handler: the interrupted code's, plus the handler's
+/// `sa_mask`, plus the signal itself unless `SA_NODEFER`. (Returning from ward's handler restores the interrupted
+/// code's mask whatever this sets.)
+fn unblock_as_the_host_asked(signal: libc::c_int, previous: &libc::sigaction, context: *mut c_void) {
+    let uc = context.cast::<libc::ucontext_t>();
+    // SAFETY: the kernel passed this thread's interrupted context; sigset operations on valid sets and
+    // pthread_sigmask are async-signal-safe.
+    unsafe {
+        let mut mask = (*uc).uc_sigmask;
+        for other in 1..=libc::SIGRTMAX() {
+            if libc::sigismember(&previous.sa_mask, other) == 1 {
+                libc::sigaddset(&mut mask, other);
+            }
+        }
+        if previous.sa_flags & libc::SA_NODEFER == 0 {
+            libc::sigaddset(&mut mask, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &mask, ptr::null_mut());
     }
 }
 
