@@ -225,6 +225,24 @@ __asm__(".text\n"
         ".size faulty_clobber_callee_saved, . - faulty_clobber_callee_saved\n"
         ".att_syntax prefix\n");
 
+/* This thread's MXCSR. */
+FAULTY_EXPORT int64_t faulty_float_control(void) {
+    uint32_t mxcsr;
+    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+    return mxcsr;
+}
+
+/*
+ * Sets flush-to-zero and denormals-are-zero in MXCSR and leaves them set, as
+ * audio code does to keep denormals out of its filters; returns MXCSR. Loaded
+ * natively, that changes the host's arithmetic too.
+ */
+FAULTY_EXPORT int64_t faulty_flush_denormals(void) {
+    uint32_t mxcsr = (uint32_t)faulty_float_control() | 0x8040u;
+    __asm__ volatile("ldmxcsr %0" : : "m"(mxcsr));
+    return faulty_float_control();
+}
+
 /*
  * Writes `len + past` bytes of 0xAB into `out`, which the host lends as `len`
  * bytes: a positive `past` writes past its end. `other` is a second buffer

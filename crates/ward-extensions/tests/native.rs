@@ -61,6 +61,8 @@ const EXPORTS: &[(&str, &[&str])] = &[
             "faulty_div_zero",
             "faulty_illegal",
             "faulty_clobber_callee_saved",
+            "faulty_float_control",
+            "faulty_flush_denormals",
             "faulty_overrun",
             "faulty_gate_read",
             "faulty_gate_write",

@@ -34,7 +34,7 @@ use ward_abi::{RegArgs, RegRet};
 use ward_xpc::Deadline;
 
 use super::checks;
-use super::gate::{self, GateFault};
+use super::gate::{self, FloatControl, FloatState, GateFault};
 use super::imports::{self, ImportClass};
 use super::loader::{self, ImportRequest, Placed};
 use super::memory::{self, page_size, KeyedRegion};
@@ -114,6 +114,10 @@ pub(crate) struct DomainMemory {
     argument_guards: Mutex<BTreeSet<usize>>,
     /// Calls of this domain in progress (nested ones included).
     entered: AtomicUsize,
+    /// The domain's floating-point control state, kept from call to call (the gate's), and what it was when the
+    /// snapshot was taken, which a restore puts back.
+    float_control: FloatControl,
+    float_control_at_snapshot: FloatControl,
     block: *mut RuntimeBlock,
     /// Every image, in the region's order.
     images: Vec<Placed>,
@@ -200,7 +204,8 @@ impl DomainMemory {
         // register arguments only (the policy's contract, as for a process domain) and cannot unwind into the host
         // (it is C, or returns through the gate); the stack is this domain's, and a nested call starts below the
         // part in use; errno is this domain's own, in its runtime block, for the whole call.
-        let r = unsafe { gate::call(func as *const c_void, args, self.rights, top, deadline, errno) };
+        let r =
+            unsafe { gate::call(func as *const c_void, args, self.rights, top, deadline, errno, &self.float_control) };
         match r {
             Ok(Ok(ret)) => Ok(ret),
             Ok(Err(fault)) => Err(self.classify(&fault)),
@@ -500,6 +505,9 @@ impl MpkBackend {
             arguments_top: AtomicUsize::new(0),
             argument_guards: Mutex::new(BTreeSet::new()),
             entered: AtomicUsize::new(0),
+            // A domain starts with the state of the thread that loads it, as a plugin loaded natively would.
+            float_control: FloatControl::new(FloatState::of_this_thread()),
+            float_control_at_snapshot: FloatControl::new(FloatState::of_this_thread()),
             block,
             images: placed,
             extension_images,
@@ -545,6 +553,7 @@ impl MpkBackend {
             }
         }
         let snapshot = take_snapshot(&memory, page).map_err(|bytes| MpkError::Snapshot { bytes })?;
+        memory.float_control_at_snapshot.set(memory.float_control.get());
         self.snapshot = Some(snapshot);
         self.memory = Some(memory);
         self.reload = false;
@@ -568,6 +577,7 @@ impl MpkBackend {
         unsafe { snapshot.put_back(used_to) };
         memory.reprotect();
         memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
+        memory.float_control.set(memory.float_control_at_snapshot.get());
         true
     }
 

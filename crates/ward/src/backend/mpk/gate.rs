@@ -32,9 +32,17 @@
 //! any sent by another process (`si_code <= 0`), goes to the handler the host had installed before, which ward
 //! remembers and calls (or, for the default action, restores and re-raises).
 //!
-//! A call with a deadline arms the thread's one-shot timer, which raises [`timeout_signal`] on this thread; it ends
-//! the call the same way. If the domain is outside just then, the host's code is left alone and the timer tries
-//! again a millisecond later, so the domain is stopped once it is back.
+//! A call with a deadline gives it to the process's watchdog (`watchdog`), which signals the thread with
+//! [`timeout_signal`] once it has passed; that ends the call the same way. If the domain is outside just then, the
+//! host's code is left alone and the watchdog signals again at its next tick, so the domain is stopped once it is
+//! back.
+//!
+//! # Floating-point control
+//!
+//! MXCSR and the x87 control word are callee-saved in System V. The gate saves the host's on entry and gives the
+//! domain its own ([`FloatControl`]), which it keeps from call to call as it would in a process of its own; the host
+//! gets its own back, with the x87 exception flags cleared and the x87 registers empty, whenever its code runs
+//! again: on return, after a fault and while the domain has called out.
 //!
 //! # Signal frames and keys
 //!
@@ -51,7 +59,7 @@ use std::ffi::c_void;
 use std::io;
 use std::mem::{offset_of, MaybeUninit};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use ward_abi::{RegArgs, RegRet};
@@ -93,6 +101,14 @@ struct GateFrame {
     errno_home: *mut i32,
     /// The activation this one interrupted on this thread (null: none): the chain [`nested_stack_top`] walks.
     below: *mut GateFrame,
+    /// The host's MXCSR and x87 control word at entry (written by the gate): the host gets them back whenever it
+    /// runs again, on return, after a fault and during an outward call.
+    host_mxcsr: u32,
+    host_x87_control: u32,
+    /// The domain's MXCSR and x87 control word: what it starts with, and what it left (written by the gate when
+    /// it returns or calls out).
+    domain_mxcsr: u32,
+    domain_x87_control: u32,
 }
 
 // The floats follow the ints, as in RegArgs: the argument loader reads both from one base.
@@ -137,6 +153,24 @@ impl GateFault {
 
 global_asm!(
     // Pieces the gate and the outward stubs share. Frame fields are named by the operands at the end.
+    // Floating-point control: MXCSR and the x87 control word, callee-saved in System V, so a host relies on them
+    // across a call. A domain keeps its own from call to call, as it would in a process of its own.
+    ".macro ward_mpk_save_domain_float_control base:req",
+    "stmxcsr dword ptr [\\base + {domain_mxcsr}]",
+    "fnstcw word ptr [\\base + {domain_x87_control}]",
+    ".endm",
+    ".macro ward_mpk_load_domain_float_control base:req",
+    "ldmxcsr dword ptr [\\base + {domain_mxcsr}]",
+    "fldcw word ptr [\\base + {domain_x87_control}]",
+    ".endm",
+    // The host's back, with the x87 exception flags cleared and every x87 register marked empty: a domain that
+    // used MMX registers without `emms` leaves the x87 stack full, which System V wants empty at a call or return.
+    ".macro ward_mpk_load_host_float_control base:req",
+    "fnclex",
+    "emms",
+    "fldcw word ptr [\\base + {host_x87_control}]",
+    "ldmxcsr dword ptr [\\base + {host_mxcsr}]",
+    ".endm",
     ".macro ward_mpk_save_host_registers",
     "push rbp",
     "push rbx",
@@ -203,6 +237,9 @@ global_asm!(
     "xor ecx, ecx",
     "rdpkru",
     "mov qword ptr [rbx + {host_pkru}], rax",
+    "stmxcsr dword ptr [rbx + {host_mxcsr}]",
+    "fnstcw word ptr [rbx + {host_x87_control}]",
+    "ward_mpk_load_domain_float_control rbx",
     // Into the domain: its stack, then its rights. The arguments are read under the domain's PKRU, which lets it
     // read host memory.
     "mov qword ptr [rbx + {inside}], 1",
@@ -225,6 +262,8 @@ global_asm!(
     // The host's rights first, then its memory may be written.
     "ward_mpk_set_pkru rbx, {host_pkru}",
     "mov qword ptr [rbx + {inside}], 0",
+    "ward_mpk_save_domain_float_control rbx",
+    "ward_mpk_load_host_float_control rbx",
     "mov qword ptr [rbx + {ret_int}], r12",
     "mov qword ptr [rbx + {ret_float}], r13",
     "mov rsp, qword ptr [rbx + {host_rsp}]",
@@ -237,6 +276,7 @@ global_asm!(
     "cld",
     "ward_mpk_set_pkru rbx, {host_pkru}",
     "mov qword ptr [rbx + {inside}], 0",
+    "ward_mpk_load_host_float_control rbx",
     "mov rsp, qword ptr [rbx + {host_rsp}]",
     "mov eax, 1",
     "ward_mpk_restore_host_registers_and_return",
@@ -313,6 +353,8 @@ global_asm!(
     "call {check}",
     // To the host: its rights, then its stack (below where the gate left it), marked outside.
     "ward_mpk_set_pkru r13, {host_pkru}",
+    "ward_mpk_save_domain_float_control r13",
+    "ward_mpk_load_host_float_control r13",
     "mov qword ptr [r13 + {outside}], 1",
     "mov qword ptr [r13 + {domain_rsp_out}], r14",
     "mov rsp, qword ptr [r13 + {host_rsp}]",
@@ -324,6 +366,7 @@ global_asm!(
     "mov rbx, rax",
     "movq r15, xmm0",
     "mov qword ptr [r13 + {outside}], 0",
+    "ward_mpk_load_domain_float_control r13",
     "mov rsp, r14",
     "ward_mpk_set_pkru r13, {domain_pkru}",
     "mov rax, rbx",
@@ -352,6 +395,9 @@ global_asm!(
     ".purgem ward_mpk_set_pkru",
     ".purgem ward_mpk_load_arguments",
     ".purgem ward_mpk_copy_stack_arguments",
+    ".purgem ward_mpk_save_domain_float_control",
+    ".purgem ward_mpk_load_domain_float_control",
+    ".purgem ward_mpk_load_host_float_control",
     func = const offset_of!(GateFrame, func),
     ints = const offset_of!(GateFrame, ints),
     ret_int = const offset_of!(GateFrame, ret_int),
@@ -363,6 +409,10 @@ global_asm!(
     outside = const offset_of!(GateFrame, outside),
     domain_rsp_out = const offset_of!(GateFrame, domain_rsp_out),
     inside = const offset_of!(GateFrame, inside),
+    host_mxcsr = const offset_of!(GateFrame, host_mxcsr),
+    host_x87_control = const offset_of!(GateFrame, host_x87_control),
+    domain_mxcsr = const offset_of!(GateFrame, domain_mxcsr),
+    domain_x87_control = const offset_of!(GateFrame, domain_x87_control),
     handler_pkru = sym HANDLER_PKRU,
     on_signal = sym on_signal,
     stack_words = const OUTWARD_STACK_WORDS,
@@ -390,8 +440,8 @@ static HANDLER_PKRU: AtomicU32 = AtomicU32::new(0x5555_5554);
 /// The signals a domain's fault raises.
 const FAULT_SIGNALS: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP];
 
-/// The signal a thread's deadline timer raises: a real-time signal near the top, clear of glibc's own (at the
-/// bottom of the range) and of the ones programs usually pick (`SIGRTMIN + n`). One a host sends itself is
+/// The signal the watchdog sends a thread past its deadline: a real-time signal near the top, clear of glibc's own
+/// (at the bottom of the range) and of the ones programs usually pick (`SIGRTMIN + n`). One a host sends itself is
 /// passed on to the host's handler.
 pub(crate) fn timeout_signal() -> libc::c_int {
     libc::SIGRTMAX() - 2
@@ -586,6 +636,7 @@ pub(crate) unsafe fn call(
     stack_top: *mut u8,
     deadline: Option<std::time::Duration>,
     errno_home: *mut i32,
+    float_control: &FloatControl,
 ) -> io::Result<Result<RegRet, GateFault>> {
     prepare_thread()?;
     // A nested call's deadline replaces its caller's for its own time; the caller's is put back after it.
@@ -598,6 +649,7 @@ pub(crate) unsafe fn call(
         set_this_thread(widened);
     }
     let below = ACTIVE.with(Cell::get);
+    let domain_float = float_control.get();
     let mut frame = GateFrame {
         func,
         ints: args.ints,
@@ -615,6 +667,10 @@ pub(crate) unsafe fn call(
         fault: GateFault { signal: 0, code: 0, addr: 0, pc: 0, refused_slot: 0, refusal_code: 0 },
         errno_home,
         below,
+        host_mxcsr: 0,
+        host_x87_control: 0,
+        domain_mxcsr: domain_float.mxcsr,
+        domain_x87_control: u32::from(domain_float.x87_control),
     };
     let frame_ptr: *mut GateFrame = &mut frame;
     ACTIVE.with(|a| a.set(frame_ptr));
@@ -631,9 +687,76 @@ pub(crate) unsafe fn call(
     // the compiler from assuming it unchanged.
     let frame = unsafe { ptr::read_volatile(frame_ptr) };
     Ok(match status {
-        0 => Ok(RegRet { int: frame.ret_int, float: frame.ret_float }),
+        0 => {
+            // The x87 control word is the low half of what `fnstcw` stored.
+            float_control.set(FloatState { mxcsr: frame.domain_mxcsr, x87_control: frame.domain_x87_control as u16 });
+            Ok(RegRet { int: frame.ret_int, float: frame.ret_float })
+        }
         _ => Err(frame.fault),
     })
+}
+
+/// Floating-point control state: MXCSR (rounding, flush-to-zero, denormals-are-zero, exception masks and flags)
+/// and the x87 control word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FloatState {
+    pub mxcsr: u32,
+    pub x87_control: u16,
+}
+
+impl FloatState {
+    /// MXCSR's exception flags (sticky status, not control).
+    const MXCSR_FLAGS: u32 = 0x3f;
+
+    /// What a process starts with on x86-64 Linux: every exception masked, round to nearest, no flush to zero;
+    /// x87 at extended precision.
+    #[cfg(test)]
+    pub(crate) const INITIAL: FloatState = FloatState { mxcsr: 0x1f80, x87_control: 0x037f };
+
+    /// This thread's state now, without MXCSR's exception flags.
+    pub(crate) fn of_this_thread() -> FloatState {
+        let mut mxcsr = 0u32;
+        let mut x87_control = 0u16;
+        // SAFETY: both instructions only store the current control state into the two locals.
+        unsafe {
+            std::arch::asm!(
+                "stmxcsr dword ptr [{m}]",
+                "fnstcw word ptr [{c}]",
+                m = in(reg) &mut mxcsr,
+                c = in(reg) &mut x87_control,
+                options(nostack, preserves_flags),
+            )
+        };
+        FloatState { mxcsr: mxcsr & !Self::MXCSR_FLAGS, x87_control }
+    }
+
+    const fn pack(self) -> u64 {
+        // Widening casts (`From` is not const).
+        self.mxcsr as u64 | (self.x87_control as u64) << 32
+    }
+
+    fn unpack(word: u64) -> FloatState {
+        FloatState { mxcsr: word as u32, x87_control: (word >> 32) as u16 }
+    }
+}
+
+/// A domain's floating-point control state, which it keeps from call to call as it would in a process of its own,
+/// while the host keeps its own: the gate loads it on entry and saves what the domain leaves.
+#[derive(Debug)]
+pub(crate) struct FloatControl(AtomicU64);
+
+impl FloatControl {
+    pub(crate) const fn new(state: FloatState) -> FloatControl {
+        FloatControl(AtomicU64::new(state.pack()))
+    }
+
+    pub(crate) fn get(&self) -> FloatState {
+        FloatState::unpack(self.0.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set(&self, state: FloatState) {
+        self.0.store(state.pack(), Ordering::Relaxed);
+    }
 }
 
 /// Eightbytes of stack arguments an outward stub passes on to its host function: sixteen, so a call with up to

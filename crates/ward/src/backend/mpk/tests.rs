@@ -245,6 +245,31 @@ fn an_extension_that_breaks_the_calling_convention_returns_its_result_to_an_inta
     assert_eq!(faults(&events), [], "no fault");
 }
 
+/// Flush-to-zero and denormals-are-zero in MXCSR.
+const FLUSH_DENORMALS: i64 = 0x8040;
+
+/// faulty_flush_denormals sets two MXCSR bits and leaves them set: the domain keeps them from call to call, as a
+/// process domain would, the host never sees them, and a restore from the snapshot takes them back.
+#[test]
+fn an_extension_keeps_the_floating_point_control_it_sets_and_the_host_keeps_its_own() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let host = super::gate::FloatState::of_this_thread();
+    assert_eq!(i64::from(host.mxcsr) & FLUSH_DENORMALS, 0, "the test thread does not flush denormals itself");
+    let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
+    assert_eq!(int(&ext, "faulty_flush_denormals", &mut []) & FLUSH_DENORMALS, FLUSH_DENORMALS);
+    assert_eq!(super::gate::FloatState::of_this_thread(), host, "the host's MXCSR is its own");
+    assert_eq!(int(&ext, "faulty_float_control", &mut []) & FLUSH_DENORMALS, FLUSH_DENORMALS, "the domain kept it");
+    ext.call("faulty_arm", &mut [Arg::I64(1), Arg::I64(0)], RetType::Void).unwrap();
+    assert_eq!(int(&ext, "faulty_compute", &mut [Arg::I64(6)]), 37, "the call that faulted, retried");
+    assert_eq!(ext.isolation(), Isolation::Mpk, "still in an mpk domain");
+    assert_eq!(faults(&events).len(), 1, "one fault");
+    assert_eq!(int(&ext, "faulty_float_control", &mut []) & FLUSH_DENORMALS, 0, "restored with the snapshot's");
+    assert_eq!(super::gate::FloatState::of_this_thread(), host);
+}
+
 #[test]
 fn a_write_into_a_host_global_faults_and_leaves_the_global_unchanged() {
     let _keys = one_at_a_time();

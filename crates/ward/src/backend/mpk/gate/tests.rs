@@ -10,6 +10,10 @@ use std::time::Duration;
 use super::*;
 use crate::backend::mpk::pku::HOST_KEY;
 
+/// The floating-point control of the tests' domains: a process's initial state, which no test but the one that
+/// checks it changes (that one has its own).
+static FLOAT: FloatControl = FloatControl::new(FloatState::INITIAL);
+
 /// A domain for a test: its key, a stack and some data memory tagged with it, and the rights it runs with.
 struct TestDomain {
     key: ProtectionKey,
@@ -30,11 +34,16 @@ impl TestDomain {
 
     /// Call `func` in this domain with integer arguments.
     fn call(&self, func: *const c_void, ints: &[u64]) -> Result<RegRet, GateFault> {
+        self.call_with(&FLOAT, func, ints)
+    }
+
+    /// Call `func` in this domain with integer arguments and the floating-point control `float`.
+    fn call_with(&self, float: &FloatControl, func: *const c_void, ints: &[u64]) -> Result<RegRet, GateFault> {
         let mut args = RegArgs::default();
         args.ints[..ints.len()].copy_from_slice(ints);
         // SAFETY: every function the tests call is an `extern "C"` function of this file taking integer or pointer
         // arguments only; the stack is this domain's own, used by no other call.
-        unsafe { super::call(func, &args, self.rights, self.stack.end(), None, ptr::null_mut()) }
+        unsafe { super::call(func, &args, self.rights, self.stack.end(), None, ptr::null_mut(), float) }
             .expect("the gate's thread set-up")
     }
 
@@ -213,7 +222,15 @@ fn two_threads_in_one_domain_one_faulting() {
             args.ints[0] = 0;
             // SAFETY: read_word takes one pointer; the stack is the second one, used only here.
             unsafe {
-                super::call(f(read_word as *const ()), &args, rights, stack_top as *mut u8, None, ptr::null_mut())
+                super::call(
+                    f(read_word as *const ()),
+                    &args,
+                    rights,
+                    stack_top as *mut u8,
+                    None,
+                    ptr::null_mut(),
+                    &FLOAT,
+                )
             }
             .unwrap()
         });
@@ -407,12 +424,13 @@ extern "C" fn host_calls_back_in(_: u64) -> u64 {
     let rights = Pkru(NESTED_RIGHTS.load(Ordering::SeqCst));
     let args = RegArgs::default();
     // SAFETY: stack_pointer takes nothing; the stack is the domain's own, below the part its outer call uses.
-    let inner = unsafe { super::call(f(stack_pointer as *const ()), &args, rights, top, None, ptr::null_mut()) }
-        .unwrap()
-        .unwrap();
+    let inner =
+        unsafe { super::call(f(stack_pointer as *const ()), &args, rights, top, None, ptr::null_mut(), &FLOAT) }
+            .unwrap()
+            .unwrap();
     NESTED_INNER_RSP.store(inner.int, Ordering::SeqCst);
     // SAFETY: read_word takes one pointer (null here, on purpose).
-    let fault = unsafe { super::call(f(read_word as *const ()), &args, rights, top, None, ptr::null_mut()) }
+    let fault = unsafe { super::call(f(read_word as *const ()), &args, rights, top, None, ptr::null_mut(), &FLOAT) }
         .unwrap()
         .unwrap_err();
     NESTED_FAULT_SIGNAL.store(fault.signal as u64, Ordering::SeqCst);
@@ -490,6 +508,7 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
             d.stack.end(),
             Some(Duration::from_millis(20)),
             ptr::null_mut(),
+            &FLOAT,
         )
     };
     let fault = stuck.unwrap().unwrap_err();
@@ -497,7 +516,15 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
     args.ints[..2].copy_from_slice(&[2, 2]);
     // SAFETY: add takes two integers.
     let prompt = unsafe {
-        super::call(f(add as *const ()), &args, d.rights, d.stack.end(), Some(Duration::from_secs(60)), ptr::null_mut())
+        super::call(
+            f(add as *const ()),
+            &args,
+            d.rights,
+            d.stack.end(),
+            Some(Duration::from_secs(60)),
+            ptr::null_mut(),
+            &FLOAT,
+        )
     };
     assert_eq!(prompt.unwrap().unwrap().int, 4);
     assert!(!watchdog::armed(), "no deadline is left armed after the call");
@@ -548,6 +575,7 @@ fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once
             d.stack.end(),
             Some(CALL_OUT_DEADLINE),
             ptr::null_mut(),
+            &FLOAT,
         )
     };
     assert_eq!(SLOW_HOST_ENTERED.load(Ordering::SeqCst), 1, "the domain called the host before its deadline");
@@ -583,6 +611,37 @@ std::arch::global_asm!(
     "cld",
     "pop rbx",
     "ret",
+    // In a domain: MXCSR := edi and the x87 control word := si, then every x87 register in use (an MMX move, no
+    // `emms`); then call rdx when it is not null and return what it returns, else return 7.
+    ".globl ward_test_set_float_control",
+    "ward_test_set_float_control:",
+    "push rbx",
+    "sub rsp, 16",
+    "mov dword ptr [rsp], edi",
+    "ldmxcsr dword ptr [rsp]",
+    "mov word ptr [rsp + 4], si",
+    "fldcw word ptr [rsp + 4]",
+    "movq mm0, rdi",
+    "mov eax, 7",
+    "test rdx, rdx",
+    "jz 2f",
+    "call rdx",
+    "2:",
+    "add rsp, 16",
+    "pop rbx",
+    "ret",
+    // In a domain: return MXCSR in the low half and the x87 control word in the high half.
+    ".globl ward_test_float_control",
+    "ward_test_float_control:",
+    "sub rsp, 8",
+    "stmxcsr dword ptr [rsp]",
+    "fnstcw word ptr [rsp + 4]",
+    "mov eax, dword ptr [rsp]",
+    "movzx ecx, word ptr [rsp + 4]",
+    "shl rcx, 32",
+    "or rax, rcx",
+    "add rsp, 8",
+    "ret",
     // In a domain: enter the outward stubs' common body past the stub at rdi, with slot esi.
     ".globl ward_test_jump_into_outward_common",
     "ward_test_jump_into_outward_common:",
@@ -595,6 +654,8 @@ extern "C" {
     fn ward_test_clobber_callee_saved(to: u64) -> u64;
     fn ward_test_call_out_backwards(out: extern "C" fn(u64) -> u64, x: u64) -> u64;
     fn ward_test_jump_into_outward_common(stub: u64, slot: u64) -> u64;
+    fn ward_test_set_float_control(mxcsr: u64, x87_control: u64, then: u64) -> u64;
+    fn ward_test_float_control() -> u64;
 }
 
 /// Whether the direction flag is set.
@@ -655,4 +716,93 @@ fn a_domain_that_jumps_into_the_outward_stubs_with_a_slot_of_no_stub_faults_ther
         assert_eq!(fault.refused(), None, "slot {slot}: no check refused it");
     }
     assert_eq!(d.call(f(call_out as *const ()), &[stub, 20]).unwrap().int, 41, "the stub itself still works");
+}
+
+/// Round toward zero, flush to zero, denormals are zero, every exception masked; x87 rounding toward zero: a
+/// state no host runs with.
+const ODD_FLOAT: FloatState = FloatState { mxcsr: 0x1f80 | 0x6000 | 0x8000 | 0x0040, x87_control: 0x0f7f };
+
+/// The x87 tag word: 0xffff when every x87 register is empty.
+fn x87_tag_word() -> u16 {
+    let mut environment = [0u16; 14];
+    // SAFETY: fnstenv stores the 28-byte x87 environment into the array (the tag word is its fifth word) and
+    // masks every x87 exception; fldenv loads the same environment back, undoing that.
+    unsafe {
+        asm!("fnstenv [{e}]", "fldenv [{e}]", e = in(reg) environment.as_mut_ptr(), options(nostack, preserves_flags))
+    };
+    environment[4]
+}
+
+/// One third, computed at run time: rounded to nearest only under the host's own control state.
+fn a_third_is_rounded_to_nearest() -> bool {
+    black_box(1.0f64) / black_box(3.0f64) == 1.0 / 3.0
+}
+
+#[test]
+fn a_domain_keeps_the_floating_point_control_it_sets_and_the_host_keeps_its_own() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let host = FloatState::of_this_thread();
+    let domain = FloatControl::new(host);
+    let set = f(ward_test_set_float_control as *const ());
+    let args = [u64::from(ODD_FLOAT.mxcsr), u64::from(ODD_FLOAT.x87_control), 0];
+    assert_eq!(d.call_with(&domain, set, &args).unwrap().int, 7);
+    assert_eq!(FloatState::of_this_thread(), host, "the host has its own control state back");
+    assert_eq!(x87_tag_word(), 0xffff, "the x87 registers are empty again in the host");
+    assert!(a_third_is_rounded_to_nearest(), "the host's arithmetic rounds as before");
+    assert_eq!(domain.get(), ODD_FLOAT, "the domain's state is kept");
+    let seen = d.call_with(&domain, f(ward_test_float_control as *const ()), &[]).unwrap().int;
+    let seen = FloatState { mxcsr: seen as u32 & !0x3f, x87_control: (seen >> 32) as u16 };
+    assert_eq!(seen, ODD_FLOAT, "the domain's next call starts with the state it left");
+    assert_eq!(FloatState::of_this_thread(), host, "and the host still has its own");
+}
+
+/// What the host sees while a domain has called it: its control state, packed, or all ones when an x87 register
+/// is in use.
+extern "C" fn host_float_control() -> u64 {
+    if x87_tag_word() != 0xffff {
+        return u64::MAX;
+    }
+    let state = FloatState::of_this_thread();
+    u64::from(state.mxcsr) | u64::from(state.x87_control) << 32
+}
+
+#[test]
+fn a_domain_that_calls_the_host_reaches_it_with_the_hosts_floating_point_control() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let host = FloatState::of_this_thread();
+    let domain = FloatControl::new(host);
+    let stub = outward_for(f(host_float_control as *const ())).expect("an outward slot") as u64;
+    let args = [u64::from(ODD_FLOAT.mxcsr), u64::from(ODD_FLOAT.x87_control), stub];
+    let seen = d.call_with(&domain, f(ward_test_set_float_control as *const ()), &args).unwrap().int;
+    assert_eq!(
+        seen,
+        u64::from(host.mxcsr) | u64::from(host.x87_control) << 32,
+        "the host function ran with the host's"
+    );
+    assert_eq!(domain.get(), ODD_FLOAT, "the domain had its own back after the call out, and kept it");
+    assert_eq!(FloatState::of_this_thread(), host);
+}
+
+#[test]
+fn a_domain_that_faults_after_changing_its_floating_point_control_leaves_the_host_its_own() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let host = FloatState::of_this_thread();
+    let domain = FloatControl::new(host);
+    // A call to address 8 faults on the fetch, after the state has changed.
+    let args = [u64::from(ODD_FLOAT.mxcsr), u64::from(ODD_FLOAT.x87_control), 8];
+    let fault = d.call_with(&domain, f(ward_test_set_float_control as *const ()), &args).unwrap_err();
+    assert_eq!(fault.signal, libc::SIGSEGV);
+    assert_eq!(FloatState::of_this_thread(), host, "the host has its own control state back");
+    assert_eq!(x87_tag_word(), 0xffff, "the x87 registers are empty again in the host");
+    assert!(a_third_is_rounded_to_nearest());
+    assert_eq!(domain.get(), host, "a failed call's state is not kept");
 }
