@@ -159,7 +159,10 @@ global_asm!(
     "stmxcsr dword ptr [\\base + {domain_mxcsr}]",
     "fnstcw word ptr [\\base + {domain_x87_control}]",
     ".endm",
+    // The x87 exception flags are cleared first: one the host (or the host code a domain called) left set, which
+    // the domain's control word unmasks, would otherwise trap at the domain's next x87 instruction.
     ".macro ward_mpk_load_domain_float_control base:req",
+    "fnclex",
     "ldmxcsr dword ptr [\\base + {domain_mxcsr}]",
     "fldcw word ptr [\\base + {domain_x87_control}]",
     ".endm",
@@ -441,8 +444,8 @@ static HANDLER_PKRU: AtomicU32 = AtomicU32::new(0x5555_5554);
 const FAULT_SIGNALS: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP];
 
 /// The signal the watchdog sends a thread past its deadline: a real-time signal near the top, clear of glibc's own
-/// (at the bottom of the range) and of the ones programs usually pick (`SIGRTMIN + n`). One a host sends itself is
-/// passed on to the host's handler.
+/// (at the bottom of the range) and of the ones programs usually pick (`SIGRTMIN + n`). One a host sends itself
+/// (anything but the watchdog's queued signal, see `watchdog::from_watchdog`) is passed on to the host's handler.
 pub(crate) fn timeout_signal() -> libc::c_int {
     libc::SIGRTMAX() - 2
 }
@@ -510,8 +513,9 @@ fn install() -> Result<Installed, i32> {
         // SAFETY: as above.
         let mut action: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
         action.sa_sigaction = ward_mpk_signal_entry as *const () as usize;
-        // SA_RESTART: the watchdog's signal may reach host code a late domain called out to, whose system calls
-        // then go on as if it had not. Every signal is blocked while the handler runs: one delivered on top of it
+        // SA_RESTART: the watchdog's signal may reach host code a late domain called out to; most of its system
+        // calls then go on (those the kernel never restarts, such as poll, select and nanosleep, fail with EINTR,
+        // as after any handled signal). Every signal is blocked while the handler runs: one delivered on top of it
         // before its first instructions have given it the signal key would have its frame written to the
         // alternate stack, tagged with that key, under the PKRU the kernel starts handlers with, which denies it,
         // and a kernel that writes frames under the thread's PKRU (the emulated machine's 6.1 does) then ends the
@@ -538,8 +542,9 @@ fn install() -> Result<Installed, i32> {
 }
 
 /// Ready this thread for gate calls: the handlers installed, an alternate signal stack tagged with the signal key,
-/// and this thread's host PKRU allowing the signal key (so a host fault here can still be delivered). Cheap after
-/// the first time on a thread.
+/// this thread's host PKRU allowing the signal key (so a host fault here can still be delivered), and the timeout
+/// signal unblocked (hosts often block every signal on their worker threads, and a deadline has to reach them).
+/// Cheap after the first time on a thread.
 fn prepare_thread() -> io::Result<()> {
     if ALT_STACK.with(|s| s.borrow().is_some()) {
         return Ok(());
@@ -555,6 +560,13 @@ fn prepare_thread() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     ALT_STACK.with(|s| *s.borrow_mut() = Some(AltStack { _mapping: region }));
+    // SAFETY: unblocking one signal on this thread, whose handler (ward's) is installed, with a valid set.
+    unsafe {
+        let mut timeout = MaybeUninit::<libc::sigset_t>::zeroed().assume_init();
+        libc::sigemptyset(&mut timeout);
+        libc::sigaddset(&mut timeout, timeout_signal());
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &timeout, ptr::null_mut());
+    }
     Ok(())
 }
 
@@ -622,7 +634,7 @@ fn set_this_thread(pkru: Pkru) {
 /// `errno_home` instead, when it is not null: see [`redirect_errno_store`].
 ///
 /// Returns what it returned, or the fault it raised (a call past its deadline: [`timeout_signal`] with code
-/// `SI_TKILL`, from the [`watchdog`]); either way the thread is back in the host with the host's PKRU. Only on a
+/// `SI_QUEUE`, from the [`watchdog`]); either way the thread is back in the host with the host's PKRU. Only on a
 /// machine with PKU.
 ///
 /// # Safety
@@ -912,12 +924,13 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
     // SAFETY: a non-null ACTIVE is this thread's live activation (see `call`), in host memory.
     let (inside, outside) = unsafe { frame.as_ref().map_or((false, false), |f| (f.inside != 0, f.outside != 0)) };
     let ours = if signal == timeout_signal() {
-        // SAFETY: the kernel passes a valid siginfo; si_pid is set for a signal sent with tgkill.
-        if code != libc::SI_TKILL || unsafe { (*info).si_pid() } != unsafe { libc::getpid() } {
-            // Sent by someone else: not ward's.
+        // SAFETY: the kernel passes a valid siginfo.
+        if !watchdog::from_watchdog(unsafe { &*info }) {
+            // Sent by someone else, the host itself included: not ward's.
             chain(signal, info, context);
             return;
         }
+        watchdog::heard();
         // The watchdog's. While the domain is calling the host, the host's code is not interrupted; the domain is,
         // once it is back (the watchdog sends the signal again every tick while the deadline stays passed). One
         // that arrives after its call is over, or early for the next call, is stale: dropped.

@@ -2,14 +2,17 @@
 //! quantum).
 //!
 //! A call with a deadline stores, in its thread's slot, the time by which it must be back; the watchdog looks at
-//! every slot each millisecond and sends a late thread the gate's timeout signal (`tgkill`), again each tick until
-//! the call is over. Arming and disarming are a load and a store each, with no system call: the time they add the
-//! deadline to is the watchdog's own clock reading from its last tick. A deadline therefore ends up to one tick late
-//! (it is padded by a tick, never early), and a signal can arrive after its call is over: the handler asks
-//! [`passed`] before it acts on one.
+//! every slot each millisecond and sends a late thread the gate's timeout signal, again each tick until the call is
+//! over. Arming is a clock read (through the vDSO) and a store, disarming a store: no system call. The signal comes
+//! after the deadline, never before it: up to a tick later, plus however long the watchdog waits for a processor.
+//! It can arrive after its call is over: the handler asks [`passed`] before it acts on one.
 //!
-//! With no deadline armed for a second the watchdog slows to a tick every 50 ms; the next call to arm one reads the
-//! clock itself and wakes it. In the moment it slows down, a deadline armed may be seen up to 50 ms late.
+//! The watchdog queues at most one signal per thread at a time (the handler's [`heard`] lets it send the next), so
+//! a late thread that has the signal blocked cannot fill the process's queue of pending signals. Each signal carries
+//! a value only this process's watchdog knows ([`from_watchdog`]): one that a host sends itself, of the same number,
+//! goes on to the host's handler.
+//!
+//! With no deadline armed for a second the watchdog slows to a tick every 50 ms; the next call to arm one wakes it.
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -28,16 +31,26 @@ const IDLE_TICKS: u32 = 1000;
 struct Slot {
     tid: libc::pid_t,
     deadline_ns: AtomicU64,
+    /// A timeout signal is queued for the thread and its handler has not run yet: the watchdog sends no other.
+    signal_queued: AtomicBool,
+}
+
+impl Slot {
+    fn new(tid: libc::pid_t, deadline_ns: u64) -> Slot {
+        Slot { tid, deadline_ns: AtomicU64::new(deadline_ns), signal_queued: AtomicBool::new(false) }
+    }
 }
 
 /// Every thread that has armed a deadline, for the watchdog to look at.
 static SLOTS: Mutex<Vec<Arc<Slot>>> = Mutex::new(Vec::new());
 /// The watchdog thread, once started (in this process: a fork's child starts its own).
 static WATCHDOG: Mutex<Option<Thread>> = Mutex::new(None);
-/// The watchdog's clock reading at its last tick.
-static TICK_NS: AtomicU64 = AtomicU64::new(0);
-/// True while the watchdog ticks every [`TICK`], so [`TICK_NS`] is at most a tick old.
+/// True while the watchdog ticks every [`TICK`]; when false, arming a deadline wakes it.
 static FAST: AtomicBool = AtomicBool::new(false);
+/// Some deadline was armed since the watchdog's last look (a call shorter than a tick leaves no other trace).
+static ARMED_SINCE_LAST_LOOK: AtomicBool = AtomicBool::new(false);
+/// The value the watchdog's signals carry (0 until the watchdog first starts).
+static SIGNAL_COOKIE: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// This thread's slot (null until its first deadline), as the arming code and the signal handler read it.
@@ -67,45 +80,62 @@ fn now_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
 
-/// This thread's slot, registered (and the watchdog started) on first use.
-fn slot() -> io::Result<&'static Slot> {
+/// This thread's slot, or None before its first deadline.
+///
+/// The reference must not be kept past the function that asked for it: the slot is freed when the thread ends (its
+/// `Registered` nulls [`SLOT`] first) and replaced in a fork's child (`after_fork_in_child`, which points SLOT at the
+/// new one), neither of which can happen while this thread is inside one of this module's functions.
+fn this_threads_slot<'a>() -> Option<&'a Slot> {
     let at = SLOT.with(Cell::get);
-    if !at.is_null() {
-        // SAFETY: a non-null SLOT points into the Arc SLOT_OWNER keeps until the thread ends (its drop nulls SLOT
-        // first).
-        return Ok(unsafe { &*at });
+    // SAFETY: a non-null SLOT points into the Arc that SLOT_OWNER keeps; see above for how long.
+    unsafe { at.as_ref() }
+}
+
+/// This thread's slot, registered (and the watchdog's fork handlers installed) on first use.
+fn slot<'a>() -> &'a Slot {
+    if let Some(slot) = this_threads_slot() {
+        return slot;
     }
     static AT_FORK: Once = Once::new();
     AT_FORK.call_once(|| {
-        // SAFETY: the three handlers are plain functions that only take and release this module's locks.
+        // SAFETY: the three handlers take and release this module's locks and, in the child, allocate one slot;
+        // they run in the forking thread, outside any signal handler, where both are allowed (glibc makes malloc
+        // usable in the child of a multithreaded parent).
         unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child)) };
     });
     // SAFETY: gettid has no preconditions.
-    let slot = Arc::new(Slot { tid: unsafe { libc::gettid() }, deadline_ns: AtomicU64::new(0) });
+    let slot = Arc::new(Slot::new(unsafe { libc::gettid() }, 0));
     SLOTS.lock().unwrap_or_else(|e| e.into_inner()).push(slot.clone());
     let at = Arc::as_ptr(&slot);
     SLOT.with(|s| s.set(at));
     SLOT_OWNER.with(|o| *o.borrow_mut() = Some(Registered(slot)));
-    // SAFETY: as above: SLOT_OWNER now keeps it.
-    Ok(unsafe { &*at })
+    // SAFETY: SLOT_OWNER now keeps the Arc, as in `this_threads_slot`.
+    unsafe { &*at }
 }
 
 /// Arms this thread's deadline to `after` from now, in place of the one armed (a nested call's deadline replaces
 /// its caller's for its own time). Returns the one it replaced, for [`restore`].
 pub(crate) fn arm(after: Duration) -> io::Result<u64> {
-    let slot = slot()?;
-    let now = if FAST.load(Ordering::Acquire) { TICK_NS.load(Ordering::Relaxed) } else { wake()? };
-    let after_ns = u64::try_from(after.saturating_add(TICK).as_nanos()).unwrap_or(u64::MAX);
+    let slot = slot();
+    let after_ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
     let previous = slot.deadline_ns.load(Ordering::Relaxed);
-    slot.deadline_ns.store(now.saturating_add(after_ns).max(1), Ordering::Relaxed);
+    slot.deadline_ns.store(now_ns().saturating_add(after_ns).max(1), Ordering::SeqCst);
+    // Tell a watchdog about to slow down (or slowed down) that a deadline is armed. The flag is stored at most once
+    // a tick, so threads arming at once do not fight over its cache line.
+    if !ARMED_SINCE_LAST_LOOK.load(Ordering::Relaxed) {
+        ARMED_SINCE_LAST_LOOK.store(true, Ordering::SeqCst);
+    }
+    // The deadline and the flag are stored before FAST is read, and the watchdog stores FAST before it reads the
+    // flag a last time (all SeqCst): either this sees it slow and wakes it, or it sees the flag and stays fast.
+    if !FAST.load(Ordering::SeqCst) {
+        wake()?;
+    }
     Ok(previous)
 }
 
 /// Puts back the deadline [`arm`] replaced (0: none).
 pub(crate) fn restore(previous: u64) {
-    let at = SLOT.with(Cell::get);
-    // SAFETY: as in `slot`: non-null while the thread lives.
-    if let Some(slot) = unsafe { at.as_ref() } {
+    if let Some(slot) = this_threads_slot() {
         slot.deadline_ns.store(previous, Ordering::Relaxed);
     }
 }
@@ -113,63 +143,138 @@ pub(crate) fn restore(previous: u64) {
 /// Whether this thread's armed deadline has passed: a timeout signal that finds it not (its call is over, or the
 /// next call's deadline is not reached yet) is stale. Async-signal-safe.
 pub(crate) fn passed() -> bool {
-    let at = SLOT.with(Cell::get);
-    // SAFETY: as in `slot`.
-    let Some(slot) = (unsafe { at.as_ref() }) else {
-        return false;
-    };
-    let deadline = slot.deadline_ns.load(Ordering::Relaxed);
-    deadline != 0 && now_ns() >= deadline
+    this_threads_slot().is_some_and(|slot| {
+        let deadline = slot.deadline_ns.load(Ordering::Relaxed);
+        deadline != 0 && now_ns() >= deadline
+    })
+}
+
+/// Whether `info` is a signal this process's watchdog sent (queued with its value, from this process).
+/// Async-signal-safe.
+pub(crate) fn from_watchdog(info: &libc::siginfo_t) -> bool {
+    let cookie = SIGNAL_COOKIE.load(Ordering::Relaxed);
+    // SAFETY: for SI_QUEUE the kernel fills the sender's pid and the value (the `_rt` member of the union).
+    cookie != 0
+        && info.si_code == libc::SI_QUEUE
+        && unsafe { info.si_pid() } == std::process::id() as libc::pid_t
+        && unsafe { info.si_value() }.sival_ptr as u64 == cookie
+}
+
+/// The handler has taken this thread's timeout signal: the watchdog may send another. Async-signal-safe.
+pub(crate) fn heard() {
+    if let Some(slot) = this_threads_slot() {
+        slot.signal_queued.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Whether this thread has a deadline armed.
 #[cfg(test)]
 pub(crate) fn armed() -> bool {
-    // SAFETY: as in `slot`.
-    unsafe { SLOT.with(Cell::get).as_ref() }.is_some_and(|slot| slot.deadline_ns.load(Ordering::Relaxed) != 0)
+    this_threads_slot().is_some_and(|slot| slot.deadline_ns.load(Ordering::Relaxed) != 0)
 }
 
-/// Starts the watchdog, or wakes it from its slow ticks; returns the time now.
-fn wake() -> io::Result<u64> {
-    let now = now_ns();
+/// Starts the watchdog, or wakes it from its slow ticks.
+fn wake() -> io::Result<()> {
     let mut watchdog = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
     match watchdog.as_ref() {
         Some(thread) => thread.unpark(),
         None => {
-            TICK_NS.store(now, Ordering::Relaxed);
+            if SIGNAL_COOKIE.load(Ordering::Relaxed) == 0 {
+                SIGNAL_COOKIE.store(new_cookie(), Ordering::Relaxed);
+            }
+            FAST.store(true, Ordering::SeqCst);
             let handle = std::thread::Builder::new().name("ward-watchdog".into()).spawn(watch)?;
             *watchdog = Some(handle.thread().clone());
         }
     }
-    Ok(now)
+    Ok(())
 }
+
+/// A value no one else would put in a signal of the timeout signal's number: random, never 0.
+fn new_cookie() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom fills at most the 8 bytes of the buffer it is given.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    let random = if filled == 8 {
+        u64::from_ne_bytes(bytes)
+    } else {
+        // No getrandom: the clock and this process's id are as unlikely in a host's signal.
+        now_ns() ^ (u64::from(std::process::id()) << 40)
+    };
+    random.max(1)
+}
+
+/// `siginfo_t` as `rt_tgsigqueueinfo` reads it for a queued signal (x86-64: the union starts at byte 16).
+#[repr(C)]
+struct QueuedSignalInfo {
+    signo: libc::c_int,
+    errno: libc::c_int,
+    code: libc::c_int,
+    _pad: libc::c_int,
+    pid: libc::pid_t,
+    uid: libc::uid_t,
+    value: u64,
+    _rest: [u64; 12],
+}
+
+const _: () = assert!(std::mem::size_of::<QueuedSignalInfo>() == std::mem::size_of::<libc::siginfo_t>());
 
 /// The watchdog thread's loop.
 fn watch() {
+    // No signal is for this thread: a host's process-directed ones go to its own threads.
+    // SAFETY: blocking signals on this thread only, with a valid full set.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
     let pid = std::process::id() as libc::pid_t;
     let signal = super::gate::timeout_signal();
+    let info = QueuedSignalInfo {
+        signo: signal,
+        errno: 0,
+        code: libc::SI_QUEUE,
+        _pad: 0,
+        pid,
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+        value: SIGNAL_COOKIE.load(Ordering::Relaxed),
+        _rest: [0; 12],
+    };
     let mut idle = 0;
     loop {
+        #[cfg(test)]
+        tests::LOOKS.fetch_add(1, Ordering::SeqCst);
         let now = now_ns();
-        TICK_NS.store(now, Ordering::Relaxed);
-        FAST.store(true, Ordering::Release);
-        let mut armed = false;
+        let mut armed = ARMED_SINCE_LAST_LOOK.swap(false, Ordering::SeqCst);
         for slot in SLOTS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let deadline = slot.deadline_ns.load(Ordering::Relaxed);
+            let deadline = slot.deadline_ns.load(Ordering::SeqCst);
             armed |= deadline != 0;
-            if deadline != 0 && now >= deadline {
+            if deadline != 0 && now >= deadline && !slot.signal_queued.swap(true, Ordering::SeqCst) {
                 // The list's lock keeps the thread from ending (its slot leaves the list first), so the id is
-                // still its own. SAFETY: tgkill with this process's id and a thread of it.
-                unsafe { libc::syscall(libc::SYS_tgkill, pid, slot.tid, signal) };
+                // still its own. SAFETY: rt_tgsigqueueinfo to a thread of this process, with a siginfo it only
+                // reads; a negative code (SI_QUEUE) may be sent to any thread of one's own process.
+                let r = unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, slot.tid, signal, &info) };
+                if r != 0 {
+                    // Not queued (the queue is full): try again next tick.
+                    slot.signal_queued.store(false, Ordering::SeqCst);
+                }
             }
         }
         idle = if armed { 0 } else { idle + 1 };
-        if idle >= IDLE_TICKS {
-            FAST.store(false, Ordering::Release);
-            std::thread::park_timeout(SLOW_TICK);
-        } else {
+        if idle < IDLE_TICKS {
+            if !FAST.load(Ordering::Relaxed) {
+                FAST.store(true, Ordering::SeqCst);
+            }
             std::thread::sleep(TICK);
+            continue;
         }
+        FAST.store(false, Ordering::SeqCst);
+        // A deadline armed while FAST was still true: its thread did not wake us, so look again now.
+        if ARMED_SINCE_LAST_LOOK.load(Ordering::SeqCst) {
+            continue;
+        }
+        std::thread::park_timeout(SLOW_TICK);
     }
 }
 
@@ -200,7 +305,7 @@ extern "C" fn after_fork_in_child() {
     let tid = unsafe { libc::gettid() };
     if let Some(slot) = locks.slots.first_mut() {
         // The forking thread has a new id in the child; its slot is replaced, not changed (it is shared).
-        let renewed = Arc::new(Slot { tid, deadline_ns: AtomicU64::new(slot.deadline_ns.load(Ordering::Relaxed)) });
+        let renewed = Arc::new(Slot::new(tid, slot.deadline_ns.load(Ordering::Relaxed)));
         SLOT.with(|s| s.set(Arc::as_ptr(&renewed)));
         *slot = renewed.clone();
         // The old slot's Registered would remove the new one by pointer: swap it for one that names the new.
@@ -260,6 +365,80 @@ mod tests {
         assert!(armed() && !passed(), "the caller's hour is back");
         restore(outer);
         assert!(!armed(), "nothing is armed after the outermost call");
+    }
+
+    /// How many times the watchdog has looked at the slots.
+    pub(super) static LOOKS: AtomicU64 = AtomicU64::new(0);
+
+    /// Takes a timeout signal queued for this thread (which blocks it), waiting up to a bound no loaded machine
+    /// reaches; None when none came.
+    fn take_the_timeout_signal() -> Option<libc::siginfo_t> {
+        // SAFETY: sigtimedwait with valid sets and a siginfo it fills; the signal is blocked on this thread.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, crate::backend::mpk::gate::timeout_signal());
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let bound = libc::timespec { tv_sec: 30, tv_nsec: 0 };
+            (libc::sigtimedwait(&set, &mut info, &bound) > 0).then_some(info)
+        }
+    }
+
+    /// Whether a timeout signal is pending for this thread.
+    fn timeout_signal_pending() -> bool {
+        // SAFETY: sigpending fills a valid set.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut set);
+            libc::sigismember(&set, crate::backend::mpk::gate::timeout_signal()) == 1
+        }
+    }
+
+    #[test]
+    fn a_late_thread_gets_one_signal_at_a_time_never_before_its_deadline() {
+        block_the_timeout_signal();
+        let deadline = Duration::from_millis(20);
+        let armed_at = now_ns();
+        let caller = arm(deadline).unwrap();
+        let info = take_the_timeout_signal().expect("the watchdog signals a late thread");
+        assert!(now_ns() - armed_at >= deadline.as_nanos() as u64, "the signal came before the deadline");
+        assert!(from_watchdog(&info), "the signal carries the watchdog's value");
+        // Until the handler has heard it, the watchdog queues no other, however many times it looks.
+        let looks = LOOKS.load(Ordering::SeqCst);
+        assert!(eventually(|| LOOKS.load(Ordering::SeqCst) >= looks + 5), "the watchdog keeps looking");
+        assert!(!timeout_signal_pending(), "a second signal was queued before the first was heard");
+        heard();
+        assert!(take_the_timeout_signal().is_some_and(|i| from_watchdog(&i)), "once heard, the next one comes");
+        heard();
+        restore(caller);
+    }
+
+    #[test]
+    fn a_timeout_numbered_signal_the_host_sends_itself_is_not_the_watchdogs() {
+        block_the_timeout_signal();
+        let signal = crate::backend::mpk::gate::timeout_signal();
+        // SAFETY: raise sends the signal to this thread, which blocks it.
+        assert_eq!(unsafe { libc::raise(signal) }, 0);
+        let raised = take_the_timeout_signal().expect("raise queues the signal");
+        assert!(!from_watchdog(&raised), "a raised signal is the host's");
+        // Queued like the watchdog's, from this process, with another value.
+        let info = QueuedSignalInfo {
+            signo: signal,
+            errno: 0,
+            code: libc::SI_QUEUE,
+            _pad: 0,
+            pid: std::process::id() as libc::pid_t,
+            // SAFETY: getuid has no preconditions.
+            uid: unsafe { libc::getuid() },
+            value: 42,
+            _rest: [0; 12],
+        };
+        // SAFETY: queues the signal to this very thread, which blocks it, with a siginfo the kernel only reads.
+        let r =
+            unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, std::process::id(), libc::gettid(), signal, &info) };
+        assert_eq!(r, 0, "rt_tgsigqueueinfo: {}", io::Error::last_os_error());
+        let queued = take_the_timeout_signal().expect("the queued signal arrives");
+        assert!(!from_watchdog(&queued), "a queued signal with another value is the host's");
     }
 
     static SIGNALLED: AtomicI32 = AtomicI32::new(0);
