@@ -65,11 +65,11 @@ pub fn run_native(workload: &dyn Workload, symbols: &dyn Symbols) -> HostReport 
     HostReport { output: out.into_entries(), ..HostReport::default() }
 }
 
-/// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline`;
-/// after a failure the extension restarts from `restart_from` when given; with `library_fault`, the extension's
-/// domain runs with that run-time library fault (policy `library_fault`: it needs isolation `process` or `mpk`, and
-/// hits the calls of the file at `path`, so a restart from another file runs without it). Fails only if this host cannot
-/// set itself up.
+/// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline`; after a
+/// failure the extension restarts from `restart_from` when given; with `library_fault`, the extension's domain runs
+/// with that run-time library fault (policy `library_fault`: it needs isolation `process` or `mpk`, and hits the calls
+/// of the file at `path`, so a restart from another file runs without it). Fails only if this host cannot set itself
+/// up.
 ///
 /// The restarts reported are those of the extension's domain when the workload ended; when the workload could not
 /// load the extension at all (a plugin whose opening failed even after recovery, say), they are unknown and

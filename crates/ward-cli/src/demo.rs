@@ -1,10 +1,10 @@
 //! `ward demo`: every fault kind of faulty.so, natively and under ward, side by side (in process domains, then in
 //! mpk domains where the machine has protection keys); then the well-behaved extension under ward.
 //!
-//! Under ward each fault runs the same scenario as the native host: `faulty_counter_add(5)`,
-//! `faulty_counter_add(7)`, `faulty_arm(kind, arg)`, `faulty_compute(6)`, `faulty_counter_get()`, then a look at
-//! the host's own data. With isolation `process` or `mpk` that happens in this very process: surviving is the point. With
-//! `none` it happens in a throwaway child, because there nothing stands between the fault and the host.
+//! Under ward each fault runs the same scenario as the native host: `faulty_counter_add(5)`, `faulty_counter_add(7)`,
+//! `faulty_arm(kind, arg)`, `faulty_compute(6)`, `faulty_counter_get()`, then a look at the host's own data. With
+//! isolation `process` or `mpk` that happens in this very process: surviving is the point. With `none` it happens in a
+//! throwaway child, because there nothing stands between the fault and the host.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

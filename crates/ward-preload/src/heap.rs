@@ -6,8 +6,8 @@
 //! goes to the C library's allocator as before (`__libc_malloc` and friends, which glibc exports for exactly this).
 //! `free`, `realloc` and `malloc_usable_size` tell the two apart by address.
 //!
-//! The arena is set up when the library is loaded, unless `WARD_ISOLATION` is `none` or `mpk` (nothing crosses a process
-//! boundary) or `WARD_ARENA=0` (the user's way out); without it every function here forwards to the C library.
+//! The arena is set up when the library is loaded, unless `WARD_ISOLATION` is `none` or `mpk` (nothing crosses a
+//! process boundary) or `WARD_ARENA=0` (the user's way out); without it every function here forwards to the C library.
 //!
 //! These functions run inside the host's allocations, so they never allocate through Rust and never panic.
 

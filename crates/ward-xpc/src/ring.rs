@@ -26,21 +26,21 @@
 //!
 //! # Trust
 //!
-//! Each side keeps its own position privately and only *publishes* it; it never reads its own index back. The
-//! peer's index is read, then validated against what this side knows: a head outside `[last head, pushed tail]`, a
-//! record whose length is not a multiple of 16, is too large or straddles the end, a ring of nothing but padding
-//! are all [`RingError::Corrupt`]: the peer is broken or hostile, and the caller should stop talking to it. (The
-//! consumer does not read the tail at all: a producer lying about it changes nothing.) Records are copied out of shared memory into the caller's
-//! buffer before anything looks at them, with the header validated once and written back over the copy, so the
-//! producer rewriting a record concurrently can garble its contents but not its framing.
+//! Each side keeps its own position privately and only *publishes* it; it never reads its own index back. The peer's
+//! index is read, then validated against what this side knows: a head outside `[last head, pushed tail]`, a record
+//! whose length is not a multiple of 16, is too large or straddles the end, a ring of nothing but padding are all
+//! [`RingError::Corrupt`]: the peer is broken or hostile, and the caller should stop talking to it. (The consumer does
+//! not read the tail at all: a producer lying about it changes nothing.) Records are copied out of shared memory into
+//! the caller's buffer before anything looks at them, with the header validated once and written back over the copy, so
+//! the producer rewriting a record concurrently can garble its contents but not its framing.
 //!
 //! # Waking
 //!
-//! The consumer announces that it will sleep (`waiting = 1`, SeqCst fence), reads the doorbell, re-checks the ring
-//! and only then sleeps on the doorbell with `FUTEX_WAIT`. The producer, having written the record's length,
-//! publishes the tail with a SeqCst swap and, if `waiting` is set, bumps the doorbell and wakes. The two fences
-//! guarantee that either the producer sees `waiting` or the consumer sees the new length, so no wake-up is lost. A hostile peer can at worst cost the other side
-//! useless wake-ups, or make it sleep until its timeout slice (at most 50 ms) ends.
+//! The consumer announces that it will sleep (`waiting = 1`, SeqCst fence), reads the doorbell, re-checks the ring and
+//! only then sleeps on the doorbell with `FUTEX_WAIT`. The producer, having written the record's length, publishes the
+//! tail with a SeqCst swap and, if `waiting` is set, bumps the doorbell and wakes. The two fences guarantee that either
+//! the producer sees `waiting` or the consumer sees the new length, so no wake-up is lost. A hostile peer can at worst
+//! cost the other side useless wake-ups, or make it sleep until its timeout slice (at most 50 ms) ends.
 
 use std::hint;
 use std::ptr;

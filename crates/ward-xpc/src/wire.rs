@@ -15,12 +15,13 @@
 //!
 //! # Contract
 //!
-//! [`Message::parse`] is the only way in for bytes from the other side. It never panics, on any input, and returns
-//! a [`Message`] only for a record whose length field, op, argument count, argument kinds, return kind and inline
-//! ranges are all valid, and whose length is exactly what its contents need; the message borrows the record (which
-//! the caller must already have copied out of shared memory). Reserved bytes and `flags` are ignored by `parse` and
-//! written as zero by `emit`; the one flag, [`FLAG_NESTED`], is set on a finished record by [`mark_nested`]. [`Message::emit`] writes every byte of the record, padding included, and fails rather
-//! than write a record that `parse` would refuse; `parse(emit(m)) == m` for every message that emits.
+//! [`Message::parse`] is the only way in for bytes from the other side. It never panics, on any input, and returns a
+//! [`Message`] only for a record whose length field, op, argument count, argument kinds, return kind and inline ranges
+//! are all valid, and whose length is exactly what its contents need; the message borrows the record (which the caller
+//! must already have copied out of shared memory). Reserved bytes and `flags` are ignored by `parse` and written as
+//! zero by `emit`; the one flag, [`FLAG_NESTED`], is set on a finished record by [`mark_nested`]. [`Message::emit`]
+//! writes every byte of the record, padding included, and fails rather than write a record that `parse` would refuse;
+//! `parse(emit(m)) == m` for every message that emits.
 
 use std::ops::Range;
 

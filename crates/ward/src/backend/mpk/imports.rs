@@ -20,10 +20,10 @@
 //!   library or Java runtime; the start-up code tests these before use;
 //! - **unsupported**: everything else. Each unsupported import is a reason the mpk loader refuses the extension.
 //!
-//! Weak imports are classified like strong ones. Binding an unsupported weak import to null would be legal ELF,
-//! but it changes behaviour silently: code that tests `__pthread_key_create` before it uses threads (libstdc++'s
-//! gthreads do) would stop locking while the host calls in from two threads. So a weak import is bound to what a process
-//! would bind it to, or it is a reason, marked weak.
+//! Weak imports are classified like strong ones. Binding an unsupported weak import to null would be legal ELF, but it
+//! changes behaviour silently: code that tests `__pthread_key_create` before it uses threads (libstdc++'s gthreads do)
+//! would stop locking while the host calls in from two threads. So a weak import is bound to what a process would bind
+//! it to, or it is a reason, marked weak.
 //!
 //! A name is looked up as written, then under its base name: fortified `__X_chk` as `X`, libm's `__X_finite`
 //! as `X`, the vector ABI's `_ZGV..._X` (libmvec) as `X`, and the C standard's `__isoc99_X`/`__isoc23_X` as `X`.

@@ -1,10 +1,12 @@
 //! The mpk backend: extensions on the host's thread, in memory tagged with a protection key of their own
 //! (DESIGN.md §1, §7).
 //!
-//! So far this is the loader's knowledge, which needs no hardware: what an extension must not contain or need
-//! for an mpk domain to hold it; and the domain's machinery ([`pku`], [`memory`], [`gate`]), which does. [`assess`] reads an [`Image`] and gives every reason to refuse it, in a fixed
-//! order: forbidden instruction bytes ([`scan`]), thread starts, own TLS, libraries other than glibc's, and
-//! imports the domain runtime cannot honour ([`imports`]).
+//! Two halves. The loader's knowledge needs no hardware: what an extension must not contain or need for an mpk
+//! domain to hold it. [`assess`] reads an [`Image`] and gives every reason to refuse it, in a fixed order: forbidden
+//! instruction bytes ([`scan`]), thread starts, own TLS, libraries other than glibc's, and imports the domain runtime
+//! cannot honour ([`imports`]). The domain's machinery needs PKU: protection keys ([`pku`]), memory tagged with them
+//! ([`memory`]), the gate and its fault handler ([`gate`]), call deadlines (`watchdog`), the loader and the domain
+//! runtime, and the backend that puts them together.
 
 #[allow(unsafe_code)]
 mod backend;
