@@ -408,6 +408,8 @@ impl MpkBackend {
 
         let key = ProtectionKey::allocate().map_err(system("cannot allocate a protection key"))?;
         let signal = gate::signal_key().map_err(system("cannot install the fault handlers"))?;
+        // Host handlers installed since the last look run with the host's rights wherever their signal comes.
+        gate::adopt_host_handlers();
         let k = key.number();
         let region = KeyedRegion::new(images + runtime_page + thunk_pages + heap, k)
             .map_err(system("cannot map the domain's memory"))?;

@@ -52,6 +52,8 @@
 //! stack tagged with one more key, the *signal key*, which the domains' PKRU and the host's allow. The handler's
 //! first instructions (`ward_mpk_signal_entry`, before anything touches the stack) write a PKRU that allows key 0
 //! and the signal key; then the Rust handler runs. A host's own alternate stack on such a thread is replaced.
+//! The host's handlers for other signals would start the same way, with a PKRU that denies the stack they run on,
+//! so ward wraps them in an entry of its own that allows every key first ([`adopt_host_handlers`]).
 
 use std::arch::global_asm;
 use std::cell::{Cell, RefCell};
@@ -297,6 +299,21 @@ global_asm!(
     "mov rdx, r8",
     "jmp {on_signal}",
     ".size ward_mpk_signal_entry, . - ward_mpk_signal_entry",
+    // Entry of every host handler ward wraps (see `adopt_host_handlers`): every key allowed, as host code may, before
+    // anything touches the stack, then `on_host_signal`. rdx (the context) survives in r8.
+    ".globl ward_mpk_host_signal_entry",
+    ".hidden ward_mpk_host_signal_entry",
+    ".type ward_mpk_host_signal_entry, @function",
+    ".balign 16",
+    "ward_mpk_host_signal_entry:",
+    "mov r8, rdx",
+    "xor eax, eax",
+    "xor ecx, ecx",
+    "xor edx, edx",
+    "wrpkru",
+    "mov rdx, r8",
+    "jmp {on_host_signal}",
+    ".size ward_mpk_host_signal_entry, . - ward_mpk_host_signal_entry",
     // Where an outward stub's argument check refuses a call (rdi = the slot, rsi = the refusal): the trap ends the
     // call as the domain's, and the handler knows it by this address.
     ".globl ward_mpk_refuse",
@@ -418,6 +435,7 @@ global_asm!(
     domain_x87_control = const offset_of!(GateFrame, domain_x87_control),
     handler_pkru = sym HANDLER_PKRU,
     on_signal = sym on_signal,
+    on_host_signal = sym on_host_signal,
     stack_words = const OUTWARD_STACK_WORDS,
     stack_arguments_at = const STACK_ARGUMENTS_AT,
     stack_bytes = const OUTWARD_STACK_WORDS * 8,
@@ -433,6 +451,7 @@ extern "C" {
     fn ward_mpk_gate(frame: *mut GateFrame) -> u64;
     fn ward_mpk_gate_resume();
     fn ward_mpk_signal_entry(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void);
+    fn ward_mpk_host_signal_entry(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void);
     /// Traps, with the slot and the refusal in the argument registers, for the handler to read.
     fn ward_mpk_refuse(slot: usize, refusal: u64) -> !;
 }
@@ -550,6 +569,7 @@ fn prepare_thread() -> io::Result<()> {
         return Ok(());
     }
     let key = signal_key()?;
+    adopt_host_handlers();
     unregister_rseq()?;
     let region = KeyedRegion::new(ALT_STACK_BYTES, key)?;
     let stack = libc::stack_t { ss_sp: region.start().cast(), ss_flags: 0, ss_size: region.len() };
@@ -1059,7 +1079,11 @@ fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) 
     let Some(index) = handled_signals().iter().position(|&s| s == signal) else {
         return;
     };
-    let previous = &installed.previous[index];
+    run_host_action(&installed.previous[index], signal, info, context);
+}
+
+/// Do what the host's `previous` action for `signal` says, from inside a handler of ward's.
+fn run_host_action(previous: &libc::sigaction, signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     match previous.sa_sigaction {
         libc::SIG_IGN => {}
         libc::SIG_DFL => {
@@ -1104,6 +1128,88 @@ fn unblock_as_the_host_asked(signal: libc::c_int, previous: &libc::sigaction, co
             libc::sigaddset(&mut mask, signal);
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &mask, ptr::null_mut());
+    }
+}
+
+/// The host's own action for each signal whose handler ward wraps, by signal number (null: not wrapped). An entry
+/// is replaced, never freed, so the handler can read it without a lock: hosts change handlers a handful of times.
+static HOST_ACTIONS: [AtomicPtr<libc::sigaction>; 65] = [const { AtomicPtr::new(ptr::null_mut()) }; 65];
+
+/// Wraps every handler the host has installed for a signal ward does not handle, so that it runs with the host's
+/// rights wherever the signal finds the thread.
+///
+/// The kernel starts a handler with its initial PKRU, which allows key 0 only. A host handler that the signal finds
+/// inside a domain would run on the domain's stack, which that PKRU denies; one installed with `SA_ONSTACK` runs on
+/// ward's alternate stack, tagged with the signal key, which it denies too. Either way its first push faults and
+/// the process dies (or, on kernels that write signal frames with every key allowed, the fault is taken for the
+/// domain's). Wrapped, the signal goes to ward's alternate stack (written under the interrupted code's PKRU, which
+/// allows the signal key in the host and in every domain); ward's entry allows every key, marks the thread outside
+/// its domain (a fault in the host's handler is the host's, and the watchdog leaves it alone) and runs the host's
+/// action with the mask it asked for. `sigaction` then reports ward's entry for those signals; a handler the host
+/// installs later is wrapped at the next domain load or the next thread's first gate call, or at once when it goes
+/// through `ward-preload`'s `sigaction`. glibc's own two signals (cancellation and set-id) cannot be changed through
+/// `sigaction` and stay as they are.
+pub(crate) fn adopt_host_handlers() {
+    if !matches!(INSTALLED.get(), Some(Ok(_))) {
+        return;
+    }
+    for signal in 1..=libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP || handled_signals().contains(&signal) {
+            continue;
+        }
+        // SAFETY: all-zero is a valid sigaction, overwritten by the query.
+        let mut current: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
+        // SAFETY: querying the action only, into memory we own.
+        if unsafe { libc::sigaction(signal, ptr::null(), &mut current) } != 0 {
+            continue;
+        }
+        let handler = current.sa_sigaction;
+        if handler == libc::SIG_DFL
+            || handler == libc::SIG_IGN
+            || handler == ward_mpk_host_signal_entry as *const () as usize
+        {
+            continue;
+        }
+        wrap_host_action(signal, &current);
+    }
+}
+
+/// Installs ward's entry for `signal` in place of the host's `host` action, which it remembers and runs.
+fn wrap_host_action(signal: libc::c_int, host: &libc::sigaction) {
+    let Some(cell) = usize::try_from(signal).ok().and_then(|i| HOST_ACTIONS.get(i)) else {
+        return;
+    };
+    cell.store(Box::into_raw(Box::new(*host)), Ordering::Release);
+    let mut action = *host;
+    action.sa_sigaction = ward_mpk_host_signal_entry as *const () as usize;
+    // The host's flags (SA_RESTART, SA_RESETHAND, SA_NOCLDSTOP, ...) stand; every signal is blocked until the
+    // entry has allowed the keys, for the reason `install` gives, and `run_host_action` applies the host's mask.
+    action.sa_flags = (host.sa_flags | libc::SA_SIGINFO | libc::SA_ONSTACK) & !libc::SA_NODEFER;
+    // SAFETY: sa_mask is a valid set to fill; the entry follows the C signal handler ABI (the stub, then
+    // `on_host_signal`), and the host's action it replaces is remembered above.
+    unsafe {
+        libc::sigfillset(&mut action.sa_mask);
+        libc::sigaction(signal, &action, ptr::null_mut());
+    }
+}
+
+/// The Rust half of a wrapped host handler (after `ward_mpk_host_signal_entry`, with every key allowed).
+extern "C" fn on_host_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    let Some(host) = usize::try_from(signal).ok().and_then(|i| HOST_ACTIONS.get(i)) else {
+        return;
+    };
+    // SAFETY: non-null entries are leaked boxes that are never freed (see HOST_ACTIONS).
+    let Some(host) = (unsafe { host.load(Ordering::Acquire).as_ref() }) else {
+        return;
+    };
+    let frame = ACTIVE.with(Cell::get);
+    // SAFETY: a non-null ACTIVE is this thread's live activation, in host memory; only this thread writes it, and
+    // the code the signal interrupted is suspended until this handler returns.
+    let was_outside = unsafe { frame.as_mut().map(|f| std::mem::replace(&mut f.outside, 1)) };
+    run_host_action(host, signal, info, context);
+    if let Some(outside) = was_outside {
+        // SAFETY: as above.
+        unsafe { (*frame).outside = outside };
     }
 }
 

@@ -650,6 +650,13 @@ std::arch::global_asm!(
     "fnstsw ax",
     "movzx eax, ax",
     "ret",
+    // In a domain: tgkill(rdi, rsi, rdx) by system call (a signal for this very thread), then return 7.
+    ".globl ward_test_signal_this_thread",
+    "ward_test_signal_this_thread:",
+    "mov eax, 234",
+    "syscall",
+    "mov eax, 7",
+    "ret",
     // In a domain: enter the outward stubs' common body past the stub at rdi, with slot esi.
     ".globl ward_test_jump_into_outward_common",
     "ward_test_jump_into_outward_common:",
@@ -665,6 +672,7 @@ extern "C" {
     fn ward_test_set_float_control(mxcsr: u64, x87_control: u64, then: u64) -> u64;
     fn ward_test_float_control() -> u64;
     fn ward_test_x87_wait_and_status() -> u64;
+    fn ward_test_signal_this_thread(pid: u64, tid: u64, signal: u64) -> u64;
 }
 
 /// Whether the direction flag is set.
@@ -862,4 +870,43 @@ fn a_domain_that_unmasks_an_x87_exception_the_host_left_flagged_starts_with_it_c
     let status = d.call_with(&domain, f(ward_test_x87_wait_and_status as *const ()), &[]).map(|r| r.int as u16);
     assert_eq!(status.map(|s| s & X87_ZERO_DIVIDE), Ok(0), "the domain starts with no x87 exception flagged");
     assert_eq!(FloatState::of_this_thread(), host);
+}
+
+static HOST_HANDLER_RAN: AtomicU64 = AtomicU64::new(0);
+
+/// A host's handler: it uses its stack (a call, locals) and counts.
+extern "C" fn count_host_signal(_: libc::c_int) {
+    let mut words = black_box([0u64; 32]);
+    words[7] = HOST_HANDLER_RAN.load(Ordering::SeqCst);
+    HOST_HANDLER_RAN.store(black_box(words)[7] + 1, Ordering::SeqCst);
+}
+
+#[test]
+fn a_host_handler_runs_when_its_signal_comes_inside_a_domain_or_on_wards_alternate_stack() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    // A signal no other test uses, with a host handler that asks for the alternate stack.
+    let signal = libc::SIGRTMIN() + 9;
+    // SAFETY: all-zero is a valid sigaction; the handler is a plain C-ABI function.
+    unsafe {
+        let mut action: libc::sigaction = MaybeUninit::zeroed().assume_init();
+        action.sa_sigaction = count_host_signal as *const () as usize;
+        action.sa_flags = libc::SA_ONSTACK;
+        assert_eq!(libc::sigaction(signal, &action, ptr::null_mut()), 0);
+    }
+    // This thread has ward's alternate stack after its first call; the backend adopts handlers on each load.
+    assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
+    adopt_host_handlers();
+    // SAFETY: getpid and gettid have no preconditions.
+    let (pid, tid) = unsafe { (libc::getpid() as u64, libc::gettid() as u64) };
+    let inside = d.call(f(ward_test_signal_this_thread as *const ()), &[pid, tid, signal as u64]);
+    assert_eq!(inside.map(|r| r.int), Ok(7), "the domain goes on after the host's handler");
+    assert_eq!(HOST_HANDLER_RAN.load(Ordering::SeqCst), 1, "the host's handler ran for the signal inside the domain");
+    // SAFETY: raise signals this thread, whose handler is the host's, wrapped.
+    assert_eq!(unsafe { libc::raise(signal) }, 0);
+    assert_eq!(HOST_HANDLER_RAN.load(Ordering::SeqCst), 2, "and for one in the host, on ward's alternate stack");
+    // SAFETY: back to the default action for a signal nothing sends any more.
+    unsafe { libc::signal(signal, libc::SIG_DFL) };
 }
