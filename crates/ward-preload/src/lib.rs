@@ -7,6 +7,9 @@
 //! cannot tell: it reads descriptors and calls function pointers as it always did. Everything else the host opens
 //! goes to the real `dlopen` untouched.
 //!
+//! It also defines `sigaction` and `signal` ([`signals`]), so that handlers the host installs late are wrapped for
+//! mpk domains like the ones it installed before.
+//!
 //! It also serves the host's large heap blocks from ward's arena ([`heap`]), so a process domain can be lent a
 //! video frame in place instead of a copy of it.
 //!
@@ -23,6 +26,7 @@ mod ladspa;
 mod proxy;
 mod runtime;
 mod search;
+mod signals;
 
 /// A plugin's name or description as a C string for the host (a NUL inside, which C cannot carry, is dropped).
 fn c_string(s: &str) -> std::ffi::CString {

@@ -48,3 +48,23 @@ pub fn mpk_available() -> bool {
 }
 
 pub use supervisor::{domain_program, extension_name, AdapterLoad, Extension, Function, Supervisor};
+
+/// `sigaction` as a host should see it in a process with mpk domains: what `ward-preload` puts in place of libc's.
+///
+/// Once ward's signal handlers are installed, a handler the host installs for one of the signals ward handles
+/// (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP and the watchdog's) is recorded for ward to pass the host's own
+/// signals on to, and one for any other signal is wrapped so that it runs with the host's rights even when its signal
+/// comes while a thread is inside a domain; `old` reports the host's own previous action. Before that, and in a
+/// process without mpk domains, it is plain `sigaction`.
+///
+/// # Safety
+/// As `sigaction`'s: `act` and `old` are null or valid, and a handler in `act` follows the C signal handler ABI.
+#[allow(unsafe_code)]
+pub unsafe fn host_sigaction(
+    signal: std::ffi::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> std::ffi::c_int {
+    // SAFETY: the caller's guarantee, passed on.
+    unsafe { backend::mpk::host_sigaction(signal, act, old) }
+}

@@ -475,16 +475,11 @@ fn handled_signals() -> [libc::c_int; FAULT_SIGNALS.len() + 1] {
     [a, b, c, d, e, timeout_signal()]
 }
 
-/// What the process had installed for each of [`handled_signals`] before ward, and the signal key.
+/// ward's handlers are installed, with this signal key. (What the host had installed before is in
+/// [`HOST_ACTIONS`].)
 struct Installed {
-    previous: [libc::sigaction; FAULT_SIGNALS.len() + 1],
     signal_key: ProtectionKey,
 }
-
-// SAFETY: sigaction structs are plain data (handler addresses, masks, flags); the key is a number.
-unsafe impl Sync for Installed {}
-// SAFETY: as above.
-unsafe impl Send for Installed {}
 
 static INSTALLED: OnceLock<Result<Installed, i32>> = OnceLock::new();
 
@@ -545,19 +540,22 @@ fn install() -> Result<Installed, i32> {
         // handler ABI (the entry stub, then `on_signal`) and stores the old action in memory we own.
         let r = unsafe {
             libc::sigfillset(&mut action.sa_mask);
-            libc::sigaction(*signal, &action, &mut previous[i])
+            real_sigaction(*signal, &action, &mut previous[i])
         };
         if r != 0 {
             let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
             // Put back what was there: no handler of ward's stays installed without its signal key.
             for (signal, old) in signals.iter().zip(&previous).take(i) {
                 // SAFETY: `old` is what sigaction reported for that signal a moment ago.
-                unsafe { libc::sigaction(*signal, old, ptr::null_mut()) };
+                unsafe { real_sigaction(*signal, old, ptr::null_mut()) };
             }
             return Err(errno);
         }
     }
-    Ok(Installed { previous, signal_key })
+    for (signal, previous) in signals.iter().zip(previous) {
+        remember_host_action(*signal, Some(previous));
+    }
+    Ok(Installed { signal_key })
 }
 
 /// Ready this thread for gate calls: the handlers installed, an alternate signal stack tagged with the signal key,
@@ -1073,13 +1071,9 @@ const CODE_PAGE: usize = 4096;
 
 /// Hand a signal that is not a domain's to what the host had installed.
 fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
-    let Some(Ok(installed)) = INSTALLED.get() else {
-        return;
-    };
-    let Some(index) = handled_signals().iter().position(|&s| s == signal) else {
-        return;
-    };
-    run_host_action(&installed.previous[index], signal, info, context);
+    if let Some(host) = host_action(signal) {
+        run_host_action(&host, signal, info, context);
+    }
 }
 
 /// Do what the host's `previous` action for `signal` says, from inside a handler of ward's.
@@ -1088,9 +1082,11 @@ fn run_host_action(previous: &libc::sigaction, signal: libc::c_int, info: *mut l
         libc::SIG_IGN => {}
         libc::SIG_DFL => {
             // The default action (end the process, with a core where the signal has one), as without ward.
-            // SAFETY: restoring the default disposition and re-raising is async-signal-safe.
+            // SAFETY: restoring the default disposition and re-raising is async-signal-safe; all-zero is a valid
+            // sigaction (SIG_DFL, empty mask, no flags).
             unsafe {
-                libc::signal(signal, libc::SIG_DFL);
+                let default: libc::sigaction = MaybeUninit::zeroed().assume_init();
+                real_sigaction(signal, &default, ptr::null_mut());
                 libc::raise(signal);
             }
         }
@@ -1131,9 +1127,93 @@ fn unblock_as_the_host_asked(signal: libc::c_int, previous: &libc::sigaction, co
     }
 }
 
-/// The host's own action for each signal whose handler ward wraps, by signal number (null: not wrapped). An entry
-/// is replaced, never freed, so the handler can read it without a lock: hosts change handlers a handful of times.
+/// The host's own action for each signal ward has taken over, by signal number (null: not taken over): those it
+/// handles, and those whose host handler it wraps. An entry is replaced, never freed, so a handler can read it
+/// without a lock: hosts change their handlers a handful of times.
 static HOST_ACTIONS: [AtomicPtr<libc::sigaction>; 65] = [const { AtomicPtr::new(ptr::null_mut()) }; 65];
+
+/// The host's action for `signal`, if ward has taken the signal over. Async-signal-safe.
+fn host_action(signal: libc::c_int) -> Option<libc::sigaction> {
+    let cell = HOST_ACTIONS.get(usize::try_from(signal).ok()?)?;
+    // SAFETY: non-null entries are leaked boxes that are never freed (see HOST_ACTIONS).
+    unsafe { cell.load(Ordering::Acquire).as_ref() }.copied()
+}
+
+/// Records `action` as the host's for `signal` (None: ward no longer has the signal).
+fn remember_host_action(signal: libc::c_int, action: Option<libc::sigaction>) {
+    if let Some(cell) = usize::try_from(signal).ok().and_then(|i| HOST_ACTIONS.get(i)) {
+        cell.store(action.map_or(ptr::null_mut(), |a| Box::into_raw(Box::new(a))), Ordering::Release);
+    }
+}
+
+extern "C" {
+    /// glibc's `sigaction` under its other exported name, which a host's (or ward-preload's) `sigaction` does not
+    /// interpose: ward's own changes must reach the kernel.
+    fn __sigaction(signal: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int;
+}
+
+/// `sigaction` itself, past any interposer.
+///
+/// # Safety
+/// As `sigaction`'s: `act` and `old` are null or valid, and a handler installed follows the C signal handler ABI.
+unsafe fn real_sigaction(signal: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
+    // SAFETY: the caller's guarantee.
+    unsafe { __sigaction(signal, act, old) }
+}
+
+/// `sigaction` as the host sees it once ward's handlers are in (what ward-preload's `sigaction` calls): for a
+/// signal ward handles, the host's action is recorded for ward to chain to and ward's handler stays; a host handler
+/// for any other signal is wrapped ([`adopt_host_handlers`]); either way `old` reports the host's own previous
+/// action, never ward's. Before ward's handlers are in, and for SIGKILL and SIGSTOP, it is plain `sigaction`.
+///
+/// # Safety
+/// As `sigaction`'s.
+pub(crate) unsafe fn host_sigaction(
+    signal: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    let taken_over = matches!(INSTALLED.get(), Some(Ok(_)))
+        && signal != libc::SIGKILL
+        && signal != libc::SIGSTOP
+        && (1..=libc::SIGRTMAX()).contains(&signal);
+    if !taken_over {
+        // SAFETY: the caller's guarantee.
+        return unsafe { real_sigaction(signal, act, old) };
+    }
+    let previous = match host_action(signal) {
+        Some(previous) => previous,
+        None => {
+            // SAFETY: all-zero is a valid sigaction, overwritten by the query.
+            let mut current: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
+            // SAFETY: a query into memory we own.
+            if unsafe { real_sigaction(signal, ptr::null(), &mut current) } != 0 {
+                return -1;
+            }
+            current
+        }
+    };
+    // SAFETY: the caller passes null or a valid action.
+    if let Some(act) = unsafe { act.as_ref() } {
+        let handler = act.sa_sigaction;
+        if handled_signals().contains(&signal) {
+            remember_host_action(signal, Some(*act));
+        } else if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            // SAFETY: the caller's guarantee.
+            if unsafe { real_sigaction(signal, act, ptr::null_mut()) } != 0 {
+                return -1;
+            }
+            remember_host_action(signal, None);
+        } else {
+            wrap_host_action(signal, act);
+        }
+    }
+    // SAFETY: the caller passes null or memory for one sigaction.
+    if let Some(old) = unsafe { old.as_mut() } {
+        *old = previous;
+    }
+    0
+}
 
 /// Wraps every handler the host has installed for a signal ward does not handle, so that it runs with the host's
 /// rights wherever the signal finds the thread.
@@ -1160,7 +1240,7 @@ pub(crate) fn adopt_host_handlers() {
         // SAFETY: all-zero is a valid sigaction, overwritten by the query.
         let mut current: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
         // SAFETY: querying the action only, into memory we own.
-        if unsafe { libc::sigaction(signal, ptr::null(), &mut current) } != 0 {
+        if unsafe { real_sigaction(signal, ptr::null(), &mut current) } != 0 {
             continue;
         }
         let handler = current.sa_sigaction;
@@ -1176,10 +1256,7 @@ pub(crate) fn adopt_host_handlers() {
 
 /// Installs ward's entry for `signal` in place of the host's `host` action, which it remembers and runs.
 fn wrap_host_action(signal: libc::c_int, host: &libc::sigaction) {
-    let Some(cell) = usize::try_from(signal).ok().and_then(|i| HOST_ACTIONS.get(i)) else {
-        return;
-    };
-    cell.store(Box::into_raw(Box::new(*host)), Ordering::Release);
+    remember_host_action(signal, Some(*host));
     let mut action = *host;
     action.sa_sigaction = ward_mpk_host_signal_entry as *const () as usize;
     // The host's flags (SA_RESTART, SA_RESETHAND, SA_NOCLDSTOP, ...) stand; every signal is blocked until the
@@ -1189,24 +1266,20 @@ fn wrap_host_action(signal: libc::c_int, host: &libc::sigaction) {
     // `on_host_signal`), and the host's action it replaces is remembered above.
     unsafe {
         libc::sigfillset(&mut action.sa_mask);
-        libc::sigaction(signal, &action, ptr::null_mut());
+        real_sigaction(signal, &action, ptr::null_mut());
     }
 }
 
 /// The Rust half of a wrapped host handler (after `ward_mpk_host_signal_entry`, with every key allowed).
 extern "C" fn on_host_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
-    let Some(host) = usize::try_from(signal).ok().and_then(|i| HOST_ACTIONS.get(i)) else {
-        return;
-    };
-    // SAFETY: non-null entries are leaked boxes that are never freed (see HOST_ACTIONS).
-    let Some(host) = (unsafe { host.load(Ordering::Acquire).as_ref() }) else {
+    let Some(host) = host_action(signal) else {
         return;
     };
     let frame = ACTIVE.with(Cell::get);
     // SAFETY: a non-null ACTIVE is this thread's live activation, in host memory; only this thread writes it, and
     // the code the signal interrupted is suspended until this handler returns.
     let was_outside = unsafe { frame.as_mut().map(|f| std::mem::replace(&mut f.outside, 1)) };
-    run_host_action(host, signal, info, context);
+    run_host_action(&host, signal, info, context);
     if let Some(outside) = was_outside {
         // SAFETY: as above.
         unsafe { (*frame).outside = outside };

@@ -36,6 +36,7 @@ mod tests;
 mod watchdog;
 
 pub(crate) use self::backend::{GatedCall, MpkBackend, MpkConfig};
+pub(crate) use self::gate::host_sigaction;
 
 /// Whether this machine has memory protection keys enabled (what mpk domains need).
 pub(crate) fn pku_available() -> bool {

@@ -910,3 +910,71 @@ fn a_host_handler_runs_when_its_signal_comes_inside_a_domain_or_on_wards_alterna
     // SAFETY: back to the default action for a signal nothing sends any more.
     unsafe { libc::signal(signal, libc::SIG_DFL) };
 }
+
+static LATE_HANDLER_RAN: AtomicU64 = AtomicU64::new(0);
+static TRAP_HANDLER_RAN: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_late_signal(_: libc::c_int) {
+    LATE_HANDLER_RAN.fetch_add(black_box(1), Ordering::SeqCst);
+}
+
+extern "C" fn count_trap(_: libc::c_int) {
+    TRAP_HANDLER_RAN.fetch_add(black_box(1), Ordering::SeqCst);
+}
+
+/// The action the kernel has for `signal`, past any interposer.
+fn kernels_action(signal: libc::c_int) -> libc::sigaction {
+    // SAFETY: all-zero is a valid sigaction; the query only fills it.
+    unsafe {
+        let mut action: libc::sigaction = MaybeUninit::zeroed().assume_init();
+        assert_eq!(real_sigaction(signal, ptr::null(), &mut action), 0);
+        action
+    }
+}
+
+/// A plain handler's action: empty mask, no flags.
+fn plain_action(handler: libc::sighandler_t) -> libc::sigaction {
+    // SAFETY: all-zero is a valid sigaction.
+    let mut action: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
+    action.sa_sigaction = handler;
+    action
+}
+
+#[test]
+fn a_handler_the_host_installs_through_ward_is_wrapped_or_chained_to_and_reported_as_the_hosts() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3, "ward's handlers are in");
+    // A handler for a signal ward does not handle, installed after ward's (no SA_ONSTACK).
+    let signal = libc::SIGRTMIN() + 10;
+    let late = plain_action(count_late_signal as *const () as libc::sighandler_t);
+    // SAFETY: valid actions; the handler is a plain C-ABI function.
+    assert_eq!(unsafe { host_sigaction(signal, &late, ptr::null_mut()) }, 0);
+    assert_eq!(kernels_action(signal).sa_sigaction, ward_mpk_host_signal_entry as *const () as usize, "wrapped");
+    let mut reported = plain_action(libc::SIG_DFL);
+    // SAFETY: a query into a valid action.
+    assert_eq!(unsafe { host_sigaction(signal, ptr::null(), &mut reported) }, 0);
+    assert_eq!(reported.sa_sigaction, late.sa_sigaction, "the host is told its own handler");
+    // SAFETY: getpid and gettid have no preconditions.
+    let (pid, tid) = unsafe { (libc::getpid() as u64, libc::gettid() as u64) };
+    let inside = d.call(f(ward_test_signal_this_thread as *const ()), &[pid, tid, signal as u64]);
+    assert_eq!(inside.map(|r| r.int), Ok(7));
+    assert_eq!(LATE_HANDLER_RAN.load(Ordering::SeqCst), 1, "the late handler ran for the signal inside the domain");
+    // SAFETY: the default action back, through ward.
+    assert_eq!(unsafe { host_sigaction(signal, &plain_action(libc::SIG_DFL), ptr::null_mut()) }, 0);
+    assert_eq!(kernels_action(signal).sa_sigaction, libc::SIG_DFL, "SIG_DFL reaches the kernel");
+
+    // A handler for a signal ward handles: recorded for ward to chain to; ward's stays in the kernel.
+    let trap = plain_action(count_trap as *const () as libc::sighandler_t);
+    let mut before = plain_action(libc::SIG_DFL);
+    // SAFETY: valid actions; the handler is a plain C-ABI function.
+    assert_eq!(unsafe { host_sigaction(libc::SIGTRAP, &trap, &mut before) }, 0);
+    assert_eq!(kernels_action(libc::SIGTRAP).sa_sigaction, ward_mpk_signal_entry as *const () as usize);
+    // SAFETY: raise signals this thread; SIGTRAP from raise is the host's, which ward passes on.
+    assert_eq!(unsafe { libc::raise(libc::SIGTRAP) }, 0);
+    assert_eq!(TRAP_HANDLER_RAN.load(Ordering::SeqCst), 1, "the host's SIGTRAP handler got the host's SIGTRAP");
+    // SAFETY: the host's previous action back, through ward.
+    assert_eq!(unsafe { host_sigaction(libc::SIGTRAP, &before, ptr::null_mut()) }, 0);
+}
