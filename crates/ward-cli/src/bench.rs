@@ -430,8 +430,8 @@ fn recoveries(faulty: &Path, isolation: Isolation, zygote: bool, samples: usize)
     // default it would move to a process domain after three faults, and the rest would time process restarts).
     let name = ward::extension_name(faulty);
     let toml = format!(
-        "[extension.{name}]\nmax_restarts = 1000000\nrestart_period_s = 1\nbackoff_initial_ms = 0.001\nzygote = {zygote}\n\
-         escalate_after = 0\n"
+        "[extension.{name}]\nmax_restarts = 1000000\nrestart_period_s = 1\nbackoff_initial_ms = 0.001\n\
+         zygote = {zygote}\nescalate_after = 0\n"
     );
 
     let sup = Supervisor::new(Policy::from_toml_str(&toml, "the benchmark's recovery policy")?);
