@@ -679,7 +679,18 @@ pub(crate) unsafe fn call(
         set_this_thread(widened);
     }
     let below = ACTIVE.with(Cell::get);
-    let domain_float = float_control.get();
+    // A call into the domain that has called out to the host running it continues that domain's thread of
+    // control, as in a process of its own: it starts with the floating-point control the domain had when it called
+    // out, and leaves it what it ends with.
+    // SAFETY: a non-null ACTIVE is this thread's live activation, in host memory.
+    let same_domain_below =
+        unsafe { below.as_ref() }.filter(|b| b.outside != 0 && b.domain_pkru == u64::from(rights.0)).is_some();
+    let domain_float = if same_domain_below {
+        // SAFETY: as above; the outward stub stored the domain's control there when it called out.
+        unsafe { FloatState { mxcsr: (*below).domain_mxcsr, x87_control: (*below).domain_x87_control as u16 } }
+    } else {
+        float_control.get()
+    };
     let mut frame = GateFrame {
         func,
         ints: args.ints,
@@ -718,6 +729,14 @@ pub(crate) unsafe fn call(
     let frame = unsafe { ptr::read_volatile(frame_ptr) };
     Ok(match status {
         0 => {
+            if same_domain_below {
+                // SAFETY: the activation below is live and this thread's; the outward stub's way back into the
+                // domain loads the control from these two fields.
+                unsafe {
+                    (*below).domain_mxcsr = frame.domain_mxcsr;
+                    (*below).domain_x87_control = frame.domain_x87_control;
+                }
+            }
             // The x87 control word is the low half of what `fnstcw` stored.
             float_control.set(FloatState { mxcsr: frame.domain_mxcsr, x87_control: frame.domain_x87_control as u16 });
             Ok(RegRet { int: frame.ret_int, float: frame.ret_float })

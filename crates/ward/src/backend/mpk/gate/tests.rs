@@ -978,3 +978,67 @@ fn a_handler_the_host_installs_through_ward_is_wrapped_or_chained_to_and_reporte
     // SAFETY: the host's previous action back, through ward.
     assert_eq!(unsafe { host_sigaction(libc::SIGTRAP, &before, ptr::null_mut()) }, 0);
 }
+
+/// Round down, in both units: another state no host runs with.
+const ROUND_DOWN: FloatState = FloatState { mxcsr: 0x1f80 | 0x2000, x87_control: 0x077f };
+
+thread_local! {
+    /// The domain the floating-point nesting test calls back into: its rights and its stack.
+    static FLOAT_NESTING_DOMAIN: Cell<(u32, usize, usize)> = const { Cell::new((0, 0, 0)) };
+}
+
+/// In the host, called out of a domain: call into the same domain twice, once to read its floating-point control
+/// and once to set it to [`ROUND_DOWN`]; return what the first saw, packed.
+extern "C" fn host_calls_back_in_for_float_control(_: u64) -> u64 {
+    let (rights, start, end) = FLOAT_NESTING_DOMAIN.with(Cell::get);
+    let top = nested_stack_top(start..end).expect("called out of a domain");
+    // What the backend would pass: the domain's control as of its last return, which is not what it has now.
+    let as_of_last_return = FloatControl::new(FloatState::of_this_thread());
+    let args = RegArgs::default();
+    // SAFETY: ward_test_float_control takes nothing; the stack is the domain's own, below the part in use.
+    let seen = unsafe {
+        super::call(
+            f(ward_test_float_control as *const ()),
+            &args,
+            Pkru(rights),
+            top,
+            None,
+            ptr::null_mut(),
+            &as_of_last_return,
+        )
+    };
+    let mut set = RegArgs::default();
+    set.ints[..3].copy_from_slice(&[u64::from(ROUND_DOWN.mxcsr), u64::from(ROUND_DOWN.x87_control), 0]);
+    // SAFETY: ward_test_set_float_control takes three integers (no function to call: 0); the stack as above.
+    let set = unsafe {
+        super::call(
+            f(ward_test_set_float_control as *const ()),
+            &set,
+            Pkru(rights),
+            top,
+            None,
+            ptr::null_mut(),
+            &as_of_last_return,
+        )
+    };
+    assert_eq!(set.ok().and_then(Result::ok).map(|r| r.int), Some(7));
+    seen.ok().and_then(Result::ok).map_or(u64::MAX, |r| r.int)
+}
+
+#[test]
+fn a_call_back_into_a_domain_that_called_out_continues_its_floating_point_control() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    FLOAT_NESTING_DOMAIN.with(|c| c.set((d.rights.0, d.stack.start() as usize, d.stack.end() as usize)));
+    let host = FloatState::of_this_thread();
+    let domain = FloatControl::new(host);
+    let stub = outward_for(f(host_calls_back_in_for_float_control as *const ())).expect("an outward slot") as u64;
+    let args = [u64::from(ODD_FLOAT.mxcsr), u64::from(ODD_FLOAT.x87_control), stub];
+    let seen = d.call_with(&domain, f(ward_test_set_float_control as *const ()), &args).unwrap().int;
+    let seen = FloatState { mxcsr: seen as u32 & !0x3f, x87_control: (seen >> 32) as u16 };
+    assert_eq!(seen, ODD_FLOAT, "the nested call started with the control the domain had when it called out");
+    assert_eq!(domain.get(), ROUND_DOWN, "and the domain went on with the control the nested call left");
+    assert_eq!(FloatState::of_this_thread(), host, "the host has its own");
+}
