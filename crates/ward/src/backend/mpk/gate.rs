@@ -1097,6 +1097,12 @@ fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) 
 
 /// Do what the host's `previous` action for `signal` says, from inside a handler of ward's.
 fn run_host_action(previous: &libc::sigaction, signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    if previous.sa_flags & libc::SA_RESETHAND != 0 {
+        // As the kernel does for the host's own handler: the next such signal gets the default action.
+        if let Some(cell) = usize::try_from(signal).ok().and_then(|i| HOST_ACTIONS.get(i)) {
+            cell.store(ptr::addr_of!(DEFAULT_ACTION).cast_mut(), Ordering::Release);
+        }
+    }
     match previous.sa_sigaction {
         libc::SIG_IGN => {}
         libc::SIG_DFL => {
@@ -1150,6 +1156,11 @@ fn unblock_as_the_host_asked(signal: libc::c_int, previous: &libc::sigaction, co
 /// handles, and those whose host handler it wraps. An entry is replaced, never freed, so a handler can read it
 /// without a lock: hosts change their handlers a handful of times.
 static HOST_ACTIONS: [AtomicPtr<libc::sigaction>; 65] = [const { AtomicPtr::new(ptr::null_mut()) }; 65];
+
+/// The default action (SIG_DFL, empty mask, no flags), for a host action that asked to be reset once it has run.
+/// Never written.
+// SAFETY: all-zero is a valid sigaction.
+static DEFAULT_ACTION: libc::sigaction = unsafe { std::mem::zeroed() };
 
 /// The host's action for `signal`, if ward has taken the signal over. Async-signal-safe.
 fn host_action(signal: libc::c_int) -> Option<libc::sigaction> {

@@ -962,6 +962,18 @@ fn a_handler_the_host_installs_through_ward_is_wrapped_or_chained_to_and_reporte
     let inside = d.call(f(ward_test_signal_this_thread as *const ()), &[pid, tid, signal as u64]);
     assert_eq!(inside.map(|r| r.int), Ok(7));
     assert_eq!(LATE_HANDLER_RAN.load(Ordering::SeqCst), 1, "the late handler ran for the signal inside the domain");
+    // Asked to be reset once it has run, it is, and the host is told so.
+    let mut once = late;
+    once.sa_flags = libc::SA_RESETHAND;
+    // SAFETY: valid actions, as above.
+    assert_eq!(unsafe { host_sigaction(signal, &once, ptr::null_mut()) }, 0);
+    // SAFETY: raise signals this thread, whose handler is the host's, wrapped.
+    assert_eq!(unsafe { libc::raise(signal) }, 0);
+    assert_eq!(LATE_HANDLER_RAN.load(Ordering::SeqCst), 2, "the one-shot handler ran");
+    // SAFETY: a query into a valid action.
+    assert_eq!(unsafe { host_sigaction(signal, ptr::null(), &mut reported) }, 0);
+    assert_eq!(reported.sa_sigaction, libc::SIG_DFL, "the host is told its handler was reset");
+    assert_eq!(kernels_action(signal).sa_sigaction, libc::SIG_DFL, "and the kernel has the default action");
     // SAFETY: the default action back, through ward.
     assert_eq!(unsafe { host_sigaction(signal, &plain_action(libc::SIG_DFL), ptr::null_mut()) }, 0);
     assert_eq!(kernels_action(signal).sa_sigaction, libc::SIG_DFL, "SIG_DFL reaches the kernel");
