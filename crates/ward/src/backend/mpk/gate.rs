@@ -523,25 +523,11 @@ fn install() -> Result<Installed, i32> {
     // SAFETY: all-zero is a valid sigaction (no handler, empty mask, no flags); each is overwritten below.
     let mut previous: [libc::sigaction; FAULT_SIGNALS.len() + 1] = unsafe { MaybeUninit::zeroed().assume_init() };
     let signals = handled_signals();
+    let action = wards_action();
     for (i, signal) in signals.iter().enumerate() {
-        // SAFETY: as above.
-        let mut action: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
-        action.sa_sigaction = ward_mpk_signal_entry as *const () as usize;
-        // SA_RESTART: the watchdog's signal may reach host code a late domain called out to; most of its system
-        // calls then go on (those the kernel never restarts, such as poll, select and nanosleep, fail with EINTR,
-        // as after any handled signal). Every signal is blocked while the handler runs: one delivered on top of it
-        // before its first instructions have given it the signal key would have its frame written to the
-        // alternate stack, tagged with that key, under the PKRU the kernel starts handlers with, which denies it,
-        // and a kernel that writes frames under the thread's PKRU (the emulated machine's 6.1 does) then ends the
-        // process with SIGSEGV. The watchdog's signal, queued every tick for a late thread, made that happen in
-        // about half the runs of a test. `chain` gives a host's handler the mask it asked for.
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
-        // SAFETY: sa_mask is a valid sigset to fill; sigaction installs a handler that follows the C signal
-        // handler ABI (the entry stub, then `on_signal`) and stores the old action in memory we own.
-        let r = unsafe {
-            libc::sigfillset(&mut action.sa_mask);
-            real_sigaction(*signal, &action, &mut previous[i])
-        };
+        // SAFETY: sigaction installs a handler that follows the C signal handler ABI (the entry stub, then
+        // `on_signal`) and stores the old action in memory we own.
+        let r = unsafe { real_sigaction(*signal, &action, &mut previous[i]) };
         if r != 0 {
             let errno = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
             // Put back what was there: no handler of ward's stays installed without its signal key.
@@ -556,6 +542,25 @@ fn install() -> Result<Installed, i32> {
         remember_host_action(*signal, Some(previous));
     }
     Ok(Installed { signal_key })
+}
+
+/// ward's action for each of [`handled_signals`].
+fn wards_action() -> libc::sigaction {
+    // SAFETY: all-zero is a valid sigaction (no handler, empty mask, no flags).
+    let mut action: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
+    action.sa_sigaction = ward_mpk_signal_entry as *const () as usize;
+    // SA_RESTART: the watchdog's signal may reach host code a late domain called out to; most of its system
+    // calls then go on (those the kernel never restarts, such as poll, select and nanosleep, fail with EINTR,
+    // as after any handled signal). Every signal is blocked while the handler runs: one delivered on top of it
+    // before its first instructions have given it the signal key would have its frame written to the
+    // alternate stack, tagged with that key, under the PKRU the kernel starts handlers with, which denies it,
+    // and a kernel that writes frames under the thread's PKRU (the emulated machine's 6.1 does) then ends the
+    // process with SIGSEGV. The watchdog's signal, queued every tick for a late thread, made that happen in
+    // about half the runs of a test. `chain` gives a host's handler the mask it asked for.
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+    // SAFETY: sa_mask is a valid sigset to fill.
+    unsafe { libc::sigfillset(&mut action.sa_mask) };
+    action
 }
 
 /// Ready this thread for gate calls: the handlers installed, an alternate signal stack tagged with the signal key,
@@ -1246,7 +1251,8 @@ pub(crate) unsafe fn host_sigaction(
 }
 
 /// Wraps every handler the host has installed for a signal ward does not handle, so that it runs with the host's
-/// rights wherever the signal finds the thread.
+/// rights wherever the signal finds the thread; and puts ward's own handler back where the host replaced it, passing
+/// the host's signals on to the host's (a domain's faults would otherwise reach the host's handler).
 ///
 /// The kernel starts a handler with its initial PKRU, which allows key 0 only. A host handler that the signal finds
 /// inside a domain would run on the domain's stack, which that PKRU denies; one installed with `SA_ONSTACK` runs on
@@ -1264,7 +1270,7 @@ pub(crate) fn adopt_host_handlers() {
         return;
     }
     for signal in 1..=libc::SIGRTMAX() {
-        if signal == libc::SIGKILL || signal == libc::SIGSTOP || handled_signals().contains(&signal) {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
             continue;
         }
         // SAFETY: all-zero is a valid sigaction, overwritten by the query.
@@ -1274,6 +1280,15 @@ pub(crate) fn adopt_host_handlers() {
             continue;
         }
         let handler = current.sa_sigaction;
+        if handled_signals().contains(&signal) {
+            if handler != ward_mpk_signal_entry as *const () as usize {
+                // The host put its own in ward's place: ward's goes back, and passes the host's signals to it.
+                remember_host_action(signal, Some(current));
+                // SAFETY: ward's action, as `install` made it.
+                unsafe { real_sigaction(signal, &wards_action(), ptr::null_mut()) };
+            }
+            continue;
+        }
         if handler == libc::SIG_DFL
             || handler == libc::SIG_IGN
             || handler == ward_mpk_host_signal_entry as *const () as usize

@@ -289,6 +289,29 @@ fn a_fault_outside_any_domain_goes_to_the_handler_the_host_installed() {
 }
 
 #[test]
+fn a_host_handler_put_in_wards_place_is_chained_to_once_ward_looks_again() {
+    const NAME: &str =
+        "backend::mpk::gate::tests::a_host_handler_put_in_wards_place_is_chained_to_once_ward_looks_again";
+    if std::env::var(CHILD_CASE).as_deref() == Ok("replaced-handler") {
+        let d = TestDomain::new();
+        assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3, "ward's handlers are in");
+        // SAFETY: installs a plain handler that only bumps an atomic, straight through glibc, in ward's place.
+        unsafe { libc::signal(libc::SIGTRAP, host_trap_handler as *const () as usize) };
+        adopt_host_handlers();
+        assert_eq!(d.call(f(breakpoint as *const ()), &[]).unwrap_err().signal, libc::SIGTRAP);
+        assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 0, "a domain's trap is not the host's");
+        breakpoint();
+        assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's own trap reached its handler");
+        println!("child: replaced handler chained");
+        return;
+    }
+    if !pku_here() {
+        return;
+    }
+    child_succeeds_saying("replaced-handler", NAME, "child: replaced handler chained");
+}
+
+#[test]
 fn a_fault_outside_any_domain_with_no_host_handler_ends_the_process_as_it_would_without_ward() {
     const NAME: &str = "backend::mpk::gate::tests::a_fault_outside_any_domain_with_no_host_handler_ends_the_process_as_it_would_without_ward";
     if std::env::var(CHILD_CASE).as_deref() == Ok("default") {
