@@ -13,10 +13,16 @@
 //! than the stub passes on, a fortified call glibc would end the process for. The check then stops at a trap the
 //! fault handler knows ([`refuse`]), and the call ends as a protocol fault naming the function and the reason.
 //!
-//! Limits, kept on purpose: an unbounded output (`sprintf`, `%s` in `scanf` without a width) is checked at its
-//! first byte only, since its length is known only once the host has formatted or read it; arguments a format
-//! names by position (`%2$s`) are not checked; and a check cannot tell a stream the host made from a copy of one
-//! in the domain's memory.
+//! `sprintf`'s output is checked whole: the check formats the call once itself, with `vsnprintf` and no buffer,
+//! inside the domain, to learn its length, then touches every byte the host will write (and refuses a fortified
+//! call whose object is too small for it, which glibc would end the process for). It does so only for formats whose
+//! formatting cannot allocate (no argument named by position, no wide characters, no `%m`, widths and precisions of
+//! at most 4096): glibc's `malloc` writes the host's heap, which the domain may not.
+//!
+//! Limits, kept on purpose: other unbounded outputs (`sprintf` with such a format, `%s` in `scanf` without a
+//! width) are checked at their first byte only, since their length is known only once the host has formatted or
+//! read them; arguments a format names by position (`%2$s`) are not checked; and a check cannot tell a stream the
+//! host made from a copy of one in the domain's memory.
 
 /// What a host gate checks before its function runs: the checks of one import.
 #[derive(Debug)]
@@ -38,8 +44,8 @@ pub(crate) enum Check {
     /// A `FILE *`: readable, and carrying glibc's stream magic.
     Stream { arg: usize, null_ok: bool },
     /// A printf format and the arguments it takes. `fortify_flag`: the `flag` argument of a `__X_chk` form, which,
-    /// when positive, makes glibc end the process on `%n`.
-    Printf { format: usize, rest: Rest, fortify_flag: Option<usize> },
+    /// when positive, makes glibc end the process on `%n`. `output`: the buffer an unbounded `sprintf` writes.
+    Printf { format: usize, rest: Rest, fortify_flag: Option<usize>, output: Option<Output> },
     /// A scanf format and the pointers it writes through.
     Scanf { format: usize, rest: Rest },
     /// A rule of glibc's fortified forms, checked before the call: glibc ends the process when it fails.
@@ -56,6 +62,15 @@ pub(crate) enum Len {
     IntArg(usize),
     /// The product of two integer arguments (`size * n`), wrapping as glibc computes it.
     Product(usize, usize),
+}
+
+/// The buffer `sprintf` writes: as long as the formatted text and its NUL.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Output {
+    /// The argument that points at the buffer.
+    pub dst: usize,
+    /// The argument that gives the buffer's size, in a fortified form (`(size_t) -1`: unknown).
+    pub object: Option<usize>,
 }
 
 /// Where the arguments after a format are.
@@ -138,6 +153,8 @@ pub(crate) trait Probe {
 /// bytes), and the caller's stack arguments.
 pub(crate) struct Arguments {
     pub ints: [u64; 6],
+    /// The low eight bytes of `xmm0` to `xmm7`.
+    pub floats: [u64; 8],
     /// Where the caller's stack arguments begin (a domain address).
     pub stack: usize,
     /// How many eightbytes of them the stub passes on.
@@ -177,10 +194,19 @@ fn run_one(check: Check, args: &Arguments, probe: &mut impl Probe) -> Result<(),
                 stream(probe, int(arg) as usize)?;
             }
         }
-        Check::Printf { format, rest, fortify_flag } => {
+        Check::Printf { format, rest, fortify_flag, output } => {
             let forbid_n = fortify_flag.is_some_and(|f| (int(f) as i32) > 0);
             let mut cursor = Cursor::new(rest, format, args, probe);
-            printf(probe, int(format) as usize, &mut cursor, forbid_n)?;
+            let plain = printf(probe, int(format) as usize, &mut cursor, forbid_n)?;
+            if let Some(Output { dst, object }) = output {
+                let needed = if plain { formatted_length(format, rest, args, probe).map(|n| n + 1) } else { None };
+                if let (Some(needed), Some(object)) = (needed, object) {
+                    if (int(object) as usize) < needed {
+                        return Err(Refusal::Fortified);
+                    }
+                }
+                probe.write(int(dst) as usize, needed.unwrap_or(1));
+            }
         }
         Check::Scanf { format, rest } => {
             let mut cursor = Cursor::new(rest, format, args, probe);
@@ -415,39 +441,116 @@ fn positional(probe: &mut impl Probe, at: usize) -> bool {
     end != at && probe.byte(end) == b'$'
 }
 
-/// Where the next conversion of the format at `at` begins (just after its `%`), or None when the format ends there.
-/// A conversion that names its argument by position (`%2$s`) ends the walk too: such arguments are taken in any
-/// order, so the rest of the format is only read.
-fn next_conversion(probe: &mut impl Probe, mut at: usize) -> Option<usize> {
+/// What comes next in a format.
+enum Next {
+    /// A conversion, beginning here (just after its `%`).
+    Conversion(usize),
+    /// The end of the format.
+    End,
+    /// A conversion that names its argument by position (`%2$s`): such arguments are taken in any order, so the
+    /// rest of the format has only been read.
+    Positional,
+}
+
+/// What comes next in the format at `at`.
+fn next_conversion(probe: &mut impl Probe, mut at: usize) -> Next {
     loop {
         let b = probe.byte(at);
         at += 1;
         match b {
-            0 => return None,
+            0 => return Next::End,
             b'%' if probe.byte(at) == b'%' => at += 1,
             b'%' if positional(probe, at) => {
                 string(probe, at, None, false);
-                return None;
+                return Next::Positional;
             }
-            b'%' => return Some(at),
+            b'%' => return Next::Conversion(at),
             _ => {}
         }
     }
 }
 
-fn printf(probe: &mut impl Probe, format: usize, args: &mut Cursor, forbid_n: bool) -> Result<(), Refusal> {
+/// Widths and precisions up to this formatting does without `malloc` (glibc takes larger work buffers from the
+/// heap past its stack limit).
+const PLAIN_WIDTH: usize = 4096;
+
+/// The `va_list` of System V x86-64 (one element of its array type).
+#[repr(C)]
+struct VaList {
+    gp_offset: u32,
+    fp_offset: u32,
+    overflow_arg_area: usize,
+    reg_save_area: usize,
+}
+
+extern "C" {
+    /// glibc's, with the `va_list` spelled out.
+    fn vsnprintf(s: *mut std::ffi::c_char, n: usize, format: *const std::ffi::c_char, list: *mut VaList) -> i32;
+}
+
+/// How long the text of the printf call in `args` is (without its NUL), found by formatting it with no buffer:
+/// only for formats [`printf`] found plain. None when glibc reports an error.
+fn formatted_length(format: usize, rest: Rest, args: &Arguments, probe: &mut impl Probe) -> Option<usize> {
+    // A register save area as a variadic callee's prologue would lay it out: six integer registers, then eight
+    // vector registers of sixteen bytes (only the low eight are passed for a double).
+    let mut save = [0u64; 22];
+    let mut list = match rest {
+        Rest::Variadic => {
+            save[..6].copy_from_slice(&args.ints);
+            for (i, float) in args.floats.iter().enumerate() {
+                save[6 + 2 * i] = *float;
+            }
+            VaList {
+                gp_offset: u32::try_from((format + 1) * 8).unwrap_or(u32::MAX).min(GP_SAVE_END as u32),
+                fp_offset: GP_SAVE_END as u32,
+                overflow_arg_area: args.stack,
+                reg_save_area: save.as_mut_ptr() as usize,
+            }
+        }
+        Rest::VaList(i) => {
+            // A copy: the host's function reads the domain's own from its start.
+            let list = args.ints.get(i).copied().unwrap_or(0) as usize;
+            let offsets = probe.word(list);
+            VaList {
+                gp_offset: offsets as u32,
+                fp_offset: (offsets >> 32) as u32,
+                overflow_arg_area: probe.word(list.wrapping_add(8)) as usize,
+                reg_save_area: probe.word(list.wrapping_add(16)) as usize,
+            }
+        }
+    };
+    let format = args.ints.get(format).copied().unwrap_or(0) as *const std::ffi::c_char;
+    // SAFETY: with no buffer vsnprintf writes only its own stack; it reads the format and the arguments, which the
+    // walk has just read (inside a domain, where it may not read, it faults as the domain's; see `Touch`), through
+    // a `va_list` laid out as System V lays out a variadic call's. The format is plain, so nothing allocates.
+    let n = unsafe { vsnprintf(std::ptr::null_mut(), 0, format, &mut list) };
+    usize::try_from(n).ok()
+}
+
+/// Walks a printf format through its arguments; Ok(true) when the format is plain (its formatting cannot allocate:
+/// see the module's notes).
+fn printf(probe: &mut impl Probe, format: usize, args: &mut Cursor, forbid_n: bool) -> Result<bool, Refusal> {
     let mut at = format;
-    while let Some(conversion) = next_conversion(probe, at) {
-        at = conversion;
+    let mut plain = true;
+    loop {
+        at = match next_conversion(probe, at) {
+            Next::Conversion(at) => at,
+            Next::End => return Ok(plain),
+            Next::Positional => return Ok(false),
+        };
         while matches!(probe.byte(at), b'-' | b'+' | b' ' | b'#' | b'0' | b'\'' | b'I') {
+            // `I`: the locale's digits, which glibc converts through its wide-character machinery.
+            plain &= probe.byte(at) != b'I';
             at += 1;
         }
-        if probe.byte(at) == b'*' {
-            args.int(probe)?;
+        let width = if probe.byte(at) == b'*' {
             at += 1;
+            (args.int(probe)? as i32).unsigned_abs() as usize
         } else {
-            at = digits(probe, at).1;
-        }
+            let (width, end) = digits(probe, at);
+            at = end;
+            width
+        };
         let mut precision = None;
         if probe.byte(at) == b'.' {
             at += 1;
@@ -461,13 +564,18 @@ fn printf(probe: &mut impl Probe, format: usize, args: &mut Cursor, forbid_n: bo
                 at = end;
             }
         }
+        plain &= width <= PLAIN_WIDTH && precision.is_none_or(|p| p <= PLAIN_WIDTH);
         let (size, letter_at) = size(probe, at);
         at = letter_at;
         let letter = probe.byte(at);
         if letter == 0 {
-            return Ok(());
+            return Ok(plain);
         }
         at += 1;
+        // Wide characters and strings go through the locale's conversion, which may load and allocate; `%m` looks
+        // up a message, which may too.
+        let wide = matches!(letter, b'C' | b'S') || (matches!(letter, b'c' | b's') && size == Size::Long);
+        plain &= !wide && letter != b'm';
         match letter {
             b'd' | b'i' | b'o' | b'u' | b'x' | b'X' | b'c' | b'C' | b'p' => {
                 args.int(probe)?;
@@ -497,12 +605,11 @@ fn printf(probe: &mut impl Probe, format: usize, args: &mut Cursor, forbid_n: bo
             _ => {}
         }
     }
-    Ok(())
 }
 
 fn scanf(probe: &mut impl Probe, format: usize, args: &mut Cursor) -> Result<(), Refusal> {
     let mut at = format;
-    while let Some(conversion) = next_conversion(probe, at) {
+    while let Next::Conversion(conversion) = next_conversion(probe, at) {
         at = conversion;
         let assigns = probe.byte(at) != b'*';
         if !assigns {
@@ -654,13 +761,21 @@ const fn write_or_null(arg: usize, len: Len) -> Check {
     Write { arg, len, null_ok: true }
 }
 const fn printf_call(format: usize) -> Check {
-    Printf { format, rest: Rest::Variadic, fortify_flag: None }
+    Printf { format, rest: Rest::Variadic, fortify_flag: None, output: None }
 }
 const fn printf_list(format: usize) -> Check {
-    Printf { format, rest: Rest::VaList(format + 1), fortify_flag: None }
+    Printf { format, rest: Rest::VaList(format + 1), fortify_flag: None, output: None }
 }
 const fn printf_chk(flag: usize, format: usize, rest: Rest) -> Check {
-    Printf { format, rest, fortify_flag: Some(flag) }
+    Printf { format, rest, fortify_flag: Some(flag), output: None }
+}
+/// `sprintf` and `vsprintf` (format and rest after the buffer).
+const fn sprintf(rest: Rest) -> Check {
+    Printf { format: 1, rest, fortify_flag: None, output: Some(Output { dst: 0, object: None }) }
+}
+/// `__sprintf_chk` and `__vsprintf_chk`: buffer, flag, object size, format, rest.
+const fn sprintf_chk(rest: Rest) -> Check {
+    Printf { format: 3, rest, fortify_flag: Some(1), output: Some(Output { dst: 0, object: Some(2) }) }
 }
 const fn scanf_call(format: usize) -> Check {
     Scanf { format, rest: Rest::Variadic }
@@ -682,9 +797,9 @@ const TABLE: &[GateCheck] = &[
     gate("vprintf", &[printf_list(0)]),
     gate("vfprintf", &[file(0), printf_list(1)]),
     gate("vdprintf", &[printf_list(1)]),
-    // The output of sprintf is as long as the formatting makes it: its first byte is what can be checked.
-    gate("sprintf", &[write(0, Bytes(1)), printf_call(1)]),
-    gate("vsprintf", &[write(0, Bytes(1)), printf_list(1)]),
+    // The output of sprintf is as long as the formatting makes it: the check formats it first (see the notes above).
+    gate("sprintf", &[sprintf(Rest::Variadic)]),
+    gate("vsprintf", &[sprintf(Rest::VaList(2))]),
     gate("snprintf", &[write(0, Arg(1)), printf_call(2)]),
     gate("vsnprintf", &[write(0, Arg(1)), printf_list(2)]),
     gate("__printf_chk", &[printf_chk(0, 1, Rest::Variadic)]),
@@ -693,14 +808,8 @@ const TABLE: &[GateCheck] = &[
     gate("__vprintf_chk", &[printf_chk(0, 1, Rest::VaList(2))]),
     gate("__vfprintf_chk", &[file(0), printf_chk(1, 2, Rest::VaList(3))]),
     gate("__vdprintf_chk", &[printf_chk(1, 2, Rest::VaList(3))]),
-    gate(
-        "__sprintf_chk",
-        &[Check::Fortify(Fortify::NonEmpty { slen: 2 }), write(0, Bytes(1)), printf_chk(1, 3, Rest::Variadic)],
-    ),
-    gate(
-        "__vsprintf_chk",
-        &[Check::Fortify(Fortify::NonEmpty { slen: 2 }), write(0, Bytes(1)), printf_chk(1, 3, Rest::VaList(4))],
-    ),
+    gate("__sprintf_chk", &[Check::Fortify(Fortify::NonEmpty { slen: 2 }), sprintf_chk(Rest::Variadic)]),
+    gate("__vsprintf_chk", &[Check::Fortify(Fortify::NonEmpty { slen: 2 }), sprintf_chk(Rest::VaList(4))]),
     gate(
         "__snprintf_chk",
         &[

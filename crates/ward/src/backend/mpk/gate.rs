@@ -922,10 +922,16 @@ extern "C" fn check_outward_arguments(slot: usize, image: *const u64) {
     let Some(check) = (unsafe { cell.load(Ordering::Acquire).as_ref() }) else {
         return;
     };
-    // SAFETY: `image` is the stub's saved argument image on the domain's stack, six integer registers first.
-    let ints = unsafe { ptr::read(image.cast::<[u64; 6]>()) };
-    let arguments =
-        Arguments { ints, stack: (image as usize).wrapping_add(STACK_ARGUMENTS_AT), stack_words: OUTWARD_STACK_WORDS };
+    // SAFETY: `image` is the stub's saved argument image on the domain's stack: six integer registers, then the low
+    // halves of eight vector registers.
+    let (ints, floats) =
+        unsafe { (ptr::read(image.cast::<[u64; 6]>()), ptr::read(image.wrapping_add(6).cast::<[u64; 8]>())) };
+    let arguments = Arguments {
+        ints,
+        floats,
+        stack: (image as usize).wrapping_add(STACK_ARGUMENTS_AT),
+        stack_words: OUTWARD_STACK_WORDS,
+    };
     if let Err(why) = checks::run(check, &arguments, &mut Touch) {
         // SAFETY: the trap ends the call at the gate (the handler knows its address); nothing here continues.
         unsafe { ward_mpk_refuse(slot, why as u64) }

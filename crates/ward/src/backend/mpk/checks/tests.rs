@@ -45,7 +45,7 @@ fn p<T>(x: &T) -> u64 {
 }
 
 fn with(ints: [u64; 6], stack: &[u64]) -> Arguments {
-    Arguments { ints, stack: stack.as_ptr() as usize, stack_words: stack.len() }
+    Arguments { ints, floats: [0; 8], stack: stack.as_ptr() as usize, stack_words: stack.len() }
 }
 
 fn check(name: &str, args: &Arguments) -> (Result<(), Refusal>, Record) {
@@ -230,5 +230,61 @@ fn every_host_gated_import_with_a_pointer_has_checks_and_every_check_is_of_a_hos
     }
     for gate in TABLE {
         assert_eq!(imports::classify(gate.name, None).class, ImportClass::HostGate, "{}", gate.name);
+    }
+}
+
+#[test]
+fn sprintf_checks_every_byte_it_will_write() {
+    let format = c"%s and %d and %5.2f";
+    let word = c"abc";
+    let mut buffer = [0u8; 64];
+    let dst = buffer.as_mut_ptr() as u64;
+    let mut args = with([dst, format.as_ptr() as u64, word.as_ptr() as u64, 42, 0, 0], &[]);
+    args.floats[0] = 3.25f64.to_bits();
+    let (result, record) = check("sprintf", &args);
+    assert_eq!(result, Ok(()));
+    // "abc and 42 and  3.25" and its NUL.
+    assert_eq!(record.writes, vec![(dst as usize, 21)], "the whole text, as the host will write it");
+}
+
+#[test]
+fn vsprintf_checks_every_byte_it_will_write_from_its_va_list() {
+    let format = c"%d-%d";
+    let overflow = [7u64, 1234];
+    // Everything from the overflow area, as after six integer arguments.
+    let list = VaList { gp_offset: 48, fp_offset: 176, overflow: overflow.as_ptr(), save: std::ptr::null() };
+    let mut buffer = [0u8; 16];
+    let dst = buffer.as_mut_ptr() as u64;
+    let (result, record) = check("vsprintf", &with([dst, format.as_ptr() as u64, p(&list), 0, 0, 0], &[]));
+    assert_eq!(result, Ok(()));
+    assert_eq!(record.writes, vec![(dst as usize, 7)], "\"7-1234\" and its NUL");
+}
+
+#[test]
+fn a_fortified_sprintf_whose_object_is_too_small_is_refused_and_one_that_fits_is_checked_whole() {
+    let format = c"%s";
+    let word = c"twelve chars";
+    let mut buffer = [0u8; 64];
+    let dst = buffer.as_mut_ptr() as u64;
+    let call = |object: u64| with([dst, 1, object, format.as_ptr() as u64, word.as_ptr() as u64, 0], &[]);
+    assert_eq!(check("__sprintf_chk", &call(12)).0, Err(Refusal::Fortified), "13 bytes into 12");
+    let (result, record) = check("__sprintf_chk", &call(13));
+    assert_eq!(result, Ok(()));
+    assert_eq!(record.writes, vec![(dst as usize, 13)]);
+    let (result, record) = check("__sprintf_chk", &call(u64::MAX));
+    assert_eq!(result, Ok(()), "an object of unknown size");
+    assert_eq!(record.writes, vec![(dst as usize, 13)]);
+}
+
+#[test]
+fn a_sprintf_whose_formatting_could_allocate_is_checked_at_its_first_byte() {
+    let mut buffer = [0u8; 64];
+    let dst = buffer.as_mut_ptr() as u64;
+    let word = c"abc";
+    for format in [c"%1$s", c"%5000d", c"%m", c"%ls"] {
+        let (result, record) =
+            check("sprintf", &with([dst, format.as_ptr() as u64, word.as_ptr() as u64, 0, 0, 0], &[]));
+        assert_eq!(result, Ok(()), "{format:?}");
+        assert_eq!(record.writes, vec![(dst as usize, 1)], "{format:?}");
     }
 }

@@ -1077,3 +1077,39 @@ fn a_call_back_into_a_domain_that_called_out_continues_its_floating_point_contro
     assert_eq!(domain.get(), ROUND_DOWN, "and the domain went on with the control the nested call left");
     assert_eq!(FloatState::of_this_thread(), host, "the host has its own");
 }
+
+type Sprintf = unsafe extern "C" fn(*mut std::ffi::c_char, *const std::ffi::c_char, ...) -> libc::c_int;
+
+/// In a domain: `sprintf(dst, format, word)` through the stub; what it returns.
+extern "C" fn format_through(
+    stub: Sprintf,
+    dst: *mut std::ffi::c_char,
+    format: *const std::ffi::c_char,
+    word: *const std::ffi::c_char,
+) -> u64 {
+    // SAFETY: the stub stands for sprintf; the arguments are the test's.
+    unsafe { stub(dst, format, word) as u64 }
+}
+
+#[test]
+fn a_sprintf_that_would_run_past_the_domains_memory_faults_in_the_domain_and_one_that_fits_runs() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let check = crate::backend::mpk::checks::for_import("sprintf");
+    let stub = outward_for_checked(f(libc::sprintf as *const ()), check).expect("an outward slot") as u64;
+    let format = c"%s";
+    let short = c"hello";
+    let call = f(format_through as *const ());
+    let fits = d.call(call, &[stub, d.data.start() as u64, format.as_ptr() as u64, short.as_ptr() as u64]);
+    assert_eq!(fits.map(|r| r.int), Ok(5));
+    // SAFETY: the domain's data, which the host may read.
+    assert_eq!(unsafe { std::slice::from_raw_parts(d.data.start(), 6) }, b"hello\0");
+    // Sixteen bytes before the end of the domain's data, and past it the guard page: 33 bytes do not fit.
+    let long = c"thirty-two characters, no fewer.";
+    let near_end = d.data.end().wrapping_sub(16) as u64;
+    let fault = d.call(call, &[stub, near_end, format.as_ptr() as u64, long.as_ptr() as u64]).unwrap_err();
+    assert_eq!(fault.signal, libc::SIGSEGV, "the check touched the page past the end, as the domain");
+    assert_eq!(fault.addr, d.data.end() as usize, "at the first byte past the domain's memory");
+}
