@@ -1110,7 +1110,7 @@ fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) 
 fn run_host_action(previous: &libc::sigaction, signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     if previous.sa_flags & libc::SA_RESETHAND != 0 {
         // As the kernel does for the host's own handler: the next such signal gets the default action.
-        if let Some(cell) = usize::try_from(signal).ok().and_then(|i| HOST_ACTIONS.get(i)) {
+        if let Some(cell) = host_action_cell(signal) {
             cell.store(ptr::addr_of!(DEFAULT_ACTION).cast_mut(), Ordering::Release);
         }
     }
@@ -1173,16 +1173,21 @@ static HOST_ACTIONS: [AtomicPtr<libc::sigaction>; 65] = [const { AtomicPtr::new(
 // SAFETY: all-zero is a valid sigaction.
 static DEFAULT_ACTION: libc::sigaction = unsafe { std::mem::zeroed() };
 
+/// The entry of [`HOST_ACTIONS`] for `signal`, if it is a signal number.
+fn host_action_cell(signal: libc::c_int) -> Option<&'static AtomicPtr<libc::sigaction>> {
+    HOST_ACTIONS.get(usize::try_from(signal).ok()?)
+}
+
 /// The host's action for `signal`, if ward has taken the signal over. Async-signal-safe.
 fn host_action(signal: libc::c_int) -> Option<libc::sigaction> {
-    let cell = HOST_ACTIONS.get(usize::try_from(signal).ok()?)?;
+    let cell = host_action_cell(signal)?;
     // SAFETY: non-null entries are leaked boxes that are never freed (see HOST_ACTIONS).
     unsafe { cell.load(Ordering::Acquire).as_ref() }.copied()
 }
 
 /// Records `action` as the host's for `signal` (None: ward no longer has the signal).
 fn remember_host_action(signal: libc::c_int, action: Option<libc::sigaction>) {
-    if let Some(cell) = usize::try_from(signal).ok().and_then(|i| HOST_ACTIONS.get(i)) {
+    if let Some(cell) = host_action_cell(signal) {
         cell.store(action.map_or(ptr::null_mut(), |a| Box::into_raw(Box::new(a))), Ordering::Release);
     }
 }
