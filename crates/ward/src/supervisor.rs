@@ -356,7 +356,9 @@ fn resolve_isolation(iso: Isolation, needs_process: bool) -> Result<Isolation, E
         Isolation::Auto if needs_process || !crate::backend::mpk::pku_available() => Ok(Isolation::Process),
         Isolation::Mpk if !crate::backend::mpk::pku_available() => Err(Error::IsolationUnavailable(
             "mpk".into(),
-            "this machine has no memory protection keys (PKU); use process, or auto (mpk where possible)".into(),
+            "this machine has no memory protection keys (PKU), or its kernel does not let programs switch the FS base \
+             (FSGSBASE, Linux 5.9 and later); use process, or auto (mpk where possible)"
+                .into(),
         )),
         other => Ok(other),
     }

@@ -40,6 +40,7 @@ use super::loader::{self, ImportRequest, Placed};
 use super::memory::{self, page_size, KeyedRegion};
 use super::pku::{self, Pkru, ProtectionKey};
 use super::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
+use super::thread_block::ThreadBlocks;
 use super::{assess, Image, Reason};
 use crate::backend::direct::DirectFn;
 use crate::backend::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
@@ -72,7 +73,7 @@ pub(crate) struct MpkConfig {
 /// Why a domain could not be made.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum MpkError {
-    #[error("this machine has no memory protection keys (PKU)")]
+    #[error("this machine has no memory protection keys (PKU), or its kernel does not let programs switch the FS base (FSGSBASE)")]
     NoPku,
     #[error("cannot read it: {source}")]
     Read { path: PathBuf, source: std::io::Error },
@@ -127,6 +128,8 @@ pub(crate) struct DomainMemory {
     heap_start: usize,
     /// The table of the libraries the extensions open (see `runtime::LibraryTable`), when they open any.
     _libraries: Option<KeyedRegion>,
+    /// The thread blocks the domain's code runs with, one per host thread that calls it.
+    thread_blocks: Arc<ThreadBlocks>,
     // Declared last: dropped after the regions tagged with it are unmapped.
     _key: ProtectionKey,
 }
@@ -199,13 +202,17 @@ impl DomainMemory {
         deadline: Option<Duration>,
         top: *mut u8,
     ) -> Result<RegRet, BackendError> {
-        let errno = RuntimeBlock::errno_address(self.block);
+        let thread_pointer = self
+            .thread_blocks
+            .pointer_for_this_thread()
+            .map_err(|e| BackendError::Usage(format!("cannot make this thread's block in an mpk domain: {e}")))?;
         // SAFETY: func is code of this domain's images (resolved from their exports or initialisers); it takes
         // register arguments only (the policy's contract, as for a process domain) and cannot unwind into the host
         // (it is C, or returns through the gate); the stack is this domain's, and a nested call starts below the
-        // part in use; errno is this domain's own, in its runtime block, for the whole call.
-        let r =
-            unsafe { gate::call(func as *const c_void, args, self.rights, top, deadline, errno, &self.float_control) };
+        // part in use; the thread block is this thread's in this domain, owned by it for as long as the domain.
+        let r = unsafe {
+            gate::call(func as *const c_void, args, self.rights, top, deadline, thread_pointer, &self.float_control)
+        };
         match r {
             Ok(Ok(ret)) => Ok(ret),
             Ok(Err(fault)) => Err(self.classify(&fault)),
@@ -339,7 +346,7 @@ pub(crate) struct MpkBackend {
 
 impl MpkBackend {
     pub fn start(cfg: MpkConfig) -> Result<MpkBackend, MpkError> {
-        if !pku::available() {
+        if !super::pku_available() {
             return Err(MpkError::NoPku);
         }
         let mut b =
@@ -515,6 +522,7 @@ impl MpkBackend {
             extension_images,
             heap_start: heap_at,
             _libraries: libraries,
+            thread_blocks: ThreadBlocks::new(k),
             _key: key,
         });
         memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
@@ -578,6 +586,8 @@ impl MpkBackend {
         // [heap start, used_to) is the heap.
         unsafe { snapshot.put_back(used_to) };
         memory.reprotect();
+        // SAFETY: no call is running (a restore comes between calls), and the host may write the domain's key.
+        unsafe { memory.thread_blocks.reset() };
         memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
         memory.float_control.set(memory.float_control_at_snapshot.get());
         true

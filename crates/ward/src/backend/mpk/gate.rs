@@ -5,8 +5,9 @@
 //!
 //! [`call`] fills a [`GateFrame`] (the function, its register arguments, the domain's PKRU and stack) and runs the
 //! assembly below: it saves the host's callee-saved registers and stack pointer in the frame, records the host's
-//! PKRU (RDPKRU), switches to the domain's stack, writes the domain's PKRU, loads the argument registers and calls.
-//! On return it writes the host's PKRU back, stores `rax` and `xmm0` and returns to the host's stack. While the
+//! PKRU (RDPKRU) and FS base, switches to the domain's thread block (`thread_block`) and stack, writes the domain's
+//! PKRU, loads the argument registers and calls. On return it puts the host's thread pointer and PKRU back, stores
+//! `rax` and `xmm0` and returns to the host's stack. While the
 //! domain's PKRU is in force the function can read host memory but not write it (Nooks' rule), and memory of keys
 //! its PKRU does not name (other domains) is out of reach altogether.
 //!
@@ -54,6 +55,14 @@
 //! and the signal key; then the Rust handler runs. A host's own alternate stack on such a thread is replaced.
 //! The host's handlers for other signals would start the same way, with a PKRU that denies the stack they run on,
 //! so ward wraps them in an entry of its own that allows every key first ([`adopt_host_handlers`]).
+//!
+//! # The FS base
+//!
+//! Rust's thread-locals (the activation pointer above among them) are reached through the FS base, which inside a
+//! domain points at the domain's thread block. So every entry into ward's code that may come from a domain (the
+//! gate's way out, the outward stubs, both signal handler entries) first puts the host thread's pointer back, which
+//! the block names (`ward_mpk_host_thread_pointer`); a signal handler puts the interrupted code's back as it
+//! returns, and the resume path takes the host's from the frame.
 
 use std::arch::global_asm;
 use std::cell::{Cell, RefCell};
@@ -69,6 +78,7 @@ use ward_abi::{RegArgs, RegRet};
 use super::checks::{self, Arguments, GateCheck, Refusal, Touch};
 use super::memory::KeyedRegion;
 use super::pku::{self, Pkru, ProtectionKey};
+use super::thread_block;
 use super::watchdog;
 
 /// What the gate needs for one call; the assembly names its fields by `offset_of!`.
@@ -99,8 +109,10 @@ struct GateFrame {
     inside: u64,
     /// The fault, when the call ended in one (written by the signal handler; signal 0 until then).
     fault: GateFault,
-    /// The domain's errno, where a store of library code to this thread's errno lands instead (null: nowhere).
-    errno_home: *mut i32,
+    /// The thread pointer (FS base) the domain runs with: this thread's block in the domain (see `thread_block`).
+    domain_fs: u64,
+    /// The host's thread pointer at entry (written by the gate), put back on the way out.
+    host_fs: u64,
     /// The activation this one interrupted on this thread (null: none): the chain [`nested_stack_top`] walks.
     below: *mut GateFrame,
     /// The host's MXCSR and x87 control word at entry (written by the gate): the host gets them back whenever it
@@ -176,6 +188,30 @@ global_asm!(
     "fldcw word ptr [\\base + {host_x87_control}]",
     "ldmxcsr dword ptr [\\base + {host_mxcsr}]",
     ".endm",
+    // FS base := the host thread's pointer, when it is a domain's thread block (whose control block names the host
+    // thread, with the check word that proves it is one); left alone otherwise. Clobbers rax and rcx. Any code that
+    // may run with a domain's FS base does this before Rust code, which reads thread-locals through FS.
+    ".macro ward_mpk_host_thread_pointer",
+    "mov rax, qword ptr fs:[{host_pointer_at}]",
+    "mov rcx, qword ptr fs:[{host_check_at}]",
+    "xor rcx, rax",
+    "cmp rcx, qword ptr [rip + {tcb_secret}]",
+    "jne 7f",
+    "wrfsbase rax",
+    "7:",
+    ".endm",
+    // The rest of a signal handler's entry, once its stack may be used: the host thread's pointer while `handler`
+    // runs (the signal may have come inside a domain), and the interrupted code's back before it resumes (the
+    // kernel's signal return restores registers, not the FS base). The three arguments pass through.
+    ".macro ward_mpk_signal_with_host_thread_pointer handler:req",
+    "push rbx",
+    "rdfsbase rbx",
+    "ward_mpk_host_thread_pointer",
+    "call \\handler",
+    "wrfsbase rbx",
+    "pop rbx",
+    "ret",
+    ".endm",
     ".macro ward_mpk_save_host_registers",
     "push rbp",
     "push rbx",
@@ -245,6 +281,11 @@ global_asm!(
     "stmxcsr dword ptr [rbx + {host_mxcsr}]",
     "fnstcw word ptr [rbx + {host_x87_control}]",
     "ward_mpk_load_domain_float_control rbx",
+    // The domain's thread block.
+    "rdfsbase rax",
+    "mov qword ptr [rbx + {host_fs}], rax",
+    "mov rax, qword ptr [rbx + {domain_fs}]",
+    "wrfsbase rax",
     // Into the domain: its stack, then its rights. The arguments are read under the domain's PKRU, which lets it
     // read host memory.
     "mov qword ptr [rbx + {inside}], 1",
@@ -261,6 +302,7 @@ global_asm!(
     "mov r12, rax",
     "movq r13, xmm0",
     "cld",
+    "ward_mpk_host_thread_pointer",
     "and rsp, -16",
     "call {active}",
     "mov rbx, rax",
@@ -280,6 +322,8 @@ global_asm!(
     "ward_mpk_gate_resume:",
     "cld",
     "ward_mpk_set_pkru rbx, {host_pkru}",
+    "mov rax, qword ptr [rbx + {host_fs}]",
+    "wrfsbase rax",
     "mov qword ptr [rbx + {inside}], 0",
     "ward_mpk_load_host_float_control rbx",
     "mov rsp, qword ptr [rbx + {host_rsp}]",
@@ -297,7 +341,7 @@ global_asm!(
     "mov r8, rdx",
     "ward_mpk_set_pkru rip, {handler_pkru}",
     "mov rdx, r8",
-    "jmp {on_signal}",
+    "ward_mpk_signal_with_host_thread_pointer {on_signal}",
     ".size ward_mpk_signal_entry, . - ward_mpk_signal_entry",
     // Entry of every host handler ward wraps (see `adopt_host_handlers`): every key allowed, as host code may, before
     // anything touches the stack, then `on_host_signal`. rdx (the context) survives in r8.
@@ -312,7 +356,7 @@ global_asm!(
     "xor edx, edx",
     "wrpkru",
     "mov rdx, r8",
-    "jmp {on_host_signal}",
+    "ward_mpk_signal_with_host_thread_pointer {on_host_signal}",
     ".size ward_mpk_host_signal_entry, . - ward_mpk_host_signal_entry",
     // Where an outward stub's argument check refuses a call (rdi = the slot, rsi = the refusal): the trap ends the
     // call as the domain's, and the handler knows it by this address.
@@ -358,6 +402,9 @@ global_asm!(
     "movq qword ptr [rsp + 104], xmm7",
     "mov r12, r11",
     "mov r14, rsp",
+    // The host thread's pointer for the Rust code below, the caller's (in rbp) back when it returns.
+    "rdfsbase rbp",
+    "ward_mpk_host_thread_pointer",
     // Which activation is this thread in? (Reads host memory only, which the domain's rights allow.) The direction
     // flag is the caller's to clear, and host code must not run with a faulty domain's.
     "cld",
@@ -387,6 +434,7 @@ global_asm!(
     "movq r15, xmm0",
     "mov qword ptr [r13 + {outside}], 0",
     "ward_mpk_load_domain_float_control r13",
+    "wrfsbase rbp",
     "mov rsp, r14",
     "ward_mpk_set_pkru r13, {domain_pkru}",
     "mov rax, rbx",
@@ -397,6 +445,7 @@ global_asm!(
     "sub rsp, {stack_bytes}",
     "ward_mpk_copy_stack_arguments r14",
     "call 4f",
+    "wrfsbase rbp",
     "mov rsp, r14",
     "5:",
     "add rsp, 120",
@@ -418,6 +467,8 @@ global_asm!(
     ".purgem ward_mpk_save_domain_float_control",
     ".purgem ward_mpk_load_domain_float_control",
     ".purgem ward_mpk_load_host_float_control",
+    ".purgem ward_mpk_host_thread_pointer",
+    ".purgem ward_mpk_signal_with_host_thread_pointer",
     func = const offset_of!(GateFrame, func),
     ints = const offset_of!(GateFrame, ints),
     ret_int = const offset_of!(GateFrame, ret_int),
@@ -433,6 +484,11 @@ global_asm!(
     host_x87_control = const offset_of!(GateFrame, host_x87_control),
     domain_mxcsr = const offset_of!(GateFrame, domain_mxcsr),
     domain_x87_control = const offset_of!(GateFrame, domain_x87_control),
+    domain_fs = const offset_of!(GateFrame, domain_fs),
+    host_fs = const offset_of!(GateFrame, host_fs),
+    host_pointer_at = const thread_block::HOST_POINTER_AT,
+    host_check_at = const thread_block::HOST_CHECK_AT,
+    tcb_secret = sym thread_block::TCB_SECRET,
     handler_pkru = sym HANDLER_PKRU,
     on_signal = sym on_signal,
     on_host_signal = sym on_host_signal,
@@ -518,6 +574,7 @@ pub(crate) fn signal_key() -> io::Result<u32> {
 
 /// Allocate the signal key and install the fault handlers, remembering the host's.
 fn install() -> Result<Installed, i32> {
+    thread_block::choose_secret();
     let signal_key = ProtectionKey::allocate().map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
     HANDLER_PKRU.store(Pkru::DENY_ALL.allow(pku::HOST_KEY).allow(signal_key.number()).0, Ordering::SeqCst);
     // SAFETY: all-zero is a valid sigaction (no handler, empty mask, no flags); each is overwritten below.
@@ -623,6 +680,13 @@ fn unregister_rseq() -> io::Result<()> {
         std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) thread_pointer, options(nostack, readonly, preserves_flags))
     };
     let area = thread_pointer.wrapping_add_signed(offset);
+    // A thread may have none: glibc registers a new thread's area only when the thread that created it had one,
+    // and a thread that has called a domain has given its own up. Its `cpu_id` (the second word) is then negative.
+    // SAFETY: the area lies in this thread's control block, host memory this thread reads.
+    let cpu_id = unsafe { ((area + 4) as *const i32).read_volatile() };
+    if cpu_id < 0 {
+        return Ok(());
+    }
     // The kernel wants the length registered: 32 bytes for every glibc so far, `__rseq_size` if a later one differs.
     let mut last = io::Error::from_raw_os_error(libc::EINVAL);
     for len in [32, size] {
@@ -651,10 +715,8 @@ fn set_this_thread(pkru: Pkru) {
     };
 }
 
-/// Call `func` inside a domain: on the stack whose top is `stack_top`, with `rights` as PKRU, for at most
-/// `deadline` of time. A store that library code running in the domain makes to this thread's errno (the FS base
-/// is the host's, so libm's and libc's own `errno = EDOM` address the host's thread block) is made to
-/// `errno_home` instead, when it is not null: see [`redirect_errno_store`].
+/// Call `func` inside a domain: on the stack whose top is `stack_top`, with `rights` as PKRU and `thread_pointer`
+/// as the FS base (this thread's block in the domain, see `thread_block`), for at most `deadline` of time.
 ///
 /// Returns what it returned, or the fault it raised (a call past its deadline: [`timeout_signal`] with code
 /// `SI_QUEUE`, from the [`watchdog`]); either way the thread is back in the host with the host's PKRU. Only on a
@@ -663,14 +725,15 @@ fn set_this_thread(pkru: Pkru) {
 /// # Safety
 /// `func` is a System V function taking only register-passed scalars valid in `args` (as for
 /// [`ward_abi::call_native`]) that neither unwinds nor leaves by `longjmp`; `stack_top` is the 16-byte aligned top of
-/// a stack `rights` lets it write, used by no other call in progress.
+/// a stack `rights` lets it write, used by no other call in progress; `thread_pointer` is a thread block this thread
+/// was given by the domain's `ThreadBlocks`, alive for the whole call.
 pub(crate) unsafe fn call(
     func: *const c_void,
     args: &RegArgs,
     rights: Pkru,
     stack_top: *mut u8,
     deadline: Option<std::time::Duration>,
-    errno_home: *mut i32,
+    thread_pointer: usize,
     float_control: &FloatControl,
 ) -> io::Result<Result<RegRet, GateFault>> {
     prepare_thread()?;
@@ -711,7 +774,8 @@ pub(crate) unsafe fn call(
         domain_rsp_out: 0,
         inside: 0,
         fault: GateFault { signal: 0, code: 0, addr: 0, pc: 0, refused_slot: 0, refusal_code: 0 },
-        errno_home,
+        domain_fs: thread_pointer as u64,
+        host_fs: 0,
         below,
         host_mxcsr: 0,
         host_x87_control: 0,
@@ -994,18 +1058,6 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
         return;
     }
     let uc = context.cast::<libc::ucontext_t>();
-    // SAFETY: `frame` is this thread's live activation; the errno address is this (host) thread's, read through
-    // the FS base the domain runs with.
-    let errno_store = unsafe {
-        signal == libc::SIGSEGV
-            && code == pku::SEGV_PKUERR
-            && !(*frame).errno_home.is_null()
-            && addr == libc::__errno_location() as usize
-    };
-    // SAFETY: as above, and `uc` is the interrupted context, which the kernel restores on return.
-    if errno_store && unsafe { redirect_errno_store(frame, uc) } {
-        return;
-    }
     // SAFETY: the kernel passes this thread's interrupted context; `frame` is this thread's live activation, in
     // host memory the handler may write, and the interrupted code lies in the span the gate marked inside, where
     // its resume path is safe to take.
@@ -1022,82 +1074,6 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
         gregs[libc::REG_RBX as usize] = frame as i64;
     }
 }
-
-/// Makes the store to this thread's errno that faulted in the domain to the domain's errno instead, and moves the
-/// interrupted code past it; false (nothing changed) when the faulting instruction is not a plain 32-bit store.
-///
-/// An mpk domain runs with the host's FS base (DECISIONS.md), so library code bound as pure (libm's wrappers
-/// setting `EDOM` or `ERANGE`, `strtod`) writes errno in the host's thread block, which the domain may not write.
-/// glibc writes errno with one `mov dword ptr fs:[reg], imm32/r32`: the handler makes that store to the domain's
-/// errno (the one `__errno_location` gives the extension), as if the domain had its own thread block. Any other
-/// write to the host's memory, errno through a plain pointer included, stays a fault.
-///
-/// # Safety
-/// `frame` must be this thread's live activation, inside its domain (not outside), with the host's PKRU recorded
-/// by the gate; `uc` the context the kernel passed for the fault, whose program counter is that instruction's.
-unsafe fn redirect_errno_store(frame: *mut GateFrame, uc: *mut libc::ucontext_t) -> bool {
-    use iced_x86::{Code, Decoder, DecoderOptions, Register};
-    // The host's rights read every image's code and write the domain's memory; the kernel puts the domain's
-    // rights back from the signal frame when the handler returns.
-    // SAFETY: `frame` is this thread's live activation (the caller's guarantee), whose host PKRU the gate recorded
-    // before entering.
-    let host_rights = unsafe { (*frame).host_pkru };
-    set_this_thread(Pkru(host_rights as u32));
-    // SAFETY: the caller passes the kernel's context for this signal.
-    let gregs = unsafe { &mut (*uc).uc_mcontext.gregs };
-    let pc = gregs[libc::REG_RIP as usize] as usize;
-    // The processor fetched the whole instruction, so its bytes are mapped; bytes past it may not be (the end of a
-    // mapping), so read to the end of the page first and further only when the instruction continues there.
-    let to_page_end = CODE_PAGE - (pc % CODE_PAGE);
-    let mut ins = iced_x86::Instruction::default();
-    for len in [to_page_end.min(15), 15] {
-        // SAFETY: `len` bytes at the program counter: the instruction's own, or the rest of its page.
-        let bytes = unsafe { std::slice::from_raw_parts(pc as *const u8, len) };
-        ins = Decoder::with_ip(64, bytes, pc as u64, DecoderOptions::NONE).decode();
-        if !ins.is_invalid() {
-            break;
-        }
-    }
-    // Thread-local addressing only: a store through a plain pointer that happens to hold the host's errno address
-    // is a wild write, and stays a fault.
-    if ins.memory_segment() != Register::FS {
-        return false;
-    }
-    let value = match ins.code() {
-        Code::Mov_rm32_imm32 if ins.op0_kind() == iced_x86::OpKind::Memory => ins.immediate32(),
-        Code::Mov_rm32_r32 if ins.op0_kind() == iced_x86::OpKind::Memory => {
-            let index = match ins.op1_register() {
-                Register::EAX => libc::REG_RAX,
-                Register::ECX => libc::REG_RCX,
-                Register::EDX => libc::REG_RDX,
-                Register::EBX => libc::REG_RBX,
-                Register::ESP => libc::REG_RSP,
-                Register::EBP => libc::REG_RBP,
-                Register::ESI => libc::REG_RSI,
-                Register::EDI => libc::REG_RDI,
-                Register::R8D => libc::REG_R8,
-                Register::R9D => libc::REG_R9,
-                Register::R10D => libc::REG_R10,
-                Register::R11D => libc::REG_R11,
-                Register::R12D => libc::REG_R12,
-                Register::R13D => libc::REG_R13,
-                Register::R14D => libc::REG_R14,
-                Register::R15D => libc::REG_R15,
-                _ => return false,
-            };
-            gregs[index as usize] as u32
-        }
-        _ => return false,
-    };
-    // SAFETY: errno_home is the domain's errno (the caller's activation), writable with the host's rights.
-    unsafe { (*frame).errno_home.write(value as i32) };
-    gregs[libc::REG_RIP as usize] = (pc + ins.len()) as i64;
-    true
-}
-
-/// The smallest x86-64 page, for bounding reads at the program counter: a read that stops at a 4 KiB boundary
-/// stops at every larger page's too.
-const CODE_PAGE: usize = 4096;
 
 /// Hand a signal that is not a domain's to what the host had installed.
 fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {

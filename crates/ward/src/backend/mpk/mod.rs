@@ -31,6 +31,9 @@ mod runtime;
 pub(crate) mod scan;
 #[cfg(test)]
 mod tests;
+// The FS base a domain runs with: copies of the host thread's TLS and control blocks.
+#[allow(unsafe_code)]
+mod thread_block;
 // Call deadlines: one thread signals the threads that are late.
 #[allow(unsafe_code)]
 mod watchdog;
@@ -38,9 +41,11 @@ mod watchdog;
 pub(crate) use self::backend::{GatedCall, MpkBackend, MpkConfig};
 pub(crate) use self::gate::host_sigaction;
 
-/// Whether this machine has memory protection keys enabled (what mpk domains need).
+/// Whether mpk domains can run here: the processor has memory protection keys and the kernel enables them, and the
+/// kernel lets user code switch the FS base itself (FSGSBASE, Linux 5.9 and later), which the gate does at every
+/// crossing. Every processor with PKU has FSGSBASE.
 pub(crate) fn pku_available() -> bool {
-    pku::available()
+    pku::available() && thread_block::fsgsbase_enabled()
 }
 
 use serde::Serialize;

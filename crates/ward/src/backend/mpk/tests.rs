@@ -97,8 +97,8 @@ fn library_code_setting_errno_sets_the_domains_errno_without_a_fault() {
         return;
     }
     let (_sup, ext, events) = load("well", Isolation::Mpk);
-    // libm's sqrt and libc's strtod run in the domain and store errno through the host's FS base: that store
-    // lands in the domain's errno, which the extension reads back in its next call.
+    // libm's sqrt and libc's strtod run in the domain and store errno through the FS base, which is the domain's
+    // thread block there: the store lands in the domain's errno, which the extension reads back in its next call.
     let f64_call = |f: &str, args: &mut [Arg<'_>]| ext.call(f, args, RetType::F64).expect(f).as_f64().expect(f);
     ext.call("well_clear_errno", &mut [], RetType::Void).unwrap();
     assert!(f64_call("well_sqrt", &mut [Arg::F64(-1.0)]).is_nan());

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::backend::mpk::pku::HOST_KEY;
+use crate::backend::mpk::thread_block::ThreadBlocks;
 
 /// The floating-point control of the tests' domains: a process's initial state, which no test but the one that
 /// checks it changes (that one has its own).
@@ -20,6 +21,17 @@ struct TestDomain {
     stack: KeyedRegion,
     data: KeyedRegion,
     rights: Pkru,
+    blocks: std::sync::Arc<ThreadBlocks>,
+}
+
+thread_local! {
+    /// The thread block of the test domain this thread called last: what the host functions of the nesting tests
+    /// call back in with.
+    static LAST_THREAD_POINTER: Cell<usize> = const { Cell::new(0) };
+}
+
+fn last_thread_pointer() -> usize {
+    LAST_THREAD_POINTER.with(Cell::get)
 }
 
 impl TestDomain {
@@ -29,7 +41,8 @@ impl TestDomain {
         let stack = KeyedRegion::new(256 * 1024, key.number()).expect("a domain stack");
         let data = KeyedRegion::new(4096, key.number()).expect("domain memory");
         let rights = Pkru::DENY_ALL.read_only(HOST_KEY).allow(key.number()).allow(signal);
-        TestDomain { key, stack, data, rights }
+        let blocks = ThreadBlocks::new(key.number());
+        TestDomain { key, stack, data, rights, blocks }
     }
 
     /// Call `func` in this domain with integer arguments.
@@ -43,8 +56,15 @@ impl TestDomain {
         args.ints[..ints.len()].copy_from_slice(ints);
         // SAFETY: every function the tests call is an `extern "C"` function of this file taking integer or pointer
         // arguments only; the stack is this domain's own, used by no other call.
-        unsafe { super::call(func, &args, self.rights, self.stack.end(), None, ptr::null_mut(), float) }
+        unsafe { super::call(func, &args, self.rights, self.stack.end(), None, self.thread_pointer(), float) }
             .expect("the gate's thread set-up")
+    }
+
+    /// This thread's block in the domain.
+    fn thread_pointer(&self) -> usize {
+        let pointer = self.blocks.pointer_for_this_thread().expect("a thread block");
+        LAST_THREAD_POINTER.with(|p| p.set(pointer));
+        pointer
     }
 
     fn data_word(&self) -> *mut u64 {
@@ -54,7 +74,7 @@ impl TestDomain {
 
 /// Whether this machine has PKU; when not, says so (the test then passes without having run).
 fn pku_here() -> bool {
-    if pku::available() {
+    if crate::backend::mpk::pku_available() {
         return true;
     }
     eprintln!(
@@ -215,9 +235,11 @@ fn two_threads_in_one_domain_one_faulting() {
     let key = d.key.number();
     let rights = d.rights;
     let stack_top = second_stack.end() as usize;
+    let blocks = d.blocks.clone();
     std::thread::scope(|s| {
         let faulting = s.spawn(move || {
             allow_on_this_thread(key);
+            let thread_pointer = blocks.pointer_for_this_thread().expect("a thread block");
             let mut args = RegArgs::default();
             args.ints[0] = 0;
             // SAFETY: read_word takes one pointer; the stack is the second one, used only here.
@@ -228,7 +250,7 @@ fn two_threads_in_one_domain_one_faulting() {
                     rights,
                     stack_top as *mut u8,
                     None,
-                    ptr::null_mut(),
+                    thread_pointer,
                     &FLOAT,
                 )
             }
@@ -448,14 +470,15 @@ extern "C" fn host_calls_back_in(_: u64) -> u64 {
     let args = RegArgs::default();
     // SAFETY: stack_pointer takes nothing; the stack is the domain's own, below the part its outer call uses.
     let inner =
-        unsafe { super::call(f(stack_pointer as *const ()), &args, rights, top, None, ptr::null_mut(), &FLOAT) }
+        unsafe { super::call(f(stack_pointer as *const ()), &args, rights, top, None, last_thread_pointer(), &FLOAT) }
             .unwrap()
             .unwrap();
     NESTED_INNER_RSP.store(inner.int, Ordering::SeqCst);
     // SAFETY: read_word takes one pointer (null here, on purpose).
-    let fault = unsafe { super::call(f(read_word as *const ()), &args, rights, top, None, ptr::null_mut(), &FLOAT) }
-        .unwrap()
-        .unwrap_err();
+    let fault =
+        unsafe { super::call(f(read_word as *const ()), &args, rights, top, None, last_thread_pointer(), &FLOAT) }
+            .unwrap()
+            .unwrap_err();
     NESTED_FAULT_SIGNAL.store(fault.signal as u64, Ordering::SeqCst);
     100
 }
@@ -530,7 +553,7 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
             d.rights,
             d.stack.end(),
             Some(Duration::from_millis(20)),
-            ptr::null_mut(),
+            d.thread_pointer(),
             &FLOAT,
         )
     };
@@ -545,7 +568,7 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
             d.rights,
             d.stack.end(),
             Some(Duration::from_secs(60)),
-            ptr::null_mut(),
+            d.thread_pointer(),
             &FLOAT,
         )
     };
@@ -597,7 +620,7 @@ fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once
             d.rights,
             d.stack.end(),
             Some(CALL_OUT_DEADLINE),
-            ptr::null_mut(),
+            d.thread_pointer(),
             &FLOAT,
         )
     };
@@ -1038,7 +1061,7 @@ extern "C" fn host_calls_back_in_for_float_control(_: u64) -> u64 {
             Pkru(rights),
             top,
             None,
-            ptr::null_mut(),
+            last_thread_pointer(),
             &as_of_last_return,
         )
     };
@@ -1052,7 +1075,7 @@ extern "C" fn host_calls_back_in_for_float_control(_: u64) -> u64 {
             Pkru(rights),
             top,
             None,
-            ptr::null_mut(),
+            last_thread_pointer(),
             &as_of_last_return,
         )
     };
@@ -1112,4 +1135,176 @@ fn a_sprintf_that_would_run_past_the_domains_memory_faults_in_the_domain_and_one
     let fault = d.call(call, &[stub, near_end, format.as_ptr() as u64, long.as_ptr() as u64]).unwrap_err();
     assert_eq!(fault.signal, libc::SIGSEGV, "the check touched the page past the end, as the domain");
     assert_eq!(fault.addr, d.data.end() as usize, "at the first byte past the domain's memory");
+}
+
+/// In a domain: the thread pointer it runs with (`%fs:0`).
+extern "C" fn thread_pointer_here() -> u64 {
+    let pointer: u64;
+    // SAFETY: reads the first word of the thread block FS points at.
+    unsafe { asm!("mov {}, qword ptr fs:[0]", out(reg) pointer, options(nostack, readonly, preserves_flags)) };
+    pointer
+}
+
+/// In a domain: the stack guard compiled C code checks (`%fs:0x28`).
+extern "C" fn stack_guard_here() -> u64 {
+    let guard: u64;
+    // SAFETY: reads the stack guard word of the thread block FS points at.
+    unsafe { asm!("mov {}, qword ptr fs:[0x28]", out(reg) guard, options(nostack, readonly, preserves_flags)) };
+    guard
+}
+
+fn host_fs_base() -> u64 {
+    let base: u64;
+    // SAFETY: reads the FS base register (the machines with PKU enable FSGSBASE, which pku_here checks).
+    unsafe { asm!("rdfsbase {}", out(reg) base, options(nomem, nostack, preserves_flags)) };
+    base
+}
+
+#[test]
+fn a_domain_runs_with_a_thread_block_of_its_own_and_the_host_gets_its_own_back() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let host = host_fs_base();
+    let inside = d.call(f(thread_pointer_here as *const ()), &[]).unwrap().int;
+    assert_eq!(inside as usize, d.thread_pointer(), "the domain's %fs:0 names its own block");
+    assert_ne!(inside, host, "not the host thread's");
+    assert_eq!(host_fs_base(), host, "the host's FS base is back after the call");
+    assert_eq!(d.call(f(stack_guard_here as *const ()), &[]).unwrap().int, stack_guard_here(), "the same guard");
+    // After a fault, too.
+    assert!(d.call(f(read_word as *const ()), &[0]).is_err());
+    assert_eq!(host_fs_base(), host, "the host's FS base is back after a fault");
+    // A second thread gets a block of its own.
+    let blocks = d.blocks.clone();
+    let other = std::thread::spawn(move || blocks.pointer_for_this_thread().expect("a thread block")).join().unwrap();
+    assert_ne!(other, d.thread_pointer(), "one block per thread");
+}
+
+/// In a domain: set errno through libc's `__errno_location` (as libm and strtod do) and read it back.
+extern "C" fn set_errno_through_libc(value: u64) -> u64 {
+    // SAFETY: glibc's errno of the running thread (inside a domain, the domain's block).
+    unsafe {
+        *libc::__errno_location() = value as i32;
+        *libc::__errno_location() as u64
+    }
+}
+
+/// In a domain: errno, through libc.
+extern "C" fn errno_through_libc() -> u64 {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() as u64 }
+}
+
+fn host_errno() -> i32 {
+    // SAFETY: this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_host_errno(value: i32) {
+    // SAFETY: this thread's errno.
+    unsafe { *libc::__errno_location() = value };
+}
+
+#[test]
+fn errno_written_in_a_domain_is_the_domains_per_thread_and_the_hosts_is_untouched() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    // The first call makes this thread's block (with system calls of its own, which may set errno).
+    assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
+    set_host_errno(5);
+    assert_eq!(d.call(f(set_errno_through_libc as *const ()), &[libc::EDOM as u64]).unwrap().int, libc::EDOM as u64);
+    assert_eq!(host_errno(), 5, "the host's errno is untouched");
+    assert_eq!(d.call(f(errno_through_libc as *const ()), &[]).unwrap().int, libc::EDOM as u64, "kept");
+    // Another thread writes its own errno in the domain; this thread's stays.
+    let (key, rights, stack_top, blocks) = (d.key.number(), d.rights, d.stack.end() as usize, d.blocks.clone());
+    let theirs = std::thread::spawn(move || {
+        allow_on_this_thread(key);
+        let pointer = blocks.pointer_for_this_thread().expect("a thread block");
+        let mut args = RegArgs::default();
+        args.ints[0] = libc::ERANGE as u64;
+        // SAFETY: set_errno_through_libc takes one integer; this domain's stack is not in use by this thread's
+        // caller, which waits for the join.
+        let set = unsafe {
+            super::call(
+                f(set_errno_through_libc as *const ()),
+                &args,
+                rights,
+                stack_top as *mut u8,
+                None,
+                pointer,
+                &FLOAT,
+            )
+        };
+        set.unwrap().unwrap().int
+    });
+    assert_eq!(theirs.join().unwrap(), libc::ERANGE as u64);
+    assert_eq!(d.call(f(errno_through_libc as *const ()), &[]).unwrap().int, libc::EDOM as u64, "per thread");
+}
+
+thread_local! {
+    /// A host thread-local, set after the test's domain made this thread's block (so the block's copy is stale).
+    static HOST_LOCAL: Cell<u64> = const { Cell::new(0) };
+}
+
+static HOST_LOCAL_IN_HANDLER: AtomicU64 = AtomicU64::new(0);
+static HOST_LOCAL_CALLED_OUT: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn record_host_local_in_handler(_: libc::c_int) {
+    HOST_LOCAL_IN_HANDLER.store(HOST_LOCAL.with(Cell::get), Ordering::SeqCst);
+}
+
+/// In the host, called out of a domain: record the host thread-local, return its argument.
+extern "C" fn record_host_local_called_out(x: u64) -> u64 {
+    HOST_LOCAL_CALLED_OUT.store(HOST_LOCAL.with(Cell::get), Ordering::SeqCst);
+    x
+}
+
+#[test]
+fn host_code_a_domain_reaches_by_a_signal_or_a_call_out_reads_the_host_threads_locals() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let signal = libc::SIGRTMIN() + 11;
+    let action = plain_action(record_host_local_in_handler as *const () as libc::sighandler_t);
+    // SAFETY: a valid action; the handler is a plain C-ABI function.
+    assert_eq!(unsafe { host_sigaction(signal, &action, ptr::null_mut()) }, 0);
+    assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
+    HOST_LOCAL.with(|l| l.set(41));
+    // SAFETY: getpid and gettid have no preconditions.
+    let (pid, tid) = unsafe { (libc::getpid() as u64, libc::gettid() as u64) };
+    let inside = d.call(f(ward_test_signal_this_thread as *const ()), &[pid, tid, signal as u64]);
+    assert_eq!(inside.map(|r| r.int), Ok(7));
+    assert_eq!(HOST_LOCAL_IN_HANDLER.load(Ordering::SeqCst), 41, "the handler read the host thread's local");
+    // record_host_local_called_out takes one integer and returns normally.
+    let stub = outward_for(f(record_host_local_called_out as *const ())).expect("an outward slot");
+    assert_eq!(d.call(f(call_out as *const ()), &[stub as u64, 1]).unwrap().int, 2);
+    assert_eq!(HOST_LOCAL_CALLED_OUT.load(Ordering::SeqCst), 41, "the host function read the host thread's local");
+    // SAFETY: back to the default action for a signal nothing sends any more.
+    assert_eq!(unsafe { host_sigaction(signal, &plain_action(libc::SIG_DFL), ptr::null_mut()) }, 0);
+}
+
+#[test]
+fn a_thread_started_by_a_thread_that_has_called_a_domain_can_call_it_too() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    // This thread gives its restartable-sequences area up on its first call; glibc then registers none for the
+    // threads it starts.
+    assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
+    let (key, rights, stack_top, blocks) = (d.key.number(), d.rights, d.stack.end() as usize, d.blocks.clone());
+    let theirs = std::thread::spawn(move || {
+        allow_on_this_thread(key);
+        let pointer = blocks.pointer_for_this_thread().expect("a thread block");
+        let mut args = RegArgs::default();
+        args.ints[..2].copy_from_slice(&[20, 22]);
+        // SAFETY: add takes two integers; the domain's stack is not in use (the caller waits for the join).
+        unsafe { super::call(f(add as *const ()), &args, rights, stack_top as *mut u8, None, pointer, &FLOAT) }
+            .map(|r| r.map(|r| r.int))
+    });
+    assert_eq!(theirs.join().unwrap().expect("the new thread is prepared for gate calls"), Ok(42));
 }

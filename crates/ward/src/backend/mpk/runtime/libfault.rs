@@ -95,28 +95,28 @@ pub(crate) fn function(kind: LibraryFaultKind, name: &str) -> Option<Raw> {
 
 // ---- allocation: a hit fails with ENOMEM ----
 
-fn failed(b: &mut RuntimeBlock) -> *mut c_void {
-    b.errno = libc::ENOMEM;
+fn failed() -> *mut c_void {
+    super::set_errno(libc::ENOMEM);
     std::ptr::null_mut()
 }
 
 extern "C" fn lf_malloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
     if block(b).library_fault.hits(ALLOC) {
-        return failed(block(b));
+        return failed();
     }
     rt_malloc(size, 0, 0, 0, 0, b)
 }
 
 extern "C" fn lf_calloc(n: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
     if block(b).library_fault.hits(ALLOC) {
-        return failed(block(b));
+        return failed();
     }
     rt_calloc(n, size, 0, 0, 0, b)
 }
 
 extern "C" fn lf_realloc(p: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
     if block(b).library_fault.hits(ALLOC) {
-        return failed(block(b));
+        return failed();
     }
     rt_realloc(p, size, 0, 0, 0, b)
 }
@@ -130,7 +130,7 @@ extern "C" fn lf_memalign(
     b: *mut RuntimeBlock,
 ) -> *mut c_void {
     if block(b).library_fault.hits(ALLOC) {
-        return failed(block(b));
+        return failed();
     }
     rt_memalign(align, size, 0, 0, 0, b)
 }

@@ -22,7 +22,7 @@ pub(crate) struct Protection {
 
 const READ_WRITE: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
-/// `pkey_mprotect` made from inside the domain: libc's wrapper would write the host's errno on failure.
+/// `pkey_mprotect` made from inside the domain with the key of the runtime block (libc has no wrapper of its own for it).
 fn pkey_mprotect(start: usize, len: usize, prot: i32, key: u32) -> i64 {
     let ret: i64;
     // SAFETY: the system call changes only the protection of pages the caller checked are the domain's heap; it
@@ -56,8 +56,8 @@ pub(super) fn ranges(b: &RuntimeBlock) -> Vec<(usize, usize, i32)> {
         .collect()
 }
 
-fn fail(b: &mut RuntimeBlock, errno: i32) -> i32 {
-    b.errno = errno;
+fn fail(errno: i32) -> i32 {
+    super::set_errno(errno);
     -1
 }
 
@@ -80,16 +80,16 @@ pub(super) extern "C" fn rt_mmap(
         || len == 0
     {
         // A file, shared memory or a fixed address: none of them can be the domain's.
-        fail(b, libc::EINVAL);
+        fail(libc::EINVAL);
         return failed;
     }
     if prot & !READ_WRITE != 0 {
-        fail(b, libc::EACCES);
+        fail(libc::EACCES);
         return failed;
     }
     let page = b.page;
     let Some(len) = len.checked_next_multiple_of(page) else {
-        fail(b, libc::ENOMEM);
+        fail(libc::ENOMEM);
         return failed;
     };
     let p = allocate(b, len, page);
@@ -117,10 +117,10 @@ pub(super) extern "C" fn rt_munmap(
 ) -> i32 {
     let b = block(b);
     if !addr.is_multiple_of(b.page) {
-        return fail(b, libc::EINVAL);
+        return fail(libc::EINVAL);
     }
     let Some((class, start)) = live_block(b, addr) else {
-        return fail(b, libc::EINVAL);
+        return fail(libc::EINVAL);
     };
     // The block's pages after `addr` go back to read-write before the heap may hand them out again.
     let end = (start + (16usize << class)) / b.page * b.page;
@@ -138,7 +138,7 @@ pub(super) extern "C" fn rt_munmap(
     }
     b.protected_count = kept;
     if touched && end > addr && pkey_mprotect(addr, end - addr, READ_WRITE, b.key) != 0 {
-        return fail(b, libc::EINVAL);
+        return fail(libc::EINVAL);
     }
     give_back(b, addr);
     0
@@ -159,15 +159,15 @@ pub(super) extern "C" fn rt_mprotect(
 fn protect(b: &mut RuntimeBlock, addr: usize, len: usize, prot: i32) -> i32 {
     if prot & !READ_WRITE != 0 {
         // Executable pages would be code the loader never scanned for WRPKRU.
-        return fail(b, libc::EACCES);
+        return fail(libc::EACCES);
     }
     let Some(len) = len.checked_next_multiple_of(b.page) else {
-        return fail(b, libc::ENOMEM);
+        return fail(libc::ENOMEM);
     };
     let inside = addr.checked_add(len).is_some_and(|end| addr >= b.heap_start && end <= b.heap_top);
     if !addr.is_multiple_of(b.page) || !inside {
         // Outside the heap: the images, the stack, the host's memory. None of it is the domain's to re-protect.
-        return fail(b, if addr.is_multiple_of(b.page) { libc::ENOMEM } else { libc::EINVAL });
+        return fail(if addr.is_multiple_of(b.page) { libc::ENOMEM } else { libc::EINVAL });
     }
     if len == 0 {
         return 0;
@@ -179,7 +179,7 @@ fn protect(b: &mut RuntimeBlock, addr: usize, len: usize, prot: i32) -> i32 {
             b.protected_count = n - 1;
         }
         Some(i) => b.protected[i].prot = prot,
-        None if n == PROTECTED_SLOTS => return fail(b, libc::ENOMEM),
+        None if n == PROTECTED_SLOTS => return fail(libc::ENOMEM),
         None => {
             b.protected[n] = Protection { start: addr, len, prot };
             b.protected_count = n + 1;
@@ -187,7 +187,7 @@ fn protect(b: &mut RuntimeBlock, addr: usize, len: usize, prot: i32) -> i32 {
     }
     let r = pkey_mprotect(addr, len, prot, b.key);
     if r != 0 {
-        return fail(b, (-r) as i32);
+        return fail((-r) as i32);
     }
     0
 }
@@ -198,7 +198,7 @@ pub(super) extern "C" fn rt_sysconf(name: i32, _: usize, _: usize, _: usize, _: 
         libc::_SC_PAGESIZE => b.page as i64,
         libc::_SC_NPROCESSORS_CONF | libc::_SC_NPROCESSORS_ONLN => b.processors,
         libc::_SC_CLK_TCK => 100,
-        _ => i64::from(fail(b, libc::EINVAL)),
+        _ => i64::from(fail(libc::EINVAL)),
     }
 }
 
@@ -219,7 +219,7 @@ mod tests {
         // SAFETY: 5000 bytes (two pages) were mapped at p.
         assert!(unsafe { std::slice::from_raw_parts(p as *const u8, 5000) }.iter().all(|&x| x == 0));
         assert_eq!(rt_munmap(p + b.page, 4096, 0, 0, 0, bp), -1, "part of a mapping");
-        assert_eq!(b.errno, libc::EINVAL);
+        assert_eq!(super::super::errno(), libc::EINVAL);
         assert_eq!(rt_munmap(p, 5000, 0, 0, 0, bp), 0);
         assert_eq!(rt_munmap(p, 5000, 0, 0, 0, bp), -1, "twice");
         let shared = rt_mmap(0, 4096, READ_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, bp);
@@ -228,7 +228,7 @@ mod tests {
         assert_eq!(file, libc::MAP_FAILED);
         let exec = rt_mmap(0, 4096, libc::PROT_READ | libc::PROT_EXEC, flags, -1, bp);
         assert_eq!(exec, libc::MAP_FAILED);
-        assert_eq!(b.errno, libc::EACCES);
+        assert_eq!(super::super::errno(), libc::EACCES);
     }
 
     #[test]
@@ -238,11 +238,11 @@ mod tests {
         let bp: *mut RuntimeBlock = &mut *b;
         let p = rt_mmap(0, 8192, READ_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, bp) as usize;
         assert_eq!(rt_mprotect(p, 4096, libc::PROT_READ | libc::PROT_EXEC, 0, 0, bp), -1);
-        assert_eq!(b.errno, libc::EACCES);
+        assert_eq!(super::super::errno(), libc::EACCES);
         let outside = b.heap_end;
         assert_eq!(rt_mprotect(outside, 4096, libc::PROT_READ, 0, 0, bp), -1);
         assert_eq!(rt_mprotect(p + 1, 4096, libc::PROT_READ, 0, 0, bp), -1);
-        assert_eq!(b.errno, libc::EINVAL);
+        assert_eq!(super::super::errno(), libc::EINVAL);
         assert!(ranges(&b).is_empty(), "nothing refused is remembered");
     }
 
@@ -254,6 +254,6 @@ mod tests {
         assert_eq!(rt_sysconf(libc::_SC_PAGESIZE, 0, 0, 0, 0, bp), super::super::super::memory::page_size() as i64);
         assert!(rt_sysconf(libc::_SC_NPROCESSORS_ONLN, 0, 0, 0, 0, bp) >= 1);
         assert_eq!(rt_sysconf(libc::_SC_OPEN_MAX, 0, 0, 0, 0, bp), -1);
-        assert_eq!(b.errno, libc::EINVAL);
+        assert_eq!(super::super::errno(), libc::EINVAL);
     }
 }

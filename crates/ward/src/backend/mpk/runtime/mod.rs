@@ -46,7 +46,6 @@ pub(crate) struct RuntimeBlock {
     free: [usize; CLASSES],
     /// Set when an allocation failed for want of room (the quota).
     pub exhausted: u32,
-    errno: i32,
     /// [`ENDED_EXIT`] or [`ENDED_ABORT`] once a fault function ran; the status `exit` was given.
     pub ended: u32,
     pub exit_status: i32,
@@ -126,12 +125,6 @@ impl RuntimeBlock {
         unsafe { ptr::addr_of_mut!((*block).nothrow) as usize }
     }
 
-    /// The address of the domain's errno in this block (what `__errno_location` gives the extension).
-    pub(crate) fn errno_address(block: *mut RuntimeBlock) -> *mut i32 {
-        // SAFETY: only the field's address is taken.
-        unsafe { ptr::addr_of_mut!((*block).errno) }
-    }
-
     /// Destructors registered with `__cxa_atexit`, newest first.
     pub(crate) fn destructors(&self) -> Vec<(usize, usize)> {
         let n = self.atexit_count.min(ATEXIT_SLOTS);
@@ -177,7 +170,6 @@ pub(crate) fn function(name: &str) -> Option<Raw> {
         "wcsdup" => rt_wcsdup as Raw,
         "qsort" => rt_qsort as Raw,
         "qsort_r" => rt_qsort_r as Raw,
-        "__errno_location" => rt_errno_location as Raw,
         "__cxa_atexit" => rt_cxa_atexit as Raw,
         "__cxa_finalize" => rt_cxa_finalize as Raw,
         "rand" | "random" | "lrand48" => rt_random as Raw,
@@ -260,12 +252,12 @@ fn allocate(b: &mut RuntimeBlock, bytes: usize, align: usize) -> *mut c_void {
     let extra = align.saturating_sub(HEADER);
     let Some(class) = bytes.checked_add(extra).and_then(class_for) else {
         b.exhausted = 1;
-        b.errno = libc::ENOMEM;
+        set_errno(libc::ENOMEM);
         return ptr::null_mut();
     };
     let block = take_block(b, class);
     if block == 0 {
-        b.errno = libc::ENOMEM;
+        set_errno(libc::ENOMEM);
         return ptr::null_mut();
     }
     let user = (block + HEADER + align - 1) & !(align - 1);
@@ -336,7 +328,7 @@ extern "C" fn rt_malloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: 
 extern "C" fn rt_calloc(n: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
     let b = block(b);
     let Some(bytes) = n.checked_mul(size) else {
-        b.errno = libc::ENOMEM;
+        set_errno(libc::ENOMEM);
         return ptr::null_mut();
     };
     let p = allocate(b, bytes, HEADER);
@@ -380,7 +372,7 @@ extern "C" fn rt_reallocarray(
     match n.checked_mul(size) {
         Some(bytes) => reallocate(b, p, bytes),
         None => {
-            b.errno = libc::ENOMEM;
+            set_errno(libc::ENOMEM);
             ptr::null_mut()
         }
     }
@@ -392,7 +384,7 @@ extern "C" fn rt_free(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut 
 
 fn aligned(b: &mut RuntimeBlock, align: usize, size: usize) -> *mut c_void {
     if !align.is_power_of_two() {
-        b.errno = libc::EINVAL;
+        set_errno(libc::EINVAL);
         return ptr::null_mut();
     }
     allocate(b, size, align.max(HEADER))
@@ -546,9 +538,19 @@ extern "C" fn rt_qsort_r(base: *mut u8, n: usize, size: usize, compare: usize, a
 
 // ---- errno, atexit ----
 
-extern "C" fn rt_errno_location(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut i32 {
-    // SAFETY: only the field's address is taken.
-    unsafe { ptr::addr_of_mut!((*b).errno) }
+/// Sets the calling thread's errno. Inside a domain the FS base is the domain's thread block, so this is the
+/// domain's errno, the one the extension reads through `__errno_location`; the host's is untouched.
+pub(crate) fn set_errno(value: i32) {
+    // SAFETY: glibc's `__errno_location` gives the address of errno in the running thread's block, always writable
+    // by the code running on it.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// The calling thread's errno (the tests read what the runtime set).
+#[cfg(test)]
+pub(crate) fn errno() -> i32 {
+    // SAFETY: as in set_errno.
+    unsafe { *libc::__errno_location() }
 }
 
 extern "C" fn rt_cxa_atexit(func: usize, arg: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i32 {
@@ -702,7 +704,7 @@ mod tests {
         assert_eq!(q % 256, 0);
         assert!(allocate(&mut b, 1 << 20, HEADER).is_null());
         assert_eq!(b.exhausted, 1);
-        assert_eq!(b.errno, libc::ENOMEM);
+        assert_eq!(errno(), libc::ENOMEM);
     }
 
     #[test]

@@ -1,0 +1,237 @@
+//! Thread blocks: what the FS base points at while a thread runs inside an mpk domain.
+//!
+//! On x86-64 glibc the FS base is the thread pointer. Above it lies the thread's control block (the stack guard at
+//! `%fs:0x28`, a pointer to itself at `%fs:0`); below it, the static TLS block, where libc keeps errno and the
+//! locale pointers at offsets fixed when the program started. Library code bound as pure runs inside a domain and
+//! reaches both through FS, so a domain gets thread blocks of its own, one per host thread that calls it, laid out
+//! like the host thread's: a copy of the host's static TLS block, tagged with the domain's key (so `errno = EDOM`
+//! in libm lands in the domain's copy), and a copy of the control block on a page of the host's key, which the
+//! domain reads but cannot write. The gate switches the FS base at every crossing.
+//!
+//! The control block copy carries two words of ward's own in a part of glibc's `tcbhead_t` glibc leaves unused:
+//! the host thread's own thread pointer, and that pointer combined with a secret. Code that runs with an unknown FS
+//! base (the outward stubs, the signal handlers' entries, the gate's way out) tells a domain's block from a host
+//! thread's by the pair and switches back to the host's pointer before any Rust code reads a thread-local.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use super::memory::{page_size, KeyedRegion};
+use super::pku;
+
+/// Offset from the thread pointer of the word holding the host thread's pointer: inside `tcbhead_t`'s
+/// `__glibc_unused2` (bytes 0x80 to 0x280), which glibc keeps only for the struct's size.
+pub(crate) const HOST_POINTER_AT: usize = 0x200;
+/// Offset of the check word: the host thread's pointer XOR [`TCB_SECRET`].
+pub(crate) const HOST_CHECK_AT: usize = 0x208;
+
+/// The secret of the check word: random, odd (so never 0, and an all-zero control block never passes), set once
+/// before the first block is made.
+pub(crate) static TCB_SECRET: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+
+/// Makes the secret random; called once, before any thread block exists (with the fault handlers' installation).
+pub(crate) fn choose_secret() {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom fills at most the 8 bytes of the buffer it is given.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if filled == 8 {
+        TCB_SECRET.store(u64::from_ne_bytes(bytes) | 1, Ordering::SeqCst);
+    }
+}
+
+/// Whether the kernel lets user code read and write the FS base itself (`rdfsbase`/`wrfsbase`, Linux 5.9 and
+/// later on processors that have them): the gate switches the thread block with them, a system call being far
+/// too slow for a crossing.
+pub(crate) fn fsgsbase_enabled() -> bool {
+    const HWCAP2_FSGSBASE: u64 = 1 << 1;
+    // SAFETY: getauxval reads the auxiliary vector the kernel gave the process.
+    let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) };
+    hwcap2 & HWCAP2_FSGSBASE != 0
+}
+
+/// This thread's thread pointer (the FS base), read where it is the host's.
+pub(crate) fn host_thread_pointer() -> usize {
+    let pointer: usize;
+    // SAFETY: on x86-64 glibc the first word of the thread control block, at fs:0, points at the block itself.
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) pointer, options(nostack, readonly, preserves_flags))
+    };
+    pointer
+}
+
+/// Bytes of the host's static TLS block (with glibc's surplus for libraries loaded later) and of the control block
+/// that follows it, as glibc's dynamic loader reports them.
+fn static_tls_size() -> io::Result<usize> {
+    type Info = unsafe extern "C" fn(*mut usize, *mut usize);
+    // SAFETY: dlsym with a NUL-terminated name only looks the symbol up.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_get_tls_static_info".as_ptr()) };
+    if sym.is_null() {
+        return Err(io::Error::other("glibc's dynamic loader does not report its static TLS size"));
+    }
+    // SAFETY: glibc's `_dl_get_tls_static_info(size_t *size, size_t *align)` has this signature on every version
+    // that exports it.
+    let info: Info = unsafe { std::mem::transmute::<*mut c_void, Info>(sym) };
+    let (mut size, mut align) = (0usize, 0usize);
+    // SAFETY: the function stores one word in each pointer, both live locals.
+    unsafe { info(&mut size, &mut align) };
+    if size == 0 {
+        return Err(io::Error::other("glibc's dynamic loader reports a static TLS block of 0 bytes"));
+    }
+    Ok(size)
+}
+
+/// Copies `len` bytes from `from` in this process to `to`, page by page, leaving zeros where `from` is not mapped
+/// readable: the bytes below a thread pointer that belong to the thread's TLS are mapped, but how far the mapping
+/// reaches is glibc's business, and a read past it must not fault.
+fn copy_mapped(from: usize, to: *mut u8, len: usize) {
+    let page = page_size();
+    let mut done = 0;
+    while done < len {
+        let at = from + done;
+        let chunk = (page - at % page).min(len - done);
+        let local = libc::iovec { iov_base: to.wrapping_add(done).cast(), iov_len: chunk };
+        let remote = libc::iovec { iov_base: at as *mut c_void, iov_len: chunk };
+        // SAFETY: process_vm_readv on this process reads `remote` through the kernel (an unmapped page is an error,
+        // not a fault) into `local`, which lies in the destination the caller hands over.
+        unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        done += chunk;
+    }
+}
+
+/// One host thread's block in one domain.
+struct ThreadBlock {
+    /// The static TLS copy (the domain's key), then the control block page (the host's key).
+    region: KeyedRegion,
+    /// The thread pointer a domain call of this thread runs with: the start of the control block page.
+    pointer: usize,
+    /// The static TLS copy as it was made, which a restore puts back.
+    pristine: Vec<u8>,
+}
+
+impl ThreadBlock {
+    fn new(key: u32, host_pointer: usize) -> io::Result<ThreadBlock> {
+        let page = page_size();
+        let tls = static_tls_size()?.div_ceil(page) * page;
+        let region = KeyedRegion::new(tls + page, key)?;
+        let pointer = region.start() as usize + tls;
+        // SAFETY: the control block page lies inside the region just made; only its key changes, to the host's, so
+        // the domain reads it but cannot change where the gate goes back to.
+        unsafe { pku::protect_with_key(pointer as *mut u8, page, libc::PROT_READ | libc::PROT_WRITE, pku::HOST_KEY)? };
+        copy_mapped(host_pointer - tls, region.start(), tls + page);
+        let words = pointer as *mut usize;
+        let secret = TCB_SECRET.load(Ordering::SeqCst) as usize;
+        // SAFETY: the words lie in the control block page, writable by this thread (the host's key): glibc's
+        // `tcb` and `self` pointers (offsets 0 and 0x10) name the copy, and ward's pair names the host thread.
+        unsafe {
+            words.write(pointer);
+            words.byte_add(0x10).write(pointer);
+            words.byte_add(HOST_POINTER_AT).write(host_pointer);
+            words.byte_add(HOST_CHECK_AT).write(host_pointer ^ secret);
+        }
+        // SAFETY: the TLS copy is the first `tls` bytes of the region, readable by this thread.
+        let pristine = unsafe { std::slice::from_raw_parts(region.start(), tls) }.to_vec();
+        Ok(ThreadBlock { region, pointer, pristine })
+    }
+
+    /// Puts the static TLS copy back as it was made.
+    ///
+    /// # Safety
+    /// No call may be running on this block, and this thread must be allowed to write the domain's key.
+    unsafe fn reset(&self) {
+        // SAFETY: the copy is the first `pristine.len()` bytes of the region, which the caller may write.
+        unsafe { std::ptr::copy_nonoverlapping(self.pristine.as_ptr(), self.region.start(), self.pristine.len()) };
+    }
+}
+
+/// A domain's thread blocks, one per host thread that has called it.
+pub(crate) struct ThreadBlocks {
+    /// Unique for the life of the process: what the threads' caches know the domain by.
+    id: u64,
+    key: u32,
+    /// By host thread pointer. A block of a thread that has ended is dropped by the thread's cache as it ends; a
+    /// new thread given the same pointer by glibc would find the old one's block, whose words name it correctly.
+    blocks: Mutex<HashMap<usize, ThreadBlock>>,
+}
+
+impl ThreadBlocks {
+    pub(crate) fn new(key: u32) -> Arc<ThreadBlocks> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Arc::new(ThreadBlocks { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), key, blocks: Mutex::new(HashMap::new()) })
+    }
+
+    /// The thread pointer this thread runs this domain's code with, made on its first call.
+    pub(crate) fn pointer_for_this_thread(self: &Arc<Self>) -> io::Result<usize> {
+        if let Some(pointer) = CACHE.with(|c| c.borrow().find(self.id)) {
+            return Ok(pointer);
+        }
+        let host = host_thread_pointer();
+        let pointer = {
+            let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+            match blocks.get(&host) {
+                Some(block) => block.pointer,
+                None => {
+                    let block = ThreadBlock::new(self.key, host)?;
+                    let pointer = block.pointer;
+                    blocks.insert(host, block);
+                    pointer
+                }
+            }
+        };
+        CACHE.with(|c| c.borrow_mut().add(self, pointer));
+        Ok(pointer)
+    }
+
+    /// Puts every block's static TLS copy back as it was made (after a fault, with the rest of the domain's
+    /// memory).
+    ///
+    /// # Safety
+    /// No call may be running in the domain, and this thread must be allowed to write the domain's key.
+    pub(crate) unsafe fn reset(&self) {
+        for block in self.blocks.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            // SAFETY: the caller's guarantee.
+            unsafe { block.reset() };
+        }
+    }
+
+    fn forget(&self, host: usize) {
+        self.blocks.lock().unwrap_or_else(|e| e.into_inner()).remove(&host);
+    }
+}
+
+/// The blocks this thread has, by domain: found without a lock on every call, and dropped from their domains when
+/// the thread ends.
+#[derive(Default)]
+struct Cache {
+    entries: Vec<(u64, usize, Weak<ThreadBlocks>)>,
+}
+
+impl Cache {
+    fn find(&self, id: u64) -> Option<usize> {
+        self.entries.iter().find(|(i, _, _)| *i == id).map(|(_, pointer, _)| *pointer)
+    }
+
+    fn add(&mut self, blocks: &Arc<ThreadBlocks>, pointer: usize) {
+        // Entries of domains gone since are dropped here, so the list stays as long as the live domains.
+        self.entries.retain(|(_, _, weak)| weak.strong_count() > 0);
+        self.entries.push((blocks.id, pointer, Arc::downgrade(blocks)));
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        let host = host_thread_pointer();
+        for (_, _, weak) in &self.entries {
+            if let Some(blocks) = weak.upgrade() {
+                blocks.forget(host);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+}
