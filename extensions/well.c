@@ -69,6 +69,29 @@ WELL_EXPORT void well_clear_errno(void) {
     errno = 0;
 }
 
+/* ---- thread-local storage ---------------------------------------------- */
+
+/* A running total per thread that starts at 1000 (general dynamic access, an
+ * exported symbol), the last value added (local dynamic) and a count of calls
+ * (initial-exec: in the static TLS block). Each thread that calls sees its
+ * own three. */
+WELL_EXPORT __thread int64_t well_thread_total = 1000;
+static __thread int64_t well_thread_last;
+static __thread int64_t well_thread_calls __attribute__((tls_model("initial-exec")));
+
+WELL_EXPORT int64_t well_thread_add(int64_t x) {
+    well_thread_calls++;
+    well_thread_last = x;
+    well_thread_total += x;
+    return well_thread_total;
+}
+
+/* The count of well_thread_add calls on this thread, times 1000, plus the
+ * last value added (below 1000 in the tests). */
+WELL_EXPORT int64_t well_thread_calls_and_last(void) {
+    return well_thread_calls * 1000 + well_thread_last;
+}
+
 /* ---- buffers ----------------------------------------------------------- */
 
 WELL_EXPORT int64_t well_sum(const uint8_t *buf, size_t len) {

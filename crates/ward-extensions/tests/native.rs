@@ -21,6 +21,8 @@ const EXPORTS: &[(&str, &[&str])] = &[
             "well_strtod",
             "well_errno",
             "well_clear_errno",
+            "well_thread_add",
+            "well_thread_calls_and_last",
             "well_sum",
             "well_xor",
             "well_reverse",
@@ -239,6 +241,14 @@ fn well_behaves() {
     // SAFETY: NUL-terminated text.
     assert_eq!(unsafe { strtod(c"1e999".as_ptr()) }, f64::INFINITY);
     assert_eq!(errno(), libc::ERANGE);
+
+    let thread_add = func!(well, "well_thread_add", extern "C" fn(i64) -> i64);
+    let calls_and_last = func!(well, "well_thread_calls_and_last", extern "C" fn() -> i64);
+    let here = (thread_add(5), thread_add(2), calls_and_last());
+    let there = std::thread::spawn(move || (thread_add(7), calls_and_last())).join().unwrap();
+    assert_eq!(here, (1005, 1007, 2002), "this thread's own");
+    assert_eq!(there, (1007, 1007), "another thread's own, from the initial values");
+    assert_eq!(calls_and_last(), 2002, "this thread's kept");
 
     let data: Vec<u8> = (0..=255u8).chain(0..10).collect();
     let sum = func!(well, "well_sum", unsafe extern "C" fn(*const u8, usize) -> i64);

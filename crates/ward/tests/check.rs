@@ -199,21 +199,31 @@ fn fences_and_xsave_are_not_refused() {
 }
 
 #[test]
-fn thread_local_data_is_refused_as_own_tls() {
+fn thread_local_data_of_its_own_is_allowed() {
     let dir = Scratch::new("tls");
     let path =
         shared(&dir, "tls.so", "static __thread int tls_counter;\nint tls_bump(void) { return ++tls_counter; }\n", &[]);
     let report = check(&path).expect("tls.so checks");
     assert_loadable(&report);
-    let own = mpk_reasons(&report).iter().find_map(|r| match r {
-        Reason::OwnTls { segment_size, symbols, imports } => Some((segment_size, symbols, imports)),
+    assert!(report.allows(Isolation::Mpk), "{:#?}", mpk_reasons(&report));
+}
+
+#[test]
+fn thread_local_data_of_another_library_is_refused() {
+    let dir = Scratch::new("foreign-tls");
+    let path = shared(
+        &dir,
+        "foreign_tls.so",
+        "extern __thread int ward_elsewhere;\nint foreign_read(void) { return ward_elsewhere; }\n",
+        &[],
+    );
+    let report = check(&path).expect("foreign_tls.so checks");
+    assert_loadable(&report);
+    let foreign = mpk_reasons(&report).iter().find_map(|r| match r {
+        Reason::ForeignTls { symbols } => Some(symbols.clone()),
         _ => None,
     });
-    let (segment_size, symbols, imports) = own.unwrap_or_else(|| panic!("no TLS reason: {:#?}", mpk_reasons(&report)));
-    assert!(segment_size.is_some_and(|s| s >= 4), "{segment_size:?}");
-    assert!(symbols.contains(&"tls_counter".to_string()), "{symbols:?}");
-    assert_eq!(imports.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["__tls_get_addr"]);
-    assert_eq!(unsupported(&report), names(&["__tls_get_addr"]));
+    assert_eq!(foreign, Some(vec!["ward_elsewhere".to_string()]), "{:#?}", mpk_reasons(&report));
 }
 
 #[test]

@@ -40,7 +40,7 @@ use super::loader::{self, ImportRequest, Placed};
 use super::memory::{self, page_size, KeyedRegion};
 use super::pku::{self, Pkru, ProtectionKey};
 use super::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
-use super::thread_block::ThreadBlocks;
+use super::thread_block::{ThreadBlocks, TlsLayout};
 use super::{assess, Image, Reason};
 use crate::backend::direct::DirectFn;
 use crate::backend::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
@@ -435,15 +435,26 @@ impl MpkBackend {
             unsafe { (*block).set_library_fault(fault) };
         }
 
+        // The images' own thread-local storage, in every thread block below the host's.
+        let templates = files
+            .iter()
+            .map(|file| {
+                loader::tls_template(&file.bytes, page)
+                    .map_err(|source| MpkError::Load { path: file.path.clone(), source })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let (tls, tls_modules) =
+            TlsLayout::new(&templates).map_err(system("cannot lay out the domain's thread-local storage"))?;
+
         let mut thunks =
             Thunks { next: thunks_at, end: thunks_at + thunk_pages, block: block_at, made: HashMap::new() };
         let mut placed = Vec::new();
         let mut at = base;
-        for file in &files {
+        for (file, tls_module) in files.iter().zip(tls_modules) {
             let load_error = |source| MpkError::Load { path: file.path.clone(), source };
             // SAFETY: [at, at + span) is part of the fresh region, writable by this thread, used by nothing else.
             let image = unsafe {
-                loader::place(&file.bytes, at as *mut u8, file.span, page, |request| {
+                loader::place(&file.bytes, at as *mut u8, file.span, page, tls_module, |request| {
                     bind(request, &file.classes, &mut thunks, block, file.library_fault)
                 })
             }
@@ -522,7 +533,7 @@ impl MpkBackend {
             extension_images,
             heap_start: heap_at,
             _libraries: libraries,
-            thread_blocks: ThreadBlocks::new(k),
+            thread_blocks: ThreadBlocks::new(k, tls),
             _key: key,
         });
         memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);

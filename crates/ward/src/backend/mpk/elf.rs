@@ -1,5 +1,5 @@
 //! What the mpk loader reads from an extension's ELF file before mapping it: the executable segments (to scan),
-//! the TLS segment and symbols, the libraries it needs, whether `dlopen` would take it at all, and every undefined
+//! the libraries it needs, whether `dlopen` would take it at all, and every undefined
 //! dynamic symbol with its version and the library that version comes from.
 //!
 //! Once [`Image::parse`] has succeeded, everything here is plain data: the byte ranges of executable segments
@@ -129,8 +129,6 @@ pub(crate) struct RawImport {
 #[derive(Debug, Clone)]
 pub(crate) struct Image<'data> {
     pub exec_segments: Vec<ExecSegment<'data>>,
-    /// `p_memsz` of the `PT_TLS` segment, if there is one.
-    pub tls_segment: Option<u64>,
     /// A `PT_INTERP` segment or `DF_1_PIE`: a position-independent executable, which `dlopen` refuses.
     pub is_pie: bool,
     /// `DF_1_NOOPEN`: marked as not to be opened with `dlopen`.
@@ -139,8 +137,6 @@ pub(crate) struct Image<'data> {
     pub needed: Vec<String>,
     /// Undefined `.dynsym` entries, in symbol-table order.
     pub imports: Vec<RawImport>,
-    /// Defined `STT_TLS` symbols of `.dynsym` and `.symtab`, sorted and deduplicated.
-    pub tls_symbols: Vec<String>,
     /// Function symbols with a size (from `.symtab` when present, else `.dynsym`), for naming scan hits.
     functions: Vec<Span>,
     /// Allocated sections, for naming scan hits no function covers.
@@ -161,7 +157,6 @@ impl<'data> Image<'data> {
         }
 
         let mut exec_segments = Vec::new();
-        let mut tls_segment = None;
         let mut is_pie = false;
         for ph in segments {
             match ph.p_type(endian) {
@@ -174,7 +169,6 @@ impl<'data> Image<'data> {
                     })?;
                     exec_segments.push(ExecSegment { offset, address: ph.p_vaddr(endian), code });
                 }
-                elf::PT_TLS => tls_segment = Some(ph.p_memsz(endian)),
                 elf::PT_INTERP => is_pie = true,
                 _ => {}
             }
@@ -206,18 +200,6 @@ impl<'data> Image<'data> {
         let versions = sections.versions(endian, bytes).map_err(malformed)?;
         let imports = imports(&dynsym, versions.as_ref(), endian)?;
 
-        let mut tls_symbols = Vec::new();
-        for table in [&dynsym, &symtab] {
-            tls_symbols.extend(
-                table
-                    .iter()
-                    .filter(|s| s.st_type() == elf::STT_TLS && !s.is_undefined(endian))
-                    .map(|s| name_in(table, s, endian)),
-            );
-        }
-        tls_symbols.sort();
-        tls_symbols.dedup();
-
         let functions_from = if symtab.is_empty() { &dynsym } else { &symtab };
         let functions = functions_from
             .iter()
@@ -238,7 +220,7 @@ impl<'data> Image<'data> {
             })
             .collect();
 
-        Ok(Image { exec_segments, tls_segment, is_pie, no_dlopen, needed, imports, tls_symbols, functions, sections })
+        Ok(Image { exec_segments, is_pie, no_dlopen, needed, imports, functions, sections })
     }
 
     /// The function containing `address` as `name+0xoff`, if a function symbol covers it.

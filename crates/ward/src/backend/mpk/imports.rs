@@ -156,6 +156,14 @@ const GROUPS: &[Group] = &[
         why: "the domain's own errno, in its thread block",
         names: &["__errno_location"],
     },
+    // The extension's own thread-local storage lives in the domain's thread blocks, below the host's static TLS
+    // copy; the runtime finds a module's block there.
+    Group {
+        id: TLS,
+        class: DomainRuntime,
+        why: "the extension's own thread-local storage, in the domain's thread blocks",
+        names: &["__tls_get_addr"],
+    },
     // Destructors an extension registers run when its domain is torn down or restarted, never in the host's
     // exit; `__cxa_finalize` (which every .so's start-up code references, weakly) runs the domain's list.
     Group {
@@ -572,12 +580,13 @@ const GROUPS: &[Group] = &[
         why: "starts threads, which would run outside the domain's gates",
         names: &["pthread_create", "thrd_create", "clone", "clone3"],
     },
-    // The extension's own thread-local storage would need a TLS block inside every domain thread block.
+    // Destructors of thread-local objects (C++ `thread_local`) would have to run as each host thread ends, inside
+    // the domain, from the host's thread exit.
     Group {
-        id: TLS,
+        id: "thread-exit",
         class: Unsupported,
-        why: "uses thread-local storage of its own",
-        names: &["__tls_get_addr", "__cxa_thread_atexit_impl", "__cxa_thread_atexit"],
+        why: "registers destructors to run as each thread ends",
+        names: &["__cxa_thread_atexit_impl", "__cxa_thread_atexit"],
     },
     // glibc's locks, once-flags and keys read and write the calling thread's descriptor (its tid, robust list,
     // specific-data array), which a domain's thread block does not mirror. Names with these prefixes not listed
@@ -1071,7 +1080,7 @@ mod tests {
         {
             assert_eq!(class(name), DomainRuntime, "{name}");
         }
-        for name in ["__cxa_atexit", "__cxa_finalize", "rand", "srand", "random", "qsort"] {
+        for name in ["__cxa_atexit", "__cxa_finalize", "__tls_get_addr", "rand", "srand", "random", "qsort"] {
             assert_eq!(class(name), DomainRuntime, "{name}");
         }
         for name in ["mmap", "munmap", "mprotect", "sysconf", "pthread_mutex_lock", "pthread_mutex_unlock"] {
@@ -1143,7 +1152,7 @@ mod tests {
     fn unsupported() {
         assert_eq!(id("pthread_create", None), THREAD_START);
         assert_eq!(id("thrd_create", None), THREAD_START);
-        assert_eq!(id("__tls_get_addr", None), TLS);
+        assert_eq!(id("__cxa_thread_atexit_impl", None), "thread-exit");
         assert_eq!(id("pthread_cond_wait", None), "thread-sync");
         for name in ["mremap", "pkey_mprotect", "madvise"] {
             assert_eq!(id(name, None), "mappings", "{name}");

@@ -3,8 +3,11 @@
 //!
 //! What [`place`] does, in order: checks the load segments fit the space given, copies each segment's file bytes
 //! (the rest stays zero, as the region is fresh), applies the dynamic relocations (`RELATIVE`, `64`, `GLOB_DAT`,
-//! `JUMP_SLOT`; anything else is refused by name), and reports the protection every page should get, with
-//! `PT_GNU_RELRO` pages read-only. It touches no page protection itself: the caller tags the pages with the
+//! `JUMP_SLOT`, and for thread-local storage `DTPMOD64`, `DTPOFF64` and `TPOFF64`; anything else is refused by
+//! name), and reports the protection every page should get, with `PT_GNU_RELRO` pages read-only.
+//!
+//! An image's own thread-local storage ([`tls_template`]) lives in the domain's thread blocks (`thread_block`), at
+//! an offset below the thread pointer the caller chooses and hands to [`place`] as a [`TlsModule`]. It touches no page protection itself: the caller tags the pages with the
 //! domain's key once the image is complete.
 //!
 //! Symbols the image defines bind to its own definitions (as `-Bsymbolic` would): an extension's calls of its own
@@ -38,8 +41,10 @@ pub(crate) enum LoadError {
     Malformed(String),
     #[error("the image needs {needed} bytes of address space; the domain reserves {reserved}")]
     TooLarge { needed: u64, reserved: usize },
-    #[error("relocation type {kind} at {offset:#x} is not one the mpk loader applies (it handles RELATIVE, 64, GLOB_DAT and JUMP_SLOT)")]
+    #[error("relocation type {kind} at {offset:#x} is not one the mpk loader applies (it handles RELATIVE, 64, GLOB_DAT, JUMP_SLOT, DTPMOD64, DTPOFF64 and TPOFF64)")]
     Relocation { kind: u32, offset: u64 },
+    #[error("the thread-local relocation at {offset:#x} names {what}, not the image's own thread-local storage")]
+    ForeignTls { offset: u64, what: String },
     #[error("imports the domain cannot bind: {}", .0.join(", "))]
     Unbound(Vec<String>),
 }
@@ -81,6 +86,48 @@ fn load_bounds(header: &Header, endian: LE, bytes: &[u8], page: usize) -> Result
     Ok((low, high))
 }
 
+/// An image's thread-local storage: what each thread's copy starts as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsTemplate {
+    /// `.tdata`: the initialised part.
+    pub init: Vec<u8>,
+    /// The whole block (`.tdata` and `.tbss`), in bytes.
+    pub size: usize,
+    /// Its alignment (a power of two, at most a page).
+    pub align: usize,
+}
+
+/// Where an image's thread-local storage is in every thread block of its domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TlsModule {
+    /// The module number `DTPMOD64` gives and `__tls_get_addr` is asked for.
+    pub id: usize,
+    /// The block starts this many bytes below the thread pointer.
+    pub below: usize,
+}
+
+/// The image's `PT_TLS` segment, if it has one.
+pub(crate) fn tls_template(bytes: &[u8], page: usize) -> Result<Option<TlsTemplate>, LoadError> {
+    let header = Header::parse(bytes).map_err(malformed)?;
+    let endian = header.endian().map_err(malformed)?;
+    let Some(ph) =
+        header.program_headers(endian, bytes).map_err(malformed)?.iter().find(|ph| ph.p_type(endian) == elf::PT_TLS)
+    else {
+        return Ok(None);
+    };
+    let init = ph.data(endian, bytes).map_err(|()| malformed("the TLS segment runs past the end of the file"))?;
+    let size = usize::try_from(ph.p_memsz(endian)).map_err(malformed)?;
+    let align = usize::try_from(ph.p_align(endian).max(1)).map_err(malformed)?;
+    if init.len() > size || size > 1 << 30 {
+        return Err(malformed(format!("a TLS segment of {size} bytes with {} initialised", init.len())));
+    }
+    // glibc copes with a block that starts off its alignment; no toolchain makes one, and ward does not.
+    if !align.is_power_of_two() || align > page || ph.p_vaddr(endian) % align as u64 != 0 {
+        return Err(malformed(format!("a TLS segment aligned to {align} at {:#x}", ph.p_vaddr(endian))));
+    }
+    Ok(Some(TlsTemplate { init: init.to_vec(), size, align }))
+}
+
 /// An image placed in domain memory.
 #[derive(Debug)]
 pub(crate) struct Placed {
@@ -99,7 +146,7 @@ impl Placed {
 }
 
 /// Places the image `bytes` at `at` (page-aligned, `len` bytes the caller may write, zeroed), asking `bind` for
-/// every undefined symbol.
+/// every undefined symbol; `tls` is where its thread-local storage is, when it has any.
 ///
 /// # Safety
 /// `at..at + len` is memory the caller owns and may write, used by nothing else.
@@ -108,6 +155,7 @@ pub(crate) unsafe fn place(
     at: *mut u8,
     len: usize,
     page: usize,
+    tls: Option<TlsModule>,
     mut bind: impl FnMut(&ImportRequest<'_>) -> Option<usize>,
 ) -> Result<Placed, LoadError> {
     let header = Header::parse(bytes).map_err(malformed)?;
@@ -240,11 +288,32 @@ pub(crate) unsafe fn place(
                     .flatten()
                     .ok_or_else(|| LoadError::Malformed(format!("relocation at {offset:#x} names symbol {index}")))
             };
+            // The offset of a thread-local symbol (none: the module's own block) inside the image's TLS block.
+            let tls_offset = || -> Result<(TlsModule, usize), LoadError> {
+                let index = r.r_sym(endian, false) as usize;
+                let foreign = |what: String| LoadError::ForeignTls { offset, what };
+                let module = tls.ok_or_else(|| foreign("an image without a TLS segment".into()))?;
+                if index == 0 {
+                    return Ok((module, 0));
+                }
+                let sym = dynsym.symbol(SymbolIndex(index)).map_err(malformed)?;
+                let name = || String::from_utf8_lossy(dynsym.symbol_name(endian, sym).unwrap_or_default()).into_owned();
+                if sym.is_undefined(endian) || sym.st_type() != elf::STT_TLS {
+                    return Err(foreign(format!("symbol {}", name())));
+                }
+                Ok((module, sym.st_value(endian) as usize))
+            };
             let value = match kind {
                 elf::R_X86_64_NONE => continue,
                 elf::R_X86_64_RELATIVE => bias.wrapping_add(addend),
                 elf::R_X86_64_64 => symbol()?.wrapping_add(addend),
                 elf::R_X86_64_GLOB_DAT | elf::R_X86_64_JUMP_SLOT => symbol()?,
+                elf::R_X86_64_DTPMOD64 => tls_offset()?.0.id,
+                elf::R_X86_64_DTPOFF64 => tls_offset()?.1.wrapping_add(addend),
+                elf::R_X86_64_TPOFF64 => {
+                    let (module, at) = tls_offset()?;
+                    at.wrapping_add(addend).wrapping_sub(module.below)
+                }
                 _ => return Err(LoadError::Relocation { kind, offset }),
             };
             // SAFETY: the eight bytes lie inside the image (checked above), in the caller's writable memory; they

@@ -3,10 +3,11 @@
 //!
 //! Two halves. The loader's knowledge needs no hardware: what an extension must not contain or need for an mpk
 //! domain to hold it. [`assess`] reads an [`Image`] and gives every reason to refuse it, in a fixed order: forbidden
-//! instruction bytes ([`scan`]), thread starts, own TLS, libraries other than glibc's, and imports the domain runtime
-//! cannot honour ([`imports`]). The domain's machinery needs PKU: protection keys ([`pku`]), memory tagged with them
-//! ([`memory`]), the gate and its fault handler ([`gate`]), call deadlines (`watchdog`), the loader and the domain
-//! runtime, and the backend that puts them together.
+//! instruction bytes ([`scan`]), thread starts, other libraries' thread-local variables, libraries other than
+//! glibc's, and imports the domain runtime cannot honour ([`imports`]). The domain's machinery needs PKU: protection
+//! keys ([`pku`]), memory tagged with them ([`memory`]), the gate and its fault handler ([`gate`]), the thread blocks
+//! the domain runs with (`thread_block`), call deadlines (`watchdog`), the loader and the domain runtime, and the
+//! backend that puts them together.
 
 #[allow(unsafe_code)]
 mod backend;
@@ -133,13 +134,13 @@ pub(crate) fn assess(image: &Image<'_>) -> Assessment {
     if !threads.is_empty() {
         reasons.push(Reason::Threads { imports: threads });
     }
-    let mut tls_symbols = image.tls_symbols.clone();
-    tls_symbols.extend(image.imports.iter().filter(|i| i.kind == SymbolKind::Tls).map(|i| i.name.clone()));
-    tls_symbols.sort();
-    tls_symbols.dedup();
-    let tls_imports = in_group(imports::TLS);
-    if image.tls_segment.is_some() || !tls_symbols.is_empty() || !tls_imports.is_empty() {
-        reasons.push(Reason::OwnTls { segment_size: image.tls_segment, symbols: tls_symbols, imports: tls_imports });
+    // Its own thread-local storage goes into the domain's thread blocks; another library's cannot.
+    let mut foreign_tls: Vec<String> =
+        image.imports.iter().filter(|i| i.kind == SymbolKind::Tls).map(|i| i.name.clone()).collect();
+    foreign_tls.sort();
+    foreign_tls.dedup();
+    if !foreign_tls.is_empty() {
+        reasons.push(Reason::ForeignTls { symbols: foreign_tls });
     }
     let mut foreign: Vec<&String> = image.needed.iter().filter(|n| !GLIBC_LIBRARIES.contains(&n.as_str())).collect();
     foreign.sort();

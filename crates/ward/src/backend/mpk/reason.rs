@@ -63,15 +63,9 @@ pub enum Reason {
     ForbiddenInstructions { sites: Vec<ForbiddenSite> },
     /// Imports that start threads.
     Threads { imports: Vec<ImportRef> },
-    /// Thread-local storage of the extension's own.
-    OwnTls {
-        /// `p_memsz` of the `PT_TLS` segment.
-        segment_size: Option<u64>,
-        /// `STT_TLS` symbols, defined or imported.
-        symbols: Vec<String>,
-        /// Imports of the TLS runtime (`__tls_get_addr`).
-        imports: Vec<ImportRef>,
-    },
+    /// Thread-local variables of another library (imported `STT_TLS` symbols): they live in the host's thread
+    /// blocks, which a domain may not write. (Its own live in the domain's.)
+    ForeignTls { symbols: Vec<String> },
     /// A library other than glibc's that would be loaded into the domain.
     Dependency { library: String },
     /// An import the domain runtime cannot honour.
@@ -108,19 +102,8 @@ impl fmt::Display for Reason {
                 Ok(())
             }
             Reason::Threads { imports } => write!(f, "starts threads: {}", join(imports)),
-            Reason::OwnTls { segment_size, symbols, imports } => {
-                f.write_str("has thread-local storage of its own:")?;
-                let mut parts = Vec::new();
-                if let Some(size) = segment_size {
-                    parts.push(format!("a TLS segment of {size} bytes"));
-                }
-                if !symbols.is_empty() {
-                    parts.push(format!("TLS symbols {}", symbols.join(", ")));
-                }
-                if !imports.is_empty() {
-                    parts.push(format!("imports {}", join(imports)));
-                }
-                write!(f, " {}", parts.join("; "))
+            Reason::ForeignTls { symbols } => {
+                write!(f, "uses thread-local variables of other libraries: {}", symbols.join(", "))
             }
             Reason::Dependency { library } => {
                 write!(f, "needs {library}: its code would run inside the domain; not analysed")

@@ -537,3 +537,31 @@ fn an_escalated_domain_has_a_heartbeat() {
     assert_ne!(ext.pid(), Some(pid), "restarted in a new process");
     assert_eq!(int(&ext, "faulty_counter_get", &mut []), 5, "the counter was replayed");
 }
+
+#[test]
+fn an_extensions_own_thread_locals_are_per_thread_from_their_initial_values_and_reset_by_recovery() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (_sup, ext, events) = load("well", Isolation::Mpk);
+    // General dynamic (the total), local dynamic (the last value) and initial-exec (the count) accesses.
+    assert_eq!(int(&ext, "well_thread_add", &mut [Arg::I64(5)]), 1005);
+    assert_eq!(int(&ext, "well_thread_add", &mut [Arg::I64(2)]), 1007);
+    assert_eq!(int(&ext, "well_thread_calls_and_last", &mut []), 2002);
+    std::thread::scope(|s| {
+        let there = s
+            .spawn(|| {
+                (int(&ext, "well_thread_add", &mut [Arg::I64(7)]), int(&ext, "well_thread_calls_and_last", &mut []))
+            })
+            .join()
+            .unwrap();
+        assert_eq!(there, (1007, 1007), "another thread's own, from the initial values");
+    });
+    assert_eq!(int(&ext, "well_thread_calls_and_last", &mut []), 2002, "this thread's kept");
+    assert!(faults(&events).is_empty());
+    // Recovery puts the domain's memory back as it was after initialisation, thread-locals included.
+    ext.declare_fault("well_thread_add", FaultKind::BadOutput { what: "a test's".into() }).unwrap();
+    assert_eq!(int(&ext, "well_thread_add", &mut [Arg::I64(1)]), 1001);
+    assert_eq!(int(&ext, "well_thread_calls_and_last", &mut []), 1001);
+}

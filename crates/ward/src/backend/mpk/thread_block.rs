@@ -8,6 +8,11 @@
 //! in libm lands in the domain's copy), and a copy of the control block on a page of the host's key, which the
 //! domain reads but cannot write. The gate switches the FS base at every crossing.
 //!
+//! An extension's own thread-local storage (`__thread`) lies further down in the same blocks, below the host's
+//! static TLS copy, at an offset fixed when the domain is loaded ([`TlsLayout`]): the loader resolves the image's
+//! initial-exec accesses to it, and the domain runtime's `__tls_get_addr` (general and local dynamic accesses) finds
+//! it through a table of module offsets in the control block page.
+//!
 //! The control block copy carries two words of ward's own in a part of glibc's `tcbhead_t` glibc leaves unused:
 //! the host thread's own thread pointer, and that pointer combined with a secret. Code that runs with an unknown FS
 //! base (the outward stubs, the signal handlers' entries, the gate's way out) tells a domain's block from a host
@@ -18,8 +23,9 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use super::loader::{TlsModule, TlsTemplate};
 use super::memory::{page_size, KeyedRegion};
 use super::pku;
 
@@ -28,6 +34,50 @@ use super::pku;
 pub(crate) const HOST_POINTER_AT: usize = 0x200;
 /// Offset of the check word: the host thread's pointer XOR [`TCB_SECRET`].
 pub(crate) const HOST_CHECK_AT: usize = 0x208;
+
+/// Offset of the table of the extensions' TLS modules: word `i` is how far below the thread pointer module `i + 1`'s
+/// block starts. It ends before `__glibc_unused2` does (0x280).
+pub(crate) const TLS_MODULES_AT: usize = 0x210;
+/// How many images of one domain may have thread-local storage of their own.
+pub(crate) const TLS_MODULES: usize = 12;
+const _: () = assert!(TLS_MODULES_AT + TLS_MODULES * 8 <= 0x280);
+
+std::arch::global_asm!(
+    // void *__tls_get_addr(tls_index *ti) for a domain's images: the thread pointer, less the module's offset, plus
+    // the variable's. Runs in the domain, on its thread block. A module number no image has traps.
+    ".pushsection .text.ward_mpk_tls_get_addr, \"ax\", @progbits",
+    ".globl ward_mpk_tls_get_addr",
+    ".hidden ward_mpk_tls_get_addr",
+    ".type ward_mpk_tls_get_addr, @function",
+    ".balign 16",
+    "ward_mpk_tls_get_addr:",
+    "mov rax, qword ptr [rdi]",
+    "sub rax, 1",
+    "cmp rax, {modules}",
+    "jae 1f",
+    "mov rcx, qword ptr fs:[{table} + rax * 8]",
+    "test rcx, rcx",
+    "jz 1f",
+    "mov rax, qword ptr fs:[0]",
+    "sub rax, rcx",
+    "add rax, qword ptr [rdi + 8]",
+    "ret",
+    "1:",
+    "ud2",
+    ".size ward_mpk_tls_get_addr, . - ward_mpk_tls_get_addr",
+    ".popsection",
+    modules = const TLS_MODULES,
+    table = const TLS_MODULES_AT,
+);
+
+extern "C" {
+    fn ward_mpk_tls_get_addr();
+}
+
+/// The domain runtime's `__tls_get_addr`.
+pub(crate) fn tls_get_addr() -> *const c_void {
+    ward_mpk_tls_get_addr as *const c_void
+}
 
 /// The secret of the check word: random, odd (so never 0, and an all-zero control block never passes), set once
 /// before the first block is made.
@@ -66,6 +116,11 @@ pub(crate) fn host_thread_pointer() -> usize {
 /// Bytes of the host's static TLS block (with glibc's surplus for libraries loaded later) and of the control block
 /// that follows it, as glibc's dynamic loader reports them.
 fn static_tls_size() -> io::Result<usize> {
+    static SIZE: OnceLock<Result<usize, String>> = OnceLock::new();
+    SIZE.get_or_init(|| ask_static_tls_size().map_err(|e| e.to_string())).clone().map_err(io::Error::other)
+}
+
+fn ask_static_tls_size() -> io::Result<usize> {
     type Info = unsafe extern "C" fn(*mut usize, *mut usize);
     // SAFETY: dlsym with a NUL-terminated name only looks the symbol up.
     let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_get_tls_static_info".as_ptr()) };
@@ -102,6 +157,48 @@ fn copy_mapped(from: usize, to: *mut u8, len: usize) {
     }
 }
 
+/// Where a domain's images keep their own thread-local storage in its thread blocks: below the host's static TLS
+/// copy, each block aligned as its image asks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsLayout {
+    modules: Vec<(TlsModule, TlsTemplate)>,
+}
+
+impl TlsLayout {
+    /// Lays out the templates (one per image, in order; None for an image without TLS) and gives each image its
+    /// module.
+    pub(crate) fn new(templates: &[Option<TlsTemplate>]) -> io::Result<(TlsLayout, Vec<Option<TlsModule>>)> {
+        let mut below = static_tls_size()?;
+        let mut layout = TlsLayout::default();
+        let mut modules = Vec::with_capacity(templates.len());
+        for template in templates {
+            let Some(template) = template else {
+                modules.push(None);
+                continue;
+            };
+            let id = layout.modules.len() + 1;
+            if id > TLS_MODULES {
+                return Err(io::Error::other(format!(
+                    "more than {TLS_MODULES} images of one domain have thread-local storage of their own"
+                )));
+            }
+            // The thread pointer is page-aligned, so a block at an offset that is a multiple of its alignment is
+            // aligned.
+            below = (below + template.size).div_ceil(template.align) * template.align;
+            let module = TlsModule { id, below };
+            layout.modules.push((module, template.clone()));
+            modules.push(Some(module));
+        }
+        Ok((layout, modules))
+    }
+
+    /// Bytes below the thread pointer a block needs, the host's static TLS copy included.
+    fn extent(&self) -> io::Result<usize> {
+        let host = static_tls_size()?;
+        Ok(self.modules.iter().map(|(m, _)| m.below).max().unwrap_or(host).max(host))
+    }
+}
+
 /// One host thread's block in one domain.
 struct ThreadBlock {
     /// The static TLS copy (the domain's key), then the control block page (the host's key).
@@ -113,15 +210,27 @@ struct ThreadBlock {
 }
 
 impl ThreadBlock {
-    fn new(key: u32, host_pointer: usize) -> io::Result<ThreadBlock> {
+    fn new(key: u32, host_pointer: usize, layout: &TlsLayout) -> io::Result<ThreadBlock> {
         let page = page_size();
-        let tls = static_tls_size()?.div_ceil(page) * page;
+        let host = static_tls_size()?;
+        let tls = layout.extent()?.div_ceil(page) * page;
         let region = KeyedRegion::new(tls + page, key)?;
         let pointer = region.start() as usize + tls;
         // SAFETY: the control block page lies inside the region just made; only its key changes, to the host's, so
         // the domain reads it but cannot change where the gate goes back to.
         unsafe { pku::protect_with_key(pointer as *mut u8, page, libc::PROT_READ | libc::PROT_WRITE, pku::HOST_KEY)? };
-        copy_mapped(host_pointer - tls, region.start(), tls + page);
+        copy_mapped(host_pointer - host, (pointer - host) as *mut u8, host + page);
+        for (module, template) in &layout.modules {
+            // SAFETY: the module's block lies in the TLS part (the extent covers it), writable by this thread, and
+            // the template's initialised bytes are at most its size.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    template.init.as_ptr(),
+                    (pointer - module.below) as *mut u8,
+                    template.init.len(),
+                )
+            };
+        }
         let words = pointer as *mut usize;
         let secret = TCB_SECRET.load(Ordering::SeqCst) as usize;
         // SAFETY: the words lie in the control block page, writable by this thread (the host's key): glibc's
@@ -131,6 +240,10 @@ impl ThreadBlock {
             words.byte_add(0x10).write(pointer);
             words.byte_add(HOST_POINTER_AT).write(host_pointer);
             words.byte_add(HOST_CHECK_AT).write(host_pointer ^ secret);
+            for id in 0..TLS_MODULES {
+                let below = layout.modules.get(id).map_or(0, |(module, _)| module.below);
+                words.byte_add(TLS_MODULES_AT + id * 8).write(below);
+            }
         }
         // SAFETY: the TLS copy is the first `tls` bytes of the region, readable by this thread.
         let pristine = unsafe { std::slice::from_raw_parts(region.start(), tls) }.to_vec();
@@ -152,15 +265,21 @@ pub(crate) struct ThreadBlocks {
     /// Unique for the life of the process: what the threads' caches know the domain by.
     id: u64,
     key: u32,
+    tls: TlsLayout,
     /// By host thread pointer. A block of a thread that has ended is dropped by the thread's cache as it ends; a
     /// new thread given the same pointer by glibc would find the old one's block, whose words name it correctly.
     blocks: Mutex<HashMap<usize, ThreadBlock>>,
 }
 
 impl ThreadBlocks {
-    pub(crate) fn new(key: u32) -> Arc<ThreadBlocks> {
+    pub(crate) fn new(key: u32, tls: TlsLayout) -> Arc<ThreadBlocks> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Arc::new(ThreadBlocks { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), key, blocks: Mutex::new(HashMap::new()) })
+        Arc::new(ThreadBlocks {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            key,
+            tls,
+            blocks: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The thread pointer this thread runs this domain's code with, made on its first call.
@@ -174,7 +293,7 @@ impl ThreadBlocks {
             match blocks.get(&host) {
                 Some(block) => block.pointer,
                 None => {
-                    let block = ThreadBlock::new(self.key, host)?;
+                    let block = ThreadBlock::new(self.key, host, &self.tls)?;
                     let pointer = block.pointer;
                     blocks.insert(host, block);
                     pointer

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::backend::mpk::pku::HOST_KEY;
-use crate::backend::mpk::thread_block::ThreadBlocks;
+use crate::backend::mpk::thread_block::{ThreadBlocks, TlsLayout};
 
 /// The floating-point control of the tests' domains: a process's initial state, which no test but the one that
 /// checks it changes (that one has its own).
@@ -41,7 +41,7 @@ impl TestDomain {
         let stack = KeyedRegion::new(256 * 1024, key.number()).expect("a domain stack");
         let data = KeyedRegion::new(4096, key.number()).expect("domain memory");
         let rights = Pkru::DENY_ALL.read_only(HOST_KEY).allow(key.number()).allow(signal);
-        let blocks = ThreadBlocks::new(key.number());
+        let blocks = ThreadBlocks::new(key.number(), TlsLayout::default());
         TestDomain { key, stack, data, rights, blocks }
     }
 

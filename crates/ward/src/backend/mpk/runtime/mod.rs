@@ -171,6 +171,7 @@ pub(crate) fn function(name: &str) -> Option<Raw> {
         "qsort" => rt_qsort as Raw,
         "qsort_r" => rt_qsort_r as Raw,
         "__cxa_atexit" => rt_cxa_atexit as Raw,
+        "__tls_get_addr" => super::thread_block::tls_get_addr(),
         "__cxa_finalize" => rt_cxa_finalize as Raw,
         "rand" | "random" | "lrand48" => rt_random as Raw,
         "srand" | "srandom" => rt_srandom as Raw,
