@@ -257,6 +257,25 @@ FAULTY_EXPORT void faulty_overrun(uint8_t *out, int64_t len, int64_t past, uint8
 }
 
 /*
+ * Allocates 64 bytes and writes `64 + past` bytes into them, as a loop with a
+ * wrong bound does: with a large `past` it runs off the end of the heap, which
+ * kills a native host or corrupts it, depending on how its heap lies. Returns
+ * the last byte written.
+ */
+FAULTY_EXPORT int64_t faulty_heap_overrun(int64_t past) {
+    volatile uint8_t *p = malloc(64);
+    if (p == NULL) {
+        return -1;
+    }
+    for (int64_t i = 0; i < 64 + past; i++) {
+        p[i] = (uint8_t)i;
+    }
+    int64_t last = p[63 + past];
+    free((void *)p);
+    return last;
+}
+
+/*
  * Copies n bytes into a 16-byte buffer through glibc's fortified memcpy, as a
  * _FORTIFY_SOURCE build does when it knows the destination's size: n > 16
  * fails the check, and glibc ends the process (natively, SIGABRT).

@@ -159,12 +159,20 @@ impl DomainMemory {
         }
     }
 
-    /// Applies the protections the runtime block records for the heap (clamped to the heap by the block).
+    /// Applies the protections the runtime block records for the heap (clamped to the heap by the block), and
+    /// makes the heap past its committed end inaccessible again.
     fn reprotect(&self) {
         for (start, len, prot) in self.runtime().protected_ranges() {
             // SAFETY: as in heap_writable; the range lies in the heap.
             if let Err(e) = unsafe { pku::protect_with_key(start as *mut u8, len, prot, self.key) } {
                 tracing::warn!("cannot re-protect part of an mpk domain's heap: {e}");
+            }
+        }
+        if let Some(committed) = self.runtime().heap_committed() {
+            let len = self.region.end() as usize - committed;
+            // SAFETY: as in heap_writable; [committed, end) is the heap's unused tail.
+            if let Err(e) = unsafe { pku::protect_with_key(committed as *mut u8, len, libc::PROT_NONE, self.key) } {
+                tracing::warn!("cannot make an mpk domain's unused heap inaccessible again: {e}");
             }
         }
     }
@@ -430,6 +438,12 @@ impl MpkBackend {
         let block = block_at as *mut RuntimeBlock;
         // SAFETY: the runtime page lies in the region just mapped, writable by this thread, page-aligned.
         unsafe { RuntimeBlock::init(block, heap_at, heap, k) };
+        // The heap is inaccessible until the runtime hands it out, so a write off the end of the last block faults.
+        // SAFETY: the heap is the region's tail, mapped above; only its protection changes.
+        unsafe { pku::protect_with_key(heap_at as *mut u8, heap, libc::PROT_NONE, k) }
+            .map_err(system("cannot protect the domain's heap"))?;
+        // SAFETY: the block was just laid out.
+        unsafe { (*block).guard_heap_top() };
         if let Some(fault) = self.cfg.extensions.iter().find_map(|s| s.library_fault.as_ref()) {
             // SAFETY: the block was just laid out, and nothing runs in the domain yet.
             unsafe { (*block).set_library_fault(fault) };

@@ -565,3 +565,26 @@ fn an_extensions_own_thread_locals_are_per_thread_from_their_initial_values_and_
     assert_eq!(int(&ext, "well_thread_add", &mut [Arg::I64(1)]), 1001);
     assert_eq!(int(&ext, "well_thread_calls_and_last", &mut []), 1001);
 }
+
+#[test]
+fn a_write_off_the_end_of_the_heap_in_use_is_a_fault_of_the_domain() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
+    assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
+    // Within its own block: no fault.
+    assert_eq!(int(&ext, "faulty_heap_overrun", &mut [Arg::I64(0)]), 63);
+    // A megabyte past a 64-byte block: off the end of the part of the heap in use (the quota is 64 MiB).
+    let fault = ext.call("faulty_heap_overrun", &mut [Arg::I64(1 << 20)], RetType::I64).unwrap_err();
+    assert!(matches!(fault, Error::Fault(_)), "{fault:?}");
+    // Each attempt (the call and its retry) faults the same way.
+    let seen = faults(&events);
+    assert!(!seen.is_empty(), "a fault");
+    for fault in &seen {
+        assert_eq!(signal_of(fault), (libc::SIGSEGV, SignalCause::InvalidAccess), "{seen:?}");
+    }
+    assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(2)]), 7, "recovered, its state replayed");
+    assert_eq!(int(&ext, "faulty_heap_overrun", &mut [Arg::I64(0)]), 63);
+}

@@ -139,6 +139,12 @@ fn ask_static_tls_size() -> io::Result<usize> {
     Ok(size)
 }
 
+extern "C" {
+    /// glibc (2.35 and later): where a thread's rseq area lies from the thread pointer, and its size (0: none).
+    static __rseq_offset: isize;
+    static __rseq_size: u32;
+}
+
 /// Copies `len` bytes from `from` in this process to `to`, page by page, leaving zeros where `from` is not mapped
 /// readable: the bytes below a thread pointer that belong to the thread's TLS are mapped, but how far the mapping
 /// reaches is glibc's business, and a read past it must not fault.
@@ -230,6 +236,15 @@ impl ThreadBlock {
                     template.init.len(),
                 )
             };
+        }
+        // The copy of the kernel's restartable-sequences area says "not registered", so glibc's `sched_getcpu` in the
+        // domain asks the kernel rather than read a processor number that is only true of the moment of the copy.
+        // SAFETY: two constants glibc sets before any user code runs.
+        let (rseq_offset, rseq_size) = unsafe { (__rseq_offset, __rseq_size) };
+        let cpu_id_at = rseq_offset.checked_add(4).and_then(|at| usize::try_from(at).ok());
+        if let Some(at) = cpu_id_at.filter(|at| rseq_size > 0 && at + 4 <= page) {
+            // SAFETY: the word lies in the control block page, writable by this thread.
+            unsafe { ((pointer + at) as *mut i32).write(-1) };
         }
         let words = pointer as *mut usize;
         let secret = TCB_SECRET.load(Ordering::SeqCst) as usize;

@@ -1153,6 +1153,16 @@ extern "C" fn stack_guard_here() -> u64 {
     guard
 }
 
+/// In a domain: the 32-bit word at `offset` from the thread pointer, sign-extended.
+extern "C" fn thread_word_here(offset: u64) -> u64 {
+    let word: i32;
+    // SAFETY: reads a word of the thread block FS points at (the tests pass offsets inside it).
+    unsafe {
+        asm!("mov {:e}, dword ptr fs:[{}]", out(reg) word, in(reg) offset, options(nostack, readonly, preserves_flags))
+    };
+    i64::from(word) as u64
+}
+
 fn host_fs_base() -> u64 {
     let base: u64;
     // SAFETY: reads the FS base register (the machines with PKU enable FSGSBASE, which pku_here checks).
@@ -1172,6 +1182,14 @@ fn a_domain_runs_with_a_thread_block_of_its_own_and_the_host_gets_its_own_back()
     assert_ne!(inside, host, "not the host thread's");
     assert_eq!(host_fs_base(), host, "the host's FS base is back after the call");
     assert_eq!(d.call(f(stack_guard_here as *const ()), &[]).unwrap().int, stack_guard_here(), "the same guard");
+    // The copy of the kernel's restartable-sequences area reads as unregistered (glibc's `sched_getcpu` then asks
+    // the kernel instead of reading a stale processor number).
+    // SAFETY: glibc's constants.
+    let (rseq_offset, rseq_size) = unsafe { (__rseq_offset, __rseq_size) };
+    if rseq_size > 0 {
+        let cpu_id = d.call(f(thread_word_here as *const ()), &[(rseq_offset + 4) as u64]).unwrap().int;
+        assert_eq!(cpu_id as i64, -1, "the domain's rseq cpu_id");
+    }
     // After a fault, too.
     assert!(d.call(f(read_word as *const ()), &[0]).is_err());
     assert_eq!(host_fs_base(), host, "the host's FS base is back after a fault");

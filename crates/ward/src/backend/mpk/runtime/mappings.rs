@@ -22,8 +22,8 @@ pub(crate) struct Protection {
 
 const READ_WRITE: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
-/// `pkey_mprotect` made from inside the domain with the key of the runtime block (libc has no wrapper of its own for it).
-fn pkey_mprotect(start: usize, len: usize, prot: i32, key: u32) -> i64 {
+/// `pkey_mprotect` made from inside the domain, as a raw system call: the runtime calls no library code.
+pub(super) fn pkey_mprotect(start: usize, len: usize, prot: i32, key: u32) -> i64 {
     let ret: i64;
     // SAFETY: the system call changes only the protection of pages the caller checked are the domain's heap; it
     // reads and writes no memory; rcx and r11 are the registers `syscall` clobbers.

@@ -43,6 +43,11 @@ pub(crate) struct RuntimeBlock {
     heap_start: usize,
     heap_top: usize,
     heap_end: usize,
+    /// When not 0, the heap past `committed` (page-aligned, at or past `heap_top`) is kept inaccessible, as the
+    /// end of a process's heap is: a write that runs off the end of the last block faults instead of landing in the
+    /// quota's unused memory. The heap grows it a page at a time.
+    guard_top: u32,
+    committed: usize,
     free: [usize; CLASSES],
     /// Set when an allocation failed for want of room (the quota).
     pub exhausted: u32,
@@ -101,6 +106,17 @@ impl RuntimeBlock {
     /// Injects `fault` into the calls bound to [`library_fault_function`]s.
     pub(crate) fn set_library_fault(&mut self, fault: &crate::libfault::LibraryFault) {
         self.library_fault = FaultPlan::new(fault);
+    }
+
+    /// Keeps the heap past what is in use inaccessible from now on (the caller has made it so): see `guard_top`.
+    pub(crate) fn guard_heap_top(&mut self) {
+        self.guard_top = 1;
+        self.committed = self.heap_top.next_multiple_of(self.page);
+    }
+
+    /// Where the accessible heap ends when the rest is kept inaccessible (a restore puts that back).
+    pub(crate) fn heap_committed(&self) -> Option<usize> {
+        (self.guard_top != 0).then(|| self.committed.clamp(self.heap_start, self.heap_end))
     }
 
     /// The part of the heap in use since the block was laid out: what a snapshot must keep.
@@ -235,7 +251,7 @@ fn take_block(b: &mut RuntimeBlock, class: usize) -> usize {
     }
     let size = 16usize << class;
     match b.heap_top.checked_add(size) {
-        Some(end) if end <= b.heap_end => {
+        Some(end) if end <= b.heap_end && commit(b, end) => {
             let block = b.heap_top;
             b.heap_top = end;
             block
@@ -245,6 +261,19 @@ fn take_block(b: &mut RuntimeBlock, class: usize) -> usize {
             0
         }
     }
+}
+
+/// Makes the heap up to `end` accessible, when its unused part is kept inaccessible; false when the kernel refuses.
+fn commit(b: &mut RuntimeBlock, end: usize) -> bool {
+    if b.guard_top == 0 || end <= b.committed {
+        return true;
+    }
+    let to = end.next_multiple_of(b.page).min(b.heap_end);
+    if mappings::pkey_mprotect(b.committed, to - b.committed, libc::PROT_READ | libc::PROT_WRITE, b.key) != 0 {
+        return false;
+    }
+    b.committed = to;
+    true
 }
 
 /// `bytes` at an `align`-aligned address (a power of two, at least 16): the header right before the pointer
