@@ -477,7 +477,7 @@ impl MpkBackend {
             placed.push(image);
             at += file.span;
         }
-        // The thunks hold addresses; an address whose bytes spell WRPKRU or XRSTOR would give the domain one.
+        // The thunks hold addresses; an address whose bytes spell WRPKRU, XRSTOR or WRFSBASE would give the domain one.
         // SAFETY: the thunk pages were written above and lie in the region.
         let thunk_code = unsafe { std::slice::from_raw_parts(thunks_at as *const u8, thunk_pages) };
         if !super::scan::find_forbidden(thunk_code).is_empty() {

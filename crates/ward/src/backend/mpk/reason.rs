@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::scan::Forbidden;
 
-/// One place in an extension's executable bytes where an instruction that can write PKRU begins.
+/// One place in an extension's executable bytes where an instruction that can write PKRU or the FS base begins.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ForbiddenSite {
     pub instruction: Forbidden,
@@ -59,7 +59,7 @@ pub enum Reason {
     PositionIndependentExecutable,
     /// Marked `DF_1_NOOPEN`: `dlopen` refuses it.
     NotDlopenable,
-    /// Executable bytes contain instructions that can write PKRU.
+    /// Executable bytes contain instructions that can write PKRU or the FS base.
     ForbiddenInstructions { sites: Vec<ForbiddenSite> },
     /// Imports that start threads.
     Threads { imports: Vec<ImportRef> },

@@ -1,9 +1,13 @@
-//! Finding instructions that can change the PKRU register in bytes the processor may execute.
+//! Finding instructions that can change the PKRU register or the FS base in bytes the processor may execute.
 //!
 //! An mpk domain is entered by writing PKRU; code that can write PKRU itself can open every other domain and the
 //! host. Two user-mode instructions do: WRPKRU, and XRSTOR (with REX.W, XRSTOR64) when its save area requests the
 //! PKRU component. XRSTORS restores PKRU as well; it is privileged and faults in user mode, but refusing it costs
 //! nothing and keeps the rule simple: nothing that loads PKRU.
+//!
+//! The gate also switches the FS base to the domain's thread block, and ward's code finds its way back to the host
+//! thread through the block FS points at (`thread_block`). Code that wrote the FS base itself (WRFSBASE) would leave
+//! that way pointing nowhere, and the next signal would end the host, so WRFSBASE is refused as well.
 //!
 //! The scan looks at **every byte offset**, not at an instruction stream: a jump can land in the middle of an
 //! instruction (or in data that shares an executable page), and the bytes from there on decode afresh. Prefixes
@@ -15,6 +19,9 @@
 //! - XRSTOR: `0F AE /5` with a memory operand (ModRM.mod != 3). The register forms `0F AE E8`..`EF` are LFENCE,
 //!   which every compiler emits; they are not flagged. `/4` (XSAVE) and `/6` (XSAVEOPT) do not write PKRU.
 //! - XRSTORS: `0F C7 /3` with a memory operand.
+//! - WRFSBASE: `F3 0F AE /2` with a register operand (ModRM `D0`..`D7`), with or without REX. The scan does not
+//!   require the `F3`: legacy prefixes may come in any order, and without it the bytes are an invalid instruction,
+//!   which no compiler emits. The memory form of `/2` is LDMXCSR, which is not flagged.
 
 use serde::Serialize;
 
@@ -25,6 +32,7 @@ pub enum Forbidden {
     Wrpkru,
     Xrstor,
     Xrstors,
+    Wrfsbase,
 }
 
 impl Forbidden {
@@ -33,6 +41,7 @@ impl Forbidden {
             Forbidden::Wrpkru => "WRPKRU",
             Forbidden::Xrstor => "XRSTOR",
             Forbidden::Xrstors => "XRSTORS",
+            Forbidden::Wrfsbase => "WRFSBASE",
         }
     }
 }
@@ -45,6 +54,8 @@ const GROUP_9: u8 = 0xc7;
 /// The ModRM `reg` field selecting XRSTOR in group 15 and XRSTORS in group 9.
 const XRSTOR_REG: u8 = 5;
 const XRSTORS_REG: u8 = 3;
+/// The ModRM `reg` field selecting WRFSBASE (register form) in group 15.
+const WRFSBASE_REG: u8 = 2;
 
 /// ModRM fields.
 fn modrm_mod(modrm: u8) -> u8 {
@@ -73,6 +84,8 @@ pub fn find_forbidden(code: &[u8]) -> Vec<(usize, Forbidden)> {
             Some(Forbidden::Xrstor)
         } else if opcode == GROUP_9 && memory && modrm_reg(modrm) == XRSTORS_REG {
             Some(Forbidden::Xrstors)
+        } else if opcode == GROUP_15 && !memory && modrm_reg(modrm) == WRFSBASE_REG {
+            Some(Forbidden::Wrfsbase)
         } else {
             None
         };
@@ -121,6 +134,18 @@ mod tests {
     }
 
     #[test]
+    fn finds_wrfsbase_and_leaves_ldmxcsr_and_rdfsbase_alone() {
+        let code = [
+            0xf3, 0x48, 0x0f, 0xae, 0xd7, // wrfsbase rdi
+            0xf3, 0x0f, 0xae, 0xd0, // wrfsbase eax
+            0x0f, 0xae, 0x17, // ldmxcsr [rdi] (/2, memory)
+            0xf3, 0x48, 0x0f, 0xae, 0xc0, // rdfsbase rax (/0)
+            0xf3, 0x48, 0x0f, 0xae, 0xd8, // wrgsbase rax (/3): GS is no one's here
+        ];
+        assert_eq!(find_forbidden(&code), vec![(2, Forbidden::Wrfsbase), (6, Forbidden::Wrfsbase)]);
+    }
+
+    #[test]
     fn leaves_lfence_xsave_and_neighbours_alone() {
         let code = [
             0x0f, 0xae, 0xe8, // lfence (0F AE /5, register form)
@@ -140,11 +165,12 @@ mod tests {
     }
 
     #[test]
-    fn every_xrstor_memory_form_is_found() {
+    fn every_xrstor_memory_form_and_wrfsbase_register_form_is_found() {
         for modrm in 0..=u8::MAX {
             let code = [0x0f, 0xae, modrm];
-            let expected = modrm_reg(modrm) == 5 && modrm >> 6 != 3;
-            assert_eq!(!find_forbidden(&code).is_empty(), expected, "modrm {modrm:#04x}");
+            let xrstor = modrm_reg(modrm) == 5 && modrm >> 6 != 3;
+            let wrfsbase = modrm_reg(modrm) == 2 && modrm >> 6 == 3;
+            assert_eq!(!find_forbidden(&code).is_empty(), xrstor || wrfsbase, "modrm {modrm:#04x}");
         }
     }
 
