@@ -10,7 +10,9 @@ use crate::regs::{RegArgs, RegRet};
 ///
 /// Loads `args.ints` into `rdi, rsi, rdx, rcx, r8, r9`, `args.floats` into the low 64 bits of `xmm0..xmm7`
 /// (upper bits zero), sets `al = 8` for variadic callees, and calls `func` with the stack 16-byte aligned. No
-/// allocation, no locks: the cost is fourteen loads and an indirect call.
+/// allocation, no locks: the cost is fourteen loads, an indirect call, and saving the six callee-saved registers
+/// around it (a callee that breaks the calling convention and leaves them changed, or the direction flag set,
+/// must not break its caller: the domain process, or the host under `none`).
 ///
 /// # Safety
 /// `func` must point to executable code of a function following the System V x86-64 ABI whose parameters are all
@@ -31,10 +33,18 @@ pub unsafe fn call_native(func: *const c_void, args: &RegArgs) -> RegRet {
     // fourteen loads through r11 are in bounds. Operand registers r10/r11 are not argument registers, so loading
     // rdi..r9 does not overwrite them before the call. The block is not `nostack`, so Rust guarantees the stack
     // is aligned for a call and the red zone is free; not `nomem`, so the compiler assumes the callee reads and
-    // writes memory. `clobber_abi("C")` declares every register the callee may change; callee-saved registers,
-    // the direction flag and the x87/MXCSR control bits are preserved by any ABI-conforming callee.
+    // writes memory. `clobber_abi("C")` declares every register the callee may change. The six callee-saved
+    // registers are pushed and popped around the call (48 bytes keep the stack 16-byte aligned), and the direction
+    // flag is cleared after it, so a callee that breaks the ABI there changes nothing of its caller's. The x87/MXCSR
+    // control bits are the callee's to keep.
     unsafe {
         asm!(
+            "push rbx",
+            "push rbp",
+            "push r12",
+            "push r13",
+            "push r14",
+            "push r15",
             "mov rdi, qword ptr [r11]",
             "mov rsi, qword ptr [r11 + 8]",
             "mov rdx, qword ptr [r11 + 16]",
@@ -52,6 +62,13 @@ pub unsafe fn call_native(func: *const c_void, args: &RegArgs) -> RegRet {
             // Upper bound on vector registers used, read by variadic callees.
             "mov eax, 8",
             "call r10",
+            "cld",
+            "pop r15",
+            "pop r14",
+            "pop r13",
+            "pop r12",
+            "pop rbp",
+            "pop rbx",
             in("r10") func,
             in("r11") args as *const RegArgs,
             lateout("rax") int,
@@ -254,6 +271,45 @@ mod tests {
     fn stack_is_aligned_at_call() {
         let r = call(ward_abi_test_rsp_probe as *const c_void, &RegArgs::default());
         assert_eq!(r.int, 8);
+    }
+
+    // Returns 7 with every callee-saved register but rsp set to a pattern and the direction flag set: a callee
+    // that breaks the calling convention.
+    core::arch::global_asm!(
+        ".pushsection .text.ward_abi_test_clobber, \"ax\", @progbits",
+        ".hidden ward_abi_test_clobber_callee_saved",
+        "ward_abi_test_clobber_callee_saved:",
+        "mov rbx, 0x5a5a5a5a",
+        "mov rbp, rbx",
+        "mov r12, rbx",
+        "mov r13, rbx",
+        "mov r14, rbx",
+        "mov r15, rbx",
+        "std",
+        "mov eax, 7",
+        "ret",
+        ".popsection",
+    );
+
+    extern "C" {
+        fn ward_abi_test_clobber_callee_saved() -> u64;
+    }
+
+    #[test]
+    fn a_callee_that_breaks_the_calling_convention_leaves_its_caller_intact() {
+        // Values live across the calls, some of them in callee-saved registers.
+        let xs: [u64; 10] = core::array::from_fn(|i| std::hint::black_box(i as u64 * 0x1111));
+        let mut total = 0u64;
+        for _ in 0..3 {
+            let r = call(ward_abi_test_clobber_callee_saved as *const c_void, &RegArgs::default());
+            total += r.int;
+            total += xs.iter().sum::<u64>();
+        }
+        assert_eq!(total, 3 * (7 + (0..10).map(|i| i * 0x1111).sum::<u64>()));
+        let direction_flag: u64;
+        // SAFETY: reads the flags register.
+        unsafe { asm!("pushfq", "pop {}", out(reg) direction_flag) };
+        assert_eq!(direction_flag & 0x400, 0, "the direction flag is clear");
     }
 
     #[test]

@@ -123,3 +123,17 @@ fn division_by_zero() {
 fn illegal_instruction() {
     assert_eq!(signal(&contained(13, 0)), (libc::SIGILL, SignalCause::IllegalInstruction));
 }
+
+/// faulty_clobber_callee_saved returns 7 with every callee-saved register but rsp pointing at zeroed memory and the
+/// direction flag set. Natively that breaks the caller; in a process domain the caller is the domain process, whose
+/// call path saves and restores them (as the mpk gate does): the call is no fault at all, and the domain goes on.
+#[test]
+fn a_call_that_breaks_the_calling_convention_returns_its_result_and_the_domain_goes_on() {
+    let (_sup, ext, events) = faulty_with(Isolation::Process, FAULTY_POLICY);
+    assert_eq!(i64_call(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
+    for _ in 0..3 {
+        assert_eq!(i64_call(&ext, "faulty_clobber_callee_saved", &mut []), 7);
+    }
+    assert_eq!(i64_call(&ext, "faulty_counter_add", &mut [Arg::I64(2)]), 7, "the domain goes on with its state");
+    assert_eq!(faults(&events), [], "no fault");
+}
