@@ -68,3 +68,40 @@ pub unsafe fn host_sigaction(
     // SAFETY: the caller's guarantee, passed on.
     unsafe { backend::mpk::host_sigaction(signal, act, old) }
 }
+
+/// glibc's `signal` (and `bsd_signal`) built on [`host_sigaction`]: the handler stays installed, interrupted system
+/// calls restart, and the signal is blocked while its handler runs.
+///
+/// # Safety
+/// `handler` is SIG_DFL, SIG_IGN or a function that follows the C signal handler ABI.
+#[allow(unsafe_code)]
+pub unsafe fn host_signal(signal: std::ffi::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the caller's guarantee, passed on.
+    unsafe { backend::mpk::host_signal(signal, handler) }
+}
+
+/// glibc's `sysv_signal` (what `signal` means in a program compiled for strict ISO C) built on [`host_sigaction`]:
+/// the handler is reset to the default as it starts, and the signal is not blocked while it runs.
+///
+/// # Safety
+/// As for [`host_signal`].
+#[allow(unsafe_code)]
+pub unsafe fn host_sysv_signal(signal: std::ffi::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the caller's guarantee, passed on.
+    unsafe { backend::mpk::host_sysv_signal(signal, handler) }
+}
+
+/// System V's `sigset` built on [`host_sigaction`]: [`SIG_HOLD`] blocks the signal on this thread; any other
+/// disposition is installed and unblocks it. Returns `SIG_HOLD` when the signal was blocked, else the previous
+/// handler.
+///
+/// # Safety
+/// As for [`host_signal`].
+#[allow(unsafe_code)]
+pub unsafe fn host_sigset(signal: std::ffi::c_int, disposition: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the caller's guarantee, passed on.
+    unsafe { backend::mpk::host_sigset(signal, disposition) }
+}
+
+/// The disposition [`host_sigset`] takes to mean "block the signal" (glibc's `SIG_HOLD`).
+pub const SIG_HOLD: libc::sighandler_t = backend::mpk::SIG_HOLD;

@@ -1183,6 +1183,12 @@ unsafe fn real_sigaction(signal: libc::c_int, act: *const libc::sigaction, old: 
     unsafe { __sigaction(signal, act, old) }
 }
 
+/// The entry ward wraps host handlers in (what the kernel has installed for a wrapped signal).
+#[cfg(test)]
+pub(crate) fn host_signal_entry() -> libc::sighandler_t {
+    ward_mpk_host_signal_entry as *const () as libc::sighandler_t
+}
+
 /// `sigaction` as the host sees it once ward's handlers are in (what ward-preload's `sigaction` calls): for a
 /// signal ward handles, the host's action is recorded for ward to chain to and ward's handler stays; a host handler
 /// for any other signal is wrapped ([`adopt_host_handlers`]); either way `old` reports the host's own previous

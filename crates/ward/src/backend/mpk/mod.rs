@@ -20,6 +20,9 @@ pub(crate) mod elf;
 #[allow(unsafe_code)]
 pub(crate) mod gate;
 pub(crate) mod imports;
+// `signal`, `sysv_signal` and `sigset` for hosts, built on the gate's `host_sigaction`.
+#[allow(unsafe_code)]
+mod legacy_signals;
 #[allow(unsafe_code)]
 mod loader;
 #[allow(unsafe_code)]
@@ -41,6 +44,7 @@ mod watchdog;
 
 pub(crate) use self::backend::{GatedCall, MpkBackend, MpkConfig};
 pub(crate) use self::gate::host_sigaction;
+pub(crate) use self::legacy_signals::{host_signal, host_sigset, host_sysv_signal, SIG_HOLD};
 
 /// Whether mpk domains can run here: the processor has memory protection keys and the kernel enables them, and the
 /// kernel lets user code switch the FS base itself (FSGSBASE, Linux 5.9 and later), which the gate does at every
