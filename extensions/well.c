@@ -208,11 +208,20 @@ WELL_EXPORT void acc_free(void *h) {
 
 static int initialised;
 
+/* Set by well_init on the thread that runs it: the others keep 0. */
+static __thread int64_t thread_initialised;
+
 WELL_EXPORT int64_t well_init(void) {
     __atomic_store_n(&initialised, 1, __ATOMIC_SEQ_CST);
+    thread_initialised = 1;
     return 0;
 }
 
 WELL_EXPORT int64_t well_initialised(void) {
     return __atomic_load_n(&initialised, __ATOMIC_SEQ_CST) ? 1 : 0;
+}
+
+/* Whether well_init ran on this thread. */
+WELL_EXPORT int64_t well_thread_initialised(void) {
+    return thread_initialised;
 }

@@ -23,6 +23,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
             "well_clear_errno",
             "well_thread_add",
             "well_thread_calls_and_last",
+            "well_thread_initialised",
             "well_sum",
             "well_xor",
             "well_reverse",
@@ -327,9 +328,10 @@ fn well_behaves() {
 
     let init = func!(well, "well_init", extern "C" fn() -> i64);
     let initialised = func!(well, "well_initialised", extern "C" fn() -> i64);
+    let thread_initialised = func!(well, "well_thread_initialised", extern "C" fn() -> i64);
     assert_eq!(initialised(), 0);
-    assert_eq!(init(), 0);
-    assert_eq!(initialised(), 1);
+    assert_eq!((init(), initialised(), thread_initialised()), (0, 1, 1));
+    assert_eq!(std::thread::spawn(move || thread_initialised()).join().unwrap(), 0, "only on the thread init ran on");
 }
 
 #[test]

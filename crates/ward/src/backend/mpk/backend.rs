@@ -589,6 +589,9 @@ impl MpkBackend {
         }
         let snapshot = take_snapshot(&memory, page).map_err(|bytes| MpkError::Snapshot { bytes })?;
         memory.float_control_at_snapshot.set(memory.float_control.get());
+        // The loading thread's thread-locals as the initialisers left them are part of the state a restore brings
+        // back, like the rest of the snapshot.
+        memory.thread_blocks.keep_as_pristine();
         self.snapshot = Some(snapshot);
         self.memory = Some(memory);
         self.reload = false;

@@ -546,6 +546,7 @@ fn an_extensions_own_thread_locals_are_per_thread_from_their_initial_values_and_
     }
     let (_sup, ext, events) = load("well", Isolation::Mpk);
     // General dynamic (the total), local dynamic (the last value) and initial-exec (the count) accesses.
+    assert_eq!(int(&ext, "well_thread_initialised", &mut []), 1, "the policy's init ran on this thread");
     assert_eq!(int(&ext, "well_thread_add", &mut [Arg::I64(5)]), 1005);
     assert_eq!(int(&ext, "well_thread_add", &mut [Arg::I64(2)]), 1007);
     assert_eq!(int(&ext, "well_thread_calls_and_last", &mut []), 2002);
@@ -557,11 +558,15 @@ fn an_extensions_own_thread_locals_are_per_thread_from_their_initial_values_and_
             .join()
             .unwrap();
         assert_eq!(there, (1007, 1007), "another thread's own, from the initial values");
+        let there = s.spawn(|| int(&ext, "well_thread_initialised", &mut [])).join().unwrap();
+        assert_eq!(there, 0, "init did not run on that thread");
     });
     assert_eq!(int(&ext, "well_thread_calls_and_last", &mut []), 2002, "this thread's kept");
     assert!(faults(&events).is_empty());
-    // Recovery puts the domain's memory back as it was after initialisation, thread-locals included.
+    // Recovery puts the domain's memory back as it was after initialisation, thread-locals included (what init set
+    // on this thread stays set).
     ext.declare_fault("well_thread_add", FaultKind::BadOutput { what: "a test's".into() }).unwrap();
+    assert_eq!(int(&ext, "well_thread_initialised", &mut []), 1);
     assert_eq!(int(&ext, "well_thread_add", &mut [Arg::I64(1)]), 1001);
     assert_eq!(int(&ext, "well_thread_calls_and_last", &mut []), 1001);
 }

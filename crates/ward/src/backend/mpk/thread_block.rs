@@ -265,7 +265,15 @@ impl ThreadBlock {
         Ok(ThreadBlock { region, pointer, pristine })
     }
 
-    /// Puts the static TLS copy back as it was made.
+    /// Takes the static TLS copy as it is now as what a restore puts back.
+    fn keep_as_pristine(&mut self) {
+        // SAFETY: the copy is the first `pristine.len()` bytes of the region, readable by this thread (the caller's
+        // host rights cover the domain's key), and no call is running on this block.
+        let now = unsafe { std::slice::from_raw_parts(self.region.start(), self.pristine.len()) };
+        self.pristine.copy_from_slice(now);
+    }
+
+    /// Puts the static TLS copy back as it was made (or last kept).
     ///
     /// # Safety
     /// No call may be running on this block, and this thread must be allowed to write the domain's key.
@@ -328,6 +336,15 @@ impl ThreadBlocks {
         for block in self.blocks.lock().unwrap_or_else(|e| e.into_inner()).values() {
             // SAFETY: the caller's guarantee.
             unsafe { block.reset() };
+        }
+    }
+
+    /// Makes every block's static TLS copy, as it is now, what a restore puts back: called once the domain's
+    /// initialisers have run, when its snapshot is taken, so that thread-locals they set come back with the rest.
+    /// Blocks made later start from the images' templates, as a thread that did not load the library would.
+    pub(crate) fn keep_as_pristine(&self) {
+        for block in self.blocks.lock().unwrap_or_else(|e| e.into_inner()).values_mut() {
+            block.keep_as_pristine();
         }
     }
 
