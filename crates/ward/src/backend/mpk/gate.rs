@@ -650,13 +650,6 @@ fn prepare_thread() -> io::Result<()> {
     Ok(())
 }
 
-extern "C" {
-    /// glibc (2.35 and later): where this thread's rseq area lies from the thread pointer, and its size (0 when
-    /// glibc registered none).
-    static __rseq_offset: isize;
-    static __rseq_size: u32;
-}
-
 /// The signature glibc registers its rseq areas with on x86.
 const RSEQ_SIG: u32 = 0x5305_3053;
 const RSEQ_FLAG_UNREGISTER: u64 = 1;
@@ -669,17 +662,10 @@ const RSEQ_FLAG_UNREGISTER: u64 = 1;
 /// kills the process with SIGSEGV. Unregistered, the kernel leaves the area alone; glibc only reads it to answer
 /// `sched_getcpu`, and falls back to the system call once the kernel marks it unregistered.
 fn unregister_rseq() -> io::Result<()> {
-    // SAFETY: plain reads of two constants glibc sets before any user code runs.
-    let (offset, size) = unsafe { (__rseq_offset, __rseq_size) };
-    if size == 0 {
+    let Some((offset, size)) = thread_block::rseq_area() else {
         return Ok(());
-    }
-    let thread_pointer: usize;
-    // SAFETY: on x86-64 glibc the first word of the thread control block, at fs:0, points at the block itself.
-    unsafe {
-        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) thread_pointer, options(nostack, readonly, preserves_flags))
     };
-    let area = thread_pointer.wrapping_add_signed(offset);
+    let area = thread_block::host_thread_pointer().wrapping_add_signed(offset);
     // A thread may have none: glibc registers a new thread's area only when the thread that created it had one,
     // and a thread that has called a domain has given its own up. Its `cpu_id` (the second word) is then negative.
     // SAFETY: the area lies in this thread's control block, host memory this thread reads.

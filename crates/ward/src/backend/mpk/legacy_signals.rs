@@ -8,17 +8,13 @@ use std::mem::MaybeUninit;
 use std::ptr;
 
 use super::gate::host_sigaction;
+use super::runtime::set_errno;
 
 /// The disposition `sigset` takes to mean "block the signal" (glibc's `SIG_HOLD`, which the libc crate lacks).
 pub const SIG_HOLD: libc::sighandler_t = 2;
 
 fn valid(signal: c_int) -> bool {
     (1..=libc::SIGRTMAX()).contains(&signal)
-}
-
-fn set_errno(errno: c_int) {
-    // SAFETY: __errno_location gives this thread's errno.
-    unsafe { *libc::__errno_location() = errno };
 }
 
 fn empty_action() -> libc::sigaction {

@@ -145,6 +145,14 @@ extern "C" {
     static __rseq_size: u32;
 }
 
+/// Where glibc keeps each thread's restartable-sequences area, from the thread pointer, and its size; None when
+/// glibc registers none.
+pub(crate) fn rseq_area() -> Option<(isize, u32)> {
+    // SAFETY: plain reads of two constants glibc sets before any user code runs.
+    let (offset, size) = unsafe { (__rseq_offset, __rseq_size) };
+    (size > 0).then_some((offset, size))
+}
+
 /// Copies `len` bytes from `from` in this process to `to`, page by page, leaving zeros where `from` is not mapped
 /// readable: the bytes below a thread pointer that belong to the thread's TLS are mapped, but how far the mapping
 /// reaches is glibc's business, and a read past it must not fault.
@@ -239,10 +247,8 @@ impl ThreadBlock {
         }
         // The copy of the kernel's restartable-sequences area says "not registered", so glibc's `sched_getcpu` in the
         // domain asks the kernel rather than read a processor number that is only true of the moment of the copy.
-        // SAFETY: two constants glibc sets before any user code runs.
-        let (rseq_offset, rseq_size) = unsafe { (__rseq_offset, __rseq_size) };
-        let cpu_id_at = rseq_offset.checked_add(4).and_then(|at| usize::try_from(at).ok());
-        if let Some(at) = cpu_id_at.filter(|at| rseq_size > 0 && at + 4 <= page) {
+        let cpu_id_at = rseq_area().and_then(|(offset, _)| usize::try_from(offset.checked_add(4)?).ok());
+        if let Some(at) = cpu_id_at.filter(|at| at + 4 <= page) {
             // SAFETY: the word lies in the control block page, writable by this thread.
             unsafe { ((pointer + at) as *mut i32).write(-1) };
         }

@@ -60,6 +60,19 @@ impl TestDomain {
             .expect("the gate's thread set-up")
     }
 
+    /// Call `func` in this domain from a thread started for the call (this one waits, so the stack is free).
+    fn call_from_a_new_thread(&self, func: *const c_void, ints: &[u64]) -> Result<RegRet, GateFault> {
+        let func = func as usize;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                allow_on_this_thread(self.key.number());
+                self.call(func as *const c_void, ints)
+            })
+            .join()
+            .unwrap()
+        })
+    }
+
     /// This thread's block in the domain.
     fn thread_pointer(&self) -> usize {
         let pointer = self.blocks.pointer_for_this_thread().expect("a thread block");
@@ -1184,9 +1197,7 @@ fn a_domain_runs_with_a_thread_block_of_its_own_and_the_host_gets_its_own_back()
     assert_eq!(d.call(f(stack_guard_here as *const ()), &[]).unwrap().int, stack_guard_here(), "the same guard");
     // The copy of the kernel's restartable-sequences area reads as unregistered (glibc's `sched_getcpu` then asks
     // the kernel instead of reading a stale processor number).
-    // SAFETY: glibc's constants.
-    let (rseq_offset, rseq_size) = unsafe { (__rseq_offset, __rseq_size) };
-    if rseq_size > 0 {
+    if let Some((rseq_offset, _)) = crate::backend::mpk::thread_block::rseq_area() {
         let cpu_id = d.call(f(thread_word_here as *const ()), &[(rseq_offset + 4) as u64]).unwrap().int;
         assert_eq!(cpu_id as i64, -1, "the domain's rseq cpu_id");
     }
@@ -1237,28 +1248,8 @@ fn errno_written_in_a_domain_is_the_domains_per_thread_and_the_hosts_is_untouche
     assert_eq!(host_errno(), 5, "the host's errno is untouched");
     assert_eq!(d.call(f(errno_through_libc as *const ()), &[]).unwrap().int, libc::EDOM as u64, "kept");
     // Another thread writes its own errno in the domain; this thread's stays.
-    let (key, rights, stack_top, blocks) = (d.key.number(), d.rights, d.stack.end() as usize, d.blocks.clone());
-    let theirs = std::thread::spawn(move || {
-        allow_on_this_thread(key);
-        let pointer = blocks.pointer_for_this_thread().expect("a thread block");
-        let mut args = RegArgs::default();
-        args.ints[0] = libc::ERANGE as u64;
-        // SAFETY: set_errno_through_libc takes one integer; this domain's stack is not in use by this thread's
-        // caller, which waits for the join.
-        let set = unsafe {
-            super::call(
-                f(set_errno_through_libc as *const ()),
-                &args,
-                rights,
-                stack_top as *mut u8,
-                None,
-                pointer,
-                &FLOAT,
-            )
-        };
-        set.unwrap().unwrap().int
-    });
-    assert_eq!(theirs.join().unwrap(), libc::ERANGE as u64);
+    let theirs = d.call_from_a_new_thread(f(set_errno_through_libc as *const ()), &[libc::ERANGE as u64]);
+    assert_eq!(theirs.unwrap().int, libc::ERANGE as u64);
     assert_eq!(d.call(f(errno_through_libc as *const ()), &[]).unwrap().int, libc::EDOM as u64, "per thread");
 }
 
@@ -1314,15 +1305,6 @@ fn a_thread_started_by_a_thread_that_has_called_a_domain_can_call_it_too() {
     // This thread gives its restartable-sequences area up on its first call; glibc then registers none for the
     // threads it starts.
     assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
-    let (key, rights, stack_top, blocks) = (d.key.number(), d.rights, d.stack.end() as usize, d.blocks.clone());
-    let theirs = std::thread::spawn(move || {
-        allow_on_this_thread(key);
-        let pointer = blocks.pointer_for_this_thread().expect("a thread block");
-        let mut args = RegArgs::default();
-        args.ints[..2].copy_from_slice(&[20, 22]);
-        // SAFETY: add takes two integers; the domain's stack is not in use (the caller waits for the join).
-        unsafe { super::call(f(add as *const ()), &args, rights, stack_top as *mut u8, None, pointer, &FLOAT) }
-            .map(|r| r.map(|r| r.int))
-    });
-    assert_eq!(theirs.join().unwrap().expect("the new thread is prepared for gate calls"), Ok(42));
+    // The new thread is prepared for gate calls (the call panics if it is not), and its call works.
+    assert_eq!(d.call_from_a_new_thread(f(add as *const ()), &[20, 22]).map(|r| r.int), Ok(42));
 }

@@ -568,8 +568,9 @@ extern "C" fn rt_qsort_r(base: *mut u8, n: usize, size: usize, compare: usize, a
 
 // ---- errno, atexit ----
 
-/// Sets the calling thread's errno. Inside a domain the FS base is the domain's thread block, so this is the
-/// domain's errno, the one the extension reads through `__errno_location`; the host's is untouched.
+/// Sets the calling thread's errno (for the runtime, and for the host-side signal functions). Inside a domain the FS
+/// base is the domain's thread block, so this is the domain's errno, the one the extension reads through
+/// `__errno_location`; the host's is untouched.
 pub(crate) fn set_errno(value: i32) {
     // SAFETY: glibc's `__errno_location` gives the address of errno in the running thread's block, always writable
     // by the code running on it.
