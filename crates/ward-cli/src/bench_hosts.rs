@@ -2,7 +2,9 @@
 //!
 //! Each variant runs the same host command: plain (native), then through `ward run --isolation none`,
 //! `ward run --isolation process` and, where the machine has protection keys, `ward run --isolation mpk` (the
-//! `ward` being this program). The variants are interleaved run by run, so
+//! `ward` being this program). Without `--policy` one more variant runs `ward run --isolation process` with every
+//! plugin of the host in one domain that spins longer before sleeping (`[defaults] group = "host"`,
+//! `spin = 100000`), the configuration DECISIONS.md offers for speed. The variants are interleaved run by run, so
 //! drift on a shared machine hits all of them alike. One untimed round comes first: it warms the page cache and the
 //! plugins' files, and its outputs are compared with native's (sox's output files byte for byte; for ffmpeg, which
 //! discards its frames in the timed runs, a checksum of every output frame). Each time is the wall time of
@@ -90,23 +92,20 @@ enum Variant {
     Native,
     WardNone,
     WardProcess,
+    /// Process domains, every plugin of the host in one (see [`GROUPED_POLICY`]).
+    WardGrouped,
     WardMpk,
 }
 
-/// The variants this machine can run: mpk only where it has protection keys.
-fn variants() -> Vec<Variant> {
-    let mut v = vec![Variant::Native, Variant::WardNone, Variant::WardProcess];
-    if ward::mpk_available() {
-        v.push(Variant::WardMpk);
-    }
-    v
-}
+/// The policy of the grouped variant: one domain for all the host's plugins, awake between calls.
+const GROUPED_POLICY: &str = "[defaults]\ngroup = \"host\"\nspin = 100000\n";
 
 impl Variant {
     fn name(self) -> &'static str {
         match self {
             Variant::Native => "native",
             Variant::WardNone | Variant::WardProcess | Variant::WardMpk => "ward run",
+            Variant::WardGrouped => "ward run, grouped",
         }
     }
 
@@ -114,7 +113,7 @@ impl Variant {
         match self {
             Variant::Native => "-",
             Variant::WardNone => "none",
-            Variant::WardProcess => "process",
+            Variant::WardProcess | Variant::WardGrouped => "process",
             Variant::WardMpk => "mpk",
         }
     }
@@ -125,6 +124,7 @@ impl Variant {
             Variant::Native => "native",
             Variant::WardNone => "none",
             Variant::WardProcess => "process",
+            Variant::WardGrouped => "process-grouped",
             Variant::WardMpk => "mpk",
         }
     }
@@ -132,7 +132,7 @@ impl Variant {
     /// The ratio to native this variant should stay under, if it has a target.
     fn target(self, case: &Case) -> Option<f64> {
         match self {
-            Variant::WardProcess => Some(case.target),
+            Variant::WardProcess | Variant::WardGrouped => Some(case.target),
             Variant::WardMpk => Some(MPK_TARGET),
             Variant::Native | Variant::WardNone => None,
         }
@@ -143,20 +143,39 @@ impl Variant {
 struct Ward {
     exe: PathBuf,
     policy: Option<PathBuf>,
+    /// The grouped variant's policy file, when the user gave no policy of their own.
+    grouped: Option<PathBuf>,
 }
 
 impl Ward {
-    fn new(policy: Option<&Path>) -> Result<Ward> {
+    /// `dir`: where the grouped variant's policy file goes.
+    fn new(policy: Option<&Path>, dir: &Path) -> Result<Ward> {
         let exe = std::env::current_exe().context("cannot find the running ward program")?;
-        let policy = match policy {
+        let (policy, grouped) = match policy {
             Some(p) => {
                 // Read once here, so that a mistake in it is bad input before anything is timed.
                 ward::Policy::from_file(p)?;
-                Some(std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+                (Some(std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())), None)
             }
-            None => None,
+            None => {
+                let path = dir.join("grouped.toml");
+                std::fs::write(&path, GROUPED_POLICY).with_context(|| format!("cannot write {}", path.display()))?;
+                (None, Some(path))
+            }
         };
-        Ok(Ward { exe, policy })
+        Ok(Ward { exe, policy, grouped })
+    }
+
+    /// The variants to run: the grouped one without a user policy, mpk only where the machine has protection keys.
+    fn variants(&self) -> Vec<Variant> {
+        let mut v = vec![Variant::Native, Variant::WardNone, Variant::WardProcess];
+        if self.grouped.is_some() {
+            v.push(Variant::WardGrouped);
+        }
+        if ward::mpk_available() {
+            v.push(Variant::WardMpk);
+        }
+        v
     }
 
     fn policy_text(&self) -> String {
@@ -180,8 +199,9 @@ struct Case {
     target: f64,
 }
 
-/// Wall seconds of the timed runs of each variant, in `variants()` order.
+/// Wall seconds of the timed runs of each variant, in `variants` order.
 struct Timings {
+    variants: Vec<Variant>,
     seconds: Vec<Vec<f64>>,
     identical: bool,
     /// Which ward variants' output differed from native's.
@@ -251,8 +271,8 @@ pub fn sox(args: SoxArgs) -> Result<bool> {
             ))));
         }
     }
-    let ward = Ward::new(args.policy.as_deref())?;
     let tmp = TempDir::new("ward-bench-sox")?;
+    let ward = Ward::new(args.policy.as_deref(), tmp.path())?;
     let input = tmp.path().join("in.wav");
     progress("sox: making 60 s of 48 kHz stereo 16-bit audio (two sines and pink noise, fixed seed)");
     let made = Command::new(&sox)
@@ -333,8 +353,8 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
             ))));
         }
     }
-    let ward = Ward::new(args.policy.as_deref())?;
     let tmp = TempDir::new("ward-bench-ffmpeg")?;
+    let ward = Ward::new(args.policy.as_deref(), tmp.path())?;
     let input = tmp.path().join("in.rgba");
     let size = format!("{WIDTH}x{HEIGHT}");
     progress(&format!(
@@ -462,30 +482,31 @@ fn command_text(case: &Case, dir: &Path) -> String {
 fn measure(case: &Case, ward: &Ward, dir: &Path, runs: u32) -> Result<Timings> {
     let load_before = load_average();
     let out_of = |v: Variant| dir.join(format!("out-{}-{}.{}", case_slug(&case.name), v.key(), case.ext));
-    for v in variants() {
+    let variants = ward.variants();
+    for &v in &variants {
         let secs = run_once(case, ward, v, &out_of(v), true, dir)?;
         progress(&format!("{}: check run, {:<7} {secs:.2} s", case.name, v.key()));
     }
     let native = std::fs::read(out_of(Variant::Native))
         .with_context(|| format!("{}: the native check run wrote no output", case.name))?;
     let mut differing = Vec::new();
-    for v in variants().into_iter().filter(|&v| v != Variant::Native) {
+    for &v in variants.iter().filter(|&&v| v != Variant::Native) {
         let out = std::fs::read(out_of(v)).unwrap_or_default();
         if out != native {
             differing.push(v.key());
         }
     }
-    let mut seconds: Vec<Vec<f64>> = vec![Vec::new(); variants().len()];
+    let mut seconds: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for round in 1..=runs {
         let mut line = format!("{}: run {round}/{runs}:", case.name);
-        for (i, v) in variants().into_iter().enumerate() {
+        for (i, &v) in variants.iter().enumerate() {
             let secs = run_once(case, ward, v, &out_of(v), false, dir)?;
             seconds[i].push(secs);
             line.push_str(&format!(" {} {secs:.2} s", v.key()));
         }
         progress(&line);
     }
-    Ok(Timings { seconds, identical: differing.is_empty(), differing, load: (load_before, load_average()) })
+    Ok(Timings { variants, seconds, identical: differing.is_empty(), differing, load: (load_before, load_average()) })
 }
 
 fn case_slug(name: &str) -> String {
@@ -498,10 +519,11 @@ fn run_once(case: &Case, ward: &Ward, variant: Variant, out: &Path, check: bool,
     let args = (case.args)(out, check);
     let mut cmd = match variant {
         Variant::Native => Command::new(&case.program),
-        Variant::WardNone | Variant::WardProcess | Variant::WardMpk => {
+        Variant::WardNone | Variant::WardProcess | Variant::WardGrouped | Variant::WardMpk => {
             let mut c = Command::new(&ward.exe);
             c.args(["run", "--isolation", variant.isolation()]);
-            if let Some(policy) = &ward.policy {
+            let policy = if variant == Variant::WardGrouped { ward.grouped.as_ref() } else { ward.policy.as_ref() };
+            if let Some(policy) = policy {
                 c.arg("--policy").arg(policy);
             }
             c.arg("--").arg(&case.program);
@@ -558,10 +580,10 @@ fn mpk_unavailable() -> String {
 }
 
 fn print_table(case: &Case, t: &Timings) -> Result<()> {
-    let cols = Columns::new(&[9, 9, 9, 9, 9, 7]);
+    let cols = Columns::new(&[17, 9, 9, 9, 9, 7]);
     say!("{}", cols.row(&["variant", "isolation", "median", "min", "max", "ratio", "target"]))?;
     let native = summarise(&t.seconds[0]).median;
-    for (i, v) in variants().into_iter().enumerate() {
+    for (i, &v) in t.variants.iter().enumerate() {
         let s = summarise(&t.seconds[i]);
         let ratio = s.median / native;
         let target = match v.target(case) {
@@ -581,11 +603,11 @@ fn print_table(case: &Case, t: &Timings) -> Result<()> {
             ])
         )?;
     }
-    if !variants().contains(&Variant::WardMpk) {
+    if !t.variants.contains(&Variant::WardMpk) {
         say!("{}", cols.row(&["ward run", "mpk", &format!("{}; target <= {MPK_TARGET:.2}x", mpk_unavailable())]))?;
     }
     if t.identical {
-        let kinds: Vec<&str> = variants().into_iter().filter(|&v| v != Variant::Native).map(Variant::key).collect();
+        let kinds: Vec<&str> = t.variants.iter().filter(|&&v| v != Variant::Native).map(|&v| Variant::key(v)).collect();
         say!("outputs identical: yes (ward run {} against native: {})", kinds.join(", "), case.compared)?;
     } else {
         say!("outputs identical: no (differing from native: {})", t.differing.join(", "))?;
@@ -613,8 +635,10 @@ fn print_json(
             .iter()
             .map(|(case, t, command)| {
                 let native = summarise(&t.seconds[0]).median;
-                let mut rows: Vec<JsonVariant> = variants()
-                    .into_iter()
+                let mut rows: Vec<JsonVariant> = t
+                    .variants
+                    .iter()
+                    .copied()
                     .enumerate()
                     .map(|(i, v)| {
                         let s = summarise(&t.seconds[i]);
@@ -635,7 +659,7 @@ fn print_json(
                         }
                     })
                     .collect();
-                if !variants().contains(&Variant::WardMpk) {
+                if !t.variants.contains(&Variant::WardMpk) {
                     rows.push(JsonVariant {
                         variant: "mpk",
                         isolation: "mpk",

@@ -22,32 +22,43 @@ pub struct Callee {
 
 impl Library {
     pub fn load(extensions: &[ExtensionArg]) -> Result<Library, String> {
-        let mut handles = Vec::new();
+        let mut library = Library { handles: Vec::new(), poisoned: Vec::new(), functions: Vec::new() };
         for ext in extensions {
-            let path = CString::new(ext.path.as_os_str().as_encoded_bytes())
-                .map_err(|_| format!("extension path {} contains a NUL byte", ext.path.display()))?;
-            // SAFETY: path is a valid C string; dlopen runs the extension's constructors, which is what loading means.
-            let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-            if handle.is_null() {
-                return Err(format!("cannot load {}: {}", ext.path.display(), dlerror()));
-            }
-            handles.push(handle);
-            if let Some(init) = &ext.init {
-                let f = lookup(handle, init)
-                    .ok_or_else(|| format!("init function `{init}` not found in {}", ext.path.display()))?;
-                // SAFETY: policy declares `init` as `int64_t init(void)`; no arguments are read.
-                let ret = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
-                if ret.int != 0 {
-                    return Err(format!(
-                        "init function `{init}` of {} returned {}",
-                        ext.path.display(),
-                        ret.int as i64
-                    ));
+            library.load_one(ext)?;
+        }
+        Ok(library)
+    }
+
+    /// Load one more extension and run its init function; returns its index. When init fails the extension is
+    /// closed again, so the set loaded is the set the host knows.
+    pub fn load_one(&mut self, ext: &ExtensionArg) -> Result<u32, String> {
+        let path = CString::new(ext.path.as_os_str().as_encoded_bytes())
+            .map_err(|_| format!("extension path {} contains a NUL byte", ext.path.display()))?;
+        // SAFETY: path is a valid C string; dlopen runs the extension's constructors, which is what loading means.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            return Err(format!("cannot load {}: {}", ext.path.display(), dlerror()));
+        }
+        if let Some(init) = &ext.init {
+            let failed = match lookup(handle, init) {
+                None => Some(format!("init function `{init}` not found in {}", ext.path.display())),
+                Some(f) => {
+                    // SAFETY: policy declares `init` as `int64_t init(void)`; no arguments are read.
+                    let ret = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
+                    (ret.int != 0).then(|| {
+                        format!("init function `{init}` of {} returned {}", ext.path.display(), ret.int as i64)
+                    })
                 }
+            };
+            if let Some(reason) = failed {
+                // SAFETY: handle came from the dlopen above and nothing of the extension is in use.
+                unsafe { libc::dlclose(handle) };
+                return Err(reason);
             }
         }
-        let poisoned = extensions.iter().map(|e| e.poison).collect();
-        Ok(Library { handles, poisoned, functions: Vec::new() })
+        self.handles.push(handle);
+        self.poisoned.push(ext.poison);
+        u32::try_from(self.handles.len() - 1).map_err(|_| "too many extensions".to_string())
     }
 
     /// The function table, by the indices [`Library::resolve`] returned.

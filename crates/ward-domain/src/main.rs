@@ -114,7 +114,7 @@ fn setup(args: Args) -> Result<Setup, String> {
 /// Best effort: if the host is gone there is nobody to tell.
 fn report_error(control: &ControlSocket, message: &str) {
     let mut text = format!("error {message}");
-    text.truncate(ward_xpc::control::MAX_CONTROL_MESSAGE);
+    ward_xpc::control::fit(&mut text);
     let _ = control.send(&text, None);
 }
 

@@ -18,6 +18,7 @@ use ward_xpc::pool::RichPtr;
 use ward_xpc::ring::{Consumer, Producer, MAX_RECORD};
 use ward_xpc::wire::{emit_reply, ArgKind, CallView, Message, Op, RetKind, Status, WireArg, REPLY_LEN};
 
+use crate::args::ExtensionArg;
 use crate::faults::CURRENT_CALL;
 use crate::loader::Callee;
 use crate::Setup;
@@ -122,6 +123,16 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
                         }
                     }
                     Message::Ping { id } => reply(id, Status::Ok, RegRet::default())?,
+                    Message::Load { id, poison, path, init, reason } => {
+                        let loaded = load(path, init, poison);
+                        match loaded {
+                            Ok(index) => reply(id, Status::Ok, RegRet { int: u64::from(index), float: 0 })?,
+                            Err(why) => {
+                                let written = with_server(|s| write_reason(s, reason, &why));
+                                reply(id, Status::LoadFailed, RegRet { int: written as u64, float: 0 })?
+                            }
+                        }
+                    }
                     Message::CallbackReply { id, ret_int, ret_float } => {
                         if until == Some(id) {
                             return Ok(RegRet { int: ret_int, float: ret_float });
@@ -132,6 +143,28 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
                 }
             }
         }
+    }
+}
+
+/// Load one more extension into this incarnation (its group gained a member while it ran).
+fn load(path: &[u8], init: &[u8], poison: bool) -> Result<u32, String> {
+    let path = std::str::from_utf8(path).map_err(|_| "the extension's path is not UTF-8".to_string())?;
+    let init = std::str::from_utf8(init).map_err(|_| "the init function's name is not UTF-8".to_string())?;
+    let ext = ExtensionArg { path: path.into(), init: (!init.is_empty()).then(|| init.to_string()), poison };
+    with_server(|s| s.setup.library.load_one(&ext))
+}
+
+/// Write why a load failed into the output-pool buffer the host lent for it; returns the bytes written (none when
+/// the buffer is not one of the pool's).
+fn write_reason(s: &Server, (offset, len): (u64, u64), why: &str) -> usize {
+    let rich = RichPtr { pool: ward_xpc::pool::POOL_OUT, offset, len };
+    if s.setup.pool_out.resolve(&rich).is_err() {
+        return 0;
+    }
+    let n = why.len().min(len as usize);
+    match s.setup.pool_out.memory().write_at(offset as usize, &why.as_bytes()[..n]) {
+        Ok(()) => n,
+        Err(_) => 0,
     }
 }
 

@@ -1,27 +1,70 @@
 //! Zygote mode: stay loaded and initialised, and fork a fresh incarnation for every `fork` request.
 //!
 //! Restarting from a warm zygote skips exec, dynamic linking, `dlopen` and init: recovery costs a fork. The zygote
-//! stays single-threaded, so forking it is safe. It waits for each child it forks and reports how it ended
-//! (`exit code N`, `exit signal N`), since only a parent can read that status.
+//! stays single-threaded, so forking it is safe. It reports how each child it forked ended (`exit code N`,
+//! `exit signal N`), since only a parent can read that status. When a group gains a member the host asks the
+//! zygote to `load` it too ([`LoadRequest`]), so later incarnations are forked with it; the zygote therefore waits
+//! for its child and for the host's requests at once. It loads a new member in a throwaway child first: the
+//! running incarnation is the zygote's child and dies with it (`PR_SET_PDEATHSIG`), so a constructor that crashes
+//! must not crash the zygote.
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
-use ward_xpc::control::ControlSocket;
+use ward_xpc::control::{ControlSocket, LoadRequest};
 
+use crate::args::ExtensionArg;
 use crate::{faults, serve, Setup};
 
-pub fn run(setup: Setup, control: ControlSocket) -> ExitCode {
+/// The incarnation forked last, until its end is reported.
+struct Child {
+    pid: i32,
+    pidfd: OwnedFd,
+}
+
+pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
     let _ = control.send("ready", None);
+    let mut child: Option<Child> = None;
     loop {
+        match wait_either(&control, child.as_ref()) {
+            Ready::Child => {
+                if let Some(c) = child.take() {
+                    let _ = control.send(&wait_for(c.pid), None);
+                }
+                continue;
+            }
+            Ready::Control => {}
+            // The host is gone, or polling itself failed: nothing left to serve.
+            Ready::Neither => return ExitCode::SUCCESS,
+        }
         let message = match control.recv(None) {
             Ok(Some(m)) => m,
             // The host closed the socket or is gone: nothing left to serve.
             _ => return ExitCode::SUCCESS,
         };
+        if let Some(request) = LoadRequest::parse(&message.text) {
+            let ext = ExtensionArg {
+                path: request.path.into(),
+                init: request.init.map(str::to_string),
+                poison: request.poison,
+            };
+            let loaded = trial_load(&mut setup, &ext).and_then(|()| setup.library.load_one(&ext));
+            let mut answer = match loaded {
+                Ok(index) => format!("loaded {index}"),
+                Err(reason) => format!("error {reason}"),
+            };
+            ward_xpc::control::fit(&mut answer);
+            let _ = control.send(&answer, None);
+            continue;
+        }
         if message.text != "fork" {
             let _ = control.send(&format!("error unknown control message `{}`", message.text), None);
             continue;
+        }
+        if let Some(c) = child.take() {
+            // The host forks the next incarnation only after the last one ended; should it not, the status of
+            // the last is reported first so the answers keep their order.
+            let _ = control.send(&wait_for(c.pid), None);
         }
         // SAFETY: this process is single-threaded (the zygote never starts threads), so the child is a consistent
         // copy.
@@ -32,7 +75,7 @@ pub fn run(setup: Setup, control: ControlSocket) -> ExitCode {
         }
         if pid == 0 {
             drop(control);
-            return child(setup);
+            return serve_child(setup);
         }
         // SAFETY: pidfd_open on our own, not yet reaped child.
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -40,16 +83,89 @@ pub fn run(setup: Setup, control: ControlSocket) -> ExitCode {
             let _ = control.send(&format!("error pidfd_open failed: {}", std::io::Error::last_os_error()), None);
             // SAFETY: killing the child we just forked.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-        } else {
-            // SAFETY: pidfd_open returned a new descriptor that we own.
-            let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
-            let _ = control.send(&format!("forked {pid}"), Some(pidfd.as_fd()));
+            let _ = wait_for(pid);
+            continue;
         }
-        let _ = control.send(&wait_for(pid), None);
+        // SAFETY: pidfd_open returned a new descriptor that we own.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+        let _ = control.send(&format!("forked {pid}"), Some(pidfd.as_fd()));
+        child = Some(Child { pid, pidfd });
     }
 }
 
-fn child(setup: Setup) -> ExitCode {
+/// How long a trial load may take: less than the host waits for the answer, so the host hears why.
+const TRIAL_TIMEOUT_MS: i32 = 30_000;
+
+/// Load `ext` in a forked child, which then exits: Err when loading it killed or hung that child. A load that merely
+/// fails (dlopen's error, an init function's result) is reported by the zygote's own attempt.
+fn trial_load(setup: &mut Setup, ext: &ExtensionArg) -> Result<(), String> {
+    // SAFETY: this process is single-threaded (the zygote never starts threads), so the child is a consistent copy.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork failed: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: prctl has no memory preconditions; _exit ends the child without running the extensions'
+        // destructors or flushing anything the zygote owns.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            let _ = setup.library.load_one(ext);
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: pidfd_open on our own, not yet reaped child.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd >= 0 {
+        // SAFETY: pidfd_open returned a new descriptor that we own.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+        let mut fd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut fd, 1, TRIAL_TIMEOUT_MS) };
+        if ready == 0 {
+            // SAFETY: killing the child we forked, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = wait_for(pid);
+            return Err(format!("loading it did not finish within {} s", TRIAL_TIMEOUT_MS / 1000));
+        }
+    }
+    match wait_for(pid).as_str() {
+        "exit code 0" => Ok(()),
+        ended => Err(format!("it killed the process loading it ({})", ended.trim_start_matches("exit "))),
+    }
+}
+
+enum Ready {
+    Child,
+    Control,
+    Neither,
+}
+
+/// Wait until the child has ended or the host sent something; the child first, so its status goes out before the
+/// answer to anything the host sent after it.
+fn wait_either(control: &ControlSocket, child: Option<&Child>) -> Ready {
+    let mut fds = [
+        libc::pollfd { fd: child.map_or(-1, |c| c.pidfd.as_raw_fd()), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: control.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 },
+    ];
+    loop {
+        // SAFETY: fds is an array of two valid pollfd structures; a negative fd is ignored by poll.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if rc < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Ready::Neither;
+        }
+        if fds[0].revents != 0 {
+            return Ready::Child;
+        }
+        if fds[1].revents != 0 {
+            return Ready::Control;
+        }
+    }
+}
+
+fn serve_child(setup: Setup) -> ExitCode {
     // SAFETY: prctl and getppid have no memory preconditions.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);

@@ -6,8 +6,61 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-/// Largest control message either side sends.
-pub const MAX_CONTROL_MESSAGE: usize = 512;
+/// Largest control message either side sends: room for a `load` request naming a path as long as Linux allows.
+pub const MAX_CONTROL_MESSAGE: usize = 8192;
+
+/// Cut `text` to at most [`MAX_CONTROL_MESSAGE`] bytes, at a character boundary.
+pub fn fit(text: &mut String) {
+    if text.len() > MAX_CONTROL_MESSAGE {
+        let mut end = MAX_CONTROL_MESSAGE;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
+/// A zygote's `load` request: one more extension to load (and initialise) before its next fork, because a group
+/// gained a member. As text: `load`, the poison flag (`0` or `1`), the init function (empty for none) and the path,
+/// one per line; the path comes last so it may hold any character. The zygote answers `loaded INDEX` or
+/// `error REASON`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadRequest<'a> {
+    pub path: &'a str,
+    pub init: Option<&'a str>,
+    pub poison: bool,
+}
+
+impl<'a> LoadRequest<'a> {
+    /// The request as a control message; None when it cannot be one (an init name with a line break, or too long).
+    pub fn to_text(&self) -> Option<String> {
+        let init = self.init.unwrap_or("");
+        if init.contains('\n') {
+            return None;
+        }
+        let text = format!("load\n{}\n{init}\n{}", u8::from(self.poison), self.path);
+        (text.len() <= MAX_CONTROL_MESSAGE).then_some(text)
+    }
+
+    /// Parse a control message; None when it is not a well-formed `load` request.
+    pub fn parse(text: &'a str) -> Option<LoadRequest<'a>> {
+        let mut parts = text.splitn(4, '\n');
+        if parts.next()? != "load" {
+            return None;
+        }
+        let poison = match parts.next()? {
+            "0" => false,
+            "1" => true,
+            _ => return None,
+        };
+        let init = parts.next()?;
+        let path = parts.next()?;
+        if path.is_empty() {
+            return None;
+        }
+        Some(LoadRequest { path, init: (!init.is_empty()).then_some(init), poison })
+    }
+}
 
 #[derive(Debug)]
 pub struct ControlSocket {
@@ -176,5 +229,42 @@ mod tests {
         assert!(b.recv(Some(Duration::from_millis(1))).unwrap().is_none());
         drop(a);
         assert!(b.recv(Some(Duration::from_secs(5))).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_message_as_long_as_allowed_passes_and_a_longer_one_is_refused() {
+        let (a, b) = ControlSocket::pair().unwrap();
+        let long = "x".repeat(MAX_CONTROL_MESSAGE);
+        a.send(&long, None).unwrap();
+        assert_eq!(b.recv(Some(Duration::from_secs(5))).unwrap().unwrap().text, long);
+        assert!(a.send(&format!("{long}y"), None).is_err());
+    }
+
+    #[test]
+    fn fit_cuts_at_a_character_boundary() {
+        // Two-byte characters, so the limit falls inside one when the text starts one byte off.
+        let mut text = format!("a{}", "é".repeat(MAX_CONTROL_MESSAGE));
+        fit(&mut text);
+        assert_eq!(text.len(), MAX_CONTROL_MESSAGE - 1);
+        let mut short = "short".to_string();
+        fit(&mut short);
+        assert_eq!(short, "short");
+    }
+
+    #[test]
+    fn load_requests_round_trip_and_odd_ones_are_refused() {
+        for r in [
+            LoadRequest { path: "/usr/lib/ladspa/amp.so", init: None, poison: false },
+            LoadRequest { path: "/tmp/a dir/with\nnewline.so", init: Some("ext_init"), poison: true },
+        ] {
+            let text = r.to_text().unwrap();
+            assert_eq!(LoadRequest::parse(&text), Some(r));
+        }
+        assert_eq!(LoadRequest { path: "x.so", init: Some("a\nb"), poison: false }.to_text(), None);
+        let long = "p".repeat(MAX_CONTROL_MESSAGE);
+        assert_eq!(LoadRequest { path: &long, init: None, poison: false }.to_text(), None);
+        for bad in ["fork", "load\n2\n\nx.so", "load\n0\n\n", "load\n0", "loaded 1"] {
+            assert_eq!(LoadRequest::parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -11,6 +11,9 @@
 //! Ping (op 7, 16 bytes)        header only
 //! Batch (op 8)                 deferred calls with scalar arguments, many to a record: see `batch`
 //! Pad (op 9)                   ring filler, never parsed as a message
+//! Load (op 10)                 flags u32 @16 (bit 0: poison), path_len u32 @20, init_len u32 @24, pad,
+//!                              reason offset u64 @32, reason len u64 @40 (in the output pool), path @48, init
+//!                              right after it (neither with a NUL), zero padding
 //! ```
 //!
 //! # Contract
@@ -102,7 +105,17 @@ pub(crate) mod field {
     pub const RESOLVE_EXT: Field = 16..20;
     pub const RESOLVE_NAME_LEN: Field = 20..24;
     pub const RESOLVE_NAME: usize = 24;
+
+    pub const LOAD_FLAGS: Field = 16..20;
+    pub const LOAD_PATH_LEN: Field = 20..24;
+    pub const LOAD_INIT_LEN: Field = 24..28;
+    pub const LOAD_REASON_OFFSET: Field = 32..40;
+    pub const LOAD_REASON_LEN: Field = 40..48;
+    pub const LOAD_PATH: usize = 48;
 }
+
+/// Load flag: call the new extension's functions poisoned.
+pub const LOAD_POISON: u32 = 1;
 
 /// The one error of this module: the record is malformed, for the reason given.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -157,6 +170,7 @@ wire_enum! {
         Ping = 7,
         Batch = 8,
         Pad = 9,
+        Load = 10,
     }
 }
 
@@ -207,6 +221,8 @@ wire_enum! {
         BadArgs = 2,
         ResolveFailed = 3,
         UnknownOp = 4,
+        /// A Load the domain could not do; the reply's `ret_int` is the length of the reason it wrote.
+        LoadFailed = 5,
     }
 }
 
@@ -373,6 +389,10 @@ pub enum Message<'a> {
     Resolve { id: u64, ext: u32, name: &'a [u8] },
     /// Op 7.
     Ping { id: u64 },
+    /// Op 10: load one more extension into the running incarnation (a group gained a member). The reply's
+    /// `ret_int` is the new extension's index; on failure the domain writes why, as UTF-8, into the output-pool
+    /// buffer `reason` names (offset, length) and the reply says how many bytes it wrote.
+    Load { id: u64, poison: bool, path: &'a [u8], init: &'a [u8], reason: (u64, u64) },
 }
 
 impl<'a> Message<'a> {
@@ -442,6 +462,29 @@ impl<'a> Message<'a> {
                 exact(PING_LEN)?;
                 Ok(Message::Ping { id })
             }
+            Op::Load => {
+                if len < field::LOAD_PATH {
+                    return Err(WireError("load record too short"));
+                }
+                let flags = get_u32(record, field::LOAD_FLAGS)?;
+                if flags & !LOAD_POISON != 0 {
+                    return Err(WireError("unknown load flag"));
+                }
+                let path_len = get_u32(record, field::LOAD_PATH_LEN)? as usize;
+                let init_len = get_u32(record, field::LOAD_INIT_LEN)? as usize;
+                let path_end = field::LOAD_PATH.checked_add(path_len).ok_or(WireError("path too long"))?;
+                let end = path_end.checked_add(init_len).ok_or(WireError("init name too long"))?;
+                if end > len {
+                    return Err(WireError("path or init name runs past the record"));
+                }
+                if round_up(end) != len {
+                    return Err(WireError("wrong length for its path and init name"));
+                }
+                let path = record.get(field::LOAD_PATH..path_end).ok_or(WireError("path runs past the record"))?;
+                let init = record.get(path_end..end).ok_or(WireError("init name runs past the record"))?;
+                let reason = (get_u64(record, field::LOAD_REASON_OFFSET)?, get_u64(record, field::LOAD_REASON_LEN)?);
+                Ok(Message::Load { id, poison: flags & LOAD_POISON != 0, path, init, reason })
+            }
             Op::Pad => Err(WireError("padding record")),
             Op::Batch => Err(WireError("a batch record is read with batch::BatchView")),
             Op::Unknown(_) => Err(WireError("unknown op")),
@@ -486,6 +529,7 @@ impl<'a> Message<'a> {
             Message::CallbackReply { .. } => Op::CallbackReply,
             Message::Resolve { .. } => Op::Resolve,
             Message::Ping { .. } => Op::Ping,
+            Message::Load { .. } => Op::Load,
         }
     }
 
@@ -497,6 +541,7 @@ impl<'a> Message<'a> {
             | Message::Callback { id, .. }
             | Message::CallbackReply { id, .. }
             | Message::Resolve { id, .. }
+            | Message::Load { id, .. }
             | Message::Ping { id } => id,
         }
     }
@@ -510,6 +555,9 @@ impl<'a> Message<'a> {
             Message::CallbackReply { .. } => CALLBACK_REPLY_LEN,
             Message::Resolve { name, .. } => round_up(field::RESOLVE_NAME.saturating_add(name.len())),
             Message::Ping { .. } => PING_LEN,
+            Message::Load { path, init, .. } => {
+                round_up(field::LOAD_PATH.saturating_add(path.len()).saturating_add(init.len()))
+            }
         }
     }
 
@@ -595,6 +643,16 @@ impl<'a> Message<'a> {
                 put(buf, field::RESOLVE_NAME, name);
             }
             Message::Ping { .. } => {}
+            Message::Load { poison, path, init, reason, .. } => {
+                put_u32(buf, field::LOAD_FLAGS, if *poison { LOAD_POISON } else { 0 });
+                // check() bounds path and init by MAX_RECORD.
+                put_u32(buf, field::LOAD_PATH_LEN, path.len() as u32);
+                put_u32(buf, field::LOAD_INIT_LEN, init.len() as u32);
+                put_u64(buf, field::LOAD_REASON_OFFSET, reason.0);
+                put_u64(buf, field::LOAD_REASON_LEN, reason.1);
+                put(buf, field::LOAD_PATH, path);
+                put(buf, field::LOAD_PATH + path.len(), init);
+            }
         }
         Ok(len)
     }
@@ -934,6 +992,9 @@ mod tests {
             Message::Resolve { id: 9, ext: 0, name: b"" },
             Message::Resolve { id: 10, ext: 0, name: b"exactly_eight_ok" },
             Message::Ping { id: 11 },
+            Message::Load { id: 13, poison: false, path: b"/usr/lib/ladspa/amp.so", init: b"", reason: (4096, 512) },
+            Message::Load { id: 14, poison: true, path: b"ext.so", init: b"ext_init", reason: (0, 0) },
+            Message::Load { id: 15, poison: false, path: b"", init: b"", reason: (u64::MAX, 1) },
         ];
         // Every argument kind and the most arguments.
         let kinds = [
@@ -1180,6 +1241,40 @@ mod tests {
     }
 
     #[test]
+    fn load_lengths_and_flags_are_checked() {
+        let rec = emitted(&Message::Load { id: 1, poison: true, path: b"a.so", init: b"in", reason: (64, 512) });
+        assert_eq!(rec.len(), 64);
+        assert_eq!(
+            Message::parse(&rec),
+            Ok(Message::Load { id: 1, poison: true, path: b"a.so", init: b"in", reason: (64, 512) })
+        );
+        let with = |at: usize, v: u32| {
+            let mut r = rec.clone();
+            r[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            Message::parse(&r).map(|_| ())
+        };
+        assert_eq!(with(16, 2), Err(WireError("unknown load flag")));
+        assert_eq!(with(20, 17), Err(WireError("path or init name runs past the record")));
+        assert_eq!(with(24, 15), Err(WireError("path or init name runs past the record")));
+        assert!(with(20, u32::MAX).is_err());
+        assert!(with(24, u32::MAX).is_err());
+        // Path and init name that would fit in less than the record's length.
+        let mut r = rec.clone();
+        r[20..28].fill(0);
+        assert_eq!(Message::parse(&r), Err(WireError("wrong length for its path and init name")));
+        // Shorter than the fixed part.
+        let mut r = rec[..32].to_vec();
+        r[0] = 32;
+        assert_eq!(Message::parse(&r), Err(WireError("load record too short")));
+        // A path as long as a record allows, and one byte more.
+        let path = [b'p'; MAX_RECORD - field::LOAD_PATH];
+        let fits = Message::Load { id: 2, poison: false, path: &path, init: b"", reason: (0, 0) };
+        assert_eq!(Message::parse(&emitted(&fits)), Ok(fits));
+        let over = Message::Load { id: 2, poison: false, path: &path, init: b"x", reason: (0, 0) };
+        assert_eq!(over.emit(&mut vec![0u8; 2 * MAX_RECORD]), Err(WireError("record longer than MAX_RECORD")));
+    }
+
+    #[test]
     fn emit_into_a_short_buffer_fails() {
         for m in samples() {
             let mut buf = vec![0u8; m.wire_len() - 1];
@@ -1205,11 +1300,13 @@ mod tests {
     fn enums_keep_unknown_codes() {
         assert_eq!(Op::from(1), Op::Call);
         assert_eq!(Op::from(8), Op::Batch);
-        assert_eq!(Op::from(10), Op::Unknown(10));
-        assert_eq!(u8::from(Op::Unknown(10)), 10);
+        assert_eq!(Op::from(10), Op::Load);
+        assert_eq!(Op::from(11), Op::Unknown(11));
+        assert_eq!(u8::from(Op::Unknown(11)), 11);
         assert_eq!(u8::from(Op::Pad), OP_PAD);
         assert_eq!(Status::from(4), Status::UnknownOp);
-        assert_eq!(Status::from(5), Status::Unknown(5));
+        assert_eq!(Status::from(5), Status::LoadFailed);
+        assert_eq!(Status::from(6), Status::Unknown(6));
         assert_eq!(ArgKind::from(9), ArgKind::Inline);
         assert_eq!(RetKind::from(3), RetKind::F32);
         assert_eq!(WireArg::default().kind, ArgKind::Int);

@@ -7,7 +7,7 @@ use ward_xpc::Deadline;
 
 use ward_abi::{RegArgs, RegRet};
 
-use super::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
+use super::{Added, Backend, BackendError, ExtensionSpec, Frame, Refused, Step, WireValue};
 use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::tracker::Tracker;
@@ -34,27 +34,34 @@ impl DirectBackend {
 
     fn open_all(&mut self) -> Result<(), String> {
         for spec in &self.specs {
-            let path = CString::new(spec.path.as_os_str().as_encoded_bytes())
-                .map_err(|_| format!("{} contains a NUL byte", spec.path.display()))?;
-            // SAFETY: a valid C string; loading runs the extension's constructors in this process, which is what
-            // the `none` isolation kind means.
-            let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-            if h.is_null() {
-                return Err(dlerror());
-            }
-            self.handles.push(Handle(h));
-            if let Some(init) = &spec.init {
-                let f = lookup(h, init).ok_or_else(|| format!("init function `{init}` not found"))?;
-                // SAFETY: policy declares init as `int64_t init(void)`.
-                let r = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
-                if r.int != 0 {
-                    return Err(format!("init function `{init}` returned {}", r.as_i64()));
-                }
-            }
+            self.handles.push(open(spec)?);
         }
         Ok(())
     }
 }
+
+/// Load one extension into this process and run its init function.
+fn open(spec: &ExtensionSpec) -> Result<Handle, String> {
+    let path = CString::new(spec.path.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{} contains a NUL byte", spec.path.display()))?;
+    // SAFETY: a valid C string; loading runs the extension's constructors in this process, which is what the `none`
+    // isolation kind means.
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return Err(dlerror());
+    }
+    if let Some(init) = &spec.init {
+        let f = lookup(h, init).ok_or_else(|| format!("init function `{init}` not found"))?;
+        // SAFETY: policy declares init as `int64_t init(void)`.
+        let r = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
+        if r.int != 0 {
+            return Err(format!("init function `{init}` returned {}", r.as_i64()));
+        }
+    }
+    Ok(Handle(h))
+}
+
+impl DirectBackend {}
 
 impl Backend for DirectBackend {
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
@@ -72,8 +79,11 @@ impl Backend for DirectBackend {
         true
     }
 
-    fn add_extension(&mut self, spec: ExtensionSpec) {
+    fn add_extension(&mut self, _: &mut Tracker, spec: ExtensionSpec) -> Result<Added, Refused> {
+        let handle = open(&spec).map_err(|reason| Refused { reason, restart: false })?;
+        self.handles.push(handle);
         self.specs.push(spec);
+        Ok(Added::InPlace)
     }
 
     fn replace_image(&mut self, index: usize, path: PathBuf) {

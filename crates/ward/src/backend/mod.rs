@@ -89,6 +89,23 @@ pub(crate) struct Frame {
     pub loans: Vec<Loan>,
 }
 
+/// How a running domain took one more extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Added {
+    /// Loaded into the running incarnation: its state and everything else is as it was.
+    InPlace,
+    /// Listed, but the running incarnation does not have it: restart it (and replay).
+    NeedsRestart,
+}
+
+/// Why a running domain refused one more extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub reason: String,
+    /// The running incarnation was lost trying (it died or hung loading it): restart it, without the extension.
+    pub restart: bool,
+}
+
 pub(crate) trait Backend: Send {
     /// Resolve a symbol of extension `ext` (its index in load order) for the current incarnation.
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError>;
@@ -142,8 +159,10 @@ pub(crate) trait Backend: Send {
     /// resources are recorded in `tracker`.
     fn restart(&mut self, tracker: &mut Tracker) -> Result<RestartVia, String>;
 
-    /// Load one more extension; it takes effect at the next restart (the core restarts and replays).
-    fn add_extension(&mut self, spec: ExtensionSpec);
+    /// Load one more extension (a group gained a member). A backend that can load it into the running incarnation
+    /// does, and says [`Added::InPlace`]; else it lists it for the next restart and says [`Added::NeedsRestart`]
+    /// (the core restarts and replays). A refused extension is not listed.
+    fn add_extension(&mut self, tracker: &mut Tracker, spec: ExtensionSpec) -> Result<Added, Refused>;
 
     /// Load extension `index` (in the order added) from `path` from the next restart on.
     fn replace_image(&mut self, index: usize, path: PathBuf);

@@ -19,7 +19,7 @@ use ward_xpc::Deadline;
 
 mod recovery;
 
-use crate::backend::{Backend, BackendError, ExtensionSpec, Step, WireValue};
+use crate::backend::{Added, Backend, BackendError, ExtensionSpec, Step, WireValue};
 use crate::call::{Arg, RetType, Value};
 use crate::error::Error;
 use crate::events::{Event, EventBus};
@@ -215,7 +215,9 @@ impl Domain {
         index
     }
 
-    /// Add an extension to a running group domain: the backend reloads with it, the shadow log is replayed.
+    /// Add an extension to a running group domain. The backend loads it into the running incarnation when it can,
+    /// so the members already there keep their state; else the domain restarts with it and the shadow log is
+    /// replayed. An extension that cannot be loaded is refused and the group goes on without it.
     pub fn add_extension(
         &self,
         spec: ExtensionSpec,
@@ -224,19 +226,27 @@ impl Domain {
         opened: Option<PathBuf>,
     ) -> Result<usize, Error> {
         let g = self.lock.lock();
-        {
+        let path = spec.path.clone();
+        let added = {
             let mut st = g.borrow_mut();
-            st.backend.add_extension(spec);
-            st.backend.stop();
-        }
-        let index = {
+            let st = &mut *st;
+            st.backend.add_extension(&mut st.tracker, spec)
+        };
+        let outcome = added.map(|how| {
             let mut st = g.borrow_mut();
             st.extensions.push((name, policy));
             st.images.push(Image { opened, switched: false, rewrite: None });
-            st.extensions.len() - 1
+            (st.extensions.len() - 1, how == Added::NeedsRestart)
+        });
+        let restart = match &outcome {
+            Ok((_, restart)) => *restart,
+            Err(refused) => refused.restart,
         };
-        self.restart_and_replay(&g).map_err(|reason| Error::Spawn { domain: self.name.clone(), reason })?;
-        Ok(index)
+        if restart {
+            g.borrow_mut().backend.stop();
+            self.restart_and_replay(&g).map_err(|reason| Error::Spawn { domain: self.name.clone(), reason })?;
+        }
+        outcome.map(|(index, _)| index).map_err(|refused| Error::Load { path, reason: refused.reason })
     }
 
     /// The effective policy of extension `ext` of this domain.

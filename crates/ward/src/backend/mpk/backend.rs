@@ -43,7 +43,7 @@ use super::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
 use super::thread_block::{ThreadBlocks, TlsLayout};
 use super::{assess, Image, Reason};
 use crate::backend::direct::DirectFn;
-use crate::backend::{Backend, BackendError, ExtensionSpec, Frame, Step, WireValue};
+use crate::backend::{Added, Backend, BackendError, ExtensionSpec, Frame, Refused, Step, WireValue};
 use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::fault::{DomainHint, FaultKind, SignalCause};
@@ -1058,9 +1058,10 @@ impl Backend for MpkBackend {
         Ok(RestartVia::Reload)
     }
 
-    fn add_extension(&mut self, spec: ExtensionSpec) {
+    fn add_extension(&mut self, _: &mut Tracker, spec: ExtensionSpec) -> Result<Added, Refused> {
         self.cfg.extensions.push(spec);
         self.reload = true;
+        Ok(Added::NeedsRestart)
     }
 
     fn extensions(&self) -> Vec<ExtensionSpec> {

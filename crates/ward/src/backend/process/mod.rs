@@ -24,7 +24,7 @@ use smallvec::SmallVec;
 use ward_abi::{RegArgs, RegRet};
 use ward_xpc::arena::{self, POOL_ARENA};
 use ward_xpc::batch::BatchWriter;
-use ward_xpc::control::ControlSocket;
+use ward_xpc::control::{ControlSocket, LoadRequest};
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
 use ward_xpc::pool::{HostPool, Lease, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
 use ward_xpc::ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};
@@ -34,7 +34,7 @@ use ward_xpc::{Deadline, Region};
 pub(crate) use spawn::find_program;
 
 use super::direct::DirectFn;
-use super::{Backend, BackendError, ExtensionSpec, Frame, Loan, Step, WireValue};
+use super::{Added, Backend, BackendError, ExtensionSpec, Frame, Loan, Refused, Step, WireValue};
 use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::fault::{DomainHint, FaultKind, SignalCause};
@@ -51,6 +51,8 @@ const DEFER_BATCH: u32 = 64;
 /// Buffers in the host's arena at least this large are lent in place; smaller ones cost less to copy than the
 /// domain's two protection changes.
 const LEND_IN_PLACE_MIN: usize = 64 << 10;
+/// Room for why a domain could not load an extension (dlerror's message, an init function's result).
+const LOAD_REASON_LEN: usize = 1024;
 
 pub(crate) struct ProcessConfig {
     pub program: PathBuf,
@@ -77,6 +79,8 @@ struct Zygote {
     child: Child,
     pidfd: OwnedFd,
     control: ControlSocket,
+    /// How the last incarnation ended, when the zygote said so while the host waited for another answer.
+    exit_said: Option<String>,
 }
 
 /// Where an incarnation's exit status comes from.
@@ -215,7 +219,8 @@ impl ProcessBackend {
         if !self.zygote_alive() {
             self.kill_zygote();
             let started = self.launch(spawn::Mode::Zygote)?;
-            self.zygote = Some(Zygote { child: started.child, pidfd: started.pidfd, control: started.control });
+            self.zygote =
+                Some(Zygote { child: started.child, pidfd: started.pidfd, control: started.control, exit_said: None });
         }
         let z = self.zygote.as_ref().ok_or("no zygote")?;
         z.control.send("fork", None).map_err(|e| format!("zygote: {e}"))?;
@@ -229,6 +234,125 @@ impl ProcessBackend {
             }
             _ => Err("the zygote did not answer a fork request".into()),
         }
+    }
+
+    /// Ask the zygote to load one more extension. Ok(true): it has it; Ok(false): the zygote answered out of turn
+    /// and was stopped (the next one is started with the whole set); Err: the extension is refused.
+    fn zygote_load(&mut self, request: &str) -> Result<bool, Refused> {
+        let refused = |reason: String| Refused { reason, restart: false };
+        let Some(z) = self.zygote.as_ref() else {
+            return Ok(false);
+        };
+        if z.control.send(request, None).is_err() {
+            self.kill_zygote();
+            return Ok(false);
+        }
+        let deadline = std::time::Instant::now() + spawn::START_TIMEOUT;
+        let answer = loop {
+            let Some(z) = self.zygote.as_mut() else {
+                return Ok(false);
+            };
+            let answer = z.control.recv(Some(deadline.saturating_duration_since(std::time::Instant::now())));
+            match answer {
+                // The running incarnation ended meanwhile: its status is for collect_death.
+                Ok(Some(m)) if m.text.starts_with("exit ") => z.exit_said = Some(m.text),
+                other => break other,
+            }
+        };
+        let expected = self.cfg.extensions.len();
+        match answer {
+            Ok(Some(m)) if m.text.strip_prefix("loaded ").and_then(|n| n.parse::<usize>().ok()) == Some(expected) => {
+                Ok(true)
+            }
+            Ok(Some(m)) => match m.text.strip_prefix("error ") {
+                Some(reason) => Err(refused(reason.to_string())),
+                None => {
+                    self.kill_zygote();
+                    Ok(false)
+                }
+            },
+            // The zygote closed its end (it is dying) or did not answer in time: the extension's constructors or
+            // init function killed or hung it.
+            other => {
+                let closed = matches!(other, Ok(None)) && std::time::Instant::now() < deadline;
+                let status = match self.zygote.as_mut() {
+                    Some(z) if closed && spawn::wait_dead(z.pidfd.as_fd(), KILL_TIMEOUT) => z.child.wait().ok(),
+                    _ => None,
+                };
+                self.kill_zygote();
+                Err(refused(match status {
+                    Some(s) => format!("the domain's process died loading it ({s})"),
+                    None => format!("loading it did not finish within {} s", spawn::START_TIMEOUT.as_secs()),
+                }))
+            }
+        }
+    }
+
+    /// Load one more extension into the running incarnation.
+    fn load_live(&mut self, tracker: &mut Tracker, spec: &ExtensionSpec) -> Result<(), Refused> {
+        let lost = |reason: String| Refused { reason, restart: true };
+        let refused = |reason: String| Refused { reason, restart: false };
+        let path = spec.path.to_str().ok_or_else(|| refused("its path is not UTF-8".into()))?;
+        let init = spec.init.as_deref().unwrap_or("");
+        let loan = self
+            .lend(tracker, POOL_OUT, None, LOAD_REASON_LEN, true)
+            .map_err(|e| refused(format!("cannot lend a buffer for the answer: {e:?}")))?;
+        let outcome = self.send_load(path.as_bytes(), init.as_bytes(), spec.poison, loan.rich);
+        let answer = match outcome {
+            Ok((Status::Ok, ret)) if ret.int == self.cfg.extensions.len() as u64 => Ok(()),
+            Ok((Status::Ok, ret)) => Err(lost(format!(
+                "the domain loaded it as extension {} where the host expected {}",
+                ret.int,
+                self.cfg.extensions.len()
+            ))),
+            Ok((_, ret)) => {
+                let mut reason = vec![0u8; (ret.int as usize).min(LOAD_REASON_LEN)];
+                let read = lock(&self.pools).output.memory().read_at(loan.rich.offset as usize, &mut reason);
+                Err(refused(match read {
+                    Ok(()) if !reason.is_empty() => String::from_utf8_lossy(&reason).into_owned(),
+                    _ => "the domain could not load it and gave no reason".into(),
+                }))
+            }
+            Err(BackendError::Fault(kind)) => Err(lost(format!("the domain failed loading it: {}", kind.cause()))),
+            Err(BackendError::TimedOut) => {
+                Err(lost(format!("loading it did not finish within {} s", spawn::START_TIMEOUT.as_secs())))
+            }
+            Err(BackendError::Usage(what)) => Err(refused(what)),
+            Err(BackendError::UnknownSymbol) => Err(lost("the domain answered a load as a resolve".into())),
+        };
+        if let Some(record) = loan.record {
+            tracker.release(record);
+        }
+        answer
+    }
+
+    /// Send a Load request and wait for its reply: the status and what it returned.
+    fn send_load(
+        &mut self,
+        path: &[u8],
+        init: &[u8],
+        poison: bool,
+        reason: ward_xpc::RichPtr,
+    ) -> Result<(Status, RegRet), BackendError> {
+        self.fault_if_dead()?;
+        self.close_batch()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let len = self.encode(&Message::Load { id, poison, path, init, reason: (reason.offset, reason.len) })?;
+        self.push(len)?;
+        self.requests.publish();
+        self.in_flight.push(id);
+        let (id, status, ret) = self.next_reply(&mut Deadline::after(spawn::START_TIMEOUT))?;
+        if status == Status::LoadFailed {
+            // Answered, and not a status check_reply knows: pop it here.
+            if self.in_flight.last() != Some(&id) {
+                return Err(protocol(format!("reply for call {id:#x}, which is not in flight")));
+            }
+            self.in_flight.pop();
+            return Ok((status, ret));
+        }
+        self.check_reply(id, status)?;
+        Ok((status, ret))
     }
 
     /// How the live incarnation ended (it has ended). Asks its parent for the status, reads the fault record.
@@ -251,7 +375,7 @@ impl ProcessBackend {
                 }
                 Err(_) => None,
             },
-            Parent::Zygote => self.zygote.as_ref().and_then(|z| read_exit(&z.control)),
+            Parent::Zygote => self.zygote.as_mut().and_then(read_exit),
         };
         let record = self.region.read_fault_record();
         let kind = match status {
@@ -510,7 +634,9 @@ impl ProcessBackend {
             Status::UnknownFunction => Err(protocol("the domain does not know a function it resolved".into())),
             Status::BadArgs => Err(protocol("the domain rejected arguments the host built".into())),
             Status::ResolveFailed => Err(BackendError::UnknownSymbol),
-            Status::UnknownOp | Status::Unknown(_) => Err(protocol(format!("unexpected status {status:?}"))),
+            Status::UnknownOp | Status::LoadFailed | Status::Unknown(_) => {
+                Err(protocol(format!("unexpected status {status:?}")))
+            }
         }
     }
 }
@@ -550,6 +676,7 @@ fn op_name(m: &Message<'_>) -> &'static str {
         Message::CallbackReply { .. } => "callback-reply",
         Message::Resolve { .. } => "resolve",
         Message::Ping { .. } => "ping",
+        Message::Load { .. } => "load",
     }
 }
 
@@ -563,9 +690,12 @@ fn free(pools: &SharedPools, pool_id: u32, lease: Lease) {
 }
 
 /// Read `exit code N` / `exit signal N` from a zygote.
-fn read_exit(control: &ControlSocket) -> Option<Ended> {
-    let m = control.recv(Some(ZYGOTE_TIMEOUT)).ok()??;
-    let rest = m.text.strip_prefix("exit ")?;
+fn read_exit(zygote: &mut Zygote) -> Option<Ended> {
+    let text = match zygote.exit_said.take() {
+        Some(text) => text,
+        None => zygote.control.recv(Some(ZYGOTE_TIMEOUT)).ok()??.text,
+    };
+    let rest = text.strip_prefix("exit ")?;
     if let Some(n) = rest.strip_prefix("signal ") {
         return n.parse().ok().map(Ended::Signal);
     }
@@ -596,10 +726,39 @@ impl Backend for ProcessBackend {
         None
     }
 
-    fn add_extension(&mut self, spec: ExtensionSpec) {
-        self.cfg.extensions.push(spec);
-        // The zygote has the old set loaded; the next restart makes a new one.
-        self.kill_zygote();
+    fn add_extension(&mut self, tracker: &mut Tracker, spec: ExtensionSpec) -> Result<Added, Refused> {
+        let Some(request) = load_request_text(&spec) else {
+            // A path the control socket cannot carry: restart with it on the command line, from a new zygote.
+            self.cfg.extensions.push(spec);
+            self.kill_zygote();
+            return Ok(Added::NeedsRestart);
+        };
+        // The zygote first: loading there leaves the running incarnation alone, so an extension that fails to
+        // load, or kills the process loading it, is refused while the others go on serving.
+        let zygote_has_it = if self.cfg.zygote && self.zygote_alive() {
+            self.zygote_load(&request)?
+        } else {
+            // No zygote, or a dead one: the next one is started with the whole set.
+            self.kill_zygote();
+            false
+        };
+        if self.live_is_dead() {
+            // Whatever stopped it is found at the next call; the restart then brings the new extension along.
+            self.cfg.extensions.push(spec);
+            return Ok(Added::NeedsRestart);
+        }
+        match self.load_live(tracker, &spec) {
+            Ok(()) => {
+                self.cfg.extensions.push(spec);
+                Ok(Added::InPlace)
+            }
+            // The zygote has it: a fresh incarnation forked from it has it too.
+            Err(_) if zygote_has_it => {
+                self.cfg.extensions.push(spec);
+                Ok(Added::NeedsRestart)
+            }
+            Err(refused) => Err(refused),
+        }
     }
 
     fn replace_image(&mut self, index: usize, path: PathBuf) {
@@ -849,6 +1008,12 @@ impl Drop for ProcessBackend {
         self.stop();
         self.kill_zygote();
     }
+}
+
+/// The zygote's `load` request for an extension; None when the control socket cannot carry it (a path that is not
+/// UTF-8 or too long).
+fn load_request_text(spec: &ExtensionSpec) -> Option<String> {
+    LoadRequest { path: spec.path.to_str()?, init: spec.init.as_deref(), poison: spec.poison }.to_text()
 }
 
 fn ret_kind(ret: RetType) -> RetKind {

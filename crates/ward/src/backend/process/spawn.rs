@@ -12,7 +12,7 @@ use crate::backend::ExtensionSpec;
 use crate::policy::Limits;
 
 /// How long a domain may take to load its extensions before the start counts as failed.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where the `ward-domain` program is: `$WARD_DOMAIN`, else beside the running program, else one directory up
 /// (test and bench programs live in `target/<profile>/deps`).

@@ -1,0 +1,160 @@
+//! Groups: one process domain for several extensions. A member added while the group runs is loaded into the
+//! running process (and its zygote), so the members already there keep their state; one that cannot be loaded is
+//! refused and the group goes on without it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use ward::{Arg, Error, Isolation, Policy, Supervisor};
+
+/// `well` and `faulty` in group `g`; well's counter is not marked state-establishing, so only a member that joined
+/// without a restart keeps it. `[group.g]` gets `group_extra`.
+fn group_policy(group_extra: &str) -> String {
+    format!(
+        r#"
+[group.g]
+{group_extra}
+[extension.well]
+group = "g"
+[extension.faulty]
+group = "g"
+[extension.faulty.function.faulty_counter_add]
+state = true
+[extension.broken]
+group = "g"
+[extension.boom]
+group = "g"
+"#
+    )
+}
+
+fn group_with_well(group_extra: &str) -> (Supervisor, ward::Extension) {
+    let sup = Supervisor::new(Policy::from_toml_str(&group_policy(group_extra), "test").unwrap());
+    let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+    assert_eq!(i64_call(&well, "counter_add", &mut [Arg::I64(20)]), 20);
+    (sup, well)
+}
+
+fn joins_the_running_process(group_extra: &str) {
+    let (sup, well) = group_with_well(group_extra);
+    let pid = well.pid();
+    let faulty = sup.load_with(builtin("faulty"), Some(Isolation::Process)).unwrap();
+    assert_eq!(faulty.domain(), "g");
+    assert_eq!(faulty.pid(), pid, "the new member runs in the process that was running");
+    assert_eq!(well.stats().restarts, 0);
+    assert_eq!(i64_call(&well, "counter_add", &mut [Arg::I64(1)]), 21, "state no replay restores is still there");
+    // A fault of the new member restarts the group; the new incarnation has both members.
+    assert_eq!(arm_and_compute(&faulty, 1, 0).as_i64(), Some(37));
+    assert_ne!(faulty.pid(), pid);
+    assert_eq!(i64_call(&faulty, "faulty_counter_get", &mut []), 12);
+    assert_eq!(i64_call(&well, "counter_get", &mut []), 0, "well's counter is not replayed: this is a restart");
+    assert_eq!(i64_call(&well, "well_sum", &mut [Arg::In(&[1, 2, 3]), Arg::U64(3)]), 6);
+}
+
+#[test]
+fn a_member_added_to_a_running_group_joins_the_running_process() {
+    joins_the_running_process("");
+}
+
+#[test]
+fn without_a_zygote_a_member_still_joins_the_running_process() {
+    joins_the_running_process("zygote = false");
+}
+
+fn is_refused_and_the_group_goes_on(group_extra: &str, library: &Path, expect: &str) {
+    let (sup, well) = group_with_well(group_extra);
+    let pid = well.pid();
+    let e = sup.load_with(library, Some(Isolation::Process)).unwrap_err();
+    assert!(matches!(e, Error::Load { .. }), "{e}");
+    assert!(e.to_string().contains(expect), "{e}");
+    assert_eq!(well.pid(), pid, "the running process was left alone");
+    assert_eq!(i64_call(&well, "counter_add", &mut [Arg::I64(1)]), 21);
+    // The group still takes members, and forks them from a zygote that does not have the refused one.
+    let faulty = sup.load_with(builtin("faulty"), Some(Isolation::Process)).unwrap();
+    assert_eq!(arm_and_compute(&faulty, 1, 0).as_i64(), Some(37));
+    assert_eq!(i64_call(&well, "well_sum", &mut [Arg::In(&[4, 5]), Arg::U64(2)]), 9);
+}
+
+#[test]
+fn a_member_that_cannot_be_loaded_is_refused_and_the_group_goes_on() {
+    let dir = tempdir("missing");
+    let so = missing_dependency(&dir);
+    is_refused_and_the_group_goes_on("", &so, "libward_missing_dependency");
+    // Without a zygote the running process itself tries, and says why through a lent buffer.
+    is_refused_and_the_group_goes_on("zygote = false", &so, "libward_missing_dependency");
+}
+
+#[test]
+fn a_member_whose_constructor_crashes_is_refused_and_the_group_goes_on() {
+    let dir = tempdir("boom");
+    let so = dir.join("libboom.so");
+    cc(
+        &["-shared", "-fPIC", "-o", so.to_str().unwrap(), "-x", "c", "-"],
+        b"__attribute__((constructor)) static void boom(void) { *(volatile int *)0 = 1; }\nint f(void) { return 1; }\n",
+    );
+    // The zygote tries it in a throwaway child, which dies; the running process never sees it.
+    is_refused_and_the_group_goes_on("", &so, "killed the process loading it (signal 11)");
+}
+
+#[test]
+fn without_a_zygote_a_member_that_kills_the_running_process_is_refused_and_the_group_restarts() {
+    let dir = tempdir("boom-live");
+    let so = dir.join("libboom.so");
+    cc(
+        &["-shared", "-fPIC", "-o", so.to_str().unwrap(), "-x", "c", "-"],
+        b"__attribute__((constructor)) static void boom(void) { *(volatile int *)0 = 1; }\nint f(void) { return 1; }\n",
+    );
+    let policy = group_policy("zygote = false").replace(
+        "[extension.well]\ngroup = \"g\"\n",
+        "[extension.well]\ngroup = \"g\"\n[extension.well.function.counter_add]\nstate = true\n",
+    );
+    let sup = Supervisor::new(Policy::from_toml_str(&policy, "test").unwrap());
+    let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+    assert_eq!(i64_call(&well, "counter_add", &mut [Arg::I64(20)]), 20);
+    let pid = well.pid();
+    let e = sup.load_with(&so, Some(Isolation::Process)).unwrap_err();
+    assert!(matches!(e, Error::Load { .. }), "{e}");
+    assert!(e.to_string().contains("failed loading it"), "{e}");
+    // The process it killed was replaced, without it, and the old member's state replayed.
+    assert_ne!(well.pid(), pid);
+    assert_eq!(i64_call(&well, "counter_get", &mut []), 20);
+}
+
+/// A shared object whose DT_NEEDED names a library that is gone.
+fn missing_dependency(dir: &Path) -> PathBuf {
+    let so = dir.join("libbroken.so");
+    let stub = dir.join("libward_missing_dependency.so");
+    cc(&["-shared", "-fPIC", "-o", stub.to_str().unwrap(), "-x", "c", "-"], b"int g(void){return 2;}\n");
+    cc(
+        &[
+            "-shared",
+            "-fPIC",
+            "-o",
+            so.to_str().unwrap(),
+            "-x",
+            "c",
+            "-",
+            "-L",
+            dir.to_str().unwrap(),
+            "-lward_missing_dependency",
+        ],
+        b"int g(void); int f(void){return g();}\n",
+    );
+    std::fs::remove_file(&stub).unwrap();
+    so
+}
+
+fn cc(args: &[&str], source: &[u8]) {
+    use std::io::Write;
+    let mut c = std::process::Command::new("cc").args(args).stdin(std::process::Stdio::piped()).spawn().unwrap();
+    c.stdin.take().unwrap().write_all(source).unwrap();
+    assert!(c.wait().unwrap().success());
+}
+
+fn tempdir(what: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ward-test-groups-{}-{what}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
