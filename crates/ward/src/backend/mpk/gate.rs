@@ -1190,6 +1190,7 @@ pub(crate) unsafe fn host_sigaction(
     let taken_over = matches!(INSTALLED.get(), Some(Ok(_)))
         && signal != libc::SIGKILL
         && signal != libc::SIGSTOP
+        && signal != GLIBC_SETXID
         && (1..=libc::SIGRTMAX()).contains(&signal);
     if !taken_over {
         // SAFETY: the caller's guarantee.
@@ -1242,12 +1243,13 @@ pub(crate) unsafe fn host_sigaction(
 /// its domain (a fault in the host's handler is the host's, and the watchdog leaves it alone) and runs the host's
 /// action with the mask it asked for. `sigaction` then reports ward's entry for those signals; a handler the host
 /// installs later is wrapped at the next domain load or the next thread's first gate call, or at once when it goes
-/// through `ward-preload`'s `sigaction`. glibc's own two signals (cancellation and set-id) cannot be changed through
-/// `sigaction` and stay as they are.
+/// through `ward-preload`'s `sigaction`. glibc's own two signals cannot be changed through `sigaction`; its set-id
+/// signal is wrapped past it ([`adopt_glibc_setxid_handler`]), its cancellation signal stays as it is.
 pub(crate) fn adopt_host_handlers() {
     if !matches!(INSTALLED.get(), Some(Ok(_))) {
         return;
     }
+    adopt_glibc_setxid_handler();
     for signal in 1..=libc::SIGRTMAX() {
         if signal == libc::SIGKILL || signal == libc::SIGSTOP {
             continue;
@@ -1276,6 +1278,73 @@ pub(crate) fn adopt_host_handlers() {
         }
         wrap_host_action(signal, &current);
     }
+}
+
+/// glibc's set-id signal (the kernel's first real-time signal plus one): `setuid` and its kind in a multithreaded
+/// process send it to every other thread, whose handler makes the same change for itself and counts down. The caller
+/// waits until all have.
+const GLIBC_SETXID: libc::c_int = 33;
+
+/// The kernel's form of a signal action (`rt_sigaction`), which glibc's `sigaction` hides.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct KernelAction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// `rt_sigaction` itself, for the signals glibc's `sigaction` refuses.
+///
+/// # Safety
+/// As `sigaction`'s: `act` and `old` are null or valid, and a handler installed follows the C signal handler ABI
+/// and returns through `act.restorer`.
+unsafe fn kernel_sigaction(signal: libc::c_int, act: *const KernelAction, old: *mut KernelAction) -> libc::c_long {
+    // SAFETY: the caller's guarantee; the set size is the kernel's (64 signals).
+    unsafe { libc::syscall(libc::SYS_rt_sigaction, signal, act, old, 8usize) }
+}
+
+/// Wraps glibc's handler of its set-id signal as [`wrap_host_action`] wraps a host's. A thread that `setuid` finds
+/// inside a domain would otherwise run that handler on the domain's stack with the kernel's initial PKRU, and
+/// through the domain's FS base: its first push faults, the fault is taken for the domain's, the handler never
+/// counts down, and `setuid` waits for ever. Wrapped, it runs on ward's alternate stack with the host's rights and
+/// thread pointer, as anywhere in the host.
+fn adopt_glibc_setxid_handler() {
+    let signal = GLIBC_SETXID;
+    if signal >= libc::SIGRTMIN() {
+        // Not glibc's reserved signal on this libc.
+        return;
+    }
+    let mut current = KernelAction { handler: 0, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: a query into memory we own.
+    if unsafe { kernel_sigaction(signal, ptr::null(), &mut current) } != 0 {
+        return;
+    }
+    let entry = ward_mpk_host_signal_entry as *const () as usize;
+    if current.handler == libc::SIG_DFL || current.handler == libc::SIG_IGN || current.handler == entry {
+        return;
+    }
+    // SAFETY: all-zero is a valid sigaction; sigemptyset and sigaddset write into it.
+    let mut glibcs: libc::sigaction = unsafe { MaybeUninit::zeroed().assume_init() };
+    glibcs.sa_sigaction = current.handler;
+    glibcs.sa_flags = current.flags as libc::c_int;
+    // SAFETY: sa_mask is a valid set.
+    unsafe { libc::sigemptyset(&mut glibcs.sa_mask) };
+    for other in 1..=64 {
+        if current.mask & (1u64 << (other - 1)) != 0 {
+            // SAFETY: as above. glibc's sigaddset refuses its own two signals, so they stay out; a second set-id
+            // signal cannot come while this one is handled (the caller holds glibc's lock until all have counted).
+            unsafe { libc::sigaddset(&mut glibcs.sa_mask, other) };
+        }
+    }
+    remember_host_action(signal, Some(glibcs));
+    let flags = (current.flags | (libc::SA_SIGINFO | libc::SA_ONSTACK) as u64) & !(libc::SA_NODEFER as u64);
+    // Every signal blocked until the entry has allowed the keys, as for every wrapped handler; glibc's restorer kept.
+    let wrapped = KernelAction { handler: entry, flags, restorer: current.restorer, mask: u64::MAX };
+    // SAFETY: the entry follows the C signal handler ABI and returns through glibc's own restorer, which the kernel
+    // reported for glibc's action; glibc's action is remembered above for the entry to run.
+    unsafe { kernel_sigaction(signal, &wrapped, ptr::null_mut()) };
 }
 
 /// Installs ward's entry for `signal` in place of the host's `host` action, which it remembers and runs.

@@ -1308,3 +1308,66 @@ fn a_thread_started_by_a_thread_that_has_called_a_domain_can_call_it_too() {
     // The new thread is prepared for gate calls (the call panics if it is not), and its call works.
     assert_eq!(d.call_from_a_new_thread(f(add as *const ()), &[20, 22]).map(|r| r.int), Ok(42));
 }
+
+static SETXID_RELEASE: AtomicU64 = AtomicU64::new(0);
+
+/// Says it is inside (a word of domain memory), then waits until the host lets it go (a word of host memory, which
+/// the domain may read).
+extern "C" fn enter_then_wait(entered: *mut u64, release: *const AtomicU64) -> u64 {
+    // SAFETY: the test passes a word of this domain's memory and a static of the host.
+    unsafe {
+        entered.write_volatile(1);
+        while (*release).load(Ordering::SeqCst) == 0 {
+            std::hint::spin_loop();
+        }
+    }
+    7
+}
+
+#[test]
+fn setuid_in_another_thread_finishes_while_a_thread_is_inside_a_domain() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    // This thread has ward's alternate stack after its first call; the backend adopts handlers on each load.
+    assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
+    adopt_host_handlers();
+    SETXID_RELEASE.store(0, Ordering::SeqCst);
+    // SAFETY: the domain's data word, which nothing else uses now.
+    unsafe { d.data_word().write_volatile(0) };
+    let entered = d.data_word() as usize;
+    let key = d.key.number();
+    let (inside, setuid) = std::thread::scope(|s| {
+        let helper = s.spawn(move || {
+            allow_on_this_thread(key);
+            let give_up = std::time::Instant::now() + Duration::from_secs(120);
+            // SAFETY: the domain's data word; this thread may read the domain's key.
+            while unsafe { (entered as *const u64).read_volatile() } == 0 && std::time::Instant::now() < give_up {
+                std::thread::yield_now();
+            }
+            // glibc sends its set-id signal to every other thread, the one inside the domain among them, and waits
+            // until each has handled it.
+            let (sender, receiver) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                // SAFETY: setting the user id this process already has.
+                let rc = unsafe { libc::setuid(libc::getuid()) };
+                let _ = sender.send(rc);
+            });
+            let finished = receiver.recv_timeout(Duration::from_secs(120)).ok();
+            SETXID_RELEASE.store(1, Ordering::SeqCst);
+            finished
+        });
+        let inside = d.call(f(enter_then_wait as *const ()), &[entered as u64, ptr::addr_of!(SETXID_RELEASE) as u64]);
+        (inside.map(|r| r.int), helper.join().unwrap())
+    });
+    assert_eq!(setuid, Some(0), "setuid finished while a thread was inside the domain");
+    assert_eq!(inside.map_err(|f| f.signal), Ok(7), "the thread inside went on as if nothing had come");
+    // The host still cannot change glibc's signal, as without ward.
+    // SAFETY: a query into memory we own.
+    let changed = unsafe {
+        let mut old: libc::sigaction = MaybeUninit::zeroed().assume_init();
+        host_sigaction(GLIBC_SETXID, ptr::null(), &mut old)
+    };
+    assert_eq!(changed, -1);
+}
