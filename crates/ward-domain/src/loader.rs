@@ -83,6 +83,21 @@ impl Library {
     }
 }
 
+/// Whether `path` is loaded in this process already (the same file loaded again runs no constructors).
+pub fn is_loaded(path: &std::path::Path) -> bool {
+    let Ok(path) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid C string; RTLD_NOLOAD loads nothing, it only finds a loaded object and counts a reference.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return false;
+    }
+    // SAFETY: the reference RTLD_NOLOAD just counted, given back.
+    unsafe { libc::dlclose(handle) };
+    true
+}
+
 fn lookup(handle: *mut c_void, name: &str) -> Option<*const c_void> {
     let c = CString::new(name).ok()?;
     // SAFETY: handle came from a successful dlopen and c is a valid C string.

@@ -6,7 +6,7 @@
 //! zygote to `load` it too ([`LoadRequest`]), so later incarnations are forked with it; the zygote therefore waits
 //! for its child and for the host's requests at once. It loads a new member in a throwaway child first: the
 //! running incarnation is the zygote's child and dies with it (`PR_SET_PDEATHSIG`), so a constructor that crashes
-//! must not crash the zygote.
+//! must not crash the zygote (a file already loaded is exempt, having no constructor left to run).
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use ward_xpc::control::{ControlSocket, LoadRequest};
 
 use crate::args::ExtensionArg;
-use crate::{faults, serve, Setup};
+use crate::{faults, loader, serve, Setup};
 
 /// The incarnation forked last, until its end is reported.
 struct Child {
@@ -48,7 +48,11 @@ pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
                 init: request.init.map(str::to_string),
                 poison: request.poison,
             };
-            let loaded = trial_load(&mut setup, &ext).and_then(|()| setup.library.load_one(&ext));
+            // A file this process has loaded already runs no constructor again (dlopen counts a reference), so
+            // only an init function could fail: the trial is for the rest.
+            let risky = ext.init.is_some() || !loader::is_loaded(&ext.path);
+            let tried = if risky { trial_load(&mut setup, &ext) } else { Ok(()) };
+            let loaded = tried.and_then(|()| setup.library.load_one(&ext));
             let mut answer = match loaded {
                 Ok(index) => format!("loaded {index}"),
                 Err(reason) => format!("error {reason}"),
