@@ -69,6 +69,8 @@ fn in_out_and_in_out_buffers_and_strings() {
 
         let s = std::ffi::CString::new("protection domain").unwrap();
         assert_eq!(i64_call(&ext, "well_strlen", &mut [Arg::Str(&s)]), 17, "{iso}");
+        let words = std::ffi::CString::new("one, two\tthree  four").unwrap();
+        assert_eq!(i64_call(&ext, "well_count_words", &mut [Arg::Str(&words)]), 4, "{iso}");
     }
 }
 

@@ -114,6 +114,22 @@ fn library_code_setting_errno_sets_the_domains_errno_without_a_fault() {
 }
 
 #[test]
+fn strtok_in_a_domain_runs_on_a_position_of_the_domains_own() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (_sup, ext, events) = load("well", Isolation::Mpk);
+    // glibc's strtok keeps its position in the host's libc, where the domain may not write: bound to glibc's, this
+    // call would fault. The runtime's keeps it in the domain.
+    let text = std::ffi::CString::new("one, two\tthree  four").unwrap();
+    assert_eq!(int(&ext, "well_count_words", &mut [Arg::Str(&text)]), 4);
+    let again = std::ffi::CString::new("five six").unwrap();
+    assert_eq!(int(&ext, "well_count_words", &mut [Arg::Str(&again)]), 2);
+    assert!(faults(&events).is_empty());
+}
+
+#[test]
 fn callbacks_reach_the_host_and_the_host_calls_the_domain_again_from_inside_one() {
     let _keys = one_at_a_time();
     if !pku_here() {

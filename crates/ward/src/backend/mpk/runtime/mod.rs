@@ -60,6 +60,8 @@ pub(crate) struct RuntimeBlock {
     rand48: [u16; 3],
     rand48_mult: [u16; 3],
     rand48_add: u16,
+    /// Where `strtok` goes on from: the domain's own, as its random state is.
+    strtok_next: *mut libc::c_char,
     /// `std::nothrow`: the object the nothrow forms of `new` take (its address only matters).
     nothrow: u8,
     atexit_count: usize,
@@ -88,7 +90,8 @@ impl RuntimeBlock {
     /// # Safety
     /// `block` is writable memory of `size_of::<RuntimeBlock>()` bytes, aligned for it, used by nothing else.
     pub(crate) unsafe fn init(block: *mut RuntimeBlock, heap: usize, heap_len: usize, key: u32) {
-        // SAFETY: the caller's guarantee; all-zero is a valid block (every field is an integer or an array of them).
+        // SAFETY: the caller's guarantee; all-zero is a valid block (every field is an integer, a null pointer or an
+        // array of integers).
         unsafe {
             ptr::write_bytes(block, 0, 1);
             (*block).heap_start = heap;
@@ -198,6 +201,7 @@ pub(crate) fn function(name: &str) -> Option<Raw> {
         "mrand48" => rt_mrand48 as Raw,
         "seed48" => rt_seed48 as Raw,
         "lcong48" => rt_lcong48 as Raw,
+        "strtok" => rt_strtok as Raw,
         "mmap" | "mmap64" => mappings::rt_mmap as Raw,
         "munmap" => mappings::rt_munmap as Raw,
         "mprotect" => mappings::rt_mprotect as Raw,
@@ -659,6 +663,25 @@ fn next48(b: &mut RuntimeBlock) -> u64 {
     next
 }
 
+/// `strtok` with the position kept in the domain's block: glibc's keeps it in the host's libc, where the domain may
+/// not write, and the host's own parsing would go on from the extension's string.
+extern "C" fn rt_strtok(
+    text: *mut libc::c_char,
+    delimiters: *const libc::c_char,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut libc::c_char {
+    next_token(block(b), text, delimiters)
+}
+
+fn next_token(b: &mut RuntimeBlock, text: *mut libc::c_char, delimiters: *const libc::c_char) -> *mut libc::c_char {
+    // SAFETY: strtok_r reads and writes only the string and the delimiters the extension passed (its contract with
+    // strtok) and the position, which is this block's.
+    unsafe { libc::strtok_r(text, delimiters, &mut b.strtok_next) }
+}
+
 extern "C" fn rt_drand48(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> f64 {
     next48(block(b)) as f64 / (1u64 << 48) as f64
 }
@@ -764,6 +787,32 @@ mod tests {
             (0..5).map(|_| i64::from(libc::rand())).collect()
         };
         assert_eq!(ours, theirs);
+    }
+
+    #[test]
+    fn strtok_goes_on_from_the_domains_position_as_glibcs_does() {
+        let mut heap = vec![0u8; 4096];
+        let mut b = fresh(&mut heap);
+        let split = |b: &mut RuntimeBlock, text: &mut [u8]| {
+            let mut words = Vec::new();
+            let mut at = text.as_mut_ptr().cast::<libc::c_char>();
+            loop {
+                let word = next_token(b, at, c" ,".as_ptr());
+                if word.is_null() {
+                    break;
+                }
+                // SAFETY: strtok_r returns a NUL-terminated token inside `text`.
+                words.push(unsafe { std::ffi::CStr::from_ptr(word) }.to_string_lossy().into_owned());
+                at = ptr::null_mut();
+            }
+            words
+        };
+        let mut first = *b" 0.5, 1,,2 \0";
+        assert_eq!(split(&mut b, &mut first), ["0.5", "1", "2"]);
+        // A fresh string starts again; once it is used up, going on finds nothing.
+        let mut second = *b"a b\0";
+        assert_eq!(split(&mut b, &mut second), ["a", "b"]);
+        assert!(next_token(&mut b, ptr::null_mut(), c" ".as_ptr()).is_null());
     }
 
     #[test]
