@@ -135,20 +135,6 @@ WELL_EXPORT size_t well_strlen(const char *s) {
     return strlen(s);
 }
 
-/* The words of `text` (its first 255 bytes), split at spaces, commas and tabs with
- * strtok, which keeps its position between calls: in an mpk domain that
- * position is the domain's own. */
-WELL_EXPORT int64_t well_count_words(const char *text) {
-    char copy[256];
-    strncpy(copy, text, sizeof copy - 1);
-    copy[sizeof copy - 1] = '\0';
-    int64_t words = 0;
-    for (char *w = strtok(copy, " ,\t"); w != NULL; w = strtok(NULL, " ,\t")) {
-        words++;
-    }
-    return words;
-}
-
 /* ---- callbacks into the host ------------------------------------------- */
 
 WELL_EXPORT int64_t well_map_sum(int64_t (*f)(int64_t), int64_t n) {

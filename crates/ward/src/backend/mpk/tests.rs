@@ -119,13 +119,13 @@ fn strtok_in_a_domain_runs_on_a_position_of_the_domains_own() {
     if !pku_here() {
         return;
     }
-    let (_sup, ext, events) = load("well", Isolation::Mpk);
+    let (_sup, ext, events) = load("calls_plugin", Isolation::Mpk);
     // glibc's strtok keeps its position in the host's libc, where the domain may not write: bound to glibc's, this
     // call would fault. The runtime's keeps it in the domain.
     let text = std::ffi::CString::new("one, two\tthree  four").unwrap();
-    assert_eq!(int(&ext, "well_count_words", &mut [Arg::Str(&text)]), 4);
+    assert_eq!(int(&ext, "calls_count_words", &mut [Arg::Str(&text)]), 4);
     let again = std::ffi::CString::new("five six").unwrap();
-    assert_eq!(int(&ext, "well_count_words", &mut [Arg::Str(&again)]), 2);
+    assert_eq!(int(&ext, "calls_count_words", &mut [Arg::Str(&again)]), 2);
     assert!(faults(&events).is_empty());
 }
 
