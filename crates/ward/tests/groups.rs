@@ -158,3 +158,33 @@ fn tempdir(what: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// A host that loads a member from inside a callback of another: the load crosses while the domain waits for the
+/// callback's answer, nested in it.
+#[test]
+fn a_member_loaded_from_inside_a_callback_joins_the_running_process() {
+    let sup = std::sync::Arc::new(Supervisor::new(Policy::from_toml_str(&group_policy(""), "test").unwrap()));
+    let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+    let pid = well.pid();
+    let joined: std::sync::Arc<std::sync::Mutex<Option<ward::Extension>>> = Default::default();
+    let callback = {
+        let (loader, joined) = (sup.clone(), joined.clone());
+        sup.register_callback(ward::Signature::new(&[ward::ValType::I64], ward::RetType::I64), move |a| {
+            let mut joined = joined.lock().unwrap();
+            if joined.is_none() {
+                *joined = Some(loader.load_with(builtin("faulty"), Some(Isolation::Process)).unwrap());
+            }
+            let faulty = joined.as_ref().unwrap();
+            // The new member answers at once, nested in well's call.
+            let x = a[0].as_i64().unwrap();
+            ward::Value::I64(i64_call(faulty, "faulty_compute", &mut [Arg::I64(x)]))
+        })
+        .unwrap()
+    };
+    // well_map_sum(f, 3) = f(0) + f(1) + f(2); faulty_compute(x) = x * x + 1.
+    assert_eq!(i64_call(&well, "well_map_sum", &mut [Arg::Callback(&callback), Arg::I64(3)]), 1 + 2 + 5);
+    let joined = joined.lock().unwrap();
+    assert_eq!(joined.as_ref().unwrap().pid(), pid);
+    assert_eq!(well.pid(), pid);
+    assert_eq!(well.stats().restarts, 0);
+}
