@@ -5,7 +5,7 @@
 //!
 //! | fd | what |
 //! | --- | --- |
-//! | 3 | control socket (`SOCK_SEQPACKET`): readiness, load errors, fork requests in zygote mode |
+//! | 3 | control socket (`SOCK_SEQPACKET`): readiness, load errors, fork and load requests in zygote mode |
 //! | 4 | the shared region (`ward-xpc` memfd): rings and the fault record |
 //! | 5 | the input pool (mapped read-only here: the host keeps intact inputs after a crash) |
 //! | 6 | the output pool |

@@ -1,6 +1,7 @@
 //! The control socket between a host and a domain process: short messages on a `SOCK_SEQPACKET` socket pair, each
 //! optionally carrying one descriptor (`SCM_RIGHTS`). The rings carry calls; this carries the few things that are
-//! not calls: readiness, load errors, fork requests to a zygote and the pidfds and exit statuses that come back.
+//! not calls: readiness, load errors, fork and load requests to a zygote and the pidfds, exit statuses and answers
+//! that come back.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
