@@ -418,6 +418,11 @@ global_asm!(
     "mov rdi, r12",
     "mov rsi, r14",
     "call {check}",
+    // The stack arguments' first and last eightbytes, read with the domain's rights: the copy below reads them with
+    // the host's, marked outside, where a fault would be the host's. A domain that moved its stack pointer (to the
+    // top of its stack, or anywhere) faults here, as its own.
+    "mov rax, qword ptr [r14 + {stack_arguments_at}]",
+    "mov rax, qword ptr [r14 + {stack_arguments_at} + {stack_bytes} - 8]",
     // To the host: its rights, then its stack (below where the gate left it), marked outside.
     "ward_mpk_set_pkru r13, {host_pkru}",
     "ward_mpk_save_domain_float_control r13",

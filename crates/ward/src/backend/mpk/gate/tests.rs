@@ -399,6 +399,21 @@ fn a_domain_calls_the_host_through_an_outward_stub() {
     assert_eq!(direct(5), 10);
 }
 
+#[test]
+fn a_domain_that_calls_out_with_its_stack_pointer_past_its_stack_faults_as_itself() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    let stub = outward_for(f(host_double as *const ())).expect("an outward slot");
+    // The stub reads the caller's stack arguments before it hands them to the host: here they would lie in the
+    // guard page past the domain's stack. That read is the domain's, so the fault is the domain's, not the host's.
+    let r = d.call(f(ward_test_call_out_from_the_stack_end as *const ()), &[stub as u64, d.stack.end() as u64]);
+    let fault = r.expect_err("the call faults");
+    assert_eq!(fault.signal, libc::SIGSEGV);
+    assert_eq!(d.call(f(add as *const ()), &[40, 2]).unwrap().int, 42, "the host and the domain go on");
+}
+
 /// In a domain: call `out` with twelve integer arguments, the last six of them on the stack.
 #[allow(clippy::type_complexity)]
 extern "C" fn call_out_with_twelve(
@@ -716,6 +731,13 @@ std::arch::global_asm!(
     "syscall",
     "mov eax, 7",
     "ret",
+    // In a domain: call `out` (rdi) with the stack pointer moved to the end of the domain's stack (rsi), so the
+    // stack arguments an outward stub passes on would lie in the guard page past it.
+    ".globl ward_test_call_out_from_the_stack_end",
+    "ward_test_call_out_from_the_stack_end:",
+    "mov rsp, rsi",
+    "call rdi",
+    "ud2",
     // In a domain: enter the outward stubs' common body past the stub at rdi, with slot esi.
     ".globl ward_test_jump_into_outward_common",
     "ward_test_jump_into_outward_common:",
@@ -728,6 +750,7 @@ extern "C" {
     fn ward_test_clobber_callee_saved(to: u64) -> u64;
     fn ward_test_call_out_backwards(out: extern "C" fn(u64) -> u64, x: u64) -> u64;
     fn ward_test_jump_into_outward_common(stub: u64, slot: u64) -> u64;
+    fn ward_test_call_out_from_the_stack_end(out: u64, stack_end: u64) -> u64;
     fn ward_test_set_float_control(mxcsr: u64, x87_control: u64, then: u64) -> u64;
     fn ward_test_float_control() -> u64;
     fn ward_test_x87_wait_and_status() -> u64;
