@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use ward::{Arg, Error, Isolation, Policy, Supervisor};
@@ -79,8 +79,7 @@ fn is_refused_and_the_group_goes_on(group_extra: &str, library: &Path, expect: &
 
 #[test]
 fn a_member_that_cannot_be_loaded_is_refused_and_the_group_goes_on() {
-    let dir = tempdir("missing");
-    let so = missing_dependency(&dir);
+    let so = library_with_a_missing_dependency(&scratch_dir("groups-missing"));
     is_refused_and_the_group_goes_on("", &so, "libward_missing_dependency");
     // Without a zygote the running process itself tries, and says why through a lent buffer.
     is_refused_and_the_group_goes_on("zygote = false", &so, "libward_missing_dependency");
@@ -88,24 +87,14 @@ fn a_member_that_cannot_be_loaded_is_refused_and_the_group_goes_on() {
 
 #[test]
 fn a_member_whose_constructor_crashes_is_refused_and_the_group_goes_on() {
-    let dir = tempdir("boom");
-    let so = dir.join("libboom.so");
-    cc(
-        &["-shared", "-fPIC", "-o", so.to_str().unwrap(), "-x", "c", "-"],
-        b"__attribute__((constructor)) static void boom(void) { *(volatile int *)0 = 1; }\nint f(void) { return 1; }\n",
-    );
+    let so = library_with_a_crashing_constructor(&scratch_dir("groups-boom"));
     // The zygote tries it in a throwaway child, which dies; the running process never sees it.
     is_refused_and_the_group_goes_on("", &so, "killed the process loading it (signal 11)");
 }
 
 #[test]
 fn without_a_zygote_a_member_that_kills_the_running_process_is_refused_and_the_group_restarts() {
-    let dir = tempdir("boom-live");
-    let so = dir.join("libboom.so");
-    cc(
-        &["-shared", "-fPIC", "-o", so.to_str().unwrap(), "-x", "c", "-"],
-        b"__attribute__((constructor)) static void boom(void) { *(volatile int *)0 = 1; }\nint f(void) { return 1; }\n",
-    );
+    let so = library_with_a_crashing_constructor(&scratch_dir("groups-boom-live"));
     let policy = group_policy("zygote = false").replace(
         "[extension.well]\ngroup = \"g\"\n",
         "[extension.well]\ngroup = \"g\"\n[extension.well.function.counter_add]\nstate = true\n",
@@ -120,43 +109,6 @@ fn without_a_zygote_a_member_that_kills_the_running_process_is_refused_and_the_g
     // The process it killed was replaced, without it, and the old member's state replayed.
     assert_ne!(well.pid(), pid);
     assert_eq!(i64_call(&well, "counter_get", &mut []), 20);
-}
-
-/// A shared object whose DT_NEEDED names a library that is gone.
-fn missing_dependency(dir: &Path) -> PathBuf {
-    let so = dir.join("libbroken.so");
-    let stub = dir.join("libward_missing_dependency.so");
-    cc(&["-shared", "-fPIC", "-o", stub.to_str().unwrap(), "-x", "c", "-"], b"int g(void){return 2;}\n");
-    cc(
-        &[
-            "-shared",
-            "-fPIC",
-            "-o",
-            so.to_str().unwrap(),
-            "-x",
-            "c",
-            "-",
-            "-L",
-            dir.to_str().unwrap(),
-            "-lward_missing_dependency",
-        ],
-        b"int g(void); int f(void){return g();}\n",
-    );
-    std::fs::remove_file(&stub).unwrap();
-    so
-}
-
-fn cc(args: &[&str], source: &[u8]) {
-    use std::io::Write;
-    let mut c = std::process::Command::new("cc").args(args).stdin(std::process::Stdio::piped()).spawn().unwrap();
-    c.stdin.take().unwrap().write_all(source).unwrap();
-    assert!(c.wait().unwrap().success());
-}
-
-fn tempdir(what: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ward-test-groups-{}-{what}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 /// A host that loads a member from inside a callback of another: the load crosses while the domain waits for the

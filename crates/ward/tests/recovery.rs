@@ -186,43 +186,10 @@ state = true
 fn an_unloadable_extension_is_a_clear_load_error() {
     // A shared object that needs a library that does not exist: dlopen fails inside the domain.
     let sup = Supervisor::new(Policy::default());
-    let dir = tempdir();
-    let so = dir.join("libbroken.so");
-    // Link against a stub library, then delete it: the extension's DT_NEEDED names a library that is gone.
-    let stub = dir.join("libward_missing_dependency.so");
-    cc(&["-shared", "-fPIC", "-o", stub.to_str().unwrap(), "-x", "c", "-"], b"int g(void){return 2;}\n");
-    cc(
-        &[
-            "-shared",
-            "-fPIC",
-            "-o",
-            so.to_str().unwrap(),
-            "-x",
-            "c",
-            "-",
-            "-L",
-            dir.to_str().unwrap(),
-            "-lward_missing_dependency",
-        ],
-        b"int g(void); int f(void){return g();}\n",
-    );
-    std::fs::remove_file(&stub).unwrap();
+    let so = library_with_a_missing_dependency(&scratch_dir("unloadable"));
     let e = sup.load_with(&so, Some(Isolation::Process)).unwrap_err();
     assert!(matches!(e, ward::Error::Load { .. }), "{e}");
     assert!(e.to_string().contains("libward_missing_dependency"), "{e}");
-}
-
-fn cc(args: &[&str], source: &[u8]) {
-    use std::io::Write;
-    let mut c = std::process::Command::new("cc").args(args).stdin(std::process::Stdio::piped()).spawn().unwrap();
-    c.stdin.take().unwrap().write_all(source).unwrap();
-    assert!(c.wait().unwrap().success());
-}
-
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("ward-test-{}-{}", std::process::id(), line!()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 #[test]

@@ -60,3 +60,55 @@ pub fn faults(events: &Receiver<Event>) -> Vec<ward::Fault> {
         })
         .collect()
 }
+
+/// A fresh directory for one test's files: `what` tells tests of one binary apart.
+pub fn scratch_dir(what: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ward-test-{}-{what}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("create a scratch directory");
+    d
+}
+
+/// Compile C `source` with `cc`, giving it `args` (the source is read from standard input, `-x c -`).
+pub fn cc(args: &[&str], source: &[u8]) {
+    use std::io::Write;
+    let mut c =
+        std::process::Command::new("cc").args(args).stdin(std::process::Stdio::piped()).spawn().expect("run cc");
+    c.stdin.take().expect("cc's standard input").write_all(source).expect("write the source to cc");
+    assert!(c.wait().expect("wait for cc").success(), "cc failed");
+}
+
+/// `dir/libbroken.so`, whose DT_NEEDED names a library that is gone: dlopen of it fails, naming
+/// `libward_missing_dependency`.
+pub fn library_with_a_missing_dependency(dir: &std::path::Path) -> PathBuf {
+    let so = dir.join("libbroken.so");
+    // Link against a stub library, then delete it.
+    let stub = dir.join("libward_missing_dependency.so");
+    cc(&["-shared", "-fPIC", "-o", stub.to_str().unwrap(), "-x", "c", "-"], b"int g(void){return 2;}\n");
+    cc(
+        &[
+            "-shared",
+            "-fPIC",
+            "-o",
+            so.to_str().unwrap(),
+            "-x",
+            "c",
+            "-",
+            "-L",
+            dir.to_str().unwrap(),
+            "-lward_missing_dependency",
+        ],
+        b"int g(void); int f(void){return g();}\n",
+    );
+    std::fs::remove_file(&stub).expect("remove the stub library");
+    so
+}
+
+/// `dir/libboom.so`, whose constructor dereferences null: loading it kills the process that loads it.
+pub fn library_with_a_crashing_constructor(dir: &std::path::Path) -> PathBuf {
+    let so = dir.join("libboom.so");
+    cc(
+        &["-shared", "-fPIC", "-o", so.to_str().unwrap(), "-x", "c", "-"],
+        b"__attribute__((constructor)) static void boom(void) { *(volatile int *)0 = 1; }\nint f(void) { return 1; }\n",
+    );
+    so
+}

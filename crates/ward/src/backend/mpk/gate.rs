@@ -1344,7 +1344,7 @@ fn adopt_glibc_setxid_handler() {
         }
     }
     remember_host_action(signal, Some(glibcs));
-    let flags = (current.flags | (libc::SA_SIGINFO | libc::SA_ONSTACK) as u64) & !(libc::SA_NODEFER as u64);
+    let flags = wrapped_flags(current.flags as libc::c_int) as u64;
     // Every signal blocked until the entry has allowed the keys, as for every wrapped handler; glibc's restorer kept.
     let wrapped = KernelAction { handler: entry, flags, restorer: current.restorer, mask: u64::MAX };
     // SAFETY: the entry follows the C signal handler ABI and returns through glibc's own restorer, which the kernel
@@ -1357,15 +1357,21 @@ fn wrap_host_action(signal: libc::c_int, host: &libc::sigaction) {
     remember_host_action(signal, Some(*host));
     let mut action = *host;
     action.sa_sigaction = ward_mpk_host_signal_entry as *const () as usize;
-    // The host's flags (SA_RESTART, SA_RESETHAND, SA_NOCLDSTOP, ...) stand; every signal is blocked until the
-    // entry has allowed the keys, for the reason `install` gives, and `run_host_action` applies the host's mask.
-    action.sa_flags = (host.sa_flags | libc::SA_SIGINFO | libc::SA_ONSTACK) & !libc::SA_NODEFER;
+    action.sa_flags = wrapped_flags(host.sa_flags);
     // SAFETY: sa_mask is a valid set to fill; the entry follows the C signal handler ABI (the stub, then
     // `on_host_signal`), and the host's action it replaces is remembered above.
     unsafe {
         libc::sigfillset(&mut action.sa_mask);
         real_sigaction(signal, &action, ptr::null_mut());
     }
+}
+
+/// The flags of ward's entry wrapping a handler installed with `flags`. The handler's own (SA_RESTART,
+/// SA_RESETHAND, SA_NOCLDSTOP, ...) stand; the entry takes siginfo and ward's alternate stack, and never runs with
+/// its signal unblocked: with a full mask, nothing interrupts it before it has allowed the keys, for the reason
+/// `install` gives (`run_host_action` then applies the handler's own mask).
+fn wrapped_flags(flags: libc::c_int) -> libc::c_int {
+    (flags | libc::SA_SIGINFO | libc::SA_ONSTACK) & !libc::SA_NODEFER
 }
 
 /// The Rust half of a wrapped host handler (after `ward_mpk_host_signal_entry`, with every key allowed).

@@ -326,6 +326,24 @@ impl ProcessBackend {
         answer
     }
 
+    /// Send a request that is not a call (a resolve, a ping, a load) and wait for its reply, keeping callbacks of
+    /// deferred calls that come first for the next `wait`. `message` makes the record from the request's id.
+    fn request<'m>(
+        &mut self,
+        message: impl FnOnce(u64) -> Message<'m>,
+        deadline: &mut Deadline,
+    ) -> Result<(u64, Status, RegRet), BackendError> {
+        self.fault_if_dead()?;
+        self.close_batch()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let len = self.encode(&message(id))?;
+        self.push(len)?;
+        self.requests.publish();
+        self.in_flight.push(id);
+        self.next_reply(deadline)
+    }
+
     /// Send a Load request and wait for its reply: the status and what it returned.
     fn send_load(
         &mut self,
@@ -334,15 +352,8 @@ impl ProcessBackend {
         poison: bool,
         reason: ward_xpc::RichPtr,
     ) -> Result<(Status, RegRet), BackendError> {
-        self.fault_if_dead()?;
-        self.close_batch()?;
-        let id = self.next_id;
-        self.next_id += 1;
-        let len = self.encode(&Message::Load { id, poison, path, init, reason: (reason.offset, reason.len) })?;
-        self.push(len)?;
-        self.requests.publish();
-        self.in_flight.push(id);
-        let (id, status, ret) = self.next_reply(&mut Deadline::after(spawn::START_TIMEOUT))?;
+        let load = |id| Message::Load { id, poison, path, init, reason: (reason.offset, reason.len) };
+        let (id, status, ret) = self.request(load, &mut Deadline::after(spawn::START_TIMEOUT))?;
         if status == Status::LoadFailed {
             // Answered, and not a status check_reply knows: pop it here.
             if self.in_flight.last() != Some(&id) {
@@ -704,15 +715,8 @@ fn read_exit(zygote: &mut Zygote) -> Option<Ended> {
 
 impl Backend for ProcessBackend {
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
-        self.fault_if_dead()?;
-        self.close_batch()?;
-        let id = self.next_id;
-        self.next_id += 1;
-        let len = self.encode(&Message::Resolve { id, ext: ext as u32, name: symbol.as_bytes() })?;
-        self.push(len)?;
-        self.requests.publish();
-        self.in_flight.push(id);
-        match self.next_reply(&mut Deadline::after(ZYGOTE_TIMEOUT)) {
+        let resolve = |id| Message::Resolve { id, ext: ext as u32, name: symbol.as_bytes() };
+        match self.request(resolve, &mut Deadline::after(ZYGOTE_TIMEOUT)) {
             Ok((id, status, ret)) => {
                 self.check_reply(id, status)?;
                 u32::try_from(ret.int).map_err(|_| protocol("function id out of range".into()))
@@ -936,15 +940,7 @@ impl Backend for ProcessBackend {
     }
 
     fn ping(&mut self, deadline: &mut Deadline) -> Result<(), BackendError> {
-        self.fault_if_dead()?;
-        self.close_batch()?;
-        let id = self.next_id;
-        self.next_id += 1;
-        let len = self.encode(&Message::Ping { id })?;
-        self.push(len)?;
-        self.requests.publish();
-        self.in_flight.push(id);
-        let (id, status, _) = self.next_reply(deadline)?;
+        let (id, status, _) = self.request(|id| Message::Ping { id }, deadline)?;
         self.check_reply(id, status)
     }
 
