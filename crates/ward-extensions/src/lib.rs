@@ -14,6 +14,8 @@
 //!   an mpk domain, which lets an opened library look up nothing.
 //! * `stale_ladspa` – a LADSPA plugin that reports the registers and stack it was not given (poisoned calls).
 //! * `stale` – generic functions that return a register or stack slot they were not given (policy `poison`).
+//! * `threads` – functions several host threads run in one domain at once: one waits there, others share its heap
+//!   and a mutex, one crashes.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -36,6 +38,7 @@ pub const ALL: &[Builtin] = &[
     embedded!("calls_plugin", "calls without its dlopen: a plugin a stand-in adapter opens, which mpk can hold"),
     embedded!("stale_ladspa", "a LADSPA plugin that reports the registers and stack it was not given"),
     embedded!("stale", "functions that return a register or stack slot they were not given"),
+    embedded!("threads", "for several threads in one domain at once: a wait, a shared count under a mutex, a crash"),
     embedded!("well", "well-behaved: arithmetic, buffers, callbacks, state"),
 ];
 

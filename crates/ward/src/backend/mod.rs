@@ -44,6 +44,10 @@ pub(crate) enum BackendError {
     UnknownSymbol,
     /// The call's deadline passed; the core stops the domain and reports a timeout.
     TimedOut,
+    /// The call was ended because the domain was closed under it: another thread's call failed in it (an mpk
+    /// domain that several threads run in). The domain is being, or has been, recovered; the core treats the call
+    /// as one a nested recovery overtook.
+    Closed,
 }
 
 /// A value on its way into a domain, already translated by the core (handles to objects, callbacks to slots).

@@ -4,7 +4,10 @@
 //!
 //! One domain may hold several extensions (a group). Calls into a domain are serialised by a re-entrant lock: the
 //! thread inside a call may call the domain again from a callback (nested calls), other threads wait their turn
-//! and, if the domain fails meanwhile, find it already recovered.
+//! and, if the domain fails meanwhile, find it already recovered. A domain behind a gate on the host's own threads
+//! (mpk) is the exception: the lock is let go while its function runs, so several threads can be in it at once,
+//! as in a process; a thread whose call fails recovers the domain with the lock held, which first ends the other
+//! threads' calls in it (they see [`Outcome::Stale`] and are retried or fail as the policy says).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -225,7 +228,7 @@ impl Domain {
         policy: ExtensionPolicy,
         opened: Option<PathBuf>,
     ) -> Result<usize, Error> {
-        let g = self.lock.lock();
+        let mut g = self.lock.lock();
         let path = spec.path.clone();
         let added = {
             let mut st = g.borrow_mut();
@@ -244,7 +247,7 @@ impl Domain {
         };
         if restart {
             g.borrow_mut().backend.stop();
-            self.restart_and_replay(&g).map_err(|reason| Error::Spawn { domain: self.name.clone(), reason })?;
+            self.restart_and_replay(&mut g).map_err(|reason| Error::Spawn { domain: self.name.clone(), reason })?;
         }
         outcome.map(|(index, _)| index).map_err(|refused| Error::Load { path, reason: refused.reason })
     }
@@ -258,7 +261,7 @@ impl Domain {
 
     /// Find or resolve a symbol; returns its index in the symbol table.
     pub fn symbol(&self, ext: usize, name: &str) -> Result<usize, Error> {
-        let g = self.lock.lock();
+        let mut g = self.lock.lock();
         let existing = g.borrow().symbol_index.get(ext).and_then(|m| m.get(name)).copied();
         if let Some(i) = existing {
             return Ok(i);
@@ -281,7 +284,7 @@ impl Domain {
         // is recovered like at any call, and asked once more.
         let mut result = self.resolved(&g, index);
         if let Err(Error::Fault(fault)) = result {
-            result = self.recover(&g, fault).and_then(|()| self.resolved(&g, index));
+            result = self.recover(&mut g, fault).and_then(|()| self.resolved(&g, index));
         }
         match result {
             Ok(_) => Ok(index),
@@ -336,7 +339,9 @@ impl Domain {
                 Err(Error::UnknownSymbol { extension, symbol: name.to_string() })
             }
             Err(BackendError::Usage(reason)) => Err(Error::BadArguments { call: name.to_string(), reason }),
-            Err(BackendError::TimedOut) => Err(self.fault_error(&st, FaultKind::Vanished, Some(name.to_string()))),
+            Err(BackendError::TimedOut | BackendError::Closed) => {
+                Err(self.fault_error(&st, FaultKind::Vanished, Some(name.to_string())))
+            }
             Err(BackendError::Fault(kind)) => Err(self.fault_error(&st, kind, Some(name.to_string()))),
         }
     }
@@ -355,7 +360,7 @@ impl Domain {
 
     /// Call a function: the whole protocol of DESIGN.md §3 and §4.
     pub fn call(&self, sym: usize, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
-        let g = self.lock.lock();
+        let mut g = self.lock.lock();
         let (fpolicy, timeout) = {
             let st = g.borrow();
             if let Some(e) = self.disabled_error(&st) {
@@ -368,36 +373,47 @@ impl Domain {
             let ext_policy = &st.extensions[s.ext].1;
             (s.policy.clone(), fpolicy_deadline(&s.policy, ext_policy))
         };
-        // Only failures need the name: look it up then, not on every call.
-        let name = || g.borrow().symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default();
+        // Only failures need the name: it is looked up then, not on every call.
         let retry_allowed = fpolicy.retryable && self.policy.on_fault == OnFault::Retry;
         let mut retries = 0u32;
         loop {
-            let outcome = self.attempt(&g, sym, args, ret, timeout, false);
+            let outcome = self.attempt(&mut g, sym, args, ret, timeout, false);
             let kind = match outcome {
                 Outcome::Done(value) => {
                     let value = self.after_success(&g, sym, &fpolicy, args, ret, value);
                     if retries > 0 {
-                        self.events.emit(Event::Retried { domain: self.name.clone(), call: name(), ok: true });
+                        self.events.emit(Event::Retried {
+                            domain: self.name.clone(),
+                            call: symbol_name(&g, sym),
+                            ok: true,
+                        });
                     }
                     return Ok(value);
                 }
                 Outcome::Error(e) => return Err(e),
                 Outcome::Failed(kind) => (kind, false),
                 Outcome::Stale => {
-                    (FaultKind::Protocol { what: "the domain restarted during a nested call".into() }, true)
+                    if let Some(e) = self.disabled_error(&g.borrow()) {
+                        return Err(e);
+                    }
+                    let what = "the domain was recovered from a failure while this call was in it".into();
+                    (FaultKind::Protocol { what }, true)
                 }
             };
             let (kind, stale) = kind;
             let fault = {
                 let st = g.borrow();
-                Fault { kind, domain: self.name.clone(), call: Some(name()), incarnation: st.incarnation }
+                Fault { kind, domain: self.name.clone(), call: Some(symbol_name(&g, sym)), incarnation: st.incarnation }
             };
             // A stale call's domain was already recovered by the nested call that saw the fault.
             if !stale {
-                if let Err(e) = self.recover(&g, fault.clone()) {
+                if let Err(e) = self.recover(&mut g, fault.clone()) {
                     if retries > 0 {
-                        self.events.emit(Event::Retried { domain: self.name.clone(), call: name(), ok: false });
+                        self.events.emit(Event::Retried {
+                            domain: self.name.clone(),
+                            call: symbol_name(&g, sym),
+                            ok: false,
+                        });
                     }
                     return Err(e);
                 }
@@ -407,7 +423,7 @@ impl Domain {
                 continue;
             }
             if retries > 0 {
-                self.events.emit(Event::Retried { domain: self.name.clone(), call: name(), ok: false });
+                self.events.emit(Event::Retried { domain: self.name.clone(), call: symbol_name(&g, sym), ok: false });
             }
             return Err(Error::Fault(fault));
         }
@@ -417,7 +433,7 @@ impl Domain {
     /// retries the call itself if it wants to (the recovered domain is ready for it) and gets an error when the
     /// domain is or becomes disabled.
     pub fn declare_fault(&self, call: &str, kind: FaultKind) -> Result<(), Error> {
-        let g = self.lock.lock();
+        let mut g = self.lock.lock();
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
@@ -429,7 +445,7 @@ impl Domain {
             st.shadow.drop_last_history(|s| symbols.get(s).is_some_and(|s| &*s.name == call));
             Fault { kind, domain: self.name.clone(), call: Some(call.to_string()), incarnation: st.incarnation }
         };
-        self.recover(&g, fault)
+        self.recover(&mut g, fault)
     }
 
     /// Bookkeeping after a successful call: handles, shadow log, destroyed instances.
@@ -494,7 +510,7 @@ impl Domain {
     /// One try of a call on the current incarnation.
     fn attempt(
         &self,
-        g: &Guard<'_>,
+        g: &mut Guard<'_>,
         sym: usize,
         args: &mut [Arg<'_>],
         ret: RetType,
@@ -594,7 +610,7 @@ impl Domain {
     #[allow(clippy::too_many_arguments)]
     fn attempt_gated(
         &self,
-        g: &Guard<'_>,
+        g: &mut Guard<'_>,
         sym: usize,
         call: crate::backend::mpk::GatedCall,
         args: &mut [Arg<'_>],
@@ -619,7 +635,14 @@ impl Domain {
             }
         };
         let (regs, frame) = prepared;
-        let result = call.run(&regs, timeout);
+        let result = if replaying {
+            // Recovery holds the lock until the new incarnation has its state back.
+            call.run(&regs, timeout)
+        } else {
+            // Other threads may call the domain meanwhile, each on a stack of its own there. A failure of one of
+            // theirs closes the domain under this call, which then ends (`BackendError::Closed`).
+            Guard::unlocked(g, || call.run(&regs, timeout))
+        };
         // A nested call recovered the domain while this one was out in the host: its result means nothing.
         if g.borrow().incarnation != incarnation {
             call.finish(frame, None);
@@ -744,7 +767,7 @@ impl Domain {
 
     /// Queue a call with no reply awaited.
     pub fn defer(&self, sym: usize, args: &[Arg<'_>]) -> Result<(), Error> {
-        let g = self.lock.lock();
+        let mut g = self.lock.lock();
         // The hot path, in one borrow: a healthy isolated domain, a resolved function, plain scalar arguments.
         // Anything else (and any failure here, which queues nothing) takes the general path below.
         {
@@ -761,11 +784,10 @@ impl Domain {
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
-        let name = || g.borrow().symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default();
         if g.borrow().backend.is_direct() {
             // No boundary to batch across: run it now.
             let mut owned: Vec<Arg<'_>> = args.iter().map(reborrow).collect();
-            return match self.attempt(&g, sym, &mut owned, RetType::Void, self.policy.deadline, false) {
+            return match self.attempt(&mut g, sym, &mut owned, RetType::Void, self.policy.deadline, false) {
                 Outcome::Error(e) => Err(e),
                 _ => Ok(()),
             };
@@ -774,7 +796,7 @@ impl Domain {
             let func = match self.resolved(&g, sym) {
                 Ok(f) => f,
                 Err(Error::Fault(f)) => {
-                    self.recover(&g, f)?;
+                    self.recover(&mut g, f)?;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -788,24 +810,26 @@ impl Domain {
             };
             match result {
                 Ok(()) => return Ok(()),
-                Err(BackendError::Usage(reason)) => return Err(Error::BadArguments { call: name(), reason }),
+                Err(BackendError::Usage(reason)) => {
+                    return Err(Error::BadArguments { call: symbol_name(&g, sym), reason })
+                }
                 Err(e) => {
                     let kind = match backend_outcome_timeout(e, self.policy.deadline) {
                         Outcome::Failed(k) => k,
                         _ => FaultKind::Vanished,
                     };
-                    let fault = self.make_fault(&g, kind, Some(name()));
+                    let fault = self.make_fault(&g, kind, Some(symbol_name(&g, sym)));
                     // The call had not been queued: queue it again on the new incarnation.
-                    self.recover(&g, fault)?;
+                    self.recover(&mut g, fault)?;
                 }
             }
         }
-        Err(Error::BadArguments { call: name(), reason: "the domain failed twice while queueing".into() })
+        Err(Error::BadArguments { call: symbol_name(&g, sym), reason: "the domain failed twice while queueing".into() })
     }
 
     /// Send queued deferred calls.
     pub fn flush(&self) -> Result<(), Error> {
-        let g = self.lock.lock();
+        let mut g = self.lock.lock();
         let r = g.borrow_mut().backend.flush();
         match r {
             Ok(()) => Ok(()),
@@ -815,7 +839,7 @@ impl Domain {
                     _ => FaultKind::Vanished,
                 };
                 let fault = self.make_fault(&g, kind, None);
-                self.recover(&g, fault.clone())?;
+                self.recover(&mut g, fault.clone())?;
                 Err(Error::Fault(fault))
             }
         }
@@ -828,7 +852,7 @@ impl Domain {
         if self.isolation() != crate::policy::Isolation::Process {
             return;
         }
-        let Some(g) = self.lock.try_lock() else {
+        let Some(mut g) = self.lock.try_lock() else {
             return;
         };
         if g.borrow().disabled.is_some() || g.borrow().recovering {
@@ -845,12 +869,17 @@ impl Domain {
             Err(_) => return,
         };
         let fault = self.make_fault(&g, kind, None);
-        let _ = self.recover(&g, fault);
+        let _ = self.recover(&mut g, fault);
     }
 
     fn make_fault(&self, g: &Guard<'_>, kind: FaultKind, call: Option<String>) -> Fault {
         Fault { kind, domain: self.name.clone(), call, incarnation: g.borrow().incarnation }
     }
+}
+
+/// The name of function `sym` (for messages and events).
+fn symbol_name(g: &Guard<'_>, sym: usize) -> String {
+    g.borrow().symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default()
 }
 
 /// The wire form of an argument that needs no translation (numbers and raw addresses); None for the rest.
@@ -891,6 +920,8 @@ fn backend_outcome(e: BackendError, name: &str) -> Outcome {
     match e {
         BackendError::Fault(k) => Outcome::Failed(k),
         BackendError::TimedOut => Outcome::Failed(FaultKind::Vanished),
+        // Another call's failure closed the domain under this one, and recovers it.
+        BackendError::Closed => Outcome::Stale,
         BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call: name.into(), reason }),
         BackendError::UnknownSymbol => {
             Outcome::Error(Error::UnknownSymbol { extension: String::new(), symbol: name.into() })

@@ -17,7 +17,7 @@ use crate::tracker::ResourceKind;
 
 impl Domain {
     /// The recovery manager. Err when the domain ends up disabled.
-    pub(super) fn recover(&self, g: &Guard<'_>, fault: Fault) -> Result<(), Error> {
+    pub(super) fn recover(&self, g: &mut Guard<'_>, fault: Fault) -> Result<(), Error> {
         if g.borrow().recovering {
             // A fault during replay: the outer recovery loop handles it.
             return Err(Error::Fault(fault));
@@ -150,7 +150,7 @@ impl Domain {
     }
 
     /// Start a new incarnation and replay the shadow log into it.
-    pub(super) fn restart_and_replay(&self, g: &Guard<'_>) -> Result<(RestartVia, usize), String> {
+    pub(super) fn restart_and_replay(&self, g: &mut Guard<'_>) -> Result<(RestartVia, usize), String> {
         let via = {
             let mut st = g.borrow_mut();
             let st = &mut *st;
@@ -170,7 +170,7 @@ impl Domain {
         Ok((via, entries.len()))
     }
 
-    fn replay(&self, g: &Guard<'_>, entry: &ShadowEntry) -> Result<(), String> {
+    fn replay(&self, g: &mut Guard<'_>, entry: &ShadowEntry) -> Result<(), String> {
         let mut scratch: Vec<Vec<u8>> = entry
             .args
             .iter()

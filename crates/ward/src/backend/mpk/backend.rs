@@ -4,9 +4,9 @@
 //! # Memory
 //!
 //! One region tagged with the domain's key holds, in order: each extension's image, the runtime page (the
-//! [`RuntimeBlock`]), the thunk pages, and the heap (`heap_bytes`, the domain's quota). A stack and an argument
-//! area are regions of their own with the same key, each between guard pages: a stack overflow is a fault on the
-//! guard below the stack. The domain's PKRU reads the host's memory (key 0), reads and writes its own key and the
+//! [`RuntimeBlock`]), the thunk pages, and the heap (`heap_bytes`, the domain's quota). Each host thread that calls
+//! the domain has a stack and an argument area of its own (its `lanes::Lane`), regions with the same key, each
+//! between guard pages: a stack overflow is a fault on the guard below the stack. The domain's PKRU reads the host's memory (key 0), reads and writes its own key and the
 //! signal key, and denies every other key: other domains are out of reach.
 //!
 //! # Calls
@@ -15,27 +15,30 @@
 //! it, never write it); an output, in-out or scratch buffer is copied into the argument area, passed, and an
 //! output copied back when the call returns (call-by-value-result). A callback becomes an outward stub to its
 //! host-side entry. The core calls through [`GatedCall`] without holding its own state borrowed, so a callback may
-//! call the same domain again: the nested call starts on the domain's stack below the part in use.
+//! call the same domain again: the nested call starts on the domain's stack below the part in use. Other host
+//! threads may be in the domain meanwhile, each in its own lane.
 //!
 //! # Recovery
 //!
 //! After load and initialisation every writable page of the images, the runtime page and the used part of the heap
 //! are copied aside. A restart copies them back and clears the heap the failed incarnation used beyond them: the
-//! domain is as it was just after initialisation, in microseconds, and the core replays its shadow log.
+//! domain is as it was just after initialisation, in microseconds, and the core replays its shadow log. Before
+//! that, stopping the domain closes it (`gate::Occupancy`): the other threads' calls in it end, and none that was
+//! out in the host goes back in.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ward_abi::{RegArgs, RegRet};
 use ward_xpc::Deadline;
 
 use super::checks;
-use super::gate::{self, FloatControl, FloatState, GateFault};
+use super::gate::{self, FloatControl, FloatState, GateFault, Occupancy, Presence};
 use super::imports::{self, ImportClass};
+use super::lanes::Lanes;
 use super::loader::{self, ImportRequest, Placed};
 use super::memory::{self, page_size, KeyedRegion};
 use super::pku::{self, Pkru, ProtectionKey};
@@ -52,12 +55,6 @@ use crate::tracker::Tracker;
 
 /// Bytes of one thunk (`mov r9, imm64; mov rax, imm64; jmp rax`, padded with `int3`).
 const THUNK_BYTES: usize = 32;
-/// A domain's stack.
-const STACK_BYTES: usize = 8 << 20;
-/// The argument area: buffers copied in for one call (and its nested calls) at a time.
-const ARGUMENT_BYTES: usize = 256 << 20;
-/// Alignment of each buffer in the argument area.
-const ARGUMENT_ALIGN: usize = 16;
 const PROT_READ_WRITE: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
 /// What an mpk domain is made of.
@@ -106,15 +103,10 @@ pub(crate) struct DomainMemory {
     rights: Pkru,
     key: u32,
     region: KeyedRegion,
-    stack: KeyedRegion,
-    arguments: KeyedRegion,
-    /// The argument area's first free byte (calls nest strictly, so it is a stack of allocations).
-    arguments_top: AtomicUsize,
-    /// Pages of the argument area that are guard pages now (no access): each buffer lent ends at one. They stay
-    /// guards from call to call, so a host lending the same sizes again changes no protection.
-    argument_guards: Mutex<BTreeSet<usize>>,
-    /// Calls of this domain in progress (nested ones included).
-    entered: AtomicUsize,
+    /// Each calling thread's stack and argument area.
+    lanes: Arc<Lanes>,
+    /// Whether calls may enter, and closing the domain to the calls in it when it fails.
+    occupancy: Occupancy,
     /// The domain's floating-point control state, kept from call to call (the gate's), and what it was when the
     /// snapshot was taken, which a restore puts back.
     float_control: FloatControl,
@@ -135,9 +127,9 @@ pub(crate) struct DomainMemory {
 }
 
 // SAFETY: the raw block pointer points into `region`, owned by this object; which thread may touch domain memory
-// is up to PKRU, and the core runs one call of a domain at a time.
+// is up to PKRU. The host reads the block only while no call runs (between calls, or once `close` has returned).
 unsafe impl Send for DomainMemory {}
-// SAFETY: as above; the only shared mutable field is atomic.
+// SAFETY: as above; the fields shared between threads lock or are atomic.
 unsafe impl Sync for DomainMemory {}
 
 impl DomainMemory {
@@ -179,53 +171,65 @@ impl DomainMemory {
 
     fn runtime(&self) -> &RuntimeBlock {
         self.host_access();
-        // SAFETY: the block lies in `region`, laid out by RuntimeBlock::init; the domain is not running (the core
-        // asks only between calls or after a fault).
+        // SAFETY: the block lies in `region`, laid out by RuntimeBlock::init; no thread runs in the domain (this is
+        // asked while it loads, once it is closed, or as it is dropped).
         unsafe { &*self.block }
     }
 
-    /// Calls `func` inside the domain.
-    fn enter(&self, func: usize, args: &RegArgs, deadline: Option<Duration>) -> Result<RegRet, BackendError> {
-        let top = match gate::nested_stack_top(self.stack.start() as usize..self.stack.end() as usize) {
-            Some(top) => top,
-            // In use, but not by a call this thread has made out of it: starting at the top would overwrite the
-            // stack of that call (the domain's calls are serialised above this, so this is a misuse).
-            None if self.entered.load(Ordering::Relaxed) > 0 => {
-                return Err(BackendError::Usage(
-                    "an mpk domain entered from a second thread while a call is using its stack".into(),
-                ))
-            }
-            None => self.stack.end(),
-        };
-        self.entered.fetch_add(1, Ordering::Relaxed);
-        let r = self.enter_at(func, args, deadline, top);
-        self.entered.fetch_sub(1, Ordering::Relaxed);
-        r
-    }
-
-    fn enter_at(
+    /// Calls `func` inside the domain, on this thread's stack there, as a call made in `epoch` (see
+    /// `gate::Occupancy`): a call made before the domain was closed ends with [`BackendError::Closed`].
+    fn enter(
         &self,
         func: usize,
         args: &RegArgs,
         deadline: Option<Duration>,
-        top: *mut u8,
+        epoch: u64,
     ) -> Result<RegRet, BackendError> {
+        let lane = self.lanes.for_this_thread().map_err(|e| {
+            BackendError::Usage(format!("cannot make this thread's stack and argument area in an mpk domain: {e}"))
+        })?;
+        // Below the part in use when this thread is in a call out of the domain; else at the top.
+        let top = gate::nested_stack_top(lane.stack.start() as usize..lane.stack.end() as usize)
+            .unwrap_or_else(|| lane.stack.end());
         let thread_pointer = self
             .thread_blocks
             .pointer_for_this_thread()
             .map_err(|e| BackendError::Usage(format!("cannot make this thread's block in an mpk domain: {e}")))?;
+        let presence = Presence { occupancy: &self.occupancy, occupant: &lane.occupant, epoch };
         // SAFETY: func is code of this domain's images (resolved from their exports or initialisers); it takes
         // register arguments only (the policy's contract, as for a process domain) and cannot unwind into the host
-        // (it is C, or returns through the gate); the stack is this domain's, and a nested call starts below the
-        // part in use; the thread block is this thread's in this domain, owned by it for as long as the domain.
+        // (it is C, or returns through the gate); the stack is this thread's in this domain (no other thread uses
+        // it), and a nested call starts below the part in use; the thread block and the occupant are this
+        // thread's in this domain, owned by it for as long as the domain.
         let r = unsafe {
-            gate::call(func as *const c_void, args, self.rights, top, deadline, thread_pointer, &self.float_control)
+            gate::call(
+                func as *const c_void,
+                args,
+                self.rights,
+                top,
+                deadline,
+                thread_pointer,
+                &self.float_control,
+                Some(presence),
+            )
         };
         match r {
             Ok(Ok(ret)) => Ok(ret),
+            Ok(Err(_)) if self.occupancy.epoch() != epoch => Err(BackendError::Closed),
             Ok(Err(fault)) => Err(self.classify(&fault)),
             Err(e) => Err(BackendError::Usage(format!("cannot prepare this thread for mpk calls: {e}"))),
         }
+    }
+
+    /// Calls `func` inside the domain as a call made now.
+    fn enter_now(&self, func: usize, args: &RegArgs, deadline: Option<Duration>) -> Result<RegRet, BackendError> {
+        self.enter(func, args, deadline, self.occupancy.epoch())
+    }
+
+    /// Ends every call in the domain (see `gate::Occupancy`); returns once no thread runs its code.
+    fn close(&self) {
+        let lanes = self.lanes.all();
+        self.occupancy.close(lanes.iter().map(|lane| &lane.occupant));
     }
 
     /// What a fault at the gate means.
@@ -247,7 +251,10 @@ impl DomainMemory {
                 what: format!("the extension called {} with {}", refused.function, refused.why.describe()),
             });
         }
-        let block = self.runtime();
+        self.host_access();
+        // Other threads may be running in the domain: the block's words are read as shared memory.
+        // SAFETY: the block lies in `region`, laid out by RuntimeBlock::init.
+        let block = unsafe { RuntimeBlock::ending(self.block) };
         if block.ended == ENDED_EXIT {
             return BackendError::Fault(FaultKind::Exited { status: block.exit_status });
         }
@@ -258,11 +265,11 @@ impl DomainMemory {
                 addr: None,
             });
         }
-        let page = page_size();
-        let guard = self.stack.start() as usize - page..self.stack.start() as usize;
-        let hint = if fault.signal == libc::SIGSEGV && guard.contains(&fault.addr) {
+        // The fault is this thread's, so the stack it overflowed is this thread's lane's.
+        let overflowed = self.lanes.for_this_thread().is_ok_and(|lane| lane.stack_guard().contains(&fault.addr));
+        let hint = if fault.signal == libc::SIGSEGV && overflowed {
             DomainHint::StackOverflow
-        } else if block.exhausted != 0 {
+        } else if block.exhausted {
             DomainHint::MemoryExhausted
         } else {
             DomainHint::None
@@ -276,45 +283,6 @@ impl DomainMemory {
             SignalCause::classify(fault.signal, addr, hint)
         };
         BackendError::Fault(FaultKind::Signal { signo: fault.signal, cause, addr })
-    }
-
-    /// Gives back the argument area above `mark` (what a call took).
-    fn release_arguments(&self, mark: usize) {
-        self.arguments_top.store(mark, Ordering::Relaxed);
-    }
-
-    /// Space in the argument area for a buffer of `len` bytes: its address; an error when the area is full.
-    ///
-    /// The buffer ends at a guard page (less up to 15 bytes: it starts 16-byte aligned), so a domain writing past
-    /// it faults instead of overwriting the next buffer, as in a process domain's pools.
-    fn argument_space(&self, len: usize) -> Result<*mut u8, BackendError> {
-        let full = || BackendError::Usage(format!("buffers past the mpk argument area ({ARGUMENT_BYTES} bytes)"));
-        let page = page_size();
-        let top = self.arguments_top.load(Ordering::Relaxed);
-        let first = top.checked_next_multiple_of(page).ok_or_else(full)?;
-        let guard = len.max(1).checked_next_multiple_of(page).and_then(|l| first.checked_add(l)).ok_or_else(full)?;
-        let end = guard.checked_add(page).ok_or_else(full)?;
-        if end > self.arguments.end() as usize {
-            return Err(full());
-        }
-        let protect = |at: usize, prot: i32| {
-            // SAFETY: a whole page of the argument area, which this object owns; only its protection changes, and
-            // no buffer of a call in progress lies in it (they lie below `top`).
-            unsafe { pku::protect_with_key(at as *mut u8, page, prot, self.key) }
-                .map_err(|e| BackendError::Usage(format!("cannot set a guard page in the mpk argument area: {e}")))
-        };
-        let mut guards = self.argument_guards.lock().unwrap_or_else(|e| e.into_inner());
-        let in_the_way: Vec<usize> = guards.range(first..guard).copied().collect();
-        for at in in_the_way {
-            protect(at, PROT_READ_WRITE)?;
-            guards.remove(&at);
-        }
-        if !guards.contains(&guard) {
-            protect(guard, libc::PROT_NONE)?;
-            guards.insert(guard);
-        }
-        self.arguments_top.store(end, Ordering::Relaxed);
-        Ok(((guard - len) & !(ARGUMENT_ALIGN - 1)) as *mut u8)
     }
 }
 
@@ -414,7 +382,7 @@ impl MpkBackend {
         }
         let thunk_pages = files.iter().map(|f| f.classes.len()).sum::<usize>().max(1) * THUNK_BYTES;
         let thunk_pages = thunk_pages.div_ceil(page) * page;
-        let runtime_page = std::mem::size_of::<RuntimeBlock>().div_ceil(page) * page;
+        let runtime_page = (runtime::LOCK_BYTES + std::mem::size_of::<RuntimeBlock>()).div_ceil(page) * page;
         let images: usize = files.iter().map(|f| f.span).sum();
         // Under an address-space limit the domain reserves at most half of what the host has left, so that
         // neither fails for lack of room: the domain's quota is then the smaller of the two.
@@ -428,12 +396,11 @@ impl MpkBackend {
         let k = key.number();
         let region = KeyedRegion::new(images + runtime_page + thunk_pages + heap, k)
             .map_err(system("cannot map the domain's memory"))?;
-        let stack = KeyedRegion::new(STACK_BYTES, k).map_err(system("cannot map the domain's stack"))?;
-        let arguments = KeyedRegion::new(ARGUMENT_BYTES, k).map_err(system("cannot map the argument area"))?;
         gate::allow_on_this_thread(k);
         let base = region.start() as usize;
-        let block_at = base + images;
-        let thunks_at = block_at + runtime_page;
+        // The runtime's lock word, then its block.
+        let block_at = base + images + runtime::LOCK_BYTES;
+        let thunks_at = base + images + runtime_page;
         let heap_at = thunks_at + thunk_pages;
         let block = block_at as *mut RuntimeBlock;
         // SAFETY: the runtime page lies in the region just mapped, writable by this thread, page-aligned.
@@ -534,11 +501,8 @@ impl MpkBackend {
             rights,
             key: k,
             region,
-            stack,
-            arguments,
-            arguments_top: AtomicUsize::new(0),
-            argument_guards: Mutex::new(BTreeSet::new()),
-            entered: AtomicUsize::new(0),
+            lanes: Lanes::new(k),
+            occupancy: Occupancy::default(),
             // A domain starts with the state of the thread that loads it, as a plugin loaded natively would.
             float_control: FloatControl::new(FloatState::of_this_thread()),
             float_control_at_snapshot: FloatControl::new(FloatState::of_this_thread()),
@@ -550,13 +514,12 @@ impl MpkBackend {
             thread_blocks: ThreadBlocks::new(k, tls),
             _key: key,
         });
-        memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
 
         // Initialisers (a library's before the extension that opens it), then the policy's init function, inside
         // the domain.
         for (image, file) in memory.images.iter().zip(&files) {
             for &f in &image.init {
-                memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
+                memory.enter_now(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
                     MpkError::InitFault {
                         path: file.path.clone(),
                         what: "an initialiser".into(),
@@ -571,7 +534,7 @@ impl MpkBackend {
                 name: name.clone(),
                 why: "is not exported".into(),
             })?;
-            let r = memory.enter(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
+            let r = memory.enter_now(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
                 MpkError::InitFault {
                     path: file.path.clone(),
                     what: format!("`{name}`"),
@@ -614,9 +577,9 @@ impl MpkBackend {
         // [heap start, used_to) is the heap.
         unsafe { snapshot.put_back(used_to) };
         memory.reprotect();
-        // SAFETY: no call is running (a restore comes between calls), and the host may write the domain's key.
+        // SAFETY: no call is running (the domain was closed when it was stopped), and the host may write the
+        // domain's key.
         unsafe { memory.thread_blocks.reset() };
-        memory.arguments_top.store(memory.arguments.start() as usize, Ordering::Relaxed);
         memory.float_control.set(memory.float_control_at_snapshot.get());
         true
     }
@@ -639,7 +602,7 @@ impl Drop for MpkBackend {
         for (func, arg) in memory.runtime().destructors() {
             let mut args = RegArgs::default();
             args.ints[0] = arg as u64;
-            if memory.enter(func, &args, Some(self.cfg.init_deadline)).is_err() {
+            if memory.enter_now(func, &args, Some(self.cfg.init_deadline)).is_err() {
                 break;
             }
         }
@@ -651,7 +614,8 @@ fn fault_kind(e: BackendError, deadline: Duration) -> Option<FaultKind> {
     match e {
         BackendError::Fault(kind) => Some(kind),
         BackendError::TimedOut => Some(FaultKind::Timeout { deadline }),
-        BackendError::Usage(_) | BackendError::UnknownSymbol => None,
+        // Loading and tearing down run on one thread, with no other call to close the domain under them.
+        BackendError::Usage(_) | BackendError::UnknownSymbol | BackendError::Closed => None,
     }
 }
 
@@ -672,6 +636,7 @@ fn describe(e: &BackendError) -> String {
         BackendError::TimedOut => "past its deadline".into(),
         BackendError::Usage(why) => why.clone(),
         BackendError::UnknownSymbol => "unknown symbol".into(),
+        BackendError::Closed => "ended: the domain was closed under it".into(),
     }
 }
 
@@ -693,9 +658,10 @@ fn take_snapshot(memory: &DomainMemory, page: usize) -> Result<Snapshot, usize> 
         }
         at += image.page_prot.len() * page;
     }
-    let block = memory.block as usize;
-    let block_len = std::mem::size_of::<RuntimeBlock>();
-    // SAFETY: the block lies in the region.
+    // The block and its lock word before it (free now: a restore frees it if a failed call left it held).
+    let block = memory.block as usize - runtime::LOCK_BYTES;
+    let block_len = runtime::LOCK_BYTES + std::mem::size_of::<RuntimeBlock>();
+    // SAFETY: the lock word and the block lie in the region.
     snapshot.save(block, unsafe { std::slice::from_raw_parts(block as *const u8, block_len) })?;
     // Guard pages the extension made while it initialised would stop the copy; they are back after it.
     memory.heap_writable();
@@ -912,6 +878,8 @@ fn math_library_symbol(request: &ImportRequest<'_>) -> Option<usize> {
 pub(crate) struct GatedCall {
     memory: Arc<DomainMemory>,
     func: usize,
+    /// The domain's epoch when the core made the call (see `gate::Occupancy`).
+    epoch: u64,
 }
 
 /// Buffers of one gated call in the argument area, to copy back and release.
@@ -926,27 +894,33 @@ impl GatedCall {
     /// Copies what must be copied into the domain and packs the registers.
     pub(crate) fn prepare(&self, args: &[WireValue<'_>]) -> Result<(RegArgs, GatedFrame), BackendError> {
         let memory = &self.memory;
-        let mark = memory.arguments_top.load(Ordering::Relaxed);
+        let lane = memory.lanes.for_this_thread().map_err(|e| {
+            BackendError::Usage(format!("cannot make this thread's stack and argument area in an mpk domain: {e}"))
+        })?;
+        let mark = lane.arguments_mark();
         let mut frame = GatedFrame { mark, outputs: smallvec::SmallVec::new() };
         let mut packer = ward_abi::ArgPacker::new();
-        for a in args {
-            let pushed = match a {
+        let mut pack = |a: &WireValue<'_>| -> Result<(), BackendError> {
+            let usage = |e: &dyn std::fmt::Display| BackendError::Usage(e.to_string());
+            let space = |len: usize| {
+                memory.host_access();
+                lane.argument_space(len).map_err(|e| usage(&e))
+            };
+            match a {
                 WireValue::Int(v) => packer.push_int(*v),
                 WireValue::F64(v) => packer.push_f64(*v),
                 WireValue::F32(v) => packer.push_f32(*v),
                 WireValue::In(b) => packer.push_int(b.as_ptr() as u64),
                 WireValue::Str(s) => packer.push_int(s.as_ptr() as u64),
                 WireValue::Out(len) => {
-                    memory.host_access();
-                    let at = memory.argument_space(*len).inspect_err(|_| memory.release_arguments(mark))?;
-                    // SAFETY: `len` bytes of the argument area, writable by the host (host_access above).
+                    let at = space(*len)?;
+                    // SAFETY: `len` bytes of this thread's argument area, writable by the host (host_access above).
                     unsafe { std::ptr::write_bytes(at, 0, *len) };
                     frame.outputs.push((at as usize, *len));
                     packer.push_int(at as u64)
                 }
                 WireValue::InOut(b) | WireValue::Scratch(b) => {
-                    memory.host_access();
-                    let at = memory.argument_space(b.len()).inspect_err(|_| memory.release_arguments(mark))?;
+                    let at = space(b.len())?;
                     // SAFETY: as above; the source is the host's buffer.
                     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len()) };
                     if matches!(a, WireValue::InOut(_)) {
@@ -961,18 +935,20 @@ impl GatedCall {
                         .ok_or_else(|| BackendError::Usage("no outward stub left for a callback".into()))?;
                     packer.push_int(outward as u64)
                 }
-            };
-            if let Err(e) = pushed {
-                memory.release_arguments(mark);
-                return Err(BackendError::Usage(e.to_string()));
             }
+            .map_err(|e| usage(&e))
+        };
+        if let Err(e) = args.iter().try_for_each(&mut pack) {
+            // Whatever the call took of the argument area goes back with the error.
+            lane.release_arguments(mark);
+            return Err(e);
         }
         Ok((packer.finish(), frame))
     }
 
     /// Runs the call through the gate.
     pub(crate) fn run(&self, regs: &RegArgs, deadline: Duration) -> Result<RegRet, BackendError> {
-        self.memory.enter(self.func, regs, Some(deadline))
+        self.memory.enter(self.func, regs, Some(deadline), self.epoch)
     }
 
     /// Copies outputs back (when the call returned) and releases the call's part of the argument area.
@@ -985,7 +961,10 @@ impl GatedCall {
                 unsafe { std::ptr::copy_nonoverlapping(*at as *const u8, out.as_mut_ptr(), n) };
             }
         }
-        self.memory.release_arguments(frame.mark);
+        // The lane is this thread's, which prepared the call.
+        if let Ok(lane) = self.memory.lanes.for_this_thread() {
+            lane.release_arguments(frame.mark);
+        }
     }
 }
 
@@ -1013,7 +992,7 @@ impl Backend for MpkBackend {
     fn gated(&self, func: u32) -> Option<GatedCall> {
         let memory = self.memory().ok()?;
         let func = *self.functions.get(func as usize)?;
-        Some(GatedCall { memory: memory.clone(), func })
+        Some(GatedCall { memory: memory.clone(), func, epoch: memory.occupancy.epoch() })
     }
 
     fn begin(&mut self, _: &mut Tracker, _: u32, _: &[WireValue<'_>], _: RetType) -> Result<Frame, BackendError> {
@@ -1046,6 +1025,10 @@ impl Backend for MpkBackend {
 
     fn stop(&mut self) {
         self.stopped = true;
+        // Other threads' calls in the domain end before its memory is put back or let go.
+        if let Some(memory) = &self.memory {
+            memory.close();
+        }
     }
 
     fn restart(&mut self, _: &mut Tracker) -> Result<RestartVia, String> {

@@ -38,6 +38,13 @@
 //! host's code is left alone and the watchdog signals again at its next tick, so the domain is stopped once it is
 //! back.
 //!
+//! # Several threads, and closing a domain
+//!
+//! Each thread's activations are its own (ACTIVE is thread-local) and each runs on a stack of its own, so threads
+//! enter a domain independently. A thread recovering the domain first closes it ([`Occupancy::close`]): every call
+//! made before then ends at its gate without running more of the domain's code, whether it was running there (an
+//! eviction signal ends it), out in the host (it ends when it comes back) or about to enter.
+//!
 //! # Floating-point control
 //!
 //! MXCSR and the x87 control word are callee-saved in System V. The gate saves the host's on entry and gives the
@@ -123,6 +130,10 @@ struct GateFrame {
     /// it returns or calls out).
     domain_mxcsr: u32,
     domain_x87_control: u32,
+    /// The domain's epoch word ([`Occupancy`]), and its value when the call was made: the gate and the outward
+    /// stub's way back in compare them, and do not go (back) into a domain that has been closed since.
+    epoch_at: *const AtomicU64,
+    epoch: u64,
 }
 
 // The floats follow the ints, as in RegArgs: the argument loader reads both from one base.
@@ -212,6 +223,12 @@ global_asm!(
     "pop rbx",
     "ret",
     ".endm",
+    // ZF := the domain's epoch is still the one the call was made in (clobbers rax).
+    ".macro ward_mpk_closed_since base:req",
+    "mov rax, qword ptr [\\base + {epoch_at}]",
+    "mov rax, qword ptr [rax]",
+    "cmp rax, qword ptr [\\base + {epoch}]",
+    ".endm",
     ".macro ward_mpk_save_host_registers",
     "push rbp",
     "push rbx",
@@ -286,9 +303,13 @@ global_asm!(
     "mov qword ptr [rbx + {host_fs}], rax",
     "mov rax, qword ptr [rbx + {domain_fs}]",
     "wrfsbase rax",
-    // Into the domain: its stack, then its rights. The arguments are read under the domain's PKRU, which lets it
-    // read host memory.
-    "mov qword ptr [rbx + {inside}], 1",
+    // Into the domain: marked inside (XCHG: a full barrier, so a thread closing the domain either sees the mark
+    // or is seen to have closed it, below), then its stack, then its rights. The arguments are read under the
+    // domain's PKRU, which lets it read host memory.
+    "mov eax, 1",
+    "xchg qword ptr [rbx + {inside}], rax",
+    "ward_mpk_closed_since rbx",
+    "jne ward_mpk_gate_resume",
     "mov rsp, qword ptr [rbx + {stack_top}]",
     "ward_mpk_set_pkru rbx, {domain_pkru}",
     "ward_mpk_load_arguments rbx, {ints}",
@@ -423,7 +444,8 @@ global_asm!(
     // top of its stack, or anywhere) faults here, as its own.
     "mov rax, qword ptr [r14 + {stack_arguments_at}]",
     "mov rax, qword ptr [r14 + {stack_arguments_at} + {stack_bytes} - 8]",
-    // To the host: its rights, then its stack (below where the gate left it), marked outside.
+    // To the host: its rights, then its stack (below where the gate left it), marked outside. A thread closing
+    // the domain does not wait for this one while it is outside.
     "ward_mpk_set_pkru r13, {host_pkru}",
     "ward_mpk_save_domain_float_control r13",
     "ward_mpk_load_host_float_control r13",
@@ -434,10 +456,16 @@ global_asm!(
     "sub rsp, {stack_bytes}",
     "ward_mpk_copy_stack_arguments r14",
     "call 4f",
-    // Back to the domain: unmarked, its stack, its rights; the results survive in rbx and r15.
+    // Back to the domain: unmarked (XCHG, as at the gate's entry), its stack, its rights; the results survive in
+    // rbx and r15. Not if the domain was closed meanwhile: its memory is another incarnation's now, so the call
+    // ends there, as if it had faulted, with the host's rights, stack and thread pointer (rbx = the frame for the
+    // resume path).
     "mov rbx, rax",
     "movq r15, xmm0",
-    "mov qword ptr [r13 + {outside}], 0",
+    "xor eax, eax",
+    "xchg qword ptr [r13 + {outside}], rax",
+    "ward_mpk_closed_since r13",
+    "jne 6f",
     "ward_mpk_load_domain_float_control r13",
     "wrfsbase rbp",
     "mov rsp, r14",
@@ -445,6 +473,9 @@ global_asm!(
     "mov rax, rbx",
     "movq xmm0, r15",
     "jmp 5f",
+    "6:",
+    "mov rbx, r13",
+    "jmp ward_mpk_gate_resume",
     // Not inside a domain (a host thread calling the pointer itself): a plain call.
     "3:",
     "sub rsp, {stack_bytes}",
@@ -464,6 +495,7 @@ global_asm!(
     "mov eax, 8",
     "jmp r11",
     ".popsection",
+    ".purgem ward_mpk_closed_since",
     ".purgem ward_mpk_save_host_registers",
     ".purgem ward_mpk_restore_host_registers_and_return",
     ".purgem ward_mpk_set_pkru",
@@ -491,6 +523,8 @@ global_asm!(
     domain_x87_control = const offset_of!(GateFrame, domain_x87_control),
     domain_fs = const offset_of!(GateFrame, domain_fs),
     host_fs = const offset_of!(GateFrame, host_fs),
+    epoch_at = const offset_of!(GateFrame, epoch_at),
+    epoch = const offset_of!(GateFrame, epoch),
     host_pointer_at = const thread_block::HOST_POINTER_AT,
     host_check_at = const thread_block::HOST_CHECK_AT,
     tcb_secret = sym thread_block::TCB_SECRET,
@@ -706,8 +740,110 @@ fn set_this_thread(pkru: Pkru) {
     };
 }
 
+/// Whether a domain may be entered, and closing it: what a thread recovering a domain that other threads may be
+/// running in needs before it puts the domain's memory back or lets it go.
+///
+/// Each call records the epoch it was made in. [`Occupancy::close`] moves the epoch on: from then no call made
+/// before goes into the domain's code, or back into it from a call out to the host (the gate's entry and the
+/// outward stub's way back in compare the epochs and end the call there, as a fault would); a thread running the
+/// domain's code just then is sent an eviction (the timeout signal, see `watchdog::evict`), which ends its call
+/// the same way; `close` returns once none is left in the domain's code. A thread that is out in the host stays
+/// there undisturbed, and its call ends when it comes back.
+#[derive(Debug, Default)]
+pub(crate) struct Occupancy {
+    epoch: AtomicU64,
+}
+
+/// One thread's presence in one domain: its innermost activation there, if it has one, for a thread closing the
+/// domain to look at.
+#[derive(Debug)]
+pub(crate) struct Occupant {
+    tid: libc::pid_t,
+    /// The activation (a `*mut GateFrame`, 0 for none); locked by the closing thread while it looks, so the frame
+    /// cannot end meanwhile.
+    frame: parking_lot::Mutex<usize>,
+}
+
+/// How long [`Occupancy::close`] waits for threads to leave a domain before it says so in the log (it goes on
+/// waiting: restoring the memory under a thread still running there would corrupt the new incarnation).
+const CLOSE_WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Occupancy {
+    /// The epoch calls made now are made in.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Closes the domain to every call made before (see [`Occupancy`]) and waits until none of `occupants` (every
+    /// thread that has entered the domain) is running its code.
+    pub(crate) fn close<'a>(&self, occupants: impl Iterator<Item = &'a Occupant> + Clone) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        let mut warned = false;
+        loop {
+            let mut running = false;
+            for occupant in occupants.clone() {
+                running |= occupant.evict_if_running();
+            }
+            if !running {
+                return;
+            }
+            if !warned && started.elapsed() > CLOSE_WARN_AFTER {
+                tracing::warn!("a thread is still running in a failed mpk domain after an eviction; waiting for it");
+                warned = true;
+            }
+            // Waiting for other threads' signal handlers to take them out: a short pause between looks.
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+}
+
+impl Occupant {
+    /// This thread's.
+    pub(crate) fn for_this_thread() -> Occupant {
+        // SAFETY: gettid has no preconditions.
+        Occupant { tid: unsafe { libc::gettid() }, frame: parking_lot::Mutex::new(0) }
+    }
+
+    /// Whether its thread is running the domain's code (in its gate's span, not called out); if so, sends it an
+    /// eviction.
+    fn evict_if_running(&self) -> bool {
+        let frame = self.frame.lock();
+        let frame = *frame as *mut GateFrame;
+        if frame.is_null() {
+            return false;
+        }
+        // SAFETY: the frame is its thread's live activation: the thread takes this lock to clear it before the
+        // frame ends. Its two marks are words the thread writes with XCHG; they are read here as atomics.
+        let (inside, outside) = unsafe {
+            let word = |at: *mut u64| (*at.cast::<AtomicU64>()).load(Ordering::SeqCst);
+            (word(ptr::addr_of_mut!((*frame).inside)), word(ptr::addr_of_mut!((*frame).outside)))
+        };
+        if inside == 0 || outside != 0 {
+            return false;
+        }
+        if let Err(e) = watchdog::evict(self.tid) {
+            tracing::debug!("mpk: cannot evict thread {} from a closed domain: {e}", self.tid);
+        }
+        true
+    }
+}
+
+/// Where a call into a domain records itself: the domain's [`Occupancy`] and this thread's [`Occupant`] there.
+#[derive(Clone, Copy)]
+pub(crate) struct Presence<'a> {
+    pub occupancy: &'a Occupancy,
+    pub occupant: &'a Occupant,
+    /// The epoch the call was made in ([`Occupancy::epoch`] when it was prepared).
+    pub epoch: u64,
+}
+
+/// The epoch word of calls made with no [`Presence`]: never closed.
+static NEVER_CLOSED: AtomicU64 = AtomicU64::new(0);
+
 /// Call `func` inside a domain: on the stack whose top is `stack_top`, with `rights` as PKRU and `thread_pointer`
-/// as the FS base (this thread's block in the domain, see `thread_block`), for at most `deadline` of time.
+/// as the FS base (this thread's block in the domain, see `thread_block`), for at most `deadline` of time. With a
+/// `presence`, the call is recorded in it, and a call made in an epoch since closed ends without going in.
 ///
 /// Returns what it returned, or the fault it raised (a call past its deadline: [`timeout_signal`] with code
 /// `SI_QUEUE`, from the [`watchdog`]); either way the thread is back in the host with the host's PKRU. Only on a
@@ -717,7 +853,8 @@ fn set_this_thread(pkru: Pkru) {
 /// `func` is a System V function taking only register-passed scalars valid in `args` (as for
 /// [`ward_abi::call_native`]) that neither unwinds nor leaves by `longjmp`; `stack_top` is the 16-byte aligned top of
 /// a stack `rights` lets it write, used by no other call in progress; `thread_pointer` is a thread block this thread
-/// was given by the domain's `ThreadBlocks`, alive for the whole call.
+/// was given by the domain's `ThreadBlocks`, alive for the whole call; a `presence`'s occupant is this thread's.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn call(
     func: *const c_void,
     args: &RegArgs,
@@ -726,6 +863,7 @@ pub(crate) unsafe fn call(
     deadline: Option<std::time::Duration>,
     thread_pointer: usize,
     float_control: &FloatControl,
+    presence: Option<Presence<'_>>,
 ) -> io::Result<Result<RegRet, GateFault>> {
     prepare_thread()?;
     // A nested call's deadline replaces its caller's for its own time; the caller's is put back after it.
@@ -772,14 +910,22 @@ pub(crate) unsafe fn call(
         host_x87_control: 0,
         domain_mxcsr: domain_float.mxcsr,
         domain_x87_control: u32::from(domain_float.x87_control),
+        epoch_at: presence.map_or(&NEVER_CLOSED, |p| &p.occupancy.epoch),
+        epoch: presence.map_or(0, |p| p.epoch),
     };
     let frame_ptr: *mut GateFrame = &mut frame;
     ACTIVE.with(|a| a.set(frame_ptr));
+    // The occupant names this activation while it lasts (an outer one of the same domain, called out, before and
+    // after it).
+    let outer_in_domain = presence.map(|p| std::mem::replace(&mut *p.occupant.frame.lock(), frame_ptr as usize));
     // SAFETY: the frame is live for the whole call and has the layout the assembly reads (checked above); the gate
     // saves and restores every callee-saved register and the stack pointer, on both its paths, so to Rust it is an
     // ordinary C function. The call of `func` on the domain's stack is sound by the caller's guarantee, and a fault
     // in it comes back through the resume path, which the handler only takes for this activation.
     let status = unsafe { ward_mpk_gate(frame_ptr) };
+    if let (Some(p), Some(outer)) = (presence, outer_in_domain) {
+        *p.occupant.frame.lock() = outer;
+    }
     if let Some(outer) = outer_deadline {
         watchdog::restore(outer);
     }
@@ -1028,16 +1174,26 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
     let (inside, outside) = unsafe { frame.as_ref().map_or((false, false), |f| (f.inside != 0, f.outside != 0)) };
     let ours = if signal == timeout_signal() {
         // SAFETY: the kernel passes a valid siginfo.
-        if !watchdog::from_watchdog(unsafe { &*info }) {
+        let queued = unsafe { &*info };
+        if watchdog::is_eviction(queued) {
+            // A closing thread's: this call's domain was closed while it ran (see `Occupancy`). One that finds the
+            // thread in another domain's call, or out in the host, is not for it: dropped.
+            // SAFETY: a non-null ACTIVE is this thread's live activation; its epoch word outlives it (the domain's,
+            // held by the caller of `call`, or NEVER_CLOSED).
+            let closed =
+                unsafe { frame.as_ref() }.is_some_and(|f| unsafe { (*f.epoch_at).load(Ordering::SeqCst) } != f.epoch);
+            inside && !outside && closed
+        } else if watchdog::from_watchdog(queued) {
+            watchdog::heard();
+            // The watchdog's. While the domain is calling the host, the host's code is not interrupted; the domain
+            // is, once it is back (the watchdog sends the signal again every tick while the deadline stays passed).
+            // One that arrives after its call is over, or early for the next call, is stale: dropped.
+            inside && !outside && watchdog::passed()
+        } else {
             // Sent by someone else, the host itself included: not ward's.
             chain(signal, info, context);
             return;
         }
-        watchdog::heard();
-        // The watchdog's. While the domain is calling the host, the host's code is not interrupted; the domain is,
-        // once it is back (the watchdog sends the signal again every tick while the deadline stays passed). One
-        // that arrives after its call is over, or early for the next call, is stale: dropped.
-        inside && !outside && watchdog::passed()
     } else {
         // Raised by the processor (code > 0) in the domain's span of its gate call.
         code > 0 && inside && !outside

@@ -187,13 +187,12 @@ const GROUPS: &[Group] = &[
         why: "answered by the domain runtime (the page size, the processor count)",
         names: &["sysconf", "__sysconf"],
     },
-    // The core runs one call of a domain at a time, so a mutex in the domain's memory is never contended by
-    // another thread: the runtime keeps glibc's layout and types, and a normal mutex locked twice (a hang) is a
-    // fault.
+    // Mutexes in the domain's memory: the runtime keeps glibc's layout and types, a thread finding one held by
+    // another waits for it, and a normal mutex a thread locks twice (a hang) is a fault.
     Group {
         id: "domain-locks",
         class: DomainRuntime,
-        why: "mutexes in the domain's memory, which one call at a time uses",
+        why: "mutexes in the domain's memory, shared by the threads in the domain",
         names: &[
             "pthread_mutex_init",
             "pthread_mutex_destroy",

@@ -20,6 +20,9 @@ pub(crate) mod elf;
 #[allow(unsafe_code)]
 pub(crate) mod gate;
 pub(crate) mod imports;
+// Each host thread's stack and argument area in a domain.
+#[allow(unsafe_code)]
+mod lanes;
 // `signal`, `sysv_signal` and `sigset` for hosts, built on the gate's `host_sigaction`.
 #[allow(unsafe_code)]
 mod legacy_signals;

@@ -2,6 +2,7 @@
 //! recovered. On a machine without PKU the tests that need it say so and pass; `scripts/test` runs this module
 //! again under emulation (`scripts/pku-vm`). The tests of what happens without PKU run everywhere.
 
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -44,6 +45,14 @@ address_space_mb = 64
 state = true
 [extension.well]
 init = "well_init"
+[extension.threads]
+deadline_ms = 120000
+max_restarts = 1000
+restart_period_s = 1
+backoff_initial_ms = 0.001
+backoff_max_ms = 0.001
+[extension.threads.function.threads_crash]
+retryable = false
 "#;
 
 fn load(name: &str, isolation: Isolation) -> (Supervisor, Extension, Receiver<Event>) {
@@ -608,4 +617,88 @@ fn a_write_off_the_end_of_the_heap_in_use_is_a_fault_of_the_domain() {
     }
     assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(2)]), 7, "recovered, its state replayed");
     assert_eq!(int(&ext, "faulty_heap_overrun", &mut [Arg::I64(0)]), 63);
+}
+
+/// `threads_wait` on another thread: it tells `arrived` when it is in, then waits in the domain until `go` is set.
+fn wait_in_the_domain<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    sup: &Supervisor,
+    ext: &'s Extension,
+    go: &'static AtomicI64,
+    arrived: &'static AtomicUsize,
+) -> std::thread::ScopedJoinHandle<'s, Result<Value, Error>> {
+    let arrive = sup
+        .register_callback(Signature::new(&[], RetType::I64), move |_| {
+            arrived.fetch_add(1, Ordering::SeqCst);
+            Value::I64(0)
+        })
+        .unwrap();
+    scope.spawn(move || {
+        ext.call("threads_wait", &mut [Arg::Ptr(go.as_ptr() as usize), Arg::Callback(&arrive)], RetType::I64)
+    })
+}
+
+/// Waits until `arrived` reaches `n` (another thread's progress; the deadline only ends a test that went wrong).
+fn until_arrived(arrived: &AtomicUsize, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while arrived.load(Ordering::SeqCst) < n {
+        assert!(std::time::Instant::now() < deadline, "the waiting call never arrived in the domain");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn several_threads_run_in_one_domain_at_once_sharing_its_heap_and_a_mutex() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    static GO: AtomicI64 = AtomicI64::new(0);
+    static ARRIVED: AtomicUsize = AtomicUsize::new(0);
+    let (sup, ext, events) = load("threads", Isolation::Mpk);
+    std::thread::scope(|s| {
+        let waiting = wait_in_the_domain(s, &sup, &ext, &GO, &ARRIVED);
+        until_arrived(&ARRIVED, 1);
+        // With one thread inside, waiting for the host, two more call in and finish: calls are not serialised.
+        let counters: Vec<_> = (0..2).map(|_| s.spawn(|| int(&ext, "threads_count", &mut [Arg::I64(500)]))).collect();
+        let counts: Vec<i64> = counters.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(counts.contains(&1000), "the last to finish saw every increment: {counts:?}");
+        GO.store(5, Ordering::SeqCst);
+        assert_eq!(waiting.join().unwrap().unwrap().as_i64(), Some(5));
+    });
+    assert_eq!(int(&ext, "threads_count", &mut [Arg::I64(0)]), 1000, "no increment lost");
+    assert_eq!(ARRIVED.load(Ordering::SeqCst), 1, "the waiting call ran once");
+    assert!(faults(&events).is_empty());
+}
+
+#[test]
+fn two_threads_in_one_domain_while_one_of_them_faults() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    static GO: AtomicI64 = AtomicI64::new(0);
+    static ARRIVED: AtomicUsize = AtomicUsize::new(0);
+    let (sup, ext, events) = load("threads", Isolation::Mpk);
+    assert_eq!(int(&ext, "threads_count", &mut [Arg::I64(3)]), 3);
+    std::thread::scope(|s| {
+        let waiting = wait_in_the_domain(s, &sup, &ext, &GO, &ARRIVED);
+        until_arrived(&ARRIVED, 1);
+        // This thread's call crashes while the other is in the domain: the domain is closed (the other thread's
+        // call ends where it is), restored and replayed, and the crash (not retryable) is reported.
+        let crash = ext.call("threads_crash", &mut [], RetType::I64).unwrap_err();
+        let Error::Fault(fault) = crash else { panic!("a fault: {crash:?}") };
+        assert_eq!(signal_of(&fault), (libc::SIGSEGV, SignalCause::NullDereference));
+        // The other thread's call was ended by the recovery and made again (it arrived a second time); it now
+        // finishes in the new incarnation.
+        until_arrived(&ARRIVED, 2);
+        GO.store(9, Ordering::SeqCst);
+        assert_eq!(waiting.join().unwrap().unwrap().as_i64(), Some(9));
+    });
+    assert_eq!(ARRIVED.load(Ordering::SeqCst), 2, "ended once, then made again once");
+    let seen = faults(&events);
+    assert!(seen.len() == 1 && seen[0].call.as_deref() == Some("threads_crash"), "one fault, the crash: {seen:?}");
+    // The shared count was not marked state: the restored domain starts it again.
+    assert_eq!(int(&ext, "threads_count", &mut [Arg::I64(1)]), 1);
+    assert_eq!(ext.stats().restarts, 1);
 }

@@ -160,6 +160,52 @@ pub(crate) fn from_watchdog(info: &libc::siginfo_t) -> bool {
         && unsafe { info.si_value() }.sival_ptr as u64 == cookie
 }
 
+/// The value an eviction carries: the watchdog's, inverted (never equal to it, and as unknown to others).
+fn eviction_value(cookie: u64) -> u64 {
+    !cookie
+}
+
+/// Whether `info` is an eviction [`evict`] sent (in this process). Async-signal-safe.
+pub(crate) fn is_eviction(info: &libc::siginfo_t) -> bool {
+    let cookie = SIGNAL_COOKIE.load(Ordering::Relaxed);
+    // SAFETY: as in `from_watchdog`.
+    cookie != 0
+        && info.si_code == libc::SI_QUEUE
+        && unsafe { info.si_pid() } == std::process::id() as libc::pid_t
+        && unsafe { info.si_value() }.sival_ptr as u64 == eviction_value(cookie)
+}
+
+/// Sends thread `tid` of this process the timeout signal as an *eviction*: a domain it is running in was closed
+/// (another thread's call faulted in it), and the handler ends the thread's call if it is still inside that
+/// domain. An eviction that finds the thread elsewhere is dropped, so sending one late does no harm.
+pub(crate) fn evict(tid: libc::pid_t) -> io::Result<()> {
+    if SIGNAL_COOKIE.load(Ordering::Relaxed) == 0 {
+        // Nothing has armed a deadline yet; the watchdog's value is chosen here instead (it never changes after).
+        let _ = SIGNAL_COOKIE.compare_exchange(0, new_cookie(), Ordering::SeqCst, Ordering::SeqCst);
+    }
+    let pid = std::process::id() as libc::pid_t;
+    let signal = super::gate::timeout_signal();
+    let info = QueuedSignalInfo {
+        signo: signal,
+        errno: 0,
+        code: libc::SI_QUEUE,
+        _pad: 0,
+        pid,
+        // SAFETY: getuid has no preconditions.
+        uid: unsafe { libc::getuid() },
+        value: eviction_value(SIGNAL_COOKIE.load(Ordering::Relaxed)),
+        _rest: [0; 12],
+    };
+    // SAFETY: rt_tgsigqueueinfo to a thread of this process with a siginfo it only reads (see `watch`). A thread
+    // that has ended since is an error (ESRCH), not another thread: ids are not reused while the caller holds the
+    // lane that names it (its thread removes it as it ends).
+    let r = unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, signal, &info) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The handler has taken this thread's timeout signal: the watchdog may send another. Async-signal-safe.
 pub(crate) fn heard() {
     if let Some(slot) = this_threads_slot() {

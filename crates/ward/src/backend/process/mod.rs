@@ -319,6 +319,8 @@ impl ProcessBackend {
             }
             Err(BackendError::Usage(what)) => Err(refused(what)),
             Err(BackendError::UnknownSymbol) => Err(lost("the domain answered a load as a resolve".into())),
+            // Only an mpk domain is closed under a call.
+            Err(BackendError::Closed) => Err(lost("the domain was closed while loading it".into())),
         };
         if let Some(record) = loan.record {
             tracker.release(record);

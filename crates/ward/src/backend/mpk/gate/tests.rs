@@ -56,7 +56,7 @@ impl TestDomain {
         args.ints[..ints.len()].copy_from_slice(ints);
         // SAFETY: every function the tests call is an `extern "C"` function of this file taking integer or pointer
         // arguments only; the stack is this domain's own, used by no other call.
-        unsafe { super::call(func, &args, self.rights, self.stack.end(), None, self.thread_pointer(), float) }
+        unsafe { super::call(func, &args, self.rights, self.stack.end(), None, self.thread_pointer(), float, None) }
             .expect("the gate's thread set-up")
     }
 
@@ -265,6 +265,7 @@ fn two_threads_in_one_domain_one_faulting() {
                     None,
                     thread_pointer,
                     &FLOAT,
+                    None,
                 )
             }
             .unwrap()
@@ -497,16 +498,18 @@ extern "C" fn host_calls_back_in(_: u64) -> u64 {
     let rights = Pkru(NESTED_RIGHTS.load(Ordering::SeqCst));
     let args = RegArgs::default();
     // SAFETY: stack_pointer takes nothing; the stack is the domain's own, below the part its outer call uses.
-    let inner =
-        unsafe { super::call(f(stack_pointer as *const ()), &args, rights, top, None, last_thread_pointer(), &FLOAT) }
-            .unwrap()
-            .unwrap();
+    let inner = unsafe {
+        super::call(f(stack_pointer as *const ()), &args, rights, top, None, last_thread_pointer(), &FLOAT, None)
+    }
+    .unwrap()
+    .unwrap();
     NESTED_INNER_RSP.store(inner.int, Ordering::SeqCst);
     // SAFETY: read_word takes one pointer (null here, on purpose).
-    let fault =
-        unsafe { super::call(f(read_word as *const ()), &args, rights, top, None, last_thread_pointer(), &FLOAT) }
-            .unwrap()
-            .unwrap_err();
+    let fault = unsafe {
+        super::call(f(read_word as *const ()), &args, rights, top, None, last_thread_pointer(), &FLOAT, None)
+    }
+    .unwrap()
+    .unwrap_err();
     NESTED_FAULT_SIGNAL.store(fault.signal as u64, Ordering::SeqCst);
     100
 }
@@ -583,6 +586,7 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
             Some(Duration::from_millis(20)),
             d.thread_pointer(),
             &FLOAT,
+            None,
         )
     };
     let fault = stuck.unwrap().unwrap_err();
@@ -598,6 +602,7 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
             Some(Duration::from_secs(60)),
             d.thread_pointer(),
             &FLOAT,
+            None,
         )
     };
     assert_eq!(prompt.unwrap().unwrap().int, 4);
@@ -650,6 +655,7 @@ fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once
             Some(CALL_OUT_DEADLINE),
             d.thread_pointer(),
             &FLOAT,
+            None,
         )
     };
     assert_eq!(SLOW_HOST_ENTERED.load(Ordering::SeqCst), 1, "the domain called the host before its deadline");
@@ -1099,6 +1105,7 @@ extern "C" fn host_calls_back_in_for_float_control(_: u64) -> u64 {
             None,
             last_thread_pointer(),
             &as_of_last_return,
+            None,
         )
     };
     let mut set = RegArgs::default();
@@ -1113,6 +1120,7 @@ extern "C" fn host_calls_back_in_for_float_control(_: u64) -> u64 {
             None,
             last_thread_pointer(),
             &as_of_last_return,
+            None,
         )
     };
     assert_eq!(set.ok().and_then(Result::ok).map(|r| r.int), Some(7));
@@ -1393,4 +1401,147 @@ fn setuid_in_another_thread_finishes_while_a_thread_is_inside_a_domain() {
         host_sigaction(GLIBC_SETXID, ptr::null(), &mut old)
     };
     assert_eq!(changed, -1);
+}
+
+/// In a domain: note its arrival in a word of the domain's memory, then wait until a host word is non-zero.
+extern "C" fn arrive_then_wait(arrived: *mut u64, go: *const u64) -> u64 {
+    // SAFETY: `arrived` is a word of the domain's memory, `go` a host word it may read.
+    unsafe {
+        arrived.write_volatile(1);
+        while go.read_volatile() == 0 {
+            std::hint::spin_loop();
+        }
+    }
+    7
+}
+
+/// Call `func` in `d` as a call made in `epoch` of `occupancy`, with `occupant` this thread's.
+fn call_present(
+    d: &TestDomain,
+    occupancy: &Occupancy,
+    occupant: &Occupant,
+    epoch: u64,
+    func: *const c_void,
+    ints: &[u64],
+) -> Result<RegRet, GateFault> {
+    let mut args = RegArgs::default();
+    args.ints[..ints.len()].copy_from_slice(ints);
+    let presence = Presence { occupancy, occupant, epoch };
+    // SAFETY: the tests' functions take integer or pointer arguments only; the stack is the domain's own, used by
+    // this call alone; the occupant is this thread's.
+    unsafe { super::call(func, &args, d.rights, d.stack.end(), None, d.thread_pointer(), &FLOAT, Some(presence)) }
+        .expect("the gate's thread set-up")
+}
+
+/// A host word nothing sets: what the evicted call waits for.
+static NEVER: AtomicU64 = AtomicU64::new(0);
+
+#[test]
+fn closing_a_domain_ends_the_call_running_in_it_and_keeps_calls_made_before_from_going_in() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    allow_on_this_thread(d.key.number());
+    let occupancy = Occupancy::default();
+    let before = occupancy.epoch();
+    let arrived = d.data_word();
+    let (arrived_at, never_at) = (arrived as usize, NEVER.as_ptr() as usize);
+    let waiting = std::thread::scope(|s| {
+        let (occupant_tx, occupant_rx) = std::sync::mpsc::channel();
+        let (d, occupancy) = (&d, &occupancy);
+        let waiting = s.spawn(move || {
+            allow_on_this_thread(d.key.number());
+            let occupant = std::sync::Arc::new(Occupant::for_this_thread());
+            occupant_tx.send(occupant.clone()).unwrap();
+            let func = f(arrive_then_wait as *const ());
+            call_present(d, occupancy, &occupant, before, func, &[arrived_at as u64, never_at as u64])
+        });
+        let occupant = occupant_rx.recv().unwrap();
+        // SAFETY: the domain's word, readable by this thread (its key allowed above).
+        while unsafe { arrived.read_volatile() } == 0 {
+            std::thread::yield_now();
+        }
+        // The other thread is in the domain's code, waiting for a word no one sets: closing ends its call.
+        occupancy.close(std::iter::once(&*occupant));
+        waiting.join().unwrap()
+    });
+    let fault = waiting.expect_err("the call was ended");
+    assert_eq!(fault.signal, timeout_signal(), "ended by an eviction: {fault:?}");
+    assert_ne!(occupancy.epoch(), before);
+
+    // A call made before the close does not go in: the function (which would write 5) never runs.
+    let me = Occupant::for_this_thread();
+    let write = f(write_word as *const ());
+    assert!(call_present(&d, &occupancy, &me, before, write, &[arrived as u64, 5]).is_err());
+    // SAFETY: as above.
+    assert_eq!(unsafe { arrived.read_volatile() }, 1, "the stale call did not run");
+    // One made now does.
+    call_present(&d, &occupancy, &me, occupancy.epoch(), write, &[arrived as u64, 5]).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { arrived.read_volatile() }, 5);
+}
+
+static OUT_ENTERED: AtomicU64 = AtomicU64::new(0);
+/// Set by the test once the domain is closed (or, so that a failing test does not hang, by a timer after a
+/// minute: then 2).
+static OUT_RELEASE: AtomicU64 = AtomicU64::new(0);
+
+/// In the host, called out of a domain: wait until the test lets it go.
+extern "C" fn host_wait_for_release(x: u64) -> u64 {
+    OUT_ENTERED.store(1, Ordering::SeqCst);
+    while OUT_RELEASE.load(Ordering::SeqCst) == 0 {
+        std::hint::spin_loop();
+    }
+    x
+}
+
+/// In a domain: call `out`, then write what it returned into `mark` (domain memory).
+extern "C" fn call_out_then_mark(out: extern "C" fn(u64) -> u64, mark: *mut u64) -> u64 {
+    let r = out(3);
+    // SAFETY: a word of the domain's memory.
+    unsafe { mark.write_volatile(r) };
+    r
+}
+
+#[test]
+fn closing_a_domain_leaves_a_call_out_in_the_host_alone_and_ends_it_when_it_comes_back() {
+    if !pku_here() {
+        return;
+    }
+    let d = TestDomain::new();
+    allow_on_this_thread(d.key.number());
+    let occupancy = Occupancy::default();
+    let before = occupancy.epoch();
+    let mark = d.data_word();
+    let stub = outward_for(f(host_wait_for_release as *const ())).expect("an outward slot") as usize;
+    std::thread::spawn(|| {
+        // Not synchronisation: only a test that went wrong (a close that waits for the host) gets this far.
+        std::thread::sleep(Duration::from_secs(60));
+        OUT_RELEASE.store(2, Ordering::SeqCst);
+    });
+    let mark_at = mark as usize;
+    let ended = std::thread::scope(|s| {
+        let (occupant_tx, occupant_rx) = std::sync::mpsc::channel();
+        let (d, occupancy) = (&d, &occupancy);
+        let calling = s.spawn(move || {
+            allow_on_this_thread(d.key.number());
+            let occupant = std::sync::Arc::new(Occupant::for_this_thread());
+            occupant_tx.send(occupant.clone()).unwrap();
+            let func = f(call_out_then_mark as *const ());
+            call_present(d, occupancy, &occupant, before, func, &[stub as u64, mark_at as u64])
+        });
+        let occupant = occupant_rx.recv().unwrap();
+        while OUT_ENTERED.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        // Out in the host: the close does not wait for it.
+        occupancy.close(std::iter::once(&*occupant));
+        assert_eq!(OUT_RELEASE.swap(1, Ordering::SeqCst), 0, "the close returned without waiting for the host");
+        calling.join().unwrap()
+    });
+    let fault = ended.expect_err("the call ended when it came back");
+    assert_eq!(fault.signal, 0, "ended by the gate, not by a signal: {fault:?}");
+    // SAFETY: the domain's word, readable by this thread.
+    assert_eq!(unsafe { mark.read_volatile() }, 0, "the domain's code after the call out never ran");
 }

@@ -151,7 +151,8 @@ pub(super) extern "C" fn rt_dlopen(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> usize {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     if path.is_null() {
         set_error(b, &[b"dlopen(NULL): an mpk domain has no global scope to open"]);
         return 0;
@@ -179,7 +180,8 @@ pub(super) extern "C" fn rt_dlsym(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> usize {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     let view = View::of(b);
     let Some(i) = view.library(handle) else {
         set_error(b, &[b"dlsym: not a handle dlopen returned in this domain"]);
@@ -203,7 +205,8 @@ pub(super) extern "C" fn rt_dlerror(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> *const c_void {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     if b.dl_error_pending == 0 {
         return std::ptr::null();
     }
@@ -219,7 +222,8 @@ pub(super) extern "C" fn rt_dlclose(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> i32 {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     if View::of(b).library(handle).is_some() {
         // The library stays loaded for the life of the domain, as the adapters expect of a process too.
         return 0;
@@ -242,7 +246,7 @@ mod tests {
         let mut heap = vec![0u8; 4096];
         let mut b = fresh(&mut heap);
         b.set_libraries(table.bytes.as_ptr() as usize, table.bytes.len());
-        let bp: *mut RuntimeBlock = &mut *b;
+        let bp: *mut RuntimeBlock = &mut **b;
 
         let amp = rt_dlopen(c"/usr/lib/ladspa/amp.so".as_ptr(), 2, 0, 0, 0, bp);
         assert_ne!(amp, 0);
@@ -263,7 +267,7 @@ mod tests {
     fn dlopen_of_anything_else_fails_with_a_reason() {
         let mut heap = vec![0u8; 4096];
         let mut b = fresh(&mut heap);
-        let bp: *mut RuntimeBlock = &mut *b;
+        let bp: *mut RuntimeBlock = &mut **b;
         assert_eq!(rt_dlopen(c"libm.so.6".as_ptr(), 2, 0, 0, 0, bp), 0);
         let message = rt_dlerror(0, 0, 0, 0, 0, bp);
         // SAFETY: as above.

@@ -1,27 +1,45 @@
-//! Mutexes inside the domain. The core runs one call of a domain at a time (nested calls on the same thread
-//! through callbacks aside), so a lock taken inside the domain can never be contended by another thread: a lock
-//! is a word in the domain's memory, with glibc's layout so that `PTHREAD_MUTEX_INITIALIZER` and the mutex types
-//! keep their meaning. A normal mutex locked again (which would hang a process forever) stops the domain instead.
+//! Mutexes inside the domain. A lock is words in the domain's memory, with glibc's layout so that
+//! `PTHREAD_MUTEX_INITIALIZER` and the mutex types keep their meaning. Several host threads may be in the domain at
+//! once: a thread finding the lock held by another waits for it (spinning, then yielding); one finding it held by
+//! itself gets what the type says, and a normal mutex locked again (which would hang a process forever) stops the
+//! domain instead. The holder is named by its thread pointer in the domain, which is its own thread block.
 
-use super::{stop, RuntimeBlock};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
-/// glibc's `pthread_mutex_t` on x86-64, the part the runtime uses.
+use super::{give_way, stop, RuntimeBlock};
+
+/// glibc's `pthread_mutex_t` on x86-64, the part the runtime uses (40 bytes in all). `holder` takes the place of
+/// `__list.__prev`, which glibc uses for robust mutexes only.
 #[repr(C)]
 struct Mutex {
-    lock: i32,
-    count: u32,
-    owner: i32,
-    users: u32,
-    kind: i32,
+    lock: AtomicI32,
+    count: AtomicU32,
+    owner: AtomicI32,
+    users: AtomicU32,
+    kind: AtomicI32,
+    spins: i16,
+    elision: i16,
+    holder: AtomicU64,
 }
+
+const _: () = assert!(std::mem::size_of::<Mutex>() <= 40);
 
 /// The mutex types' bits of `kind` (`PTHREAD_MUTEX_KIND_MASK_NP`).
 const KIND_MASK: i32 = 3;
 
-fn mutex<'a>(m: usize) -> &'a mut Mutex {
-    // SAFETY: the extension passes a `pthread_mutex_t *` (40 bytes, of which the first 20 are these fields); it may
-    // only lie about memory it can write itself.
-    unsafe { &mut *(m as *mut Mutex) }
+fn mutex<'a>(m: usize) -> &'a Mutex {
+    // SAFETY: the extension passes a `pthread_mutex_t *` (40 bytes, laid out as above, every field an integer that
+    // any bits make valid); it may only lie about memory it can write itself. The fields are atomics, so threads
+    // of the domain share it soundly.
+    unsafe { &*(m as *const Mutex) }
+}
+
+/// This thread, as a holder: its thread pointer (in a domain, its own thread block there).
+fn this_thread() -> u64 {
+    let pointer: u64;
+    // SAFETY: reads the FS base into a register (FSGSBASE is on wherever mpk domains run); touches no memory.
+    unsafe { std::arch::asm!("rdfsbase {}", out(reg) pointer, options(nomem, nostack, preserves_flags)) };
+    pointer
 }
 
 pub(super) extern "C" fn rt_mutex_init(
@@ -38,7 +56,19 @@ pub(super) extern "C" fn rt_mutex_init(
         // SAFETY: a `pthread_mutexattr_t *`, whose first int holds the type in glibc.
         unsafe { *(attr as *const i32) & KIND_MASK }
     };
-    *mutex(m) = Mutex { lock: 0, count: 0, owner: 0, users: 0, kind };
+    // SAFETY: as in `mutex`; initialising is not concurrent with using (POSIX), so a plain write does.
+    unsafe {
+        (m as *mut Mutex).write(Mutex {
+            lock: AtomicI32::new(0),
+            count: AtomicU32::new(0),
+            owner: AtomicI32::new(0),
+            users: AtomicU32::new(0),
+            kind: AtomicI32::new(kind),
+            spins: 0,
+            elision: 0,
+            holder: AtomicU64::new(0),
+        })
+    };
     0
 }
 
@@ -48,28 +78,58 @@ pub(super) extern "C" fn rt_destroy(_: usize, _: usize, _: usize, _: usize, _: u
     0
 }
 
-/// Takes the lock when it is free, or again when the mutex is recursive; else the error the type gives.
-fn take(m: &mut Mutex) -> Option<i32> {
-    if m.lock == 0 {
-        m.lock = 1;
-        m.count = 1;
-        return Some(0);
+/// What one try at a lock came to.
+enum Take {
+    /// Taken (or, for this thread's own, the type's answer).
+    Done(i32),
+    /// Held by another thread.
+    Busy,
+    /// A normal mutex this thread holds already.
+    Deadlock,
+}
+
+fn try_take(m: &Mutex, me: u64) -> Take {
+    if m.lock.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+        m.holder.store(me, Ordering::Relaxed);
+        m.count.store(1, Ordering::Relaxed);
+        return Take::Done(0);
     }
-    match m.kind & KIND_MASK {
+    // Only this thread stores its own name there, and it clears it before it lets go.
+    if m.holder.load(Ordering::Relaxed) != me {
+        return Take::Busy;
+    }
+    match m.kind.load(Ordering::Relaxed) & KIND_MASK {
         libc::PTHREAD_MUTEX_RECURSIVE => {
-            m.count = m.count.checked_add(1)?;
-            Some(0)
+            let count = m.count.load(Ordering::Relaxed);
+            match count.checked_add(1) {
+                Some(more) => {
+                    m.count.store(more, Ordering::Relaxed);
+                    Take::Done(0)
+                }
+                None => Take::Done(libc::EAGAIN),
+            }
         }
-        libc::PTHREAD_MUTEX_ERRORCHECK => Some(libc::EDEADLK),
-        _ => None,
+        libc::PTHREAD_MUTEX_ERRORCHECK => Take::Done(libc::EDEADLK),
+        _ => Take::Deadlock,
     }
 }
 
 pub(super) extern "C" fn rt_mutex_lock(m: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> i32 {
-    match take(mutex(m)) {
-        Some(r) => r,
-        // Held already by this very thread (no other can be in the domain): a process would hang here forever.
-        None => stop(),
+    let (m, me) = (mutex(m), this_thread());
+    let mut tries = 0u32;
+    loop {
+        match try_take(m, me) {
+            Take::Done(r) => return r,
+            // A process would hang here forever.
+            Take::Deadlock => stop(),
+            Take::Busy => {
+                std::hint::spin_loop();
+                tries += 1;
+                if tries.is_multiple_of(128) {
+                    give_way();
+                }
+            }
+        }
     }
 }
 
@@ -81,8 +141,8 @@ pub(super) extern "C" fn rt_mutex_trylock(
     _: usize,
     _: *mut RuntimeBlock,
 ) -> i32 {
-    match take(mutex(m)) {
-        Some(0) => 0,
+    match try_take(mutex(m), this_thread()) {
+        Take::Done(0) => 0,
         _ => libc::EBUSY,
     }
 }
@@ -96,15 +156,20 @@ pub(super) extern "C" fn rt_mutex_unlock(
     _: *mut RuntimeBlock,
 ) -> i32 {
     let m = mutex(m);
-    if m.lock == 0 {
-        return if m.kind & KIND_MASK == libc::PTHREAD_MUTEX_ERRORCHECK { libc::EPERM } else { 0 };
+    let kind = m.kind.load(Ordering::Relaxed) & KIND_MASK;
+    let mine = m.lock.load(Ordering::Relaxed) != 0 && m.holder.load(Ordering::Relaxed) == this_thread();
+    if !mine {
+        // Unlocking a mutex one does not hold: an error for the checking types, undefined (and ignored) for a
+        // normal one, which must not let another thread's lock go.
+        return if kind == libc::PTHREAD_MUTEX_NORMAL { 0 } else { libc::EPERM };
     }
-    if m.kind & KIND_MASK == libc::PTHREAD_MUTEX_RECURSIVE && m.count > 1 {
-        m.count -= 1;
+    if kind == libc::PTHREAD_MUTEX_RECURSIVE && m.count.load(Ordering::Relaxed) > 1 {
+        m.count.fetch_sub(1, Ordering::Relaxed);
         return 0;
     }
-    m.lock = 0;
-    m.count = 0;
+    m.count.store(0, Ordering::Relaxed);
+    m.holder.store(0, Ordering::Relaxed);
+    m.lock.store(0, Ordering::Release);
     0
 }
 
@@ -158,8 +223,20 @@ mod tests {
         x as *mut T as usize
     }
 
+    /// Whether this machine has FSGSBASE (as every machine with mpk domains does); when not, says so.
+    fn fsgsbase_here() -> bool {
+        let here = crate::backend::mpk::thread_block::fsgsbase_enabled();
+        if !here {
+            eprintln!("no FSGSBASE on this machine: the runtime's mutexes name their holders with it; not run");
+        }
+        here
+    }
+
     #[test]
     fn a_static_mutex_locks_and_unlocks_and_a_held_one_is_busy() {
+        if !fsgsbase_here() {
+            return;
+        }
         let mut m = [0u8; 40];
         let b = std::ptr::null_mut();
         assert_eq!(rt_mutex_lock(raw(&mut m), 0, 0, 0, 0, b), 0);
@@ -169,7 +246,66 @@ mod tests {
     }
 
     #[test]
+    fn a_mutex_held_by_one_thread_makes_another_wait_for_it() {
+        if !fsgsbase_here() {
+            return;
+        }
+        let mut m = [0u8; 40];
+        let at = raw(&mut m);
+        let b = std::ptr::null_mut::<RuntimeBlock>() as usize;
+        // Not atomic: only the mutex keeps the two threads' increments apart.
+        let mut counter = 0u64;
+        let counter_at = raw(&mut counter);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(move || {
+                    let b = b as *mut RuntimeBlock;
+                    for _ in 0..100_000 {
+                        assert_eq!(rt_mutex_lock(at, 0, 0, 0, 0, b), 0);
+                        // SAFETY: the counter outlives the scope, and the mutex is held.
+                        unsafe {
+                            let c = counter_at as *mut u64;
+                            c.write_volatile(c.read_volatile() + 1);
+                        }
+                        assert_eq!(rt_mutex_unlock(at, 0, 0, 0, 0, b), 0);
+                    }
+                });
+            }
+        });
+        assert_eq!(counter, 200_000, "no increment lost");
+        assert_eq!(rt_mutex_trylock(at, 0, 0, 0, 0, std::ptr::null_mut()), 0, "free at the end");
+    }
+
+    #[test]
+    fn a_mutex_another_thread_holds_is_busy_to_trylock_and_not_unlocked_by_this_one() {
+        if !fsgsbase_here() {
+            return;
+        }
+        let mut m = [0u8; 40];
+        let at = raw(&mut m);
+        let b = std::ptr::null_mut();
+        assert_eq!(rt_mutex_lock(at, 0, 0, 0, 0, b), 0);
+        let there = std::thread::scope(|s| {
+            s.spawn(move || {
+                let b = std::ptr::null_mut();
+                (
+                    rt_mutex_trylock(at, 0, 0, 0, 0, b),
+                    rt_mutex_unlock(at, 0, 0, 0, 0, b),
+                    rt_mutex_trylock(at, 0, 0, 0, 0, b),
+                )
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(there, (libc::EBUSY, 0, libc::EBUSY), "held here, so busy there, before and after its unlock");
+        assert_eq!(rt_mutex_unlock(at, 0, 0, 0, 0, b), 0);
+    }
+
+    #[test]
     fn recursive_and_error_checking_mutexes_keep_their_meaning() {
+        if !fsgsbase_here() {
+            return;
+        }
         let mut attr = 0i32;
         let b = std::ptr::null_mut();
         assert_eq!(rt_mutexattr_init(raw(&mut attr), 0, 0, 0, 0, b), 0);

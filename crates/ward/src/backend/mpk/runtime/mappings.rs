@@ -71,7 +71,8 @@ pub(super) extern "C" fn rt_mmap(
     _fd: i32,
     b: *mut RuntimeBlock,
 ) -> *mut c_void {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     let failed = libc::MAP_FAILED;
     let kind = flags & (libc::MAP_SHARED | libc::MAP_PRIVATE | libc::MAP_SHARED_VALIDATE);
     if flags & libc::MAP_ANONYMOUS == 0
@@ -115,7 +116,8 @@ pub(super) extern "C" fn rt_munmap(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> i32 {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     if !addr.is_multiple_of(b.page) {
         return fail(libc::EINVAL);
     }
@@ -152,7 +154,7 @@ pub(super) extern "C" fn rt_mprotect(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> i32 {
-    protect(block(b), addr, len, prot)
+    protect(&mut block(b), addr, len, prot)
 }
 
 /// Changes the protection of heap pages `[addr, addr + len)` and remembers it for a restore.
@@ -193,7 +195,8 @@ fn protect(b: &mut RuntimeBlock, addr: usize, len: usize, prot: i32) -> i32 {
 }
 
 pub(super) extern "C" fn rt_sysconf(name: i32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i64 {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     match name {
         libc::_SC_PAGESIZE => b.page as i64,
         libc::_SC_NPROCESSORS_CONF | libc::_SC_NPROCESSORS_ONLN => b.processors,
@@ -211,7 +214,7 @@ mod tests {
     fn mmap_hands_out_zeroed_pages_and_munmap_takes_back_only_whole_mappings() {
         let mut heap = vec![0u8; 1 << 20];
         let mut b = fresh(&mut heap);
-        let bp: *mut RuntimeBlock = &mut *b;
+        let bp: *mut RuntimeBlock = &mut **b;
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         let p = rt_mmap(0, 5000, READ_WRITE, flags, -1, bp) as usize;
         assert_ne!(p, libc::MAP_FAILED as usize);
@@ -235,7 +238,7 @@ mod tests {
     fn mprotect_refuses_execute_and_memory_outside_the_heap() {
         let mut heap = vec![0u8; 1 << 20];
         let mut b = fresh(&mut heap);
-        let bp: *mut RuntimeBlock = &mut *b;
+        let bp: *mut RuntimeBlock = &mut **b;
         let p = rt_mmap(0, 8192, READ_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, bp) as usize;
         assert_eq!(rt_mprotect(p, 4096, libc::PROT_READ | libc::PROT_EXEC, 0, 0, bp), -1);
         assert_eq!(super::super::errno(), libc::EACCES);
@@ -250,7 +253,7 @@ mod tests {
     fn sysconf_answers_the_page_size_and_refuses_the_rest() {
         let mut heap = vec![0u8; 4096];
         let mut b = fresh(&mut heap);
-        let bp: *mut RuntimeBlock = &mut *b;
+        let bp: *mut RuntimeBlock = &mut **b;
         assert_eq!(rt_sysconf(libc::_SC_PAGESIZE, 0, 0, 0, 0, bp), super::super::super::memory::page_size() as i64);
         assert!(rt_sysconf(libc::_SC_NPROCESSORS_ONLN, 0, 0, 0, 0, bp) >= 1);
         assert_eq!(rt_sysconf(libc::_SC_OPEN_MAX, 0, 0, 0, 0, bp), -1);

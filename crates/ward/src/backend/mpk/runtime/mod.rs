@@ -7,9 +7,15 @@
 //! load restores it with everything else. The extension's imports are bound to *thunks* in the domain's code
 //! pages, one per import: `mov r9, block; mov rax, function; jmp rax`. None of these functions takes six
 //! arguments, so the block arrives as the sixth.
+//!
+//! Several host threads may run in a domain at once, so a function holds the block's lock while it uses the block
+//! ([`block`]). A thread that faults holding it leaves it held; the restore after the fault puts the lock word back
+//! with the block, and the domain's other threads were ended before that (`gate::Occupancy`).
 
 use std::ffi::c_void;
+use std::ops::{Deref, DerefMut};
 use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 mod libfault;
 mod libraries;
@@ -37,7 +43,11 @@ const RANDOM_SEP: usize = 3;
 pub(crate) const ENDED_EXIT: u32 = 1;
 pub(crate) const ENDED_ABORT: u32 = 2;
 
-/// The runtime's state, at the start of the domain's runtime page.
+/// Bytes before the block in the runtime page: its lock word, on a cache line of its own. The word lies outside
+/// the block because the thread holding the lock borrows the whole block.
+pub(crate) const LOCK_BYTES: usize = 64;
+
+/// The runtime's state, [`LOCK_BYTES`] into the domain's runtime page.
 #[repr(C)]
 pub(crate) struct RuntimeBlock {
     heap_start: usize,
@@ -144,11 +154,39 @@ impl RuntimeBlock {
         unsafe { ptr::addr_of_mut!((*block).nothrow) as usize }
     }
 
+    /// How the domain's calls ended, read while other threads may be running in the domain (and writing these words),
+    /// as shared memory is read.
+    ///
+    /// # Safety
+    /// `block` is a block laid out by [`RuntimeBlock::init`], readable by this thread.
+    pub(crate) unsafe fn ending(block: *const RuntimeBlock) -> Ending {
+        // SAFETY: the caller's guarantee; the words are aligned u32s, read as atomics (the domain's threads write
+        // them as plain words, so a value read is one some thread wrote).
+        unsafe {
+            let word = |at: *const u32| AtomicU32::from_ptr(at.cast_mut()).load(Ordering::Relaxed);
+            Ending {
+                ended: word(ptr::addr_of!((*block).ended)),
+                exit_status: word(ptr::addr_of!((*block).exit_status).cast()) as i32,
+                exhausted: word(ptr::addr_of!((*block).exhausted)) != 0,
+            }
+        }
+    }
+
     /// Destructors registered with `__cxa_atexit`, newest first.
     pub(crate) fn destructors(&self) -> Vec<(usize, usize)> {
         let n = self.atexit_count.min(ATEXIT_SLOTS);
         self.atexit[..n].iter().rev().copied().collect()
     }
+}
+
+/// What the runtime recorded of how the domain's calls ended.
+pub(crate) struct Ending {
+    /// [`ENDED_EXIT`] or [`ENDED_ABORT`] once a fault function ran, else 0.
+    pub ended: u32,
+    /// The status `exit` was given.
+    pub exit_status: i32,
+    /// An allocation failed for want of room (the quota).
+    pub exhausted: bool,
 }
 
 /// A runtime function as the thunk calls it: up to five arguments of the import, then the block.
@@ -347,20 +385,78 @@ fn give_back(b: &mut RuntimeBlock, p: usize) {
     b.free[class] = block;
 }
 
+/// The block, locked until the value is dropped.
+///
 /// # Safety (of every `rt_` function)
 /// Called only through a thunk, which passes the domain's block as the sixth argument.
-fn block<'a>(b: *mut RuntimeBlock) -> &'a mut RuntimeBlock {
-    // SAFETY: the thunk passes the block of the domain this code runs in; the domain runs one call at a time on a
-    // thread, and the runtime does not re-enter itself.
-    unsafe { &mut *b }
+fn block<'a>(b: *mut RuntimeBlock) -> Locked<'a> {
+    // SAFETY: the thunk passes the block of the domain this code runs in, [`LOCK_BYTES`] into its runtime page,
+    // whose first word is the lock (zero when the block is laid out, and so in the snapshot).
+    let lock = unsafe { &*(b.cast::<u8>().sub(LOCK_BYTES).cast::<AtomicU32>()) };
+    while lock.swap(1, Ordering::Acquire) != 0 {
+        let mut spins = 0u32;
+        while lock.load(Ordering::Relaxed) != 0 {
+            std::hint::spin_loop();
+            spins += 1;
+            if spins.is_multiple_of(1024) {
+                give_way();
+            }
+        }
+    }
+    Locked { block: b, lock, _life: std::marker::PhantomData }
+}
+
+/// The runtime's block while this thread holds its lock.
+struct Locked<'a> {
+    block: *mut RuntimeBlock,
+    lock: &'a AtomicU32,
+    _life: std::marker::PhantomData<&'a mut RuntimeBlock>,
+}
+
+impl Deref for Locked<'_> {
+    type Target = RuntimeBlock;
+    fn deref(&self) -> &RuntimeBlock {
+        // SAFETY: the lock is held (see `block`): no other thread uses the block meanwhile, and the runtime does
+        // not take it again while it holds it.
+        unsafe { &*self.block }
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut RuntimeBlock {
+        // SAFETY: as in `deref`.
+        unsafe { &mut *self.block }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.lock.store(0, Ordering::Release);
+    }
+}
+
+/// Lets another thread run (a thread waiting for a lock another thread of the domain holds): `sched_yield` as a
+/// raw system call, since the runtime calls no library code.
+pub(super) fn give_way() {
+    // SAFETY: sched_yield takes no arguments and touches no memory; rax, rcx and r11 are what `syscall` clobbers.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_sched_yield => _,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack, nomem),
+        );
+    }
 }
 
 extern "C" fn rt_malloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
-    allocate(block(b), size, HEADER)
+    allocate(&mut block(b), size, HEADER)
 }
 
 extern "C" fn rt_calloc(n: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     let Some(bytes) = n.checked_mul(size) else {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
@@ -391,7 +487,7 @@ fn reallocate(b: &mut RuntimeBlock, p: usize, size: usize) -> *mut c_void {
 }
 
 extern "C" fn rt_realloc(p: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
-    reallocate(block(b), p, size)
+    reallocate(&mut block(b), p, size)
 }
 
 extern "C" fn rt_reallocarray(
@@ -402,7 +498,8 @@ extern "C" fn rt_reallocarray(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> *mut c_void {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     match n.checked_mul(size) {
         Some(bytes) => reallocate(b, p, bytes),
         None => {
@@ -413,7 +510,7 @@ extern "C" fn rt_reallocarray(
 }
 
 extern "C" fn rt_free(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
-    give_back(block(b), p);
+    give_back(&mut block(b), p);
 }
 
 fn aligned(b: &mut RuntimeBlock, align: usize, size: usize) -> *mut c_void {
@@ -432,7 +529,8 @@ extern "C" fn rt_posix_memalign(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> i32 {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     if !align.is_power_of_two() || align < std::mem::size_of::<usize>() {
         return libc::EINVAL;
     }
@@ -453,7 +551,7 @@ extern "C" fn rt_memalign(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> *mut c_void {
-    aligned(block(b), align, size)
+    aligned(&mut block(b), align, size)
 }
 
 extern "C" fn rt_new_aligned(
@@ -464,22 +562,22 @@ extern "C" fn rt_new_aligned(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> *mut c_void {
-    aligned(block(b), align, size)
+    aligned(&mut block(b), align, size)
 }
 
 extern "C" fn rt_valloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
-    aligned(block(b), 4096, size)
+    aligned(&mut block(b), 4096, size)
 }
 
 extern "C" fn rt_pvalloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
-    aligned(block(b), 4096, size.div_ceil(4096).max(1) * 4096)
+    aligned(&mut block(b), 4096, size.div_ceil(4096).max(1) * 4096)
 }
 
 extern "C" fn rt_usable_size(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
     if p == 0 {
         0
     } else {
-        usable(block(b), p)
+        usable(&block(b), p)
     }
 }
 
@@ -502,13 +600,13 @@ fn duplicate(b: &mut RuntimeBlock, src: *const u8, len: usize, unit: usize) -> *
 extern "C" fn rt_strdup(s: *const u8, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
     // SAFETY: the extension passes a C string; reading it faults in the domain if it does not.
     let len = unsafe { libc::strlen(s.cast()) };
-    duplicate(block(b), s, len, 1)
+    duplicate(&mut block(b), s, len, 1)
 }
 
 extern "C" fn rt_strndup(s: *const u8, n: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
     // SAFETY: as for strdup, reading at most n bytes.
     let len = unsafe { libc::strnlen(s.cast(), n) };
-    duplicate(block(b), s, len, 1)
+    duplicate(&mut block(b), s, len, 1)
 }
 
 extern "C" fn rt_wcsdup(s: *const u8, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
@@ -517,7 +615,7 @@ extern "C" fn rt_wcsdup(s: *const u8, _: usize, _: usize, _: usize, _: usize, b:
     while unsafe { (s as *const u32).add(len).read_unaligned() } != 0 {
         len += 1;
     }
-    duplicate(block(b), s, len, 4)
+    duplicate(&mut block(b), s, len, 4)
 }
 
 // ---- sort ----
@@ -589,7 +687,8 @@ pub(crate) fn errno() -> i32 {
 }
 
 extern "C" fn rt_cxa_atexit(func: usize, arg: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i32 {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     if b.atexit_count >= ATEXIT_SLOTS {
         return -1;
     }
@@ -636,16 +735,16 @@ fn next_random(b: &mut RuntimeBlock) -> i64 {
 }
 
 extern "C" fn rt_random(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i64 {
-    next_random(block(b))
+    next_random(&mut block(b))
 }
 
 extern "C" fn rt_srandom(seed: u32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
-    srandom_state(block(b), seed);
+    srandom_state(&mut block(b), seed);
 }
 
 /// The domain keeps one generator; `initstate` reseeds it and hands back a token `setstate` accepts.
 extern "C" fn rt_initstate(seed: u32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
-    srandom_state(block(b), seed);
+    srandom_state(&mut block(b), seed);
     // SAFETY: only the field's address is taken.
     unsafe { ptr::addr_of_mut!((*b).random).cast() }
 }
@@ -673,7 +772,7 @@ extern "C" fn rt_strtok(
     _: usize,
     b: *mut RuntimeBlock,
 ) -> *mut libc::c_char {
-    next_token(block(b), text, delimiters)
+    next_token(&mut block(b), text, delimiters)
 }
 
 fn next_token(b: &mut RuntimeBlock, text: *mut libc::c_char, delimiters: *const libc::c_char) -> *mut libc::c_char {
@@ -683,22 +782,24 @@ fn next_token(b: &mut RuntimeBlock, text: *mut libc::c_char, delimiters: *const 
 }
 
 extern "C" fn rt_drand48(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> f64 {
-    next48(block(b)) as f64 / (1u64 << 48) as f64
+    next48(&mut block(b)) as f64 / (1u64 << 48) as f64
 }
 
 extern "C" fn rt_mrand48(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i64 {
-    i64::from((next48(block(b)) >> 16) as u32 as i32)
+    i64::from((next48(&mut block(b)) >> 16) as u32 as i32)
 }
 
 extern "C" fn rt_srand48(seed: i64, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     b.rand48 = [0x330e, seed as u16, (seed >> 16) as u16];
     b.rand48_mult = [0xe66d, 0xdeec, 0x5];
     b.rand48_add = 0xb;
 }
 
 extern "C" fn rt_seed48(seed: *const u16, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut u16 {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     // SAFETY: the extension passes three unsigned shorts.
     let new = unsafe { [*seed, *seed.add(1), *seed.add(2)] };
     b.rand48 = new;
@@ -708,7 +809,8 @@ extern "C" fn rt_seed48(seed: *const u16, _: usize, _: usize, _: usize, _: usize
 }
 
 extern "C" fn rt_lcong48(params: *const u16, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     // SAFETY: the extension passes seven unsigned shorts: the state, the multiplier, the addend.
     unsafe {
         b.rand48 = [*params, *params.add(1), *params.add(2)];
@@ -720,7 +822,8 @@ extern "C" fn rt_lcong48(params: *const u16, _: usize, _: usize, _: usize, _: us
 // ---- the end of the process, as faults ----
 
 extern "C" fn rt_exit(status: i32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> ! {
-    let b = block(b);
+    let mut locked = block(b);
+    let b = &mut *locked;
     b.ended = ENDED_EXIT;
     b.exit_status = status;
     stop()
@@ -735,13 +838,34 @@ extern "C" fn rt_abort(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut
 mod tests {
     use super::*;
 
-    pub(super) fn fresh(heap: &mut [u8]) -> Box<RuntimeBlock> {
-        // SAFETY: all-zero is a valid block; init lays it out over the test's own heap buffer.
-        let mut b: Box<RuntimeBlock> = Box::new(unsafe { std::mem::zeroed() });
+    /// A runtime page as a domain has it: the lock word, then the block.
+    #[repr(C)]
+    pub(super) struct TestPage {
+        lock: [u8; LOCK_BYTES],
+        block: RuntimeBlock,
+    }
+
+    impl std::ops::Deref for TestPage {
+        type Target = RuntimeBlock;
+        fn deref(&self) -> &RuntimeBlock {
+            &self.block
+        }
+    }
+
+    impl std::ops::DerefMut for TestPage {
+        fn deref_mut(&mut self) -> &mut RuntimeBlock {
+            &mut self.block
+        }
+    }
+
+    pub(super) fn fresh(heap: &mut [u8]) -> Box<TestPage> {
+        // SAFETY: all-zero is a valid page (a free lock, and a valid block); init lays the block out over the
+        // test's own heap buffer.
+        let mut b: Box<TestPage> = Box::new(unsafe { std::mem::zeroed() });
         let start = (heap.as_mut_ptr() as usize + 15) & !15;
         let len = heap.len() - (start - heap.as_mut_ptr() as usize);
-        // SAFETY: b is a live, aligned block.
-        unsafe { RuntimeBlock::init(&mut *b, start, len, 0) };
+        // SAFETY: the block is live and aligned.
+        unsafe { RuntimeBlock::init(&mut b.block, start, len, 0) };
         b
     }
 
