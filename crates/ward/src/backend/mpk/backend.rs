@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ward_abi::{RegArgs, RegRet};
@@ -120,6 +120,11 @@ pub(crate) struct DomainMemory {
     heap_start: usize,
     /// The table of the libraries the extensions open (see `runtime::LibraryTable`), when they open any.
     _libraries: Option<KeyedRegion>,
+    /// Those libraries (path, exports), from which a member added in place makes the table anew.
+    opened: Mutex<Vec<OpenedLibrary>>,
+    /// Extensions loaded into the running incarnation after it started, in order (their indices follow the
+    /// others').
+    additions: Mutex<Vec<Addition>>,
     /// The thread blocks the domain's code runs with, one per host thread that calls it.
     thread_blocks: Arc<ThreadBlocks>,
     // Declared last: dropped after the regions tagged with it are unmapped.
@@ -286,6 +291,150 @@ impl DomainMemory {
     }
 }
 
+/// An extension loaded into a running domain (a group's new member), with the library it opens, in a region of its
+/// own with the domain's key.
+struct Addition {
+    _region: KeyedRegion,
+    images: Vec<Placed>,
+    /// The extension's index in `images` (the last: the library it opens comes first).
+    extension: usize,
+    /// The library table that replaced the domain's, when it opens a library.
+    _libraries: Option<KeyedRegion>,
+}
+
+/// A library an extension opens in the domain: its path and its exports (name to address).
+type OpenedLibrary = (Vec<u8>, HashMap<String, usize>);
+
+/// Bytes of thunk pages for the imports of `files`.
+fn thunk_pages_for(files: &[ToPlace], page: usize) -> usize {
+    let bytes = files.iter().map(|f| f.classes.len()).sum::<usize>().max(1) * THUNK_BYTES;
+    bytes.div_ceil(page) * page
+}
+
+/// Places `files` one after the other from `base` (fresh memory of the domain's key, writable by this thread),
+/// binding their imports through `thunks`.
+fn place_files(
+    files: &[ToPlace],
+    base: usize,
+    tls_modules: Vec<Option<loader::TlsModule>>,
+    thunks: &mut Thunks,
+    block: *mut RuntimeBlock,
+    page: usize,
+) -> Result<Vec<Placed>, MpkError> {
+    let mut placed = Vec::new();
+    let mut at = base;
+    for (file, tls_module) in files.iter().zip(tls_modules) {
+        let load_error = |source| MpkError::Load { path: file.path.clone(), source };
+        // SAFETY: [at, at + span) is part of the caller's fresh region, writable by this thread, used by nothing
+        // else.
+        let image = unsafe {
+            loader::place(&file.bytes, at as *mut u8, file.span, page, tls_module, |request| {
+                bind(request, &file.classes, thunks, block, file.library_fault)
+            })
+        }
+        .map_err(load_error)?;
+        tracing::debug!(path = %file.path.display(), base = format_args!("{at:#x}"), "mpk: image placed");
+        placed.push(image);
+        at += file.span;
+    }
+    Ok(placed)
+}
+
+/// Refuses thunks whose bytes spell a forbidden instruction, then makes their pages executable.
+fn seal_thunks(at: usize, len: usize, key: u32, path: &Path) -> Result<(), MpkError> {
+    // The thunks hold addresses; an address whose bytes spell WRPKRU, XRSTOR or WRFSBASE would give the domain one.
+    // SAFETY: the thunk pages were written by the caller and lie in its region.
+    let code = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+    if !super::scan::find_forbidden(code).is_empty() {
+        return Err(MpkError::Refused {
+            path: path.to_path_buf(),
+            why: "an address in the runtime's thunks contains a forbidden instruction's bytes".into(),
+        });
+    }
+    // SAFETY: the thunk pages are the caller's region's.
+    unsafe { pku::protect_with_key(at as *mut u8, len, libc::PROT_READ | libc::PROT_EXEC, key) }
+        .map_err(system("cannot protect the thunks"))
+}
+
+/// Page protections, keyed: each image's pages as its segments say.
+fn protect_images(placed: &[Placed], base: usize, page: usize, key: u32) -> Result<(), MpkError> {
+    let mut at = base;
+    for image in placed {
+        let mut p = 0;
+        while p < image.page_prot.len() {
+            let prot = image.page_prot[p];
+            let run = image.page_prot[p..].iter().take_while(|&&q| q == prot).count();
+            // SAFETY: the pages are the caller's region's; their protections are this domain's to set.
+            unsafe { pku::protect_with_key((at + p * page) as *mut u8, run * page, prot, key) }
+                .map_err(system("cannot protect the image"))?;
+            p += run;
+        }
+        at += image.page_prot.len() * page;
+    }
+    Ok(())
+}
+
+/// The table of `libraries` (path, exports) for the runtime's dlopen, in read-only pages of the key, handed to the
+/// runtime `block`; None when there are none.
+fn library_table(
+    libraries: &[OpenedLibrary],
+    key: u32,
+    block: *mut RuntimeBlock,
+) -> Result<Option<KeyedRegion>, MpkError> {
+    if libraries.is_empty() {
+        return Ok(None);
+    }
+    let entries: Vec<(&[u8], &HashMap<String, usize>)> = libraries.iter().map(|(p, e)| (p.as_slice(), e)).collect();
+    let table = LibraryTable::new(&entries);
+    let pages = KeyedRegion::new(table.bytes.len(), key).map_err(system("cannot map the library table"))?;
+    // SAFETY: the table fits the fresh region (made for its length), writable by this thread.
+    unsafe { std::ptr::copy_nonoverlapping(table.bytes.as_ptr(), pages.start(), table.bytes.len()) };
+    // SAFETY: the region is this domain's, made above.
+    unsafe { pku::protect_with_key(pages.start(), pages.len(), libc::PROT_READ, key) }
+        .map_err(system("cannot protect the library table"))?;
+    // SAFETY: the block is laid out and writable by this thread; the runtime's lock keeps threads running in the
+    // domain from reading the two words half-written.
+    unsafe { runtime::with_block(block, |b| b.set_libraries(pages.start() as usize, table.bytes.len())) };
+    Ok(Some(pages))
+}
+
+/// Runs, inside the domain, the initialisers of `images` (placed from `files`: a library's before the extension
+/// that opens it), then each extension's init function as its policy names it (`cfg.extensions`).
+fn initialise(memory: &DomainMemory, images: &[Placed], files: &[ToPlace], cfg: &MpkConfig) -> Result<(), MpkError> {
+    for (image, file) in images.iter().zip(files) {
+        for &f in &image.init {
+            memory.enter_now(f, &RegArgs::default(), Some(cfg.init_deadline)).map_err(|e| MpkError::InitFault {
+                path: file.path.clone(),
+                what: "an initialiser".into(),
+                fault: describe(&e),
+                kind: fault_kind(e, cfg.init_deadline),
+            })?;
+        }
+        let Some(name) = file.extension.and_then(|i| cfg.extensions.get(i)).and_then(|s| s.init.as_ref()) else {
+            continue;
+        };
+        let f = image.export(name).ok_or_else(|| MpkError::Init {
+            path: file.path.clone(),
+            name: name.clone(),
+            why: "is not exported".into(),
+        })?;
+        let r = memory.enter_now(f, &RegArgs::default(), Some(cfg.init_deadline)).map_err(|e| MpkError::InitFault {
+            path: file.path.clone(),
+            what: format!("`{name}`"),
+            fault: describe(&e),
+            kind: fault_kind(e, cfg.init_deadline),
+        })?;
+        if r.int != 0 {
+            return Err(MpkError::Init {
+                path: file.path.clone(),
+                name: name.clone(),
+                why: format!("returned {}", r.as_i64()),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A file to place in a domain: an extension, or a library loaded with one.
 struct ToPlace {
     path: PathBuf,
@@ -354,6 +503,28 @@ impl MpkBackend {
         Ok(ToPlace { path: path.to_path_buf(), bytes, classes, span, extension: None, library_fault: None })
     }
 
+    /// The files to place for extension `index`: the library it opens, if any, then the extension itself.
+    fn files_of(spec: &ExtensionSpec, index: usize) -> Result<Vec<ToPlace>, MpkError> {
+        let mut files = Vec::new();
+        // The library fault goes to the calls of the plugin an adapter opens, else of the extension.
+        let faulted = spec.library_fault.map(|f| f.kind());
+        if let Some(library) = &spec.opens {
+            let mut file = Self::read(library, false).map_err(|e| match e {
+                MpkError::Refused { path, why } => MpkError::RefusedLibrary { path, why },
+                other => other,
+            })?;
+            file.library_fault = faulted;
+            files.push(file);
+        }
+        let mut file = Self::read(&spec.path, spec.opens.is_some())?;
+        file.extension = Some(index);
+        if spec.opens.is_none() {
+            file.library_fault = faulted;
+        }
+        files.push(file);
+        Ok(files)
+    }
+
     /// Loads every extension afresh (each after the library it opens, if any), runs the initialisers, and takes
     /// the snapshot.
     fn load(&mut self) -> Result<(), MpkError> {
@@ -363,25 +534,9 @@ impl MpkBackend {
         let page = page_size();
         let mut files = Vec::new();
         for (i, spec) in self.cfg.extensions.iter().enumerate() {
-            // The library fault goes to the calls of the plugin an adapter opens, else of the extension.
-            let faulted = spec.library_fault.map(|f| f.kind());
-            if let Some(library) = &spec.opens {
-                let mut file = Self::read(library, false).map_err(|e| match e {
-                    MpkError::Refused { path, why } => MpkError::RefusedLibrary { path, why },
-                    other => other,
-                })?;
-                file.library_fault = faulted;
-                files.push(file);
-            }
-            let mut file = Self::read(&spec.path, spec.opens.is_some())?;
-            file.extension = Some(i);
-            if spec.opens.is_none() {
-                file.library_fault = faulted;
-            }
-            files.push(file);
+            files.extend(Self::files_of(spec, i)?);
         }
-        let thunk_pages = files.iter().map(|f| f.classes.len()).sum::<usize>().max(1) * THUNK_BYTES;
-        let thunk_pages = thunk_pages.div_ceil(page) * page;
+        let thunk_pages = thunk_pages_for(&files, page);
         let runtime_page = (runtime::LOCK_BYTES + std::mem::size_of::<RuntimeBlock>()).div_ceil(page) * page;
         let images: usize = files.iter().map(|f| f.span).sum();
         // Under an address-space limit the domain reserves at most half of what the host has left, so that
@@ -429,70 +584,18 @@ impl MpkBackend {
 
         let mut thunks =
             Thunks { next: thunks_at, end: thunks_at + thunk_pages, block: block_at, made: HashMap::new() };
-        let mut placed = Vec::new();
-        let mut at = base;
-        for (file, tls_module) in files.iter().zip(tls_modules) {
-            let load_error = |source| MpkError::Load { path: file.path.clone(), source };
-            // SAFETY: [at, at + span) is part of the fresh region, writable by this thread, used by nothing else.
-            let image = unsafe {
-                loader::place(&file.bytes, at as *mut u8, file.span, page, tls_module, |request| {
-                    bind(request, &file.classes, &mut thunks, block, file.library_fault)
-                })
-            }
-            .map_err(load_error)?;
-            tracing::debug!(path = %file.path.display(), base = format_args!("{at:#x}"), "mpk: image placed");
-            placed.push(image);
-            at += file.span;
-        }
-        // The thunks hold addresses; an address whose bytes spell WRPKRU, XRSTOR or WRFSBASE would give the domain one.
-        // SAFETY: the thunk pages were written above and lie in the region.
-        let thunk_code = unsafe { std::slice::from_raw_parts(thunks_at as *const u8, thunk_pages) };
-        if !super::scan::find_forbidden(thunk_code).is_empty() {
-            return Err(MpkError::Refused {
-                path: self.cfg.extensions[0].path.clone(),
-                why: "an address in the runtime's thunks contains a forbidden instruction's bytes".into(),
-            });
-        }
-
-        // Page protections, keyed: each image's pages as its segments say, the thunks executable.
-        let mut at = base;
-        for image in &placed {
-            let mut p = 0;
-            while p < image.page_prot.len() {
-                let prot = image.page_prot[p];
-                let run = image.page_prot[p..].iter().take_while(|&&q| q == prot).count();
-                // SAFETY: the pages are this region's; their protections are this domain's to set.
-                unsafe { pku::protect_with_key((at + p * page) as *mut u8, run * page, prot, k) }
-                    .map_err(system("cannot protect the image"))?;
-                p += run;
-            }
-            at += image.page_prot.len() * page;
-        }
-        // SAFETY: as above.
-        unsafe { pku::protect_with_key(thunks_at as *mut u8, thunk_pages, libc::PROT_READ | libc::PROT_EXEC, k) }
-            .map_err(system("cannot protect the thunks"))?;
+        let placed = place_files(&files, base, tls_modules, &mut thunks, block, page)?;
+        seal_thunks(thunks_at, thunk_pages, k, &self.cfg.extensions[0].path)?;
+        protect_images(&placed, base, page, k)?;
 
         // The libraries the extensions open, in read-only pages of the key, for the runtime's dlopen.
-        let opened: Vec<(&[u8], &HashMap<String, usize>)> = files
+        let opened: Vec<OpenedLibrary> = files
             .iter()
             .zip(&placed)
             .filter(|(f, _)| f.extension.is_none())
-            .map(|(f, image)| (f.path.as_os_str().as_encoded_bytes(), &image.exports))
+            .map(|(f, image)| (f.path.as_os_str().as_encoded_bytes().to_vec(), image.exports.clone()))
             .collect();
-        let libraries = if opened.is_empty() {
-            None
-        } else {
-            let table = LibraryTable::new(&opened);
-            let pages = KeyedRegion::new(table.bytes.len(), k).map_err(system("cannot map the library table"))?;
-            // SAFETY: the table fits the fresh region (made for its length), writable by this thread.
-            unsafe { std::ptr::copy_nonoverlapping(table.bytes.as_ptr(), pages.start(), table.bytes.len()) };
-            // SAFETY: the region is this domain's, made above.
-            unsafe { pku::protect_with_key(pages.start(), pages.len(), libc::PROT_READ, k) }
-                .map_err(system("cannot protect the library table"))?;
-            // SAFETY: the block was laid out above and is writable by this thread.
-            unsafe { (*block).set_libraries(pages.start() as usize, table.bytes.len()) };
-            Some(pages)
-        };
+        let libraries = library_table(&opened, k, block)?;
         let extension_images =
             files.iter().enumerate().filter(|(_, f)| f.extension.is_some()).map(|(j, _)| j).collect();
 
@@ -511,45 +614,15 @@ impl MpkBackend {
             extension_images,
             heap_start: heap_at,
             _libraries: libraries,
+            opened: Mutex::new(opened),
+            additions: Mutex::new(Vec::new()),
             thread_blocks: ThreadBlocks::new(k, tls),
             _key: key,
         });
 
         // Initialisers (a library's before the extension that opens it), then the policy's init function, inside
         // the domain.
-        for (image, file) in memory.images.iter().zip(&files) {
-            for &f in &image.init {
-                memory.enter_now(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
-                    MpkError::InitFault {
-                        path: file.path.clone(),
-                        what: "an initialiser".into(),
-                        fault: describe(&e),
-                        kind: fault_kind(e, self.cfg.init_deadline),
-                    }
-                })?;
-            }
-            let Some(name) = file.extension.and_then(|i| self.cfg.extensions[i].init.as_ref()) else { continue };
-            let f = image.export(name).ok_or_else(|| MpkError::Init {
-                path: file.path.clone(),
-                name: name.clone(),
-                why: "is not exported".into(),
-            })?;
-            let r = memory.enter_now(f, &RegArgs::default(), Some(self.cfg.init_deadline)).map_err(|e| {
-                MpkError::InitFault {
-                    path: file.path.clone(),
-                    what: format!("`{name}`"),
-                    fault: describe(&e),
-                    kind: fault_kind(e, self.cfg.init_deadline),
-                }
-            })?;
-            if r.int != 0 {
-                return Err(MpkError::Init {
-                    path: file.path.clone(),
-                    name: name.clone(),
-                    why: format!("returned {}", r.as_i64()),
-                });
-            }
-        }
+        initialise(&memory, &memory.images, &files, &self.cfg)?;
         let snapshot = take_snapshot(&memory, page).map_err(|bytes| MpkError::Snapshot { bytes })?;
         memory.float_control_at_snapshot.set(memory.float_control.get());
         // The loading thread's thread-locals as the initialisers left them are part of the state a restore brings
@@ -560,6 +633,84 @@ impl MpkBackend {
         self.reload = false;
         self.stopped = false;
         Ok(())
+    }
+
+    /// Loads one more extension into the running incarnation (a group's new member), in a region of its own with
+    /// the domain's key, and runs its initialisers there: the members already there keep their state. The snapshot
+    /// no longer describes the domain, so the next restart loads every extension afresh.
+    ///
+    /// `Ok(None)` when it cannot be done in place (no running incarnation; thread-local storage, which the thread
+    /// blocks were laid out without; a run-time library fault): the caller lists it for the next restart.
+    fn add_in_place(&mut self, spec: &ExtensionSpec) -> Result<Option<()>, Refused> {
+        let refused = |reason: String, restart: bool| Refused { reason, restart };
+        let Some(memory) = self.memory.clone().filter(|_| !self.stopped) else { return Ok(None) };
+        if spec.library_fault.is_some() {
+            return Ok(None);
+        }
+        let page = page_size();
+        let index = self.cfg.extensions.len();
+        let files = Self::files_of(spec, index).map_err(|e| refused(e.to_string(), false))?;
+        for file in &files {
+            let template = loader::tls_template(&file.bytes, page)
+                .map_err(|source| refused(MpkError::Load { path: file.path.clone(), source }.to_string(), false))?;
+            if template.is_some() {
+                return Ok(None);
+            }
+        }
+        let thunk_pages = thunk_pages_for(&files, page);
+        let images: usize = files.iter().map(|f| f.span).sum();
+        let k = memory.key;
+        memory.host_access();
+        let region = KeyedRegion::new(images + thunk_pages, k)
+            .map_err(|e| refused(format!("cannot map memory for it in the mpk domain: {e}"), false))?;
+        let base = region.start() as usize;
+        let thunks_at = base + images;
+        let mut thunks = Thunks {
+            next: thunks_at,
+            end: thunks_at + thunk_pages,
+            block: memory.block as usize,
+            made: HashMap::new(),
+        };
+        let mut placing = || -> Result<(Vec<Placed>, Option<KeyedRegion>), MpkError> {
+            let placed = place_files(&files, base, vec![None; files.len()], &mut thunks, memory.block, page)?;
+            seal_thunks(thunks_at, thunk_pages, k, &spec.path)?;
+            protect_images(&placed, base, page, k)?;
+            // The domain's dlopen finds the libraries it opened before and the new member's. The table it used
+            // stays mapped: handles the domain holds point into it.
+            let mut opened = memory.opened.lock().unwrap_or_else(|e| e.into_inner());
+            let mut all = opened.clone();
+            all.extend(
+                files
+                    .iter()
+                    .zip(&placed)
+                    .filter(|(f, _)| f.extension.is_none())
+                    .map(|(f, image)| (f.path.as_os_str().as_encoded_bytes().to_vec(), image.exports.clone())),
+            );
+            let libraries = if all.len() > opened.len() { library_table(&all, k, memory.block)? } else { None };
+            *opened = all;
+            Ok((placed, libraries))
+        };
+        let (placed, libraries) = placing().map_err(|e| refused(e.to_string(), false))?;
+        // From here the domain has changed: whatever happens next, the next restart loads afresh.
+        self.reload = true;
+        self.cfg.extensions.push(spec.clone());
+        let initialised = initialise(&memory, &placed, &files, &self.cfg);
+        // Kept mapped either way until the domain is loaded afresh: code the initialisers ran may have left
+        // pointers to it behind.
+        let extension = placed.len() - 1;
+        memory.additions.lock().unwrap_or_else(|e| e.into_inner()).push(Addition {
+            _region: region,
+            images: placed,
+            extension,
+            _libraries: libraries,
+        });
+        if let Err(e) = initialised {
+            // Its initialiser failed in the running domain, which may have been left changed: the group restarts
+            // without it.
+            self.cfg.extensions.pop();
+            return Err(refused(e.to_string(), true));
+        }
+        Ok(Some(()))
     }
 
     /// Puts the domain's memory back as it was after initialisation.
@@ -971,12 +1122,17 @@ impl GatedCall {
 impl Backend for MpkBackend {
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
         let memory = self.memory()?;
-        let image = memory
-            .extension_images
-            .get(ext)
-            .and_then(|&i| memory.images.get(i))
-            .ok_or_else(|| BackendError::Usage(format!("no extension {ext}")))?;
-        let f = image.export(symbol).ok_or(BackendError::UnknownSymbol)?;
+        let no_such = || BackendError::Usage(format!("no extension {ext}"));
+        let started_with = memory.extension_images.len();
+        let export = if ext < started_with {
+            let image = memory.extension_images.get(ext).and_then(|&i| memory.images.get(i)).ok_or_else(no_such)?;
+            image.export(symbol)
+        } else {
+            let additions = memory.additions.lock().unwrap_or_else(|e| e.into_inner());
+            let added = additions.get(ext - started_with).ok_or_else(no_such)?;
+            added.images.get(added.extension).ok_or_else(no_such)?.export(symbol)
+        };
+        let f = export.ok_or(BackendError::UnknownSymbol)?;
         self.functions.push(f);
         Ok((self.functions.len() - 1) as u32)
     }
@@ -1042,6 +1198,9 @@ impl Backend for MpkBackend {
     }
 
     fn add_extension(&mut self, _: &mut Tracker, spec: ExtensionSpec) -> Result<Added, Refused> {
+        if self.add_in_place(&spec)?.is_some() {
+            return Ok(Added::InPlace);
+        }
         self.cfg.extensions.push(spec);
         self.reload = true;
         Ok(Added::NeedsRestart)

@@ -702,3 +702,75 @@ fn two_threads_in_one_domain_while_one_of_them_faults() {
     assert_eq!(int(&ext, "threads_count", &mut [Arg::I64(1)]), 1);
     assert_eq!(ext.stats().restarts, 1);
 }
+
+/// `well`, `faulty_mpk` and `faulty` in group `g`; well's counter is not marked state-establishing, so only a member
+/// that joined without a restart keeps it. (`faulty` has kinds that need a process of its own: mpk refuses it.)
+const GROUP_POLICY: &str = r#"
+[group.g]
+deadline_ms = 5000
+max_restarts = 1000
+restart_period_s = 1
+backoff_initial_ms = 0.001
+backoff_max_ms = 0.001
+[extension.well]
+group = "g"
+init = "well_init"
+[extension.faulty_mpk]
+group = "g"
+[extension.faulty_mpk.function.faulty_counter_add]
+state = true
+[extension.faulty]
+group = "g"
+"#;
+
+fn mpk_group_with_well() -> (Supervisor, Extension, Receiver<Event>) {
+    let sup = Supervisor::new(Policy::from_toml_str(GROUP_POLICY, "test policy").expect("the group policy parses"));
+    let events = sup.subscribe();
+    let well = sup.load_with(builtin("well"), Some(Isolation::Mpk)).expect("well loads under mpk");
+    assert_eq!(int(&well, "counter_add", &mut [Arg::I64(20)]), 20);
+    (sup, well, events)
+}
+
+#[test]
+fn a_member_added_to_a_running_mpk_group_joins_it_in_place() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (sup, well, events) = mpk_group_with_well();
+    let faulty = sup.load_with(builtin("faulty_mpk"), Some(Isolation::Mpk)).expect("faulty_mpk joins");
+    assert_eq!(faulty.domain(), "g");
+    assert_eq!(well.stats().restarts, 0, "no restart");
+    assert_eq!(int(&well, "counter_add", &mut [Arg::I64(1)]), 21, "state no replay restores is still there");
+    assert_eq!(int(&faulty, "faulty_counter_add", &mut [Arg::I64(12)]), 12);
+    // A fault of the new member restarts the group: loaded afresh (the snapshot predates the new member), both
+    // members there, the new one's state replayed.
+    faulty.call("faulty_arm", &mut [Arg::I64(1), Arg::I64(0)], RetType::Void).unwrap();
+    assert_eq!(int(&faulty, "faulty_compute", &mut [Arg::I64(6)]), 37, "the retried call's result");
+    assert_eq!(int(&faulty, "faulty_counter_get", &mut []), 12, "replayed");
+    assert_eq!(int(&well, "counter_get", &mut []), 0, "well's counter is not replayed: this was a restart");
+    assert_eq!(int(&well, "well_initialised", &mut []), 1, "well's init ran again");
+    assert!(events.try_iter().any(|e| matches!(e, Event::Recovered { via: RestartVia::Reload, .. })), "loaded afresh");
+    // The group takes one more member in place again, and the domain restores from its new snapshot once more.
+    let second = sup.load_with(builtin("faulty_mpk"), Some(Isolation::Mpk));
+    assert!(second.is_ok(), "{second:?}");
+    assert_eq!(int(&well, "well_add", &mut [Arg::I64(40), Arg::I64(2)]), 42);
+}
+
+#[test]
+fn a_member_mpk_refuses_is_refused_and_the_mpk_group_goes_on() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (sup, well, events) = mpk_group_with_well();
+    let e = sup.load_with(builtin("faulty"), Some(Isolation::Mpk)).unwrap_err();
+    assert!(matches!(e, Error::Load { .. }), "{e}");
+    assert_eq!(well.stats().restarts, 0, "the running domain was left alone");
+    assert_eq!(int(&well, "counter_add", &mut [Arg::I64(1)]), 21);
+    assert!(faults(&events).is_empty());
+    // The group still takes members.
+    let faulty = sup.load_with(builtin("faulty_mpk"), Some(Isolation::Mpk)).expect("faulty_mpk joins");
+    assert_eq!(int(&faulty, "faulty_counter_add", &mut [Arg::I64(2)]), 2);
+    assert_eq!(int(&well, "counter_add", &mut [Arg::I64(1)]), 22);
+}

@@ -406,6 +406,15 @@ fn block<'a>(b: *mut RuntimeBlock) -> Locked<'a> {
     Locked { block: b, lock, _life: std::marker::PhantomData }
 }
 
+/// Runs `f` on the block with its lock held: for the host, changing the block while threads may be running in the
+/// domain.
+///
+/// # Safety
+/// `block` is a block laid out by [`RuntimeBlock::init`] (with its lock word before it), writable by this thread.
+pub(crate) unsafe fn with_block<R>(block_at: *mut RuntimeBlock, f: impl FnOnce(&mut RuntimeBlock) -> R) -> R {
+    f(&mut block(block_at))
+}
+
 /// The runtime's block while this thread holds its lock.
 struct Locked<'a> {
     block: *mut RuntimeBlock,
