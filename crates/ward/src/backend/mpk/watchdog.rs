@@ -179,10 +179,8 @@ pub(crate) fn is_eviction(info: &libc::siginfo_t) -> bool {
 /// (another thread's call faulted in it), and the handler ends the thread's call if it is still inside that
 /// domain. An eviction that finds the thread elsewhere is dropped, so sending one late does no harm.
 pub(crate) fn evict(tid: libc::pid_t) -> io::Result<()> {
-    if SIGNAL_COOKIE.load(Ordering::Relaxed) == 0 {
-        // Nothing has armed a deadline yet; the watchdog's value is chosen here instead (it never changes after).
-        let _ = SIGNAL_COOKIE.compare_exchange(0, new_cookie(), Ordering::SeqCst, Ordering::SeqCst);
-    }
+    // Nothing may have armed a deadline yet.
+    choose_cookie();
     let pid = std::process::id() as libc::pid_t;
     let signal = super::gate::timeout_signal();
     let info = QueuedSignalInfo {
@@ -225,15 +223,21 @@ fn wake() -> io::Result<()> {
     match watchdog.as_ref() {
         Some(thread) => thread.unpark(),
         None => {
-            if SIGNAL_COOKIE.load(Ordering::Relaxed) == 0 {
-                SIGNAL_COOKIE.store(new_cookie(), Ordering::Relaxed);
-            }
+            choose_cookie();
             FAST.store(true, Ordering::SeqCst);
             let handle = std::thread::Builder::new().name("ward-watchdog".into()).spawn(watch)?;
             *watchdog = Some(handle.thread().clone());
         }
     }
     Ok(())
+}
+
+/// Chooses the value the watchdog's signals carry, once: whichever of the watchdog's start and the first eviction
+/// comes first; it never changes after.
+fn choose_cookie() {
+    if SIGNAL_COOKIE.load(Ordering::SeqCst) == 0 {
+        let _ = SIGNAL_COOKIE.compare_exchange(0, new_cookie(), Ordering::SeqCst, Ordering::SeqCst);
+    }
 }
 
 /// A value no one else would put in a signal of the timeout signal's number: random, never 0.
