@@ -546,6 +546,7 @@ impl MpkBackend {
 
         let key = ProtectionKey::allocate().map_err(system("cannot allocate a protection key"))?;
         let signal = gate::signal_key().map_err(system("cannot install the fault handlers"))?;
+        gate::closing_ready().map_err(system("cannot register for membarrier, which closing a failed domain needs"))?;
         // Host handlers installed since the last look run with the host's rights wherever their signal comes.
         gate::adopt_host_handlers();
         let k = key.number();

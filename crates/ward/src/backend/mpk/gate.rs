@@ -134,6 +134,10 @@ struct GateFrame {
     /// stub's way back in compare them, and do not go (back) into a domain that has been closed since.
     epoch_at: *const AtomicU64,
     epoch: u64,
+    /// Where the gate and the outward stubs say whether this thread is running the domain's code (1) or not (0):
+    /// its occupant's word ([`Occupant`]), or `own_running` for a call with none.
+    running_at: *const AtomicU64,
+    own_running: u64,
 }
 
 // The floats follow the ints, as in RegArgs: the argument loader reads both from one base.
@@ -303,11 +307,13 @@ global_asm!(
     "mov qword ptr [rbx + {host_fs}], rax",
     "mov rax, qword ptr [rbx + {domain_fs}]",
     "wrfsbase rax",
-    // Into the domain: marked inside (XCHG: a full barrier, so a thread closing the domain either sees the mark
-    // or is seen to have closed it, below), then its stack, then its rights. The arguments are read under the
+    // Into the domain: marked inside, and running, then its stack, then its rights. A thread closing the domain
+    // either sees the running mark or is seen to have closed it, below: its membarrier orders this store before
+    // the epoch's load (see `Occupancy::close`), so no fence is needed here. The arguments are read under the
     // domain's PKRU, which lets it read host memory.
-    "mov eax, 1",
-    "xchg qword ptr [rbx + {inside}], rax",
+    "mov qword ptr [rbx + {inside}], 1",
+    "mov rcx, qword ptr [rbx + {running_at}]",
+    "mov qword ptr [rcx], 1",
     "ward_mpk_closed_since rbx",
     "jne ward_mpk_gate_resume",
     "mov rsp, qword ptr [rbx + {stack_top}]",
@@ -330,6 +336,8 @@ global_asm!(
     // The host's rights first, then its memory may be written.
     "ward_mpk_set_pkru rbx, {host_pkru}",
     "mov qword ptr [rbx + {inside}], 0",
+    "mov rcx, qword ptr [rbx + {running_at}]",
+    "mov qword ptr [rcx], 0",
     "ward_mpk_save_domain_float_control rbx",
     "ward_mpk_load_host_float_control rbx",
     "mov qword ptr [rbx + {ret_int}], r12",
@@ -346,6 +354,8 @@ global_asm!(
     "mov rax, qword ptr [rbx + {host_fs}]",
     "wrfsbase rax",
     "mov qword ptr [rbx + {inside}], 0",
+    "mov rcx, qword ptr [rbx + {running_at}]",
+    "mov qword ptr [rcx], 0",
     "ward_mpk_load_host_float_control rbx",
     "mov rsp, qword ptr [rbx + {host_rsp}]",
     "mov eax, 1",
@@ -450,20 +460,23 @@ global_asm!(
     "ward_mpk_save_domain_float_control r13",
     "ward_mpk_load_host_float_control r13",
     "mov qword ptr [r13 + {outside}], 1",
+    "mov rax, qword ptr [r13 + {running_at}]",
+    "mov qword ptr [rax], 0",
     "mov qword ptr [r13 + {domain_rsp_out}], r14",
     "mov rsp, qword ptr [r13 + {host_rsp}]",
     "and rsp, -16",
     "sub rsp, {stack_bytes}",
     "ward_mpk_copy_stack_arguments r14",
     "call 4f",
-    // Back to the domain: unmarked (XCHG, as at the gate's entry), its stack, its rights; the results survive in
-    // rbx and r15. Not if the domain was closed meanwhile: its memory is another incarnation's now, so the call
-    // ends there, as if it had faulted, with the host's rights, stack and thread pointer (rbx = the frame for the
-    // resume path).
+    // Back to the domain: unmarked and running again (as at the gate's entry), its stack, its rights; the results
+    // survive in rbx and r15. Not if the domain was closed meanwhile: its memory is another incarnation's
+    // now, so the call ends there, as if it had faulted, with the host's rights, stack and thread pointer (rbx =
+    // the frame for the resume path).
     "mov rbx, rax",
     "movq r15, xmm0",
-    "xor eax, eax",
-    "xchg qword ptr [r13 + {outside}], rax",
+    "mov qword ptr [r13 + {outside}], 0",
+    "mov rax, qword ptr [r13 + {running_at}]",
+    "mov qword ptr [rax], 1",
     "ward_mpk_closed_since r13",
     "jne 6f",
     "ward_mpk_load_domain_float_control r13",
@@ -525,6 +538,7 @@ global_asm!(
     host_fs = const offset_of!(GateFrame, host_fs),
     epoch_at = const offset_of!(GateFrame, epoch_at),
     epoch = const offset_of!(GateFrame, epoch),
+    running_at = const offset_of!(GateFrame, running_at),
     host_pointer_at = const thread_block::HOST_POINTER_AT,
     host_check_at = const thread_block::HOST_CHECK_AT,
     tcb_secret = sym thread_block::TCB_SECRET,
@@ -754,14 +768,14 @@ pub(crate) struct Occupancy {
     epoch: AtomicU64,
 }
 
-/// One thread's presence in one domain: its innermost activation there, if it has one, for a thread closing the
-/// domain to look at.
+/// One thread's presence in one domain, for a thread closing the domain to look at.
 #[derive(Debug)]
 pub(crate) struct Occupant {
     tid: libc::pid_t,
-    /// The activation (a `*mut GateFrame`, 0 for none); locked by the closing thread while it looks, so the frame
-    /// cannot end meanwhile.
-    frame: parking_lot::Mutex<usize>,
+    /// 1 while the thread runs the domain's code: from the gate's entry to its way out or its resume path, less
+    /// its calls out to the host. (Only one activation of a thread runs at a time, so one word does for nested
+    /// calls.) Written by the gate and the outward stubs.
+    running: AtomicU64,
 }
 
 /// How long [`Occupancy::close`] waits for threads to leave a domain before it says so in the log (it goes on
@@ -778,6 +792,15 @@ impl Occupancy {
     /// thread that has entered the domain) is running its code.
     pub(crate) fn close<'a>(&self, occupants: impl Iterator<Item = &'a Occupant> + Clone) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
+        // The gate marks a thread running with a plain store, then reads the epoch, and this thread stores the
+        // epoch, then reads the marks: without a barrier on both sides each could miss the other's store. The
+        // barrier on the gate's side is this system call, which makes every thread of the process execute one
+        // (a closing is rare, a gate crossing is not).
+        if let Err(e) = process_barrier() {
+            tracing::warn!(
+                "mpk: membarrier failed while closing a domain ({e}); a thread entering it just now may be missed"
+            );
+        }
         let started = std::time::Instant::now();
         let mut warned = false;
         loop {
@@ -802,24 +825,12 @@ impl Occupant {
     /// This thread's.
     pub(crate) fn for_this_thread() -> Occupant {
         // SAFETY: gettid has no preconditions.
-        Occupant { tid: unsafe { libc::gettid() }, frame: parking_lot::Mutex::new(0) }
+        Occupant { tid: unsafe { libc::gettid() }, running: AtomicU64::new(0) }
     }
 
-    /// Whether its thread is running the domain's code (in its gate's span, not called out); if so, sends it an
-    /// eviction.
+    /// Whether its thread is running the domain's code; if so, sends it an eviction.
     fn evict_if_running(&self) -> bool {
-        let frame = self.frame.lock();
-        let frame = *frame as *mut GateFrame;
-        if frame.is_null() {
-            return false;
-        }
-        // SAFETY: the frame is its thread's live activation: the thread takes this lock to clear it before the
-        // frame ends. Its two marks are words the thread writes with XCHG; they are read here as atomics.
-        let (inside, outside) = unsafe {
-            let word = |at: *mut u64| (*at.cast::<AtomicU64>()).load(Ordering::SeqCst);
-            (word(ptr::addr_of_mut!((*frame).inside)), word(ptr::addr_of_mut!((*frame).outside)))
-        };
-        if inside == 0 || outside != 0 {
+        if self.running.load(Ordering::SeqCst) == 0 {
             return false;
         }
         if let Err(e) = watchdog::evict(self.tid) {
@@ -836,6 +847,37 @@ pub(crate) struct Presence<'a> {
     pub occupant: &'a Occupant,
     /// The epoch the call was made in ([`Occupancy::epoch`] when it was prepared).
     pub epoch: u64,
+}
+
+/// `membarrier(2)` commands.
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+/// Readies this process for [`Occupancy::close`]'s barrier (registers it for private expedited `membarrier`, once);
+/// an error when the kernel cannot (before Linux 4.14).
+pub(crate) fn closing_ready() -> io::Result<()> {
+    static REGISTERED: OnceLock<Result<(), i32>> = OnceLock::new();
+    let registered = REGISTERED.get_or_init(|| {
+        // SAFETY: membarrier takes integers only; registering changes nothing but what the process may ask later.
+        let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::ENOSYS))
+        }
+    });
+    registered.map_err(io::Error::from_raw_os_error)
+}
+
+/// A full memory barrier executed by every running thread of this process, as far as memory order goes.
+fn process_barrier() -> io::Result<()> {
+    closing_ready()?;
+    // SAFETY: as above; the process is registered.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The epoch word of calls made with no [`Presence`]: never closed.
@@ -912,20 +954,23 @@ pub(crate) unsafe fn call(
         domain_x87_control: u32::from(domain_float.x87_control),
         epoch_at: presence.map_or(&NEVER_CLOSED, |p| &p.occupancy.epoch),
         epoch: presence.map_or(0, |p| p.epoch),
+        running_at: ptr::null(),
+        own_running: 0,
     };
     let frame_ptr: *mut GateFrame = &mut frame;
+    // SAFETY: frame_ptr is the live frame above; the field's address is taken through it, as the assembly uses it.
+    unsafe {
+        (*frame_ptr).running_at = match presence {
+            Some(p) => &p.occupant.running,
+            None => ptr::addr_of!((*frame_ptr).own_running).cast(),
+        };
+    }
     ACTIVE.with(|a| a.set(frame_ptr));
-    // The occupant names this activation while it lasts (an outer one of the same domain, called out, before and
-    // after it).
-    let outer_in_domain = presence.map(|p| std::mem::replace(&mut *p.occupant.frame.lock(), frame_ptr as usize));
     // SAFETY: the frame is live for the whole call and has the layout the assembly reads (checked above); the gate
     // saves and restores every callee-saved register and the stack pointer, on both its paths, so to Rust it is an
     // ordinary C function. The call of `func` on the domain's stack is sound by the caller's guarantee, and a fault
     // in it comes back through the resume path, which the handler only takes for this activation.
     let status = unsafe { ward_mpk_gate(frame_ptr) };
-    if let (Some(p), Some(outer)) = (presence, outer_in_domain) {
-        *p.occupant.frame.lock() = outer;
-    }
     if let Some(outer) = outer_deadline {
         watchdog::restore(outer);
     }
