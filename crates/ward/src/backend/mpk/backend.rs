@@ -6,8 +6,9 @@
 //! One region tagged with the domain's key holds, in order: each extension's image, the runtime page (the
 //! [`RuntimeBlock`]), the thunk pages, and the heap (`heap_bytes`, the domain's quota). Each host thread that calls
 //! the domain has a stack and an argument area of its own (its `lanes::Lane`), regions with the same key, each
-//! between guard pages: a stack overflow is a fault on the guard below the stack. The domain's PKRU reads the host's memory (key 0), reads and writes its own key and the
-//! signal key, and denies every other key: other domains are out of reach.
+//! between guard pages: a stack overflow is a fault on the guard below the stack. A group's member added while the
+//! domain runs gets a region of its own too. The domain's PKRU reads the host's memory (key 0), reads and writes its
+//! own key and the signal key, and denies every other key: other domains are out of reach.
 //!
 //! # Calls
 //!
@@ -36,7 +37,7 @@ use ward_abi::{RegArgs, RegRet};
 use ward_xpc::Deadline;
 
 use super::checks;
-use super::gate::{self, FloatControl, FloatState, GateFault, Occupancy, Presence};
+use super::gate::{self, FloatState, GateFault, Occupancy, Presence};
 use super::imports::{self, ImportClass};
 use super::lanes::Lanes;
 use super::loader::{self, ImportRequest, Placed};
@@ -107,10 +108,6 @@ pub(crate) struct DomainMemory {
     lanes: Arc<Lanes>,
     /// Whether calls may enter, and closing the domain to the calls in it when it fails.
     occupancy: Occupancy,
-    /// The domain's floating-point control state, kept from call to call (the gate's), and what it was when the
-    /// snapshot was taken, which a restore puts back.
-    float_control: FloatControl,
-    float_control_at_snapshot: FloatControl,
     block: *mut RuntimeBlock,
     /// Every image, in the region's order.
     images: Vec<Placed>,
@@ -214,7 +211,7 @@ impl DomainMemory {
                 top,
                 deadline,
                 thread_pointer,
-                &self.float_control,
+                &lane.float_control,
                 Some(presence),
             )
         };
@@ -605,11 +602,9 @@ impl MpkBackend {
             rights,
             key: k,
             region,
-            lanes: Lanes::new(k),
-            occupancy: Occupancy::default(),
             // A domain starts with the state of the thread that loads it, as a plugin loaded natively would.
-            float_control: FloatControl::new(FloatState::of_this_thread()),
-            float_control_at_snapshot: FloatControl::new(FloatState::of_this_thread()),
+            lanes: Lanes::new(k, FloatState::of_this_thread()),
+            occupancy: Occupancy::default(),
             block,
             images: placed,
             extension_images,
@@ -625,7 +620,10 @@ impl MpkBackend {
         // the domain.
         initialise(&memory, &memory.images, &files, &self.cfg)?;
         let snapshot = take_snapshot(&memory, page).map_err(|bytes| MpkError::Snapshot { bytes })?;
-        memory.float_control_at_snapshot.set(memory.float_control.get());
+        // What the initialisers left on the loading thread is what every thread starts with, and a restore puts back.
+        if let Ok(lane) = memory.lanes.for_this_thread() {
+            memory.lanes.keep_float_control(lane.float_control.get());
+        }
         // The loading thread's thread-locals as the initialisers left them are part of the state a restore brings
         // back, like the rest of the snapshot.
         memory.thread_blocks.keep_as_pristine();
@@ -732,7 +730,7 @@ impl MpkBackend {
         // SAFETY: no call is running (the domain was closed when it was stopped), and the host may write the
         // domain's key.
         unsafe { memory.thread_blocks.reset() };
-        memory.float_control.set(memory.float_control_at_snapshot.get());
+        memory.lanes.reset_float_control();
         true
     }
 

@@ -1,4 +1,5 @@
-//! Each host thread's own room in an mpk domain: a stack, an argument area for the buffers its calls lend, and its
+//! Each host thread's own room in an mpk domain: a stack, an argument area for the buffers its calls lend, the
+//! floating-point control state the domain's code runs with on that thread (per thread, as in a process), and its
 //! presence there (`gate::Occupant`), which a thread recovering the domain looks at. Several host threads can be
 //! inside one domain at once, each in its own lane, as several threads run in one process.
 //!
@@ -11,7 +12,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use super::gate::Occupant;
+use super::gate::{FloatControl, FloatState, Occupant};
 use super::memory::{page_size, KeyedRegion};
 use super::pku;
 
@@ -33,6 +34,8 @@ pub(crate) struct Lane {
     /// guards from call to call, so a host lending the same sizes again changes no protection.
     argument_guards: Mutex<BTreeSet<usize>>,
     pub occupant: Occupant,
+    /// The domain's MXCSR and x87 control word on this thread, kept from call to call (the gate's).
+    pub float_control: FloatControl,
     key: u32,
 }
 
@@ -53,7 +56,7 @@ impl std::fmt::Display for NoRoom {
 }
 
 impl Lane {
-    fn new(key: u32) -> io::Result<Lane> {
+    fn new(key: u32, float: FloatState) -> io::Result<Lane> {
         let arguments = KeyedRegion::new(ARGUMENT_BYTES, key)?;
         let top = arguments.start() as usize;
         Ok(Lane {
@@ -62,6 +65,7 @@ impl Lane {
             arguments_top: AtomicUsize::new(top),
             argument_guards: Mutex::new(BTreeSet::new()),
             occupant: Occupant::for_this_thread(),
+            float_control: FloatControl::new(float),
             key,
         })
     }
@@ -120,15 +124,37 @@ pub(crate) struct Lanes {
     /// Unique for the life of the process: what the threads' caches know the domain's lanes by.
     id: u64,
     key: u32,
+    /// The floating-point control a new lane starts with, and a restore puts back: the loading thread's while the
+    /// domain loads, then what its initialisers left.
+    initial_float: FloatControl,
     /// By thread id. A lane of a thread that has ended is dropped by the thread's cache as it ends, so an id here
     /// is a live thread's.
     by_thread: Mutex<HashMap<libc::pid_t, Arc<Lane>>>,
 }
 
 impl Lanes {
-    pub(crate) fn new(key: u32) -> Arc<Lanes> {
+    pub(crate) fn new(key: u32, float: FloatState) -> Arc<Lanes> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Arc::new(Lanes { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), key, by_thread: Mutex::new(HashMap::new()) })
+        Arc::new(Lanes {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            key,
+            initial_float: FloatControl::new(float),
+            by_thread: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Makes `float` what new lanes start with and what [`Lanes::reset_float_control`] puts back (when the snapshot
+    /// is taken).
+    pub(crate) fn keep_float_control(&self, float: FloatState) {
+        self.initial_float.set(float);
+    }
+
+    /// Puts every lane's floating-point control back as it was kept (with the rest of the domain, after a fault).
+    pub(crate) fn reset_float_control(&self) {
+        let float = self.initial_float.get();
+        for lane in self.by_thread.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            lane.float_control.set(float);
+        }
     }
 
     /// This thread's lane, made on its first call.
@@ -145,7 +171,7 @@ impl Lanes {
             match lanes.get(&tid) {
                 Some(lane) => Arc::as_ptr(lane),
                 None => {
-                    let lane = Arc::new(Lane::new(self.key)?);
+                    let lane = Arc::new(Lane::new(self.key, self.initial_float.get())?);
                     let at = Arc::as_ptr(&lane);
                     lanes.insert(tid, lane);
                     at

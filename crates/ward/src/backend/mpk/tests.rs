@@ -296,6 +296,21 @@ fn an_extension_keeps_the_floating_point_control_it_sets_and_the_host_keeps_its_
 }
 
 #[test]
+fn each_thread_keeps_its_own_floating_point_control_in_a_domain() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    let (_sup, ext, _events) = load("faulty_mpk", Isolation::Mpk);
+    assert_eq!(int(&ext, "faulty_flush_denormals", &mut []) & FLUSH_DENORMALS, FLUSH_DENORMALS);
+    // Another thread's calls run with the state the domain was left in by its initialisers, as a new thread of a
+    // process would, not with this thread's.
+    let there = std::thread::scope(|s| s.spawn(|| int(&ext, "faulty_float_control", &mut [])).join().unwrap());
+    assert_eq!(there & FLUSH_DENORMALS, 0, "the other thread does not flush denormals");
+    assert_eq!(int(&ext, "faulty_float_control", &mut []) & FLUSH_DENORMALS, FLUSH_DENORMALS, "this one still does");
+}
+
+#[test]
 fn a_write_into_a_host_global_faults_and_leaves_the_global_unchanged() {
     let _keys = one_at_a_time();
     if !pku_here() {
