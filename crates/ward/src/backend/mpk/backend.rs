@@ -105,7 +105,7 @@ pub(crate) struct DomainMemory {
     key: u32,
     region: KeyedRegion,
     /// Each calling thread's stack and argument area.
-    lanes: Arc<Lanes>,
+    lanes: Lanes,
     /// Whether calls may enter, and closing the domain to the calls in it when it fails.
     occupancy: Occupancy,
     block: *mut RuntimeBlock,
@@ -123,7 +123,7 @@ pub(crate) struct DomainMemory {
     /// others').
     additions: Mutex<Vec<Addition>>,
     /// The thread blocks the domain's code runs with, one per host thread that calls it.
-    thread_blocks: Arc<ThreadBlocks>,
+    thread_blocks: ThreadBlocks,
     // Declared last: dropped after the regions tagged with it are unmapped.
     _key: ProtectionKey,
 }

@@ -3,17 +3,17 @@
 //! presence there (`gate::Occupant`), which a thread recovering the domain looks at. Several host threads can be
 //! inside one domain at once, each in its own lane, as several threads run in one process.
 //!
-//! A lane is made on its thread's first call into the domain and dropped when the thread ends (or with the domain).
-//! A thread finds its lane through a cache of its own, without a lock, as it finds its thread block.
+//! A lane is made on its thread's first call into the domain and dropped when the thread ends (or with the domain)
+//! (`per_thread`).
 
-use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::io;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::gate::{FloatControl, FloatState, Occupant};
 use super::memory::{page_size, KeyedRegion};
+use super::per_thread::PerThread;
 use super::pku;
 
 /// Bytes of a lane's stack (a thread's main stack is usually as large).
@@ -121,26 +121,16 @@ impl Lane {
 
 /// A domain's lanes, one per host thread that has called it.
 pub(crate) struct Lanes {
-    /// Unique for the life of the process: what the threads' caches know the domain's lanes by.
-    id: u64,
     key: u32,
     /// The floating-point control a new lane starts with, and a restore puts back: the loading thread's while the
     /// domain loads, then what its initialisers left.
     initial_float: FloatControl,
-    /// By thread id. A lane of a thread that has ended is dropped by the thread's cache as it ends, so an id here
-    /// is a live thread's.
-    by_thread: Mutex<HashMap<libc::pid_t, Arc<Lane>>>,
+    lanes: Arc<PerThread<Lane>>,
 }
 
 impl Lanes {
-    pub(crate) fn new(key: u32, float: FloatState) -> Arc<Lanes> {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Arc::new(Lanes {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            key,
-            initial_float: FloatControl::new(float),
-            by_thread: Mutex::new(HashMap::new()),
-        })
+    pub(crate) fn new(key: u32, float: FloatState) -> Lanes {
+        Lanes { key, initial_float: FloatControl::new(float), lanes: PerThread::new() }
     }
 
     /// Makes `float` what new lanes start with and what [`Lanes::reset_float_control`] puts back (when the snapshot
@@ -152,77 +142,18 @@ impl Lanes {
     /// Puts every lane's floating-point control back as it was kept (with the rest of the domain, after a fault).
     pub(crate) fn reset_float_control(&self) {
         let float = self.initial_float.get();
-        for lane in self.by_thread.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        for lane in self.lanes.all() {
             lane.float_control.set(float);
         }
     }
 
     /// This thread's lane, made on its first call.
-    pub(crate) fn for_this_thread(self: &Arc<Self>) -> io::Result<&Lane> {
-        if let Some(lane) = CACHE.with(|c| c.borrow().find(self.id)) {
-            // SAFETY: the cache holds lanes of this thread only, each kept by its domain's map (`by_thread`) until
-            // this thread ends or the domain goes; `self` is alive for the reference's lifetime.
-            return Ok(unsafe { &*lane });
-        }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
-        let lane = {
-            let mut lanes = self.by_thread.lock().unwrap_or_else(|e| e.into_inner());
-            match lanes.get(&tid) {
-                Some(lane) => Arc::as_ptr(lane),
-                None => {
-                    let lane = Arc::new(Lane::new(self.key, self.initial_float.get())?);
-                    let at = Arc::as_ptr(&lane);
-                    lanes.insert(tid, lane);
-                    at
-                }
-            }
-        };
-        CACHE.with(|c| c.borrow_mut().add(self, lane));
-        // SAFETY: as above: the map holds it.
-        Ok(unsafe { &*lane })
+    pub(crate) fn for_this_thread(&self) -> io::Result<&Lane> {
+        self.lanes.get_or_make(|| Lane::new(self.key, self.initial_float.get()))
     }
 
     /// Every lane now (for a thread closing the domain).
     pub(crate) fn all(&self) -> Vec<Arc<Lane>> {
-        self.by_thread.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+        self.lanes.all()
     }
-
-    fn forget(&self, tid: libc::pid_t) {
-        self.by_thread.lock().unwrap_or_else(|e| e.into_inner()).remove(&tid);
-    }
-}
-
-/// The lanes this thread has, by domain, dropped from their domains when the thread ends.
-#[derive(Default)]
-struct Cache {
-    entries: Vec<(u64, *const Lane, Weak<Lanes>)>,
-}
-
-impl Cache {
-    fn find(&self, id: u64) -> Option<*const Lane> {
-        self.entries.iter().find(|(i, _, _)| *i == id).map(|(_, lane, _)| *lane)
-    }
-
-    fn add(&mut self, lanes: &Arc<Lanes>, lane: *const Lane) {
-        // Entries of domains gone since are dropped here, so the list stays as long as the live domains.
-        self.entries.retain(|(_, _, weak)| weak.strong_count() > 0);
-        self.entries.push((lanes.id, lane, Arc::downgrade(lanes)));
-    }
-}
-
-impl Drop for Cache {
-    fn drop(&mut self) {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
-        for (_, _, weak) in &self.entries {
-            if let Some(lanes) = weak.upgrade() {
-                lanes.forget(tid);
-            }
-        }
-    }
-}
-
-thread_local! {
-    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
 }

@@ -26,10 +26,13 @@ mod lanes;
 // `signal`, `sysv_signal` and `sigset` for hosts, built on the gate's `host_sigaction`.
 #[allow(unsafe_code)]
 mod legacy_signals;
+// Values a domain keeps per host thread, found without a lock.
 #[allow(unsafe_code)]
 mod loader;
 #[allow(unsafe_code)]
 pub(crate) mod memory;
+#[allow(unsafe_code)]
+mod per_thread;
 #[allow(unsafe_code)]
 pub(crate) mod pku;
 mod reason;

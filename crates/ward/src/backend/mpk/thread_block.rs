@@ -18,15 +18,14 @@
 //! base (the outward stubs, the signal handlers' entries, the gate's way out) tells a domain's block from a host
 //! thread's by the pair and switches back to the host's pointer before any Rust code reads a thread-local.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::loader::{TlsModule, TlsTemplate};
 use super::memory::{page_size, KeyedRegion};
+use super::per_thread::PerThread;
 use super::pku;
 
 /// Offset from the thread pointer of the word holding the host thread's pointer: inside `tcbhead_t`'s
@@ -219,8 +218,8 @@ struct ThreadBlock {
     region: KeyedRegion,
     /// The thread pointer a domain call of this thread runs with: the start of the control block page.
     pointer: usize,
-    /// The static TLS copy as it was made, which a restore puts back.
-    pristine: Vec<u8>,
+    /// The static TLS copy as it was made (or last kept), which a restore puts back.
+    pristine: Mutex<Vec<u8>>,
 }
 
 impl ThreadBlock {
@@ -268,15 +267,16 @@ impl ThreadBlock {
         }
         // SAFETY: the TLS copy is the first `tls` bytes of the region, readable by this thread.
         let pristine = unsafe { std::slice::from_raw_parts(region.start(), tls) }.to_vec();
-        Ok(ThreadBlock { region, pointer, pristine })
+        Ok(ThreadBlock { region, pointer, pristine: Mutex::new(pristine) })
     }
 
     /// Takes the static TLS copy as it is now as what a restore puts back.
-    fn keep_as_pristine(&mut self) {
+    fn keep_as_pristine(&self) {
+        let mut pristine = self.pristine.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the copy is the first `pristine.len()` bytes of the region, readable by this thread (the caller's
         // host rights cover the domain's key), and no call is running on this block.
-        let now = unsafe { std::slice::from_raw_parts(self.region.start(), self.pristine.len()) };
-        self.pristine.copy_from_slice(now);
+        let now = unsafe { std::slice::from_raw_parts(self.region.start(), pristine.len()) };
+        pristine.copy_from_slice(now);
     }
 
     /// Puts the static TLS copy back as it was made (or last kept).
@@ -284,53 +284,28 @@ impl ThreadBlock {
     /// # Safety
     /// No call may be running on this block, and this thread must be allowed to write the domain's key.
     unsafe fn reset(&self) {
+        let pristine = self.pristine.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: the copy is the first `pristine.len()` bytes of the region, which the caller may write.
-        unsafe { std::ptr::copy_nonoverlapping(self.pristine.as_ptr(), self.region.start(), self.pristine.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(pristine.as_ptr(), self.region.start(), pristine.len()) };
     }
 }
 
 /// A domain's thread blocks, one per host thread that has called it.
 pub(crate) struct ThreadBlocks {
-    /// Unique for the life of the process: what the threads' caches know the domain by.
-    id: u64,
     key: u32,
     tls: TlsLayout,
-    /// By host thread pointer. A block of a thread that has ended is dropped by the thread's cache as it ends; a
-    /// new thread given the same pointer by glibc would find the old one's block, whose words name it correctly.
-    blocks: Mutex<HashMap<usize, ThreadBlock>>,
+    blocks: Arc<PerThread<ThreadBlock>>,
 }
 
 impl ThreadBlocks {
-    pub(crate) fn new(key: u32, tls: TlsLayout) -> Arc<ThreadBlocks> {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Arc::new(ThreadBlocks {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            key,
-            tls,
-            blocks: Mutex::new(HashMap::new()),
-        })
+    pub(crate) fn new(key: u32, tls: TlsLayout) -> ThreadBlocks {
+        ThreadBlocks { key, tls, blocks: PerThread::new() }
     }
 
     /// The thread pointer this thread runs this domain's code with, made on its first call.
-    pub(crate) fn pointer_for_this_thread(self: &Arc<Self>) -> io::Result<usize> {
-        if let Some(pointer) = CACHE.with(|c| c.borrow().find(self.id)) {
-            return Ok(pointer);
-        }
-        let host = host_thread_pointer();
-        let pointer = {
-            let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
-            match blocks.get(&host) {
-                Some(block) => block.pointer,
-                None => {
-                    let block = ThreadBlock::new(self.key, host, &self.tls)?;
-                    let pointer = block.pointer;
-                    blocks.insert(host, block);
-                    pointer
-                }
-            }
-        };
-        CACHE.with(|c| c.borrow_mut().add(self, pointer));
-        Ok(pointer)
+    pub(crate) fn pointer_for_this_thread(&self) -> io::Result<usize> {
+        let block = self.blocks.get_or_make(|| ThreadBlock::new(self.key, host_thread_pointer(), &self.tls))?;
+        Ok(block.pointer)
     }
 
     /// Puts every block's static TLS copy back as it was made (after a fault, with the rest of the domain's
@@ -339,7 +314,7 @@ impl ThreadBlocks {
     /// # Safety
     /// No call may be running in the domain, and this thread must be allowed to write the domain's key.
     pub(crate) unsafe fn reset(&self) {
-        for block in self.blocks.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        for block in self.blocks.all() {
             // SAFETY: the caller's guarantee.
             unsafe { block.reset() };
         }
@@ -349,46 +324,8 @@ impl ThreadBlocks {
     /// initialisers have run, when its snapshot is taken, so that thread-locals they set come back with the rest.
     /// Blocks made later start from the images' templates, as a thread that did not load the library would.
     pub(crate) fn keep_as_pristine(&self) {
-        for block in self.blocks.lock().unwrap_or_else(|e| e.into_inner()).values_mut() {
+        for block in self.blocks.all() {
             block.keep_as_pristine();
         }
     }
-
-    fn forget(&self, host: usize) {
-        self.blocks.lock().unwrap_or_else(|e| e.into_inner()).remove(&host);
-    }
-}
-
-/// The blocks this thread has, by domain: found without a lock on every call, and dropped from their domains when
-/// the thread ends.
-#[derive(Default)]
-struct Cache {
-    entries: Vec<(u64, usize, Weak<ThreadBlocks>)>,
-}
-
-impl Cache {
-    fn find(&self, id: u64) -> Option<usize> {
-        self.entries.iter().find(|(i, _, _)| *i == id).map(|(_, pointer, _)| *pointer)
-    }
-
-    fn add(&mut self, blocks: &Arc<ThreadBlocks>, pointer: usize) {
-        // Entries of domains gone since are dropped here, so the list stays as long as the live domains.
-        self.entries.retain(|(_, _, weak)| weak.strong_count() > 0);
-        self.entries.push((blocks.id, pointer, Arc::downgrade(blocks)));
-    }
-}
-
-impl Drop for Cache {
-    fn drop(&mut self) {
-        let host = host_thread_pointer();
-        for (_, _, weak) in &self.entries {
-            if let Some(blocks) = weak.upgrade() {
-                blocks.forget(host);
-            }
-        }
-    }
-}
-
-thread_local! {
-    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
 }

@@ -41,7 +41,7 @@ impl TestDomain {
         let stack = KeyedRegion::new(256 * 1024, key.number()).expect("a domain stack");
         let data = KeyedRegion::new(4096, key.number()).expect("domain memory");
         let rights = Pkru::DENY_ALL.read_only(HOST_KEY).allow(key.number()).allow(signal);
-        let blocks = ThreadBlocks::new(key.number(), TlsLayout::default());
+        let blocks = std::sync::Arc::new(ThreadBlocks::new(key.number(), TlsLayout::default()));
         TestDomain { key, stack, data, rights, blocks }
     }
 
