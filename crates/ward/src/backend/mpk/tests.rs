@@ -789,3 +789,47 @@ fn a_member_mpk_refuses_is_refused_and_the_mpk_group_goes_on() {
     assert_eq!(int(&faulty, "faulty_counter_add", &mut [Arg::I64(2)]), 2);
     assert_eq!(int(&well, "counter_add", &mut [Arg::I64(1)]), 22);
 }
+
+#[test]
+fn a_call_out_in_the_host_while_another_thread_recovers_the_domain_ends_when_it_comes_back_and_is_made_again() {
+    let _keys = one_at_a_time();
+    if !pku_here() {
+        return;
+    }
+    static GO: AtomicI64 = AtomicI64::new(0);
+    static ARRIVED: AtomicUsize = AtomicUsize::new(0);
+    static RECOVERED: AtomicUsize = AtomicUsize::new(0);
+    static NESTED: AtomicI64 = AtomicI64::new(-1);
+    let (sup, ext, events) = load("threads", Isolation::Mpk);
+    assert_eq!(int(&ext, "threads_count", &mut [Arg::I64(5)]), 5);
+    let inner = ext.clone();
+    // The first time: wait in the host until the other thread has recovered the domain, then call it again from
+    // here (a nested call, into the new incarnation). The second time (the call made again): return at once.
+    let arrive = sup
+        .register_callback(Signature::new(&[], RetType::I64), move |_| {
+            if ARRIVED.fetch_add(1, Ordering::SeqCst) == 0 {
+                until_arrived(&RECOVERED, 1);
+                NESTED.store(int(&inner, "threads_count", &mut [Arg::I64(1)]), Ordering::SeqCst);
+            }
+            Value::I64(0)
+        })
+        .unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            ext.call("threads_wait", &mut [Arg::Ptr(GO.as_ptr() as usize), Arg::Callback(&arrive)], RetType::I64)
+        });
+        until_arrived(&ARRIVED, 1);
+        // The other thread is out in the host: the recovery does not wait for it.
+        assert!(ext.call("threads_crash", &mut [], RetType::I64).is_err());
+        RECOVERED.store(1, Ordering::SeqCst);
+        // Its nested call ran in the new incarnation (the count restarted), its callback returned into the closed
+        // domain's call, which ended there and was made again.
+        until_arrived(&ARRIVED, 2);
+        GO.store(4, Ordering::SeqCst);
+        assert_eq!(waiting.join().unwrap().unwrap().as_i64(), Some(4));
+    });
+    assert_eq!(NESTED.load(Ordering::SeqCst), 1, "the nested call saw the new incarnation's count");
+    assert_eq!(ARRIVED.load(Ordering::SeqCst), 2);
+    assert_eq!(faults(&events).len(), 1, "one fault: the crash");
+    assert_eq!(ext.stats().restarts, 1);
+}
