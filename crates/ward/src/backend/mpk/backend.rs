@@ -253,14 +253,11 @@ impl DomainMemory {
                 what: format!("the extension called {} with {}", refused.function, refused.why.describe()),
             });
         }
-        self.host_access();
-        // Other threads may be running in the domain: the block's words are read as shared memory.
-        // SAFETY: the block lies in `region`, laid out by RuntimeBlock::init.
-        let block = unsafe { RuntimeBlock::ending(self.block) };
-        if block.ended == ENDED_EXIT {
-            return BackendError::Fault(FaultKind::Exited { status: block.exit_status });
+        // How the domain asked to end the process comes with this thread's fault, not from the shared block.
+        if let Some((ENDED_EXIT, status)) = fault.ending() {
+            return BackendError::Fault(FaultKind::Exited { status });
         }
-        if block.ended == ENDED_ABORT {
+        if let Some((ENDED_ABORT, _)) = fault.ending() {
             return BackendError::Fault(FaultKind::Signal {
                 signo: libc::SIGABRT,
                 cause: SignalCause::Abort,
@@ -269,9 +266,12 @@ impl DomainMemory {
         }
         // The fault is this thread's, so the stack it overflowed is this thread's lane's.
         let overflowed = self.lanes.for_this_thread().is_ok_and(|lane| lane.stack_guard().contains(&fault.addr));
+        self.host_access();
+        // SAFETY: the block lies in `region`, laid out by RuntimeBlock::init.
+        let exhausted = unsafe { RuntimeBlock::exhausted(self.block) };
         let hint = if fault.signal == libc::SIGSEGV && overflowed {
             DomainHint::StackOverflow
-        } else if block.exhausted {
+        } else if exhausted {
             DomainHint::MemoryExhausted
         } else {
             DomainHint::None

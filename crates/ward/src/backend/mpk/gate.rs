@@ -158,6 +158,10 @@ pub(crate) struct GateFault {
     /// code (0: not a refusal). [`GateFault::refused`] reads them.
     refused_slot: usize,
     refusal_code: u64,
+    /// When the fault is the domain asking to end the process (the runtime's `exit` or `abort`, see [`end_call`]):
+    /// how (a nonzero kind the runtime defines) and the status it gave. Kind 0: not an ending.
+    ending_kind: u64,
+    ending_status: u64,
 }
 
 /// An outward call its argument check refused.
@@ -172,6 +176,11 @@ impl GateFault {
     /// The refusal, when an outward stub's argument check refused the call.
     pub(crate) fn refused(&self) -> Option<Refused> {
         refusal(self.refused_slot, self.refusal_code)
+    }
+
+    /// How the domain asked to end the process, when that is what the fault is: the runtime's kind and status.
+    pub(crate) fn ending(&self) -> Option<(u64, i32)> {
+        (self.ending_kind != 0).then_some((self.ending_kind, self.ending_status as i32))
     }
 
     /// A write or read of memory the domain's key rights forbid (host memory written, another domain touched).
@@ -398,6 +407,15 @@ global_asm!(
     "ward_mpk_refuse:",
     "ud2",
     ".size ward_mpk_refuse, . - ward_mpk_refuse",
+    // Where the runtime's `exit` and `abort` end the call (rdi = the kind, rsi = the status): as above. The two
+    // words travel with this thread's fault, so another thread's call in the same domain cannot be taken for it.
+    ".globl ward_mpk_end",
+    ".hidden ward_mpk_end",
+    ".type ward_mpk_end, @function",
+    ".balign 16",
+    "ward_mpk_end:",
+    "ud2",
+    ".size ward_mpk_end, . - ward_mpk_end",
     ".popsection",
     ".pushsection .text.ward_mpk_outward, \"ax\", @progbits",
     ".balign 16",
@@ -563,6 +581,8 @@ extern "C" {
     fn ward_mpk_host_signal_entry(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void);
     /// Traps, with the slot and the refusal in the argument registers, for the handler to read.
     fn ward_mpk_refuse(slot: usize, refusal: u64) -> !;
+    /// Traps, with how the domain ends and its status in the argument registers, for the handler to read.
+    fn ward_mpk_end(kind: u64, status: u64) -> !;
 }
 
 /// PKRU the signal handler runs with: key 0 and the signal key allowed (set once, before any handler is installed).
@@ -944,7 +964,16 @@ pub(crate) unsafe fn call(
         outside: 0,
         domain_rsp_out: 0,
         inside: 0,
-        fault: GateFault { signal: 0, code: 0, addr: 0, pc: 0, refused_slot: 0, refusal_code: 0 },
+        fault: GateFault {
+            signal: 0,
+            code: 0,
+            addr: 0,
+            pc: 0,
+            refused_slot: 0,
+            refusal_code: 0,
+            ending_kind: 0,
+            ending_status: 0,
+        },
         domain_fs: thread_pointer as u64,
         host_fs: 0,
         below,
@@ -1256,15 +1285,28 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
     unsafe {
         let gregs = &mut (*uc).uc_mcontext.gregs;
         let pc = gregs[libc::REG_RIP as usize] as usize;
-        let (refused_slot, refusal_code) = if signal == libc::SIGILL && pc == ward_mpk_refuse as *const () as usize {
-            (gregs[libc::REG_RDI as usize] as usize, gregs[libc::REG_RSI as usize] as u64)
+        // A trap at one of ward's two known addresses carries its words in the first two argument registers.
+        let arguments = (gregs[libc::REG_RDI as usize] as u64, gregs[libc::REG_RSI as usize] as u64);
+        let trapped_at = |at: usize| signal == libc::SIGILL && pc == at;
+        let (refused_slot, refusal_code) = if trapped_at(ward_mpk_refuse as *const () as usize) {
+            (arguments.0 as usize, arguments.1)
         } else {
             (0, 0)
         };
-        (*frame).fault = GateFault { signal, code, addr, pc, refused_slot, refusal_code };
+        let (ending_kind, ending_status) =
+            if trapped_at(ward_mpk_end as *const () as usize) { arguments } else { (0, 0) };
+        (*frame).fault = GateFault { signal, code, addr, pc, refused_slot, refusal_code, ending_kind, ending_status };
         gregs[libc::REG_RIP as usize] = ward_mpk_gate_resume as *const () as i64;
         gregs[libc::REG_RBX as usize] = frame as i64;
     }
+}
+
+/// Ends the domain's call on this thread as the domain asking to end the process: `kind` (nonzero) and `status`
+/// come back in the fault ([`GateFault::ending`]). For the domain runtime, running inside the domain.
+pub(crate) fn end_call(kind: u64, status: i32) -> ! {
+    // SAFETY: the trap raises SIGILL at a known address; the handler takes the thread back to its gate (the
+    // runtime calls this only inside a domain's call).
+    unsafe { ward_mpk_end(kind, status as u32 as u64) }
 }
 
 /// Hand a signal that is not a domain's to what the host had installed.

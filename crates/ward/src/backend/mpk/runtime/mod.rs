@@ -39,9 +39,10 @@ const ATEXIT_SLOTS: usize = 64;
 const RANDOM_DEG: usize = 31;
 const RANDOM_SEP: usize = 3;
 
-/// How a domain ended a call by asking to end the process (the runtime's fault functions set it).
-pub(crate) const ENDED_EXIT: u32 = 1;
-pub(crate) const ENDED_ABORT: u32 = 2;
+/// How a domain ended a call by asking to end the process: the kinds the runtime's `exit` and `abort` end a call
+/// with (`gate::end_call`), which come back with the thread's fault.
+pub(crate) const ENDED_EXIT: u64 = 1;
+pub(crate) const ENDED_ABORT: u64 = 2;
 
 /// Bytes before the block in the runtime page: its lock word, on a cache line of its own. The word lies outside
 /// the block because the thread holding the lock borrows the whole block.
@@ -61,9 +62,6 @@ pub(crate) struct RuntimeBlock {
     free: [usize; CLASSES],
     /// Set when an allocation failed for want of room (the quota).
     pub exhausted: u32,
-    /// [`ENDED_EXIT`] or [`ENDED_ABORT`] once a fault function ran; the status `exit` was given.
-    pub ended: u32,
-    pub exit_status: i32,
     random: [u32; RANDOM_DEG],
     random_front: u32,
     random_rear: u32,
@@ -154,22 +152,15 @@ impl RuntimeBlock {
         unsafe { ptr::addr_of_mut!((*block).nothrow) as usize }
     }
 
-    /// How the domain's calls ended, read while other threads may be running in the domain (and writing these words),
-    /// as shared memory is read.
+    /// Whether an allocation failed for want of room: a hint for classifying a fault, read while other threads
+    /// may be running in the domain (and writing the word), as shared memory is read.
     ///
     /// # Safety
     /// `block` is a block laid out by [`RuntimeBlock::init`], readable by this thread.
-    pub(crate) unsafe fn ending(block: *const RuntimeBlock) -> Ending {
-        // SAFETY: the caller's guarantee; the words are aligned u32s, read as atomics (the domain's threads write
-        // them as plain words, so a value read is one some thread wrote).
-        unsafe {
-            let word = |at: *const u32| AtomicU32::from_ptr(at.cast_mut()).load(Ordering::Relaxed);
-            Ending {
-                ended: word(ptr::addr_of!((*block).ended)),
-                exit_status: word(ptr::addr_of!((*block).exit_status).cast()) as i32,
-                exhausted: word(ptr::addr_of!((*block).exhausted)) != 0,
-            }
-        }
+    pub(crate) unsafe fn exhausted(block: *const RuntimeBlock) -> bool {
+        // SAFETY: the caller's guarantee; the word is an aligned u32, read as an atomic (the domain's threads write
+        // it as a plain word, so a value read is one some thread wrote).
+        unsafe { AtomicU32::from_ptr(ptr::addr_of!((*block).exhausted).cast_mut()).load(Ordering::Relaxed) != 0 }
     }
 
     /// Destructors registered with `__cxa_atexit`, newest first.
@@ -177,16 +168,6 @@ impl RuntimeBlock {
         let n = self.atexit_count.min(ATEXIT_SLOTS);
         self.atexit[..n].iter().rev().copied().collect()
     }
-}
-
-/// What the runtime recorded of how the domain's calls ended.
-pub(crate) struct Ending {
-    /// [`ENDED_EXIT`] or [`ENDED_ABORT`] once a fault function ran, else 0.
-    pub ended: u32,
-    /// The status `exit` was given.
-    pub exit_status: i32,
-    /// An allocation failed for want of room (the quota).
-    pub exhausted: bool,
 }
 
 /// A runtime function as the thunk calls it: up to five arguments of the import, then the block.
@@ -830,17 +811,12 @@ extern "C" fn rt_lcong48(params: *const u16, _: usize, _: usize, _: usize, _: us
 
 // ---- the end of the process, as faults ----
 
-extern "C" fn rt_exit(status: i32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> ! {
-    let mut locked = block(b);
-    let b = &mut *locked;
-    b.ended = ENDED_EXIT;
-    b.exit_status = status;
-    stop()
+extern "C" fn rt_exit(status: i32, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> ! {
+    super::gate::end_call(ENDED_EXIT, status)
 }
 
-extern "C" fn rt_abort(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> ! {
-    block(b).ended = ENDED_ABORT;
-    stop()
+extern "C" fn rt_abort(_: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> ! {
+    super::gate::end_call(ENDED_ABORT, 0)
 }
 
 #[cfg(test)]
