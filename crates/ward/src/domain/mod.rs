@@ -405,7 +405,8 @@ impl Domain {
                 let st = g.borrow();
                 Fault { kind, domain: self.name.clone(), call: Some(symbol_name(&g, sym)), incarnation: st.incarnation }
             };
-            // A stale call's domain was already recovered by the nested call that saw the fault.
+            // A stale call's domain was already recovered by the call that saw the fault (a nested one, or another
+            // thread's).
             if !stale {
                 if let Err(e) = self.recover(&mut g, fault.clone()) {
                     if retries > 0 {
@@ -643,7 +644,8 @@ impl Domain {
             // theirs closes the domain under this call, which then ends (`BackendError::Closed`).
             Guard::unlocked(g, || call.run(&regs, timeout))
         };
-        // A nested call recovered the domain while this one was out in the host: its result means nothing.
+        // Another call (a nested one, or another thread's) recovered the domain while this one ran or was out in the
+        // host: its result means nothing.
         if g.borrow().incarnation != incarnation {
             call.finish(frame, None);
             return Outcome::Stale;
