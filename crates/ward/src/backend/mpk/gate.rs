@@ -801,6 +801,8 @@ pub(crate) struct Occupant {
 /// How long [`Occupancy::close`] waits for threads to leave a domain before it says so in the log (it goes on
 /// waiting: restoring the memory under a thread still running there would corrupt the new incarnation).
 const CLOSE_WARN_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long [`Occupancy::close`] waits before it sends a thread that has not left another eviction.
+const EVICT_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl Occupancy {
     /// The epoch calls made now are made in.
@@ -822,21 +824,32 @@ impl Occupancy {
             );
         }
         let started = std::time::Instant::now();
+        let mut evicted_at: Option<std::time::Instant> = None;
         let mut warned = false;
-        loop {
-            let mut running = false;
-            for occupant in occupants.clone() {
-                running |= occupant.evict_if_running();
-            }
-            if !running {
+        for round in 0u32.. {
+            let running: Vec<&Occupant> = occupants.clone().filter(|o| o.is_running()).collect();
+            if running.is_empty() {
                 return;
+            }
+            // One eviction each, and again now and then for a thread that has not left (it may have had the
+            // signal blocked, or been between its mark and its gate's span when the first came).
+            if evicted_at.is_none_or(|at| at.elapsed() >= EVICT_AGAIN_AFTER) {
+                for occupant in &running {
+                    occupant.evict();
+                }
+                evicted_at = Some(std::time::Instant::now());
             }
             if !warned && started.elapsed() > CLOSE_WARN_AFTER {
                 tracing::warn!("a thread is still running in a failed mpk domain after an eviction; waiting for it");
                 warned = true;
             }
-            // Waiting for other threads' signal handlers to take them out: a short pause between looks.
-            std::thread::sleep(std::time::Duration::from_micros(100));
+            // Waiting for other threads' signal handlers to take them out: a handler runs within microseconds, so
+            // the processor is given up at first, and only then does this thread sleep between looks.
+            if round < 1000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
         }
     }
 }
@@ -848,15 +861,16 @@ impl Occupant {
         Occupant { tid: unsafe { libc::gettid() }, running: AtomicU64::new(0) }
     }
 
-    /// Whether its thread is running the domain's code; if so, sends it an eviction.
-    fn evict_if_running(&self) -> bool {
-        if self.running.load(Ordering::SeqCst) == 0 {
-            return false;
-        }
+    /// Whether its thread is running the domain's code.
+    fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst) != 0
+    }
+
+    /// Sends its thread an eviction.
+    fn evict(&self) {
         if let Err(e) = watchdog::evict(self.tid) {
             tracing::debug!("mpk: cannot evict thread {} from a closed domain: {e}", self.tid);
         }
-        true
     }
 }
 
