@@ -181,19 +181,8 @@ pub(crate) fn is_eviction(info: &libc::siginfo_t) -> bool {
 pub(crate) fn evict(tid: libc::pid_t) -> io::Result<()> {
     // Nothing may have armed a deadline yet.
     choose_cookie();
-    let pid = std::process::id() as libc::pid_t;
-    let signal = super::gate::timeout_signal();
-    let info = QueuedSignalInfo {
-        signo: signal,
-        errno: 0,
-        code: libc::SI_QUEUE,
-        _pad: 0,
-        pid,
-        // SAFETY: getuid has no preconditions.
-        uid: unsafe { libc::getuid() },
-        value: eviction_value(SIGNAL_COOKIE.load(Ordering::Relaxed)),
-        _rest: [0; 12],
-    };
+    let info = QueuedSignalInfo::timeout(eviction_value(SIGNAL_COOKIE.load(Ordering::Relaxed)));
+    let (pid, signal) = (info.pid, info.signo);
     // SAFETY: rt_tgsigqueueinfo to a thread of this process with a siginfo it only reads (see `watch`). A thread
     // that has ended since is an error (ESRCH), not another thread: ids are not reused while the caller holds the
     // lane that names it (its thread removes it as it ends).
@@ -269,6 +258,23 @@ struct QueuedSignalInfo {
 
 const _: () = assert!(std::mem::size_of::<QueuedSignalInfo>() == std::mem::size_of::<libc::siginfo_t>());
 
+impl QueuedSignalInfo {
+    /// The timeout signal, queued from this process with `value`.
+    fn timeout(value: u64) -> QueuedSignalInfo {
+        QueuedSignalInfo {
+            signo: super::gate::timeout_signal(),
+            errno: 0,
+            code: libc::SI_QUEUE,
+            _pad: 0,
+            pid: std::process::id() as libc::pid_t,
+            // SAFETY: getuid has no preconditions.
+            uid: unsafe { libc::getuid() },
+            value,
+            _rest: [0; 12],
+        }
+    }
+}
+
 /// The watchdog thread's loop.
 fn watch() {
     // No signal is for this thread: a host's process-directed ones go to its own threads.
@@ -278,19 +284,8 @@ fn watch() {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
     }
-    let pid = std::process::id() as libc::pid_t;
-    let signal = super::gate::timeout_signal();
-    let info = QueuedSignalInfo {
-        signo: signal,
-        errno: 0,
-        code: libc::SI_QUEUE,
-        _pad: 0,
-        pid,
-        // SAFETY: getuid has no preconditions.
-        uid: unsafe { libc::getuid() },
-        value: SIGNAL_COOKIE.load(Ordering::Relaxed),
-        _rest: [0; 12],
-    };
+    let info = QueuedSignalInfo::timeout(SIGNAL_COOKIE.load(Ordering::Relaxed));
+    let (pid, signal) = (info.pid, info.signo);
     let mut idle = 0;
     loop {
         #[cfg(test)]

@@ -1433,6 +1433,36 @@ fn call_present(
         .expect("the gate's thread set-up")
 }
 
+/// Calls `call` (a function and its integer arguments) in `d` from another thread, as a call made before
+/// `occupancy` closes; once `there()` says that call got where the test wants it, closes the domain to it, runs
+/// `after_close`, and returns how the call ended.
+fn close_while_another_thread_calls(
+    d: &TestDomain,
+    occupancy: &Occupancy,
+    call: (*const c_void, &[u64]),
+    there: impl Fn() -> bool,
+    after_close: impl FnOnce(),
+) -> Result<RegRet, GateFault> {
+    let before = occupancy.epoch();
+    let (func, ints) = (call.0 as usize, call.1);
+    std::thread::scope(|s| {
+        let (occupant_tx, occupant_rx) = std::sync::mpsc::channel();
+        let calling = s.spawn(move || {
+            allow_on_this_thread(d.key.number());
+            let occupant = std::sync::Arc::new(Occupant::for_this_thread());
+            occupant_tx.send(occupant.clone()).unwrap();
+            call_present(d, occupancy, &occupant, before, func as *const c_void, ints)
+        });
+        let occupant = occupant_rx.recv().unwrap();
+        while !there() {
+            std::thread::yield_now();
+        }
+        occupancy.close(std::iter::once(&*occupant));
+        after_close();
+        calling.join().unwrap()
+    })
+}
+
 /// A host word nothing sets: what the evicted call waits for.
 static NEVER: AtomicU64 = AtomicU64::new(0);
 
@@ -1447,25 +1477,16 @@ fn closing_a_domain_ends_the_call_running_in_it_and_keeps_calls_made_before_from
     let before = occupancy.epoch();
     let arrived = d.data_word();
     let (arrived_at, never_at) = (arrived as usize, NEVER.as_ptr() as usize);
-    let waiting = std::thread::scope(|s| {
-        let (occupant_tx, occupant_rx) = std::sync::mpsc::channel();
-        let (d, occupancy) = (&d, &occupancy);
-        let waiting = s.spawn(move || {
-            allow_on_this_thread(d.key.number());
-            let occupant = std::sync::Arc::new(Occupant::for_this_thread());
-            occupant_tx.send(occupant.clone()).unwrap();
-            let func = f(arrive_then_wait as *const ());
-            call_present(d, occupancy, &occupant, before, func, &[arrived_at as u64, never_at as u64])
-        });
-        let occupant = occupant_rx.recv().unwrap();
+    let func = f(arrive_then_wait as *const ());
+    let waiting = close_while_another_thread_calls(
+        &d,
+        &occupancy,
+        (func, &[arrived_at as u64, never_at as u64]),
         // SAFETY: the domain's word, readable by this thread (its key allowed above).
-        while unsafe { arrived.read_volatile() } == 0 {
-            std::thread::yield_now();
-        }
+        || unsafe { (arrived_at as *const u64).read_volatile() } != 0,
         // The other thread is in the domain's code, waiting for a word no one sets: closing ends its call.
-        occupancy.close(std::iter::once(&*occupant));
-        waiting.join().unwrap()
-    });
+        || (),
+    );
     let fault = waiting.expect_err("the call was ended");
     assert_eq!(fault.signal, timeout_signal(), "ended by an eviction: {fault:?}");
     assert_ne!(occupancy.epoch(), before);
@@ -1512,7 +1533,6 @@ fn closing_a_domain_leaves_a_call_out_in_the_host_alone_and_ends_it_when_it_come
     let d = TestDomain::new();
     allow_on_this_thread(d.key.number());
     let occupancy = Occupancy::default();
-    let before = occupancy.epoch();
     let mark = d.data_word();
     let stub = outward_for(f(host_wait_for_release as *const ())).expect("an outward slot") as usize;
     std::thread::spawn(|| {
@@ -1521,25 +1541,15 @@ fn closing_a_domain_leaves_a_call_out_in_the_host_alone_and_ends_it_when_it_come
         OUT_RELEASE.store(2, Ordering::SeqCst);
     });
     let mark_at = mark as usize;
-    let ended = std::thread::scope(|s| {
-        let (occupant_tx, occupant_rx) = std::sync::mpsc::channel();
-        let (d, occupancy) = (&d, &occupancy);
-        let calling = s.spawn(move || {
-            allow_on_this_thread(d.key.number());
-            let occupant = std::sync::Arc::new(Occupant::for_this_thread());
-            occupant_tx.send(occupant.clone()).unwrap();
-            let func = f(call_out_then_mark as *const ());
-            call_present(d, occupancy, &occupant, before, func, &[stub as u64, mark_at as u64])
-        });
-        let occupant = occupant_rx.recv().unwrap();
-        while OUT_ENTERED.load(Ordering::SeqCst) == 0 {
-            std::thread::yield_now();
-        }
+    let func = f(call_out_then_mark as *const ());
+    let ended = close_while_another_thread_calls(
+        &d,
+        &occupancy,
+        (func, &[stub as u64, mark_at as u64]),
+        || OUT_ENTERED.load(Ordering::SeqCst) != 0,
         // Out in the host: the close does not wait for it.
-        occupancy.close(std::iter::once(&*occupant));
-        assert_eq!(OUT_RELEASE.swap(1, Ordering::SeqCst), 0, "the close returned without waiting for the host");
-        calling.join().unwrap()
-    });
+        || assert_eq!(OUT_RELEASE.swap(1, Ordering::SeqCst), 0, "the close returned without waiting for the host"),
+    );
     let fault = ended.expect_err("the call ended when it came back");
     assert_eq!(fault.signal, 0, "ended by the gate, not by a signal: {fault:?}");
     // SAFETY: the domain's word, readable by this thread.
