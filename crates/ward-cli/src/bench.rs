@@ -271,10 +271,12 @@ fn call_void(f: &Function, n: u64) -> Result<()> {
 /// The bare shared-memory round trip between two threads: what ward's process-poll and process-sleep lines
 /// cannot beat on this machine.
 fn floors(out: &mut Out, plan: Plan) -> Result<()> {
-    let s = measure(plan.runs, plan.ops(200_000), |n| floor::ping_pong(n, true))?;
+    let s = measure(plan.runs, plan.ops(200_000), |n| floor::ping_pong(n, floor::Wait::Spin))?;
     out.emit("floor", "spin", "native", s, Throughput::Ops, None)?;
-    let s = measure(plan.runs, plan.ops(5_000), |n| floor::ping_pong(n, false))?;
-    out.emit("floor", "futex", "native", s, Throughput::Ops, None)
+    let s = measure(plan.runs, plan.ops(5_000), |n| floor::ping_pong(n, floor::Wait::Futex))?;
+    out.emit("floor", "futex", "native", s, Throughput::Ops, None)?;
+    let s = measure(plan.runs, plan.ops(20_000), |n| floor::ping_pong(n, floor::Wait::FutexOneProcessor))?;
+    out.emit("floor", "futex-one-cpu", "native", s, Throughput::Ops, None)
 }
 
 fn null_calls(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {

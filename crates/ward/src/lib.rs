@@ -30,6 +30,8 @@ pub mod fault;
 pub mod libfault;
 #[allow(unsafe_code)]
 mod monitor;
+#[allow(unsafe_code)]
+pub mod placement;
 pub mod policy;
 mod shadow;
 mod supervisor;

@@ -32,7 +32,7 @@
 //! escalate_after = 3         # after this many faults in an mpk domain, move to a process domain (0 = never)
 //! on_limit = "disable"       # past the restart limit: disable | fail
 //! zygote = true              # restart from a pre-forked, pre-loaded process
-//! wait = "adaptive"          # adaptive | poll | sleep
+//! wait = "adaptive"          # adaptive | poll | sleep (sleep: a process domain runs on its caller's processor)
 //! spin = 2000                # spin iterations before sleeping (adaptive)
 //! init = "well_init"         # called after load (no args, returns int64; nonzero = load failure)
 //! check_output = false       # class output checks (audio with NaN or infinity is a fault)
@@ -177,7 +177,8 @@ pub enum WaitMode {
     Adaptive,
     /// Spin only.
     Poll,
-    /// Sleep at once.
+    /// Sleep at once. A process domain then runs on the processor of the thread that calls it, so each call is a
+    /// hand-over on one processor rather than a wake-up across processors (`ward::placement`).
     Sleep,
 }
 

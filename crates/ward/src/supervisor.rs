@@ -342,6 +342,7 @@ fn start_process(
             crate::policy::WaitMode::Sleep => 0,
             crate::policy::WaitMode::Adaptive => policy.spin,
         },
+        follow_caller: policy.wait == crate::policy::WaitMode::Sleep,
         zygote: policy.zygote,
         preload,
     };

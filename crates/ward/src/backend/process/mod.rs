@@ -39,6 +39,7 @@ use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::fault::{DomainHint, FaultKind, SignalCause};
 use crate::monitor::{DeathWatch, Monitor, WatchGuard};
+use crate::placement;
 use crate::policy::Limits;
 use crate::tracker::{ResourceKind, Tracker};
 
@@ -59,6 +60,8 @@ pub(crate) struct ProcessConfig {
     pub extensions: Vec<ExtensionSpec>,
     pub limits: Limits,
     pub spin: u32,
+    /// Run the domain on the processor of the thread that calls it (both sides sleep at once: `wait = "sleep"`).
+    pub follow_caller: bool,
     pub zygote: bool,
     /// A run-time library fault to preload into every incarnation (policy `library_fault`).
     pub preload: Option<crate::libfault::Preload>,
@@ -100,6 +103,8 @@ struct Incarnation {
     parent: Parent,
     /// Set once we know how it ended.
     ended: Option<FaultKind>,
+    /// The one processor it may run on, once a caller has moved it there (`follow_caller`).
+    cpu: Option<usize>,
 }
 
 pub(crate) struct ProcessBackend {
@@ -341,6 +346,7 @@ impl ProcessBackend {
         self.next_id += 1;
         let len = self.encode(&message(id))?;
         self.push(len)?;
+        self.follow_caller();
         self.requests.publish();
         self.in_flight.push(id);
         self.next_reply(deadline)
@@ -424,6 +430,31 @@ impl ProcessBackend {
             return Err(BackendError::Fault(self.collect_death()));
         }
         Ok(())
+    }
+
+    /// Before waking the domain for an answer the caller will sleep for: move it to the caller's processor, so the
+    /// wake-up and the reply's are hand-overs on one processor (see `placement`). Only when the processor changed.
+    fn follow_caller(&mut self) {
+        if !self.cfg.follow_caller {
+            return;
+        }
+        let (Some(live), Some(cpu)) = (self.live.as_mut(), placement::current_cpu()) else {
+            return;
+        };
+        if live.cpu == Some(cpu) {
+            return;
+        }
+        match placement::pin(live.pid, cpu) {
+            Ok(()) => live.cpu = Some(cpu),
+            // Gone: the wait that follows finds out why.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => {
+                // A processor set that forbids it (a cgroup's, say): leave placement to the scheduler from now on.
+                tracing::warn!(error = %e, "cannot move the domain to its caller's processor; it stays where the \
+                    scheduler puts it");
+                self.cfg.follow_caller = false;
+            }
+        }
     }
 
     /// Push one record; if the ring is full, publish and wait for the domain to make room.
@@ -813,6 +844,7 @@ impl Backend for ProcessBackend {
             }
         };
         self.push(len)?;
+        self.follow_caller();
         self.requests.publish();
         self.deferred_unpublished = 0;
         self.in_flight.push(id);
@@ -846,6 +878,7 @@ impl Backend for ProcessBackend {
         let len = self.encode(&Message::CallbackReply { id: token, ret_int: ret.int, ret_float: ret.float })?;
         self.push(len)?;
         self.callbacks_open = self.callbacks_open.saturating_sub(1);
+        self.follow_caller();
         self.requests.publish();
         Ok(())
     }
@@ -996,7 +1029,7 @@ impl Backend for ProcessBackend {
         let pidfd = Arc::new(pidfd);
         let held = pidfd.clone();
         tracker.track(ResourceKind::Descriptor, move || drop(held));
-        self.live = Some(Incarnation { pid, _watch: watch, pidfd, death, parent, ended: None });
+        self.live = Some(Incarnation { pid, _watch: watch, pidfd, death, parent, ended: None, cpu: None });
         Ok(via)
     }
 }
