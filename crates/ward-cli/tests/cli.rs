@@ -132,6 +132,13 @@ fn bench_reports_every_isolation() {
     for name in ["null_call", "buffer_4k", "buffer_1m", "deferred", "recovery"] {
         assert!(lines.iter().any(|l| l["name"] == name), "no {name} line: {lines:#?}");
     }
+    // The machine's floors, the sleeping ones both across processors and on one.
+    for variant in ["spin", "futex", "futex-one-cpu"] {
+        assert!(
+            lines.iter().any(|l| l["name"] == "floor" && l["variant"] == variant),
+            "no floor {variant}: {lines:#?}"
+        );
+    }
 }
 
 #[test]
