@@ -594,10 +594,36 @@ fn run_plugin(runs: &Runs, kinds: &[Isolation], job: &Job) -> PluginResult {
                     }
                 }
             }
+            if differs && matches!(native, Native::Deterministic { .. }) && links_fftw(path) {
+                native = Native::Nondeterministic {
+                    reason: format!(
+                        "it links FFTW, whose plans are chosen by timing (FFTW_MEASURE), and its output under ward \
+                         differed from {} native runs that agreed",
+                        NATIVE_RECHECKS + 2
+                    ),
+                };
+            }
         }
     }
     let verdicts = kinds.iter().zip(&outcomes).map(|(&k, o)| judge(&native, k, o)).collect();
     base(native, verdicts)
+}
+
+/// Whether the library at `path` needs FFTW (`libfftw3*`). FFTW's planner times candidate algorithms and keeps
+/// the fastest, so the same input can come out with different rounding from one run to another, more often on a
+/// busy machine (seen with swh's `imp`: three digests, one of them only under ward).
+fn links_fftw(path: &Path) -> bool {
+    use object::read::elf::{Dyn, FileHeader};
+    let Ok(data) = std::fs::read(path) else { return false };
+    let Ok(header) = object::elf::FileHeader64::<object::LittleEndian>::parse(&*data) else { return false };
+    let endian = object::LittleEndian;
+    let Ok(sections) = header.sections(endian, &*data) else { return false };
+    let Ok(Some((dynamic, link))) = sections.dynamic(endian, &*data) else { return false };
+    let Ok(strings) = sections.strings(endian, &*data, link) else { return false };
+    dynamic.iter().any(|d| {
+        d.tag32(endian) == Some(object::elf::DT_NEEDED)
+            && d.string(endian, strings).is_ok_and(|name| name.starts_with(b"libfftw3"))
+    })
 }
 
 /// One plugin to run (or a library whose plugins could not be listed).
@@ -907,6 +933,17 @@ fn markdown(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plugin_that_links_fftw_is_told_from_one_that_does_not() {
+        let (fftw, plain) = (Path::new("/usr/lib/ladspa/imp_1199.so"), Path::new("/usr/lib/ladspa/amp_1181.so"));
+        for p in [fftw, plain] {
+            assert!(p.is_file(), "{} is missing: run scripts/deps (it installs swh-plugins)", p.display());
+        }
+        assert!(links_fftw(fftw));
+        assert!(!links_fftw(plain));
+        assert!(!links_fftw(Path::new("/nonexistent/plugin.so")));
+    }
 
     #[test]
     fn listed_lines_round_trip() {
