@@ -28,6 +28,9 @@ struct Server {
     requests: Consumer,
     replies: Producer,
     spin: u32,
+    /// The last request said the host hands its processor over for each call (`FLAG_HAND_OVER`): this process then
+    /// runs on the caller's processor, where spinning for the next request would only keep the caller from running.
+    hand_over: bool,
     next_callback_id: u64,
     /// Calls that came while this process waited for a callback's answer and were not made from inside that
     /// callback (it came from a deferred call the host had not yet seen run): they run at the top level, oldest
@@ -43,7 +46,15 @@ pub fn run(setup: Setup) -> ExitCode {
     let (requests, replies) = setup.region.domain_endpoints();
     let spin = setup.args.spin;
     SERVER.with(|s| {
-        *s.borrow_mut() = Some(Server { setup, requests, replies, spin, next_callback_id: 1, held: VecDeque::new() })
+        *s.borrow_mut() = Some(Server {
+            setup,
+            requests,
+            replies,
+            spin,
+            hand_over: false,
+            next_callback_id: 1,
+            held: VecDeque::new(),
+        })
     });
     ward_abi::set_callback_dispatch(on_callback);
     match serve_until(None) {
@@ -88,7 +99,8 @@ fn serve_until(until: Option<u64>) -> Result<RegRet, String> {
                         // happen now, while the host works, rather than after its request arrives.
                         settle_arena(s);
                     }
-                    s.requests.wait(s.spin, None, &|| false)
+                    let spin = if s.hand_over { 0 } else { s.spin };
+                    s.requests.wait(spin, None, &|| false)
                 })
                 .map_err(|e| format!("request ring: {e}"))?;
             }
@@ -200,6 +212,7 @@ fn run_batch(record: &[u8]) -> Result<(), String> {
 /// held calls come first; inside a callback, a call not made from inside it is held (see `Server::held`).
 fn take(s: &mut Server, record: &mut [u8; MAX_RECORD], top_level: bool) -> Result<Next, String> {
     let held = if top_level { s.held.pop_front() } else { None };
+    let was_held = held.is_some();
     let len = match held {
         Some(held) => {
             record[..held.len()].copy_from_slice(&held);
@@ -211,6 +224,9 @@ fn take(s: &mut Server, record: &mut [u8; MAX_RECORD], top_level: bool) -> Resul
         },
     };
     let record = &record[..len];
+    if !was_held {
+        s.hand_over = ward_xpc::wire::is_hand_over(record);
+    }
     let op = record.get(4).copied().map(Op::from);
     let is_call = matches!(op, Some(Op::Call | Op::Deferred | Op::Batch));
     if is_call && !top_level && !ward_xpc::wire::is_nested(record) {

@@ -311,10 +311,11 @@ impl Producer {
         self.ring.store_len(off, len as u32);
     }
 
-    /// Make every pushed record visible; wake the consumer if it sleeps. Cheap when nothing is pending.
-    pub fn publish(&mut self) {
+    /// Make every pushed record visible; wake the consumer if it sleeps. Cheap when nothing is pending. Whether
+    /// the consumer was asleep (and so was woken).
+    pub fn publish(&mut self) -> bool {
         if self.tail == self.published {
-            return;
+            return false;
         }
         // A sequentially consistent swap, not a store and a fence: it orders the tail before the load of
         // `waiting` below (pairing with the consumer's fence between `waiting = 1` and its re-check of the tail),
@@ -324,7 +325,9 @@ impl Producer {
         if self.ring.waiting().load(Ordering::SeqCst) != 0 {
             self.ring.doorbell().fetch_add(1, Ordering::Release);
             futex::wake(self.ring.doorbell(), 1);
+            return true;
         }
+        false
     }
 
     /// Records pushed but not yet published.
@@ -873,6 +876,28 @@ mod tests {
         p.push(&record(16, 0)).unwrap();
         p.publish();
         assert_eq!(c.wait(0, Some(&mut Deadline::at(Instant::now())), &|| true).unwrap(), WaitOutcome::Ready);
+    }
+
+    #[test]
+    fn publish_says_whether_it_woke_a_sleeping_consumer() {
+        let (_r, mut p, mut c) = pair(CAP);
+        assert!(!p.publish(), "nothing pending");
+        p.push(&record(16, 0)).unwrap();
+        assert!(!p.publish(), "the consumer is not asleep");
+        let mut buf = [0u8; 64];
+        assert_eq!(c.pop(&mut buf).unwrap(), Some(16));
+        let sleeper = std::thread::spawn(move || {
+            let outcome = c.wait(0, None, &|| false);
+            (outcome, c)
+        });
+        // Until the consumer says it sleeps (or is about to: it checks the ring once more after saying so).
+        while p.ring.waiting().load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        p.push(&record(16, 1)).unwrap();
+        assert!(p.publish(), "the consumer was asleep");
+        let (outcome, _c) = sleeper.join().unwrap();
+        assert_eq!(outcome.unwrap(), WaitOutcome::Ready);
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //! [`Message`] only for a record whose length field, op, argument count, argument kinds, return kind and inline ranges
 //! are all valid, and whose length is exactly what its contents need; the message borrows the record (which the caller
 //! must already have copied out of shared memory). Reserved bytes and `flags` are ignored by `parse` and written as
-//! zero by `emit`; the one flag, [`FLAG_NESTED`], is set on a finished record by [`mark_nested`]. [`Message::emit`]
+//! zero by `emit`; the two flags, [`FLAG_NESTED`] and [`FLAG_HAND_OVER`], are set on a finished record by
+//! [`mark_nested`] and [`mark_hand_over`]. [`Message::emit`]
 //! writes every byte of the record, padding included, and fails rather than write a record that `parse` would refuse;
 //! `parse(emit(m)) == m` for every message that emits.
 
@@ -46,6 +47,23 @@ pub fn mark_nested(record: &mut [u8]) {
 /// Whether a record carries [`FLAG_NESTED`].
 pub fn is_nested(record: &[u8]) -> bool {
     record.get(field::FLAGS).is_some_and(|f| f & FLAG_NESTED != 0)
+}
+
+/// Header flag of a request sent while the host hands its processor over to the domain for each call (the domain
+/// runs on the caller's processor): after it the domain must sleep at once rather than spin, since spinning there
+/// would only keep the caller from running.
+pub const FLAG_HAND_OVER: u8 = 2;
+
+/// Set [`FLAG_HAND_OVER`] on a finished record (a no-op on one shorter than a header).
+pub fn mark_hand_over(record: &mut [u8]) {
+    if let Some(flags) = record.get_mut(field::FLAGS) {
+        *flags |= FLAG_HAND_OVER;
+    }
+}
+
+/// Whether a record carries [`FLAG_HAND_OVER`].
+pub fn is_hand_over(record: &[u8]) -> bool {
+    record.get(field::FLAGS).is_some_and(|f| f & FLAG_HAND_OVER != 0)
 }
 
 /// Length of the record header.
@@ -1393,5 +1411,20 @@ mod tests {
         assert_eq!(Message::parse(&buf[..n]).unwrap(), m);
         assert!(CallView::parse(&buf[..n]).is_ok());
         assert!(!is_nested(&buf[..3]), "too short to carry flags");
+    }
+
+    #[test]
+    fn a_hand_over_mark_is_seen_apart_from_the_nested_one_and_changes_nothing_else() {
+        let m = Message::Call { id: 6, deferred: false, func: 1, ret: RetKind::Int, args: ArgList::new(), inline: &[] };
+        let mut buf = vec![0u8; m.wire_len()];
+        let n = m.emit(&mut buf).unwrap();
+        assert!(!is_hand_over(&buf[..n]), "emit writes no flags");
+        mark_hand_over(&mut buf[..n]);
+        assert!(is_hand_over(&buf[..n]));
+        assert!(!is_nested(&buf[..n]), "one flag does not set the other");
+        mark_nested(&mut buf[..n]);
+        assert!(is_hand_over(&buf[..n]) && is_nested(&buf[..n]));
+        assert_eq!(Message::parse(&buf[..n]).unwrap(), m);
+        assert!(CallView::parse(&buf[..n]).is_ok());
     }
 }

@@ -101,7 +101,9 @@ fn a_child_domain_echoes_records() {
                     }
                     continue;
                 }
-                Err(RingError::Full) => requests.publish(),
+                Err(RingError::Full) => {
+                    requests.publish();
+                }
                 Err(e) => panic!("{e}"),
             }
         }

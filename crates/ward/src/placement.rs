@@ -6,7 +6,7 @@
 //! on the caller's own processor, the domain runs as soon as the caller goes to sleep, and the reply wakes the
 //! caller there in turn: a hand-over, as an L4 kernel switches directly from client to server. The host's threads
 //! are the host's business and are never moved; the domain's serving thread follows them. `ward bench xpc` uses the
-//! same two functions for the machine's own floor of such a hand-over.
+//! same functions for the machine's own floor of such a hand-over.
 
 use std::io;
 
@@ -21,13 +21,20 @@ pub fn current_cpu() -> Option<usize> {
 /// Let the thread `tid` (a domain's serving thread; a process's first thread has the process's id) run on `cpu`
 /// only.
 pub fn pin(tid: i32, cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
+    confine(tid, &[cpu])
+}
+
+/// Let the thread `tid` run on the processors `cpus` only.
+pub fn confine(tid: i32, cpus: &[usize]) -> io::Result<()> {
     // SAFETY: an all-zero `cpu_set_t` is the empty set (it is a plain bit array).
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below `CPU_SETSIZE` (checked above), so the bit is inside `set`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `cpu` is below `CPU_SETSIZE` (checked above), so the bit is inside `set`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     // SAFETY: `set` is a valid, initialised `cpu_set_t` of the size passed; the kernel only reads it.
     let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc == 0 {
@@ -37,32 +44,38 @@ pub fn pin(tid: i32, cpu: usize) -> io::Result<()> {
     }
 }
 
+/// The processors thread `tid` may run on (0: the calling thread), in ascending order.
+pub fn affinity(tid: i32) -> io::Result<Vec<usize>> {
+    // SAFETY: as in `confine`.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid `cpu_set_t` of the size passed; the kernel writes at most that much into it.
+    let rc = unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: every index tested is below `CPU_SETSIZE`, inside `set`.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The affinity mask of thread `tid`.
-    fn mask_of(tid: i32) -> Vec<usize> {
-        // SAFETY: as in `pin`; the kernel writes the mask into `set`.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a valid `cpu_set_t` of the size passed.
-        let rc = unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-        assert_eq!(rc, 0, "sched_getaffinity: {}", io::Error::last_os_error());
-        // SAFETY: every index tested is below `CPU_SETSIZE`, inside `set`.
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
-    }
-
     #[test]
-    fn pinning_a_child_process_leaves_it_on_the_callers_processor_only() {
+    fn a_child_process_pinned_runs_on_one_processor_and_confined_again_on_all_it_had() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn sleep");
         let pid = child.id() as i32;
         let cpu = current_cpu().expect("sched_getcpu");
-        let pinned = pin(pid, cpu);
-        let mask = mask_of(pid);
+        let before = affinity(pid);
+        let pinned = pin(pid, cpu).map(|()| affinity(pid));
+        let restored = before.as_ref().map(|b| confine(pid, b).map(|()| affinity(pid)));
         let _ = child.kill();
         let _ = child.wait();
-        pinned.expect("pin");
-        assert_eq!(mask, vec![cpu]);
+        let restored = restored.expect("affinity").expect("confine").expect("affinity");
+        let before = before.expect("affinity");
+        assert!(before.contains(&cpu), "a child may run where its parent runs");
+        assert_eq!(pinned.expect("pin").expect("affinity"), vec![cpu]);
+        assert_eq!(restored, before);
     }
 
     #[test]

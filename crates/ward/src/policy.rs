@@ -32,7 +32,7 @@
 //! escalate_after = 3         # after this many faults in an mpk domain, move to a process domain (0 = never)
 //! on_limit = "disable"       # past the restart limit: disable | fail
 //! zygote = true              # restart from a pre-forked, pre-loaded process
-//! wait = "adaptive"          # adaptive | poll | sleep (sleep: a process domain runs on its caller's processor)
+//! wait = "adaptive"          # adaptive | poll | sleep (see WaitMode: where a process domain runs)
 //! spin = 2000                # spin iterations before sleeping (adaptive)
 //! init = "well_init"         # called after load (no args, returns int64; nonzero = load failure)
 //! check_output = false       # class output checks (audio with NaN or infinity is a fault)
@@ -173,7 +173,9 @@ keywords!(Isolation, "isolation", {
 /// How a caller waits for the reply of its domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitMode {
-    /// Spin a while ([`ExtensionPolicy::spin`]), then sleep.
+    /// Spin a while ([`ExtensionPolicy::spin`]), then sleep. A process domain whose calls keep finding it asleep
+    /// (they come further apart than it spins) is moved to its caller's processor and both sides then sleep at
+    /// once, as with `Sleep`; when calls come close together again it goes back to spinning on its own processor.
     Adaptive,
     /// Spin only.
     Poll,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::backend::direct::DirectBackend;
 use crate::backend::mpk::{MpkBackend, MpkConfig};
-use crate::backend::process::{find_program, ProcessBackend, ProcessConfig};
+use crate::backend::process::{find_program, short_gap, PaceMode, Pacing, ProcessBackend, ProcessConfig};
 use crate::backend::ExtensionSpec;
 use crate::call::{Arg, RetType, Signature, Value};
 use crate::callback::Callback;
@@ -342,7 +342,13 @@ fn start_process(
             crate::policy::WaitMode::Sleep => 0,
             crate::policy::WaitMode::Adaptive => policy.spin,
         },
-        follow_caller: policy.wait == crate::policy::WaitMode::Sleep,
+        pacing: match policy.wait {
+            crate::policy::WaitMode::Poll => Pacing::Fixed(PaceMode::Spin),
+            crate::policy::WaitMode::Sleep => Pacing::Fixed(PaceMode::HandOver),
+            // Not spinning at all, an adaptive wait is a sleeping one.
+            crate::policy::WaitMode::Adaptive if policy.spin == 0 => Pacing::Fixed(PaceMode::HandOver),
+            crate::policy::WaitMode::Adaptive => Pacing::Learned { short_gap: short_gap(policy.spin) },
+        },
         zygote: policy.zygote,
         preload,
     };

@@ -1,5 +1,7 @@
 //! Where a process domain runs: with `wait = "sleep"` on the processor of the thread that calls it (each call a
-//! hand-over on one processor), otherwise wherever the scheduler puts it.
+//! hand-over on one processor); with `wait = "poll"` wherever the scheduler puts it; with the default adaptive
+//! wait, on the caller's processor while calls keep finding the domain asleep, and back where the scheduler puts it
+//! once calls come close together again.
 
 mod common;
 
@@ -8,26 +10,12 @@ use ward::{Arg, Extension, Isolation, RetType};
 
 /// The processors thread `tid` may run on (0: the calling thread).
 fn affinity(tid: i32) -> Vec<usize> {
-    // SAFETY: an all-zero `cpu_set_t` is the empty set; the kernel writes at most its size into it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid `cpu_set_t` of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    assert_eq!(rc, 0, "sched_getaffinity({tid}): {}", std::io::Error::last_os_error());
-    // SAFETY: every index tested is below `CPU_SETSIZE`, inside `set`.
-    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+    ward::placement::affinity(tid).unwrap_or_else(|e| panic!("sched_getaffinity({tid}): {e}"))
 }
 
 /// Let the calling thread (this test's own) run on `cpus` only.
 fn confine_this_thread(cpus: &[usize]) {
-    // SAFETY: as in `affinity`.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        // SAFETY: `c` came from `affinity`, so it is below `CPU_SETSIZE`.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: `set` is a valid `cpu_set_t` of the size passed; the kernel only reads it.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
+    ward::placement::confine(0, cpus).unwrap_or_else(|e| panic!("sched_setaffinity: {e}"));
 }
 
 /// The processor `pid` last ran on: field 39 of `/proc/PID/stat`, counted after the command's closing parenthesis.
@@ -80,13 +68,52 @@ fn a_restarted_sleeping_domain_is_moved_to_its_caller_again() {
 }
 
 #[test]
-fn a_domain_that_spins_first_is_left_where_the_scheduler_puts_it() {
+fn a_polling_domain_is_left_where_the_scheduler_puts_it() {
     let allowed = affinity(0);
-    let (_sup, ext, _events) = faulty(Isolation::Process, "");
+    let (_sup, ext, _events) = faulty(Isolation::Process, "wait = \"poll\"");
     let pid = ext.pid().expect("a process domain has a process");
     let before = affinity(pid);
     confine_this_thread(&allowed[..1]);
-    assert_eq!(add(&ext, 1), 1);
+    for i in 1..=100 {
+        assert_eq!(add(&ext, 1), i);
+    }
     confine_this_thread(&allowed);
-    assert_eq!(affinity(pid), before, "adaptive waiting leaves placement alone");
+    assert_eq!(affinity(pid), before, "polling leaves placement alone");
+}
+
+#[test]
+fn an_adaptive_domain_is_handed_over_while_calls_find_it_asleep_and_given_back_when_they_come_close() {
+    let allowed = affinity(0);
+    let (_sup, ext, _events) = faulty(Isolation::Process, "");
+    let pid = ext.pid().expect("a process domain has a process");
+    let spread = affinity(pid);
+    let cpu = allowed[0];
+    confine_this_thread(&[cpu]);
+    let mut total = 0;
+    // Calls further apart than the domain spins (2,000 turns, well under a millisecond) find it asleep; after a few
+    // in a row it is moved here. The bound is generous: on a loaded machine a domain can be kept from its sleep.
+    let mut handed_over = false;
+    for _ in 0..500 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        total += 1;
+        assert_eq!(add(&ext, 1), total);
+        if affinity(pid) == vec![cpu] {
+            handed_over = true;
+            break;
+        }
+    }
+    assert!(handed_over, "calls that kept finding the domain asleep did not move it to their processor");
+    assert_eq!(last_processor(pid), cpu, "and it ran there");
+    // Calls back to back: each comes microseconds after the last reply, so spinning pays again.
+    let mut given_back = false;
+    for _ in 0..100_000 {
+        total += 1;
+        assert_eq!(add(&ext, 1), total);
+        if affinity(pid) == spread {
+            given_back = true;
+            break;
+        }
+    }
+    confine_this_thread(&allowed);
+    assert!(given_back, "calls back to back did not give the domain its processors back");
 }

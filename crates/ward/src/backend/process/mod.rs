@@ -9,6 +9,7 @@
 //! Nothing the domain writes is trusted: replies are copied out of the ring and parsed into a private copy, a
 //! reply whose id is not the innermost call in flight is a protocol violation, and so is a malformed record.
 
+mod pace;
 #[allow(unsafe_code)]
 mod spawn;
 
@@ -31,6 +32,7 @@ use ward_xpc::ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};
 use ward_xpc::wire::{emit_call, ArgKind, ArgList, Message, RetKind, Status, WireArg};
 use ward_xpc::{Deadline, Region};
 
+pub(crate) use pace::{short_gap, Mode as PaceMode, Pacing};
 pub(crate) use spawn::find_program;
 
 use super::direct::DirectFn;
@@ -60,8 +62,8 @@ pub(crate) struct ProcessConfig {
     pub extensions: Vec<ExtensionSpec>,
     pub limits: Limits,
     pub spin: u32,
-    /// Run the domain on the processor of the thread that calls it (both sides sleep at once: `wait = "sleep"`).
-    pub follow_caller: bool,
+    /// Spin on two processors, hand the caller's processor over for each call, or choose from the calls (`pace`).
+    pub pacing: Pacing,
     pub zygote: bool,
     /// A run-time library fault to preload into every incarnation (policy `library_fault`).
     pub preload: Option<crate::libfault::Preload>,
@@ -103,8 +105,10 @@ struct Incarnation {
     parent: Parent,
     /// Set once we know how it ended.
     ended: Option<FaultKind>,
-    /// The one processor it may run on, once a caller has moved it there (`follow_caller`).
+    /// The one processor it may run on, once a caller has moved it there (handing over).
     cpu: Option<usize>,
+    /// The processors it could run on before the first move, to give back when calls go back to spinning.
+    spread: Option<Vec<usize>>,
 }
 
 pub(crate) struct ProcessBackend {
@@ -133,6 +137,10 @@ pub(crate) struct ProcessBackend {
     /// Callbacks handed to the core by `wait` and not yet answered: what is sent meanwhile is made from inside one
     /// of them, and marked nested so the domain runs it at once.
     callbacks_open: u32,
+    /// How this side and the domain wait for each other now.
+    pace: pace::Pace,
+    /// The domain could not be moved to its caller's processor once: it is not tried again.
+    cannot_move: bool,
     /// Callbacks of deferred calls that came while the host waited for something that cannot serve them (a
     /// resolve, a heartbeat): handed out by the next `wait`, on the thread that makes calls.
     stashed: VecDeque<(u64, usize, RegArgs)>,
@@ -146,6 +154,7 @@ impl ProcessBackend {
             HostPool::create(POOL_IN, geometry.clone()).map_err(|e| format!("cannot create the input pool: {e}"))?;
         let output = HostPool::create(POOL_OUT, geometry).map_err(|e| format!("cannot create the output pool: {e}"))?;
         let (requests, replies) = region.host_endpoints();
+        let pacing = cfg.pacing;
         let mut b = ProcessBackend {
             cfg,
             monitor,
@@ -164,6 +173,8 @@ impl ProcessBackend {
             in_place_pages: Vec::new(),
             lent_in_place: 0,
             callbacks_open: 0,
+            pace: pace::Pace::new(pacing),
+            cannot_move: false,
             stashed: VecDeque::new(),
         };
         b.restart(tracker)?;
@@ -344,10 +355,11 @@ impl ProcessBackend {
         self.close_batch()?;
         let id = self.next_id;
         self.next_id += 1;
+        self.pace_request();
         let len = self.encode(&message(id))?;
         self.push(len)?;
-        self.follow_caller();
-        self.requests.publish();
+        let woke = self.requests.publish();
+        self.pace.published(woke);
         self.in_flight.push(id);
         self.next_reply(deadline)
     }
@@ -432,10 +444,21 @@ impl ProcessBackend {
         Ok(())
     }
 
-    /// Before waking the domain for an answer the caller will sleep for: move it to the caller's processor, so the
-    /// wake-up and the reply's are hand-overs on one processor (see `placement`). Only when the processor changed.
-    fn follow_caller(&mut self) {
-        if !self.cfg.follow_caller {
+    /// A request the caller will wait for is about to go out: choose how the two sides wait for it (`pace`) and
+    /// place the domain to match. Before the record is made, which says how the domain is to wait after it.
+    fn pace_request(&mut self) {
+        let before = self.pace.mode();
+        match self.pace.call(std::time::Instant::now) {
+            PaceMode::HandOver => self.move_to_caller(),
+            PaceMode::Spin if before == PaceMode::HandOver => self.release_domain(),
+            PaceMode::Spin => {}
+        }
+    }
+
+    /// Move the domain to the calling thread's processor, so the wake-up and the reply's are hand-overs on one
+    /// processor (`crate::placement`). Only when the processor changed.
+    fn move_to_caller(&mut self) {
+        if self.cannot_move {
             return;
         }
         let (Some(live), Some(cpu)) = (self.live.as_mut(), placement::current_cpu()) else {
@@ -444,15 +467,32 @@ impl ProcessBackend {
         if live.cpu == Some(cpu) {
             return;
         }
+        if live.spread.is_none() {
+            live.spread = placement::affinity(live.pid).ok();
+        }
         match placement::pin(live.pid, cpu) {
             Ok(()) => live.cpu = Some(cpu),
             // Gone: the wait that follows finds out why.
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
             Err(e) => {
-                // A processor set that forbids it (a cgroup's, say): leave placement to the scheduler from now on.
+                // A processor set that forbids it (a cgroup's, say). Sleeping at once still holds for `sleep`; an
+                // adaptive wait goes back to spinning, which pays off without a move.
                 tracing::warn!(error = %e, "cannot move the domain to its caller's processor; it stays where the \
                     scheduler puts it");
-                self.cfg.follow_caller = false;
+                self.cannot_move = true;
+                if matches!(self.cfg.pacing, Pacing::Learned { .. }) {
+                    self.pace.fix(PaceMode::Spin);
+                }
+            }
+        }
+    }
+
+    /// Let the domain run where it could before it was first moved.
+    fn release_domain(&mut self) {
+        let Some(live) = self.live.as_mut() else { return };
+        if let (Some(_), Some(spread)) = (live.cpu.take(), live.spread.as_ref()) {
+            if let Err(e) = placement::confine(live.pid, spread) {
+                tracing::debug!(error = %e, "cannot give the domain back its processors");
             }
         }
     }
@@ -461,6 +501,9 @@ impl ProcessBackend {
     fn push(&mut self, len: usize) -> Result<(), BackendError> {
         if self.callbacks_open > 0 {
             ward_xpc::wire::mark_nested(&mut self.record[..len]);
+        }
+        if self.pace.mode() == PaceMode::HandOver {
+            ward_xpc::wire::mark_hand_over(&mut self.record[..len]);
         }
         loop {
             match self.requests.push(&self.record[..len]) {
@@ -602,6 +645,7 @@ impl ProcessBackend {
                         .map_err(|e| protocol(format!("malformed record from the domain: {e}")))?;
                     return match message {
                         Message::Reply { id, status, ret_int, ret_float } => {
+                            self.pace.replied(std::time::Instant::now);
                             Ok(Incoming::Reply { id, status, ret: RegRet { int: ret_int, float: ret_float } })
                         }
                         Message::Callback { id, slot, ints, floats, .. } => {
@@ -612,12 +656,14 @@ impl ProcessBackend {
                 }
                 Ok(None) => {
                     self.fault_if_dead()?;
+                    // Handing over, the domain runs on this processor: spinning would only keep it waiting.
+                    let spin = if self.pace.mode() == PaceMode::HandOver { 0 } else { self.cfg.spin };
                     let Some(live) = &self.live else {
                         return Err(BackendError::Fault(FaultKind::Vanished));
                     };
                     let outcome = self
                         .replies
-                        .wait(self.cfg.spin, Some(&mut *deadline), &|| live.death.is_dead())
+                        .wait(spin, Some(&mut *deadline), &|| live.death.is_dead())
                         .map_err(|e| protocol(format!("reply ring: {e}")))?;
                     if outcome == WaitOutcome::TimedOut && self.replies.is_empty().unwrap_or(true) {
                         return Err(BackendError::TimedOut);
@@ -834,6 +880,7 @@ impl Backend for ProcessBackend {
         self.close_batch()?;
         let id = self.next_id;
         self.next_id += 1;
+        self.pace_request();
         let len = match emit_call(&mut self.record, id, false, func, ret_kind(ret), list.iter().copied()) {
             Ok(len) => len,
             Err(e) => {
@@ -844,8 +891,8 @@ impl Backend for ProcessBackend {
             }
         };
         self.push(len)?;
-        self.follow_caller();
-        self.requests.publish();
+        let woke = self.requests.publish();
+        self.pace.published(woke);
         self.deferred_unpublished = 0;
         self.in_flight.push(id);
         Ok(Frame { id, loans })
@@ -878,7 +925,10 @@ impl Backend for ProcessBackend {
         let len = self.encode(&Message::CallbackReply { id: token, ret_int: ret.int, ret_float: ret.float })?;
         self.push(len)?;
         self.callbacks_open = self.callbacks_open.saturating_sub(1);
-        self.follow_caller();
+        if self.pace.mode() == PaceMode::HandOver {
+            // The answer goes from wherever this thread runs now.
+            self.move_to_caller();
+        }
         self.requests.publish();
         Ok(())
     }
@@ -1029,7 +1079,8 @@ impl Backend for ProcessBackend {
         let pidfd = Arc::new(pidfd);
         let held = pidfd.clone();
         tracker.track(ResourceKind::Descriptor, move || drop(held));
-        self.live = Some(Incarnation { pid, _watch: watch, pidfd, death, parent, ended: None, cpu: None });
+        self.live =
+            Some(Incarnation { pid, _watch: watch, pidfd, death, parent, ended: None, cpu: None, spread: None });
         Ok(via)
     }
 }

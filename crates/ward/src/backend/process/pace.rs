@@ -1,0 +1,213 @@
+//! How a process domain and its caller wait for each other: spinning on two processors, or handing one processor
+//! over for each call (`ward::placement`), and, for an adaptive wait, which of the two the calls' pattern favours.
+//!
+//! Spinning pays when calls come close together: the domain, still spinning after its last reply, sees the next
+//! request at once. When calls come further apart than the domain spins, every call finds the domain asleep and
+//! pays a wake-up across processors (tens of microseconds on a virtual machine), and the spinning only burns both
+//! processors; handing the caller's processor over is then cheaper. An adaptive wait starts spinning, hands over
+//! once [`AGREE`] calls in a row found the domain asleep, and goes back to spinning once [`AGREE`] calls in a row
+//! came within a short gap of the reply before them ([`short_gap`]: well inside the time the domain spins). The
+//! two conditions do not overlap, so the choice does not flap on calls that come in between.
+
+use std::time::{Duration, Instant};
+
+/// Consecutive calls that must agree before an adaptive wait changes its mode.
+pub(super) const AGREE: u8 = 8;
+/// The longest gap [`short_gap`] gives.
+const SHORT_GAP_MAX: Duration = Duration::from_micros(10);
+/// What one turn of a spin (a pause and a look at the ring) is taken to cost at least, for [`short_gap`]. A bare
+/// pause-and-load loop takes 24 ns a turn on the machines here, so a gap measured against this is well inside the
+/// spin.
+const SPIN_TURN_AT_LEAST: Duration = Duration::from_nanos(5);
+
+/// A call this soon after the previous reply would have found a domain that spins `spin` turns still spinning.
+pub(crate) fn short_gap(spin: u32) -> Duration {
+    SPIN_TURN_AT_LEAST.saturating_mul(spin).min(SHORT_GAP_MAX)
+}
+
+/// How the two sides wait during a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Each on its own processor, spinning a while before sleeping (or forever, for `wait = "poll"`).
+    Spin,
+    /// The domain runs on the caller's processor and both sleep at once.
+    HandOver,
+}
+
+/// What the policy asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pacing {
+    Fixed(Mode),
+    /// Chosen from the calls' pattern (`wait = "adaptive"`); a call within `short_gap` of the last reply counts
+    /// for spinning.
+    Learned {
+        short_gap: Duration,
+    },
+}
+
+#[derive(Debug)]
+pub(super) struct Pace {
+    /// `Some(short gap)` when the mode is learned.
+    learned: Option<Duration>,
+    mode: Mode,
+    /// Calls in a row that argued for the other mode.
+    in_a_row: u8,
+    /// When the last reply came, while handing over.
+    replied_at: Option<Instant>,
+}
+
+impl Pace {
+    pub(super) fn new(pacing: Pacing) -> Self {
+        let (learned, mode) = match pacing {
+            Pacing::Fixed(mode) => (None, mode),
+            Pacing::Learned { short_gap } => (Some(short_gap), Mode::Spin),
+        };
+        Pace { learned, mode, in_a_row: 0, replied_at: None }
+    }
+
+    pub(super) fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Keep to `mode` from now on (when the domain cannot be moved, say).
+    pub(super) fn fix(&mut self, mode: Mode) {
+        *self = Pace::new(Pacing::Fixed(mode));
+    }
+
+    /// A request the caller will wait for is about to go out: the mode to send it in. `now` is read only while
+    /// handing over, where a call costs microseconds anyway.
+    pub(super) fn call(&mut self, now: impl FnOnce() -> Instant) -> Mode {
+        if let (Some(gap), Mode::HandOver) = (self.learned, self.mode) {
+            let short = self.replied_at.is_some_and(|t| now().saturating_duration_since(t) < gap);
+            self.count(short, Mode::Spin);
+        }
+        self.mode
+    }
+
+    /// The request went out while spinning; `woke`: the domain was asleep and had to be woken.
+    pub(super) fn published(&mut self, woke: bool) {
+        if self.learned.is_some() && self.mode == Mode::Spin {
+            self.count(woke, Mode::HandOver);
+        }
+    }
+
+    /// A reply came.
+    pub(super) fn replied(&mut self, now: impl FnOnce() -> Instant) {
+        if self.learned.is_some() && self.mode == Mode::HandOver {
+            self.replied_at = Some(now());
+        }
+    }
+
+    fn count(&mut self, argues: bool, other: Mode) {
+        if !argues {
+            self.in_a_row = 0;
+            return;
+        }
+        self.in_a_row += 1;
+        if self.in_a_row >= AGREE {
+            self.mode = other;
+            self.in_a_row = 0;
+            self.replied_at = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHORT: Duration = Duration::from_micros(10);
+    const LEARNED: Pacing = Pacing::Learned { short_gap: SHORT };
+
+    #[test]
+    fn the_short_gap_grows_with_the_spin_up_to_its_bound() {
+        assert_eq!(short_gap(0), Duration::ZERO);
+        assert_eq!(short_gap(100), Duration::from_nanos(500));
+        assert_eq!(short_gap(2000), SHORT_GAP_MAX);
+        assert_eq!(short_gap(u32::MAX), SHORT_GAP_MAX);
+    }
+
+    /// A call while spinning that found the domain asleep (`asleep`) or awake.
+    fn spinning_call(p: &mut Pace, asleep: bool) -> Mode {
+        let mode = p.call(|| panic!("no clock read while spinning"));
+        p.published(asleep);
+        mode
+    }
+
+    /// A call while handing over that came `gap` after the previous reply; its own reply comes at once.
+    fn handed_call(p: &mut Pace, at: &mut Instant, gap: Duration) -> Mode {
+        *at += gap;
+        let t = *at;
+        let mode = p.call(|| t);
+        p.replied(|| t);
+        mode
+    }
+
+    #[test]
+    fn an_adaptive_wait_hands_over_after_calls_in_a_row_find_the_domain_asleep() {
+        let mut p = Pace::new(LEARNED);
+        for _ in 0..AGREE - 1 {
+            assert_eq!(spinning_call(&mut p, true), Mode::Spin);
+        }
+        // One call that finds it awake starts the count again.
+        assert_eq!(spinning_call(&mut p, false), Mode::Spin);
+        for _ in 0..AGREE - 1 {
+            assert_eq!(spinning_call(&mut p, true), Mode::Spin);
+        }
+        assert_eq!(p.mode(), Mode::Spin);
+        assert_eq!(spinning_call(&mut p, true), Mode::Spin, "the call that tips it went out spinning");
+        assert_eq!(p.mode(), Mode::HandOver);
+    }
+
+    #[test]
+    fn an_adaptive_wait_goes_back_to_spinning_after_calls_in_a_row_come_close_together() {
+        let mut p = Pace::new(LEARNED);
+        for _ in 0..AGREE {
+            spinning_call(&mut p, true);
+        }
+        assert_eq!(p.mode(), Mode::HandOver);
+        let mut at = Instant::now();
+        let long = SHORT * 10;
+        let short = SHORT / 10;
+        // The first call has no reply before it to measure from; long gaps keep handing over.
+        for _ in 0..3 * AGREE {
+            assert_eq!(handed_call(&mut p, &mut at, long), Mode::HandOver);
+        }
+        for _ in 0..AGREE - 1 {
+            assert_eq!(handed_call(&mut p, &mut at, short), Mode::HandOver);
+        }
+        assert_eq!(handed_call(&mut p, &mut at, long), Mode::HandOver, "a long gap starts the count again");
+        for _ in 0..AGREE - 1 {
+            assert_eq!(handed_call(&mut p, &mut at, short), Mode::HandOver);
+        }
+        assert_eq!(handed_call(&mut p, &mut at, short), Mode::Spin, "the call that tips it goes out spinning");
+        assert_eq!(p.mode(), Mode::Spin);
+    }
+
+    #[test]
+    fn gaps_between_the_two_bounds_keep_whichever_mode_is_in_force() {
+        // Calls that come soon enough to find a spinning domain awake, but not within the short gap.
+        let mut p = Pace::new(LEARNED);
+        for _ in 0..100 {
+            assert_eq!(spinning_call(&mut p, false), Mode::Spin);
+        }
+        for _ in 0..AGREE {
+            spinning_call(&mut p, true);
+        }
+        let mut at = Instant::now();
+        for _ in 0..100 {
+            assert_eq!(handed_call(&mut p, &mut at, SHORT * 2), Mode::HandOver);
+        }
+    }
+
+    #[test]
+    fn fixed_modes_never_change() {
+        let mut spin = Pace::new(Pacing::Fixed(Mode::Spin));
+        let mut hand = Pace::new(Pacing::Fixed(Mode::HandOver));
+        let mut at = Instant::now();
+        for _ in 0..10 * AGREE {
+            assert_eq!(spinning_call(&mut spin, true), Mode::Spin);
+            assert_eq!(handed_call(&mut hand, &mut at, Duration::ZERO), Mode::HandOver);
+        }
+    }
+}
