@@ -224,6 +224,60 @@ unsafe extern "C" fn run_adding(handle: *mut c_void, samples: c_ulong) {
     unsafe { block(handle, samples as usize, true) }
 }
 
+/// The host's port buffers as the class takes them, when that is sound without a copy: every port connected, and
+/// no output overlapping any other port (LADSPA lets a host run a plugin in place, an input and an output on one
+/// buffer, which two Rust slices cannot express). Inputs may share memory with each other.
+///
+/// # Safety
+/// Every connected port points to at least `lengths[i]` floats the host does not touch until the block returns
+/// (LADSPA's contract for `run`).
+unsafe fn host_buffers<'a>(
+    ports: &[ward_classes::ladspa::Port],
+    connected: &[*mut f32],
+    lengths: &[usize],
+) -> Option<Vec<PortBuffer<'a>>> {
+    if connected.len() != ports.len() || connected.iter().any(|p| p.is_null()) {
+        return None;
+    }
+    let range = |i: usize| {
+        let start = connected[i] as usize;
+        start..start.saturating_add(lengths[i].saturating_mul(std::mem::size_of::<f32>()))
+    };
+    for (i, port) in ports.iter().enumerate() {
+        if !port.is_output() {
+            continue;
+        }
+        let mine = range(i);
+        let overlaps = (0..ports.len()).any(|j| {
+            j != i && {
+                let other = range(j);
+                mine.start < other.end && other.start < mine.end
+            }
+        });
+        if overlaps {
+            return None;
+        }
+    }
+    Some(
+        ports
+            .iter()
+            .zip(connected)
+            .zip(lengths)
+            .map(|((port, &ptr), &n)| {
+                if port.is_input() {
+                    // SAFETY: `ptr` points to at least `n` floats (contract); an input may alias other inputs, which
+                    // shared slices allow, and no output overlaps it (checked above).
+                    PortBuffer::Input(unsafe { std::slice::from_raw_parts(ptr, n) })
+                } else {
+                    // SAFETY: as above, and this output overlaps no other port (checked above), so this is the only
+                    // reference to its floats.
+                    PortBuffer::Output(unsafe { std::slice::from_raw_parts_mut(ptr, n) })
+                }
+            })
+            .collect(),
+    )
+}
+
 /// # Safety
 /// As for `run`: every connected port points to at least `samples` floats (one for a control port).
 unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
@@ -232,6 +286,26 @@ unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
     let ProxyInstance { instance, connected, scratch, warned } = inst;
     let descriptor = Arc::clone(instance.descriptor());
     let ports = &descriptor.ports;
+    let lengths: Vec<usize> = ports.iter().map(|p| if p.is_audio() { samples } else { 1 }).collect();
+    // SAFETY: per this function's contract, which is what `host_buffers` needs.
+    if let Some(mut buffers) = unsafe { host_buffers(ports, connected, &lengths) } {
+        // The host's own buffers, no copy: every port is connected and no output overlaps another port.
+        let outcome = inside_ward(|| {
+            if adding {
+                instance.run_adding(samples, &mut buffers)
+            } else {
+                instance.run(samples, &mut buffers)
+            }
+        });
+        if let Err(e) = outcome {
+            if !*warned {
+                eprintln!("ward: {e}");
+                *warned = true;
+            }
+        }
+        report();
+        return;
+    }
     // Copy in: inputs, and for run_adding the outputs' current contents.
     for (i, port) in ports.iter().enumerate() {
         let n = if port.is_audio() { samples } else { 1 };
@@ -278,4 +352,81 @@ unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
         }
     }
     report();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ward_classes::ladspa::{Port, PORT_AUDIO, PORT_CONTROL, PORT_INPUT, PORT_OUTPUT};
+
+    fn port(flags: i32) -> Port {
+        Port { descriptor: flags, name: String::new(), hint: 0, lower: 0.0, upper: 0.0 }
+    }
+
+    /// An audio input, an audio output and a control input, as a mono effect has them.
+    fn mono_effect() -> Vec<Port> {
+        vec![port(PORT_INPUT | PORT_AUDIO), port(PORT_OUTPUT | PORT_AUDIO), port(PORT_INPUT | PORT_CONTROL)]
+    }
+
+    /// Where each buffer the class would be given starts, or None when the block must be copied.
+    fn starts(ports: &[Port], connected: &[*mut f32], samples: usize) -> Option<Vec<*const f32>> {
+        let lengths: Vec<usize> = ports.iter().map(|p| if p.is_audio() { samples } else { 1 }).collect();
+        // SAFETY: every pointer the tests pass points into a live vector long enough for its port.
+        let buffers = unsafe { host_buffers(ports, connected, &lengths) }?;
+        Some(
+            buffers
+                .iter()
+                .map(|b| match b {
+                    PortBuffer::Input(s) => s.as_ptr(),
+                    PortBuffer::Output(s) => s.as_ptr(),
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn separate_buffers_are_used_where_they_are() {
+        let (mut input, mut output, mut gain) = (vec![0f32; 64], vec![0f32; 64], vec![1f32]);
+        let connected = [input.as_mut_ptr(), output.as_mut_ptr(), gain.as_mut_ptr()];
+        let got = starts(&mono_effect(), &connected, 64).expect("no copy needed");
+        assert_eq!(got, connected.iter().map(|&p| p as *const f32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_plugin_run_in_place_is_copied() {
+        let (mut buffer, mut gain) = (vec![0f32; 64], vec![1f32]);
+        let connected = [buffer.as_mut_ptr(), buffer.as_mut_ptr(), gain.as_mut_ptr()];
+        assert!(starts(&mono_effect(), &connected, 64).is_none());
+    }
+
+    #[test]
+    fn an_output_overlapping_an_input_by_one_sample_is_copied_and_adjacent_ones_are_not() {
+        let mut memory = vec![0f32; 200];
+        let base = memory.as_mut_ptr();
+        let mut gain = vec![1f32];
+        // SAFETY: both offsets and the 64 samples after them are inside `memory`.
+        let (at_63, at_64) = unsafe { (base.add(63), base.add(64)) };
+        assert!(starts(&mono_effect(), &[base, at_63, gain.as_mut_ptr()], 64).is_none());
+        assert!(starts(&mono_effect(), &[base, at_64, gain.as_mut_ptr()], 64).is_some());
+    }
+
+    #[test]
+    fn inputs_may_share_a_buffer_but_outputs_may_not() {
+        let ports = vec![
+            port(PORT_INPUT | PORT_AUDIO),
+            port(PORT_INPUT | PORT_AUDIO),
+            port(PORT_OUTPUT | PORT_AUDIO),
+            port(PORT_OUTPUT | PORT_AUDIO),
+        ];
+        let (mut a, mut b, mut c) = (vec![0f32; 32], vec![0f32; 32], vec![0f32; 32]);
+        assert!(starts(&ports, &[a.as_mut_ptr(), a.as_mut_ptr(), b.as_mut_ptr(), c.as_mut_ptr()], 32).is_some());
+        assert!(starts(&ports, &[a.as_mut_ptr(), b.as_mut_ptr(), c.as_mut_ptr(), c.as_mut_ptr()], 32).is_none());
+    }
+
+    #[test]
+    fn an_unconnected_port_is_copied() {
+        let (mut input, mut gain) = (vec![0f32; 16], vec![1f32]);
+        let connected = [input.as_mut_ptr(), std::ptr::null_mut(), gain.as_mut_ptr()];
+        assert!(starts(&mono_effect(), &connected, 16).is_none());
+    }
 }
