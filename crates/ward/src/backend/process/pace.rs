@@ -4,15 +4,25 @@
 //! Spinning pays when calls come close together: the domain, still spinning after its last reply, sees the next
 //! request at once. When calls come further apart than the domain spins, every call finds the domain asleep and
 //! pays a wake-up across processors (tens of microseconds on a virtual machine), and the spinning only burns both
-//! processors; handing the caller's processor over is then cheaper. An adaptive wait starts spinning, hands over
-//! once [`AGREE`] calls in a row found the domain asleep, and goes back to spinning once [`AGREE`] calls in a row
-//! came within a short gap of the reply before them ([`short_gap`]: well inside the time the domain spins). The
-//! two conditions do not overlap, so the choice does not flap on calls that come in between.
+//! processors; handing the caller's processor over is then cheaper. A call that finds the domain asleep costs a
+//! spinning caller several times what a hand-over costs, and one that finds it awake a fraction of it, so handing
+//! over pays once about a quarter of the calls find it asleep. An adaptive wait starts spinning, hands over once
+//! [`ASLEEP_OF_RECENT`] of the last [`RECENT`] calls found the domain asleep, and goes back to spinning once
+//! [`AGREE`] calls in a row came within a short gap of the reply before them ([`short_gap`]: well inside the time
+//! the domain spins, so a spinning domain would surely have been awake for each). Bursts of calls with pauses
+//! between them hand over only when the pauses are frequent, and go back only when the bursts are long, so the
+//! choice does not flap between the two.
 
 use std::time::{Duration, Instant};
 
-/// Consecutive calls that must agree before an adaptive wait changes its mode.
+/// Consecutive calls close together that take an adaptive wait from handing over back to spinning.
 pub(super) const AGREE: u8 = 8;
+/// One bit per call an adaptive wait that spins looks back on ...
+type Recent = u16;
+pub(super) const RECENT: u32 = Recent::BITS;
+/// ... and how many of them must have found the domain asleep for it to hand over.
+pub(super) const ASLEEP_OF_RECENT: u32 = 4;
+const _: () = assert!(ASLEEP_OF_RECENT <= RECENT);
 /// The longest gap [`short_gap`] gives.
 const SHORT_GAP_MAX: Duration = Duration::from_micros(10);
 /// What one turn of a spin (a pause and a look at the ring) is taken to cost at least, for [`short_gap`]. A bare
@@ -50,8 +60,10 @@ pub(super) struct Pace {
     /// `Some(short gap)` when the mode is learned.
     learned: Option<Duration>,
     mode: Mode,
-    /// Calls in a row that argued for the other mode.
+    /// While handing over: calls in a row that came close together.
     in_a_row: u8,
+    /// While spinning: one bit per recent call, newest lowest, set when it found the domain asleep.
+    asleep: Recent,
     /// When the last reply came, while handing over.
     replied_at: Option<Instant>,
 }
@@ -62,7 +74,7 @@ impl Pace {
             Pacing::Fixed(mode) => (None, mode),
             Pacing::Learned { short_gap } => (Some(short_gap), Mode::Spin),
         };
-        Pace { learned, mode, in_a_row: 0, replied_at: None }
+        Pace { learned, mode, in_a_row: 0, asleep: 0, replied_at: None }
     }
 
     pub(super) fn mode(&self) -> Mode {
@@ -79,7 +91,10 @@ impl Pace {
     pub(super) fn call(&mut self, now: impl FnOnce() -> Instant) -> Mode {
         if let (Some(gap), Mode::HandOver) = (self.learned, self.mode) {
             let short = self.replied_at.is_some_and(|t| now().saturating_duration_since(t) < gap);
-            self.count(short, Mode::Spin);
+            self.in_a_row = if short { self.in_a_row + 1 } else { 0 };
+            if self.in_a_row >= AGREE {
+                self.switch(Mode::Spin);
+            }
         }
         self.mode
     }
@@ -87,7 +102,10 @@ impl Pace {
     /// The request went out while spinning; `woke`: the domain was asleep and had to be woken.
     pub(super) fn published(&mut self, woke: bool) {
         if self.learned.is_some() && self.mode == Mode::Spin {
-            self.count(woke, Mode::HandOver);
+            self.asleep = (self.asleep << 1) | Recent::from(woke);
+            if self.asleep.count_ones() >= ASLEEP_OF_RECENT {
+                self.switch(Mode::HandOver);
+            }
         }
     }
 
@@ -98,17 +116,11 @@ impl Pace {
         }
     }
 
-    fn count(&mut self, argues: bool, other: Mode) {
-        if !argues {
-            self.in_a_row = 0;
-            return;
-        }
-        self.in_a_row += 1;
-        if self.in_a_row >= AGREE {
-            self.mode = other;
-            self.in_a_row = 0;
-            self.replied_at = None;
-        }
+    fn switch(&mut self, to: Mode) {
+        self.mode = to;
+        self.in_a_row = 0;
+        self.asleep = 0;
+        self.replied_at = None;
     }
 }
 
@@ -144,25 +156,37 @@ mod tests {
     }
 
     #[test]
-    fn an_adaptive_wait_hands_over_after_calls_in_a_row_find_the_domain_asleep() {
+    fn an_adaptive_wait_hands_over_once_a_quarter_of_recent_calls_find_the_domain_asleep() {
         let mut p = Pace::new(LEARNED);
-        for _ in 0..AGREE - 1 {
-            assert_eq!(spinning_call(&mut p, true), Mode::Spin);
+        // One call in eight finding it asleep (a pause now and then between bursts): spinning pays.
+        for i in 0..10 * RECENT {
+            assert_eq!(spinning_call(&mut p, i % 8 == 7), Mode::Spin);
         }
-        // One call that finds it awake starts the count again.
-        assert_eq!(spinning_call(&mut p, false), Mode::Spin);
-        for _ in 0..AGREE - 1 {
-            assert_eq!(spinning_call(&mut p, true), Mode::Spin);
+        // One in three: it hands over, at the call that makes four of the last sixteen.
+        let mut calls = 0;
+        while p.mode() == Mode::Spin {
+            assert_eq!(spinning_call(&mut p, calls % 3 == 2), Mode::Spin, "the call that tips it went out spinning");
+            calls += 1;
+            assert!(calls <= RECENT, "still spinning after {calls} calls, a third of them finding the domain asleep");
+        }
+        assert_eq!(p.mode(), Mode::HandOver);
+    }
+
+    #[test]
+    fn calls_that_all_find_the_domain_asleep_hand_over_after_a_few() {
+        let mut p = Pace::new(LEARNED);
+        for _ in 0..ASLEEP_OF_RECENT - 1 {
+            spinning_call(&mut p, true);
         }
         assert_eq!(p.mode(), Mode::Spin);
-        assert_eq!(spinning_call(&mut p, true), Mode::Spin, "the call that tips it went out spinning");
+        spinning_call(&mut p, true);
         assert_eq!(p.mode(), Mode::HandOver);
     }
 
     #[test]
     fn an_adaptive_wait_goes_back_to_spinning_after_calls_in_a_row_come_close_together() {
         let mut p = Pace::new(LEARNED);
-        for _ in 0..AGREE {
+        for _ in 0..ASLEEP_OF_RECENT {
             spinning_call(&mut p, true);
         }
         assert_eq!(p.mode(), Mode::HandOver);
@@ -191,7 +215,7 @@ mod tests {
         for _ in 0..100 {
             assert_eq!(spinning_call(&mut p, false), Mode::Spin);
         }
-        for _ in 0..AGREE {
+        for _ in 0..ASLEEP_OF_RECENT {
             spinning_call(&mut p, true);
         }
         let mut at = Instant::now();
