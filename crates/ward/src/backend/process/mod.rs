@@ -487,13 +487,15 @@ impl ProcessBackend {
         }
     }
 
-    /// Let the domain run where it could before it was first moved.
+    /// Let the domain run where it could before it was first moved (where this thread may, if that was not read).
     fn release_domain(&mut self) {
         let Some(live) = self.live.as_mut() else { return };
-        if let (Some(_), Some(spread)) = (live.cpu.take(), live.spread.as_ref()) {
-            if let Err(e) = placement::confine(live.pid, spread) {
-                tracing::debug!(error = %e, "cannot give the domain back its processors");
-            }
+        if live.cpu.take().is_none() {
+            return;
+        }
+        let Some(spread) = live.spread.clone().or_else(|| placement::affinity(0).ok()) else { return };
+        if let Err(e) = placement::confine(live.pid, &spread) {
+            tracing::debug!(error = %e, "cannot give the domain back its processors");
         }
     }
 
