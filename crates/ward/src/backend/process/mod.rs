@@ -359,7 +359,7 @@ impl ProcessBackend {
         let len = self.encode(&message(id))?;
         self.push(len)?;
         let woke = self.requests.publish();
-        self.pace.published(woke);
+        self.pace.published(woke, std::time::Instant::now);
         self.in_flight.push(id);
         self.next_reply(deadline)
     }
@@ -894,7 +894,7 @@ impl Backend for ProcessBackend {
         };
         self.push(len)?;
         let woke = self.requests.publish();
-        self.pace.published(woke);
+        self.pace.published(woke, std::time::Instant::now);
         self.deferred_unpublished = 0;
         self.in_flight.push(id);
         Ok(Frame { id, loans })

@@ -6,8 +6,11 @@
 //! pays a wake-up across processors (tens of microseconds on a virtual machine), and the spinning only burns both
 //! processors; handing the caller's processor over is then cheaper. A call that finds the domain asleep costs a
 //! spinning caller several times what a hand-over costs, and one that finds it awake a fraction of it, so handing
-//! over pays once about a quarter of the calls find it asleep. An adaptive wait starts spinning, hands over once
-//! [`ASLEEP_OF_RECENT`] of the last [`RECENT`] calls found the domain asleep, and goes back to spinning once
+//! over pays once about a quarter of the calls find it asleep. Only for short calls, though: a call that takes
+//! [`LONG_CALL`] or more loses little to a wake-up, and the domain may have work to do after its reply (the arena's
+//! protection changes after a frame, say) that runs beside the caller on another processor but in its way on the
+//! same one. An adaptive wait starts spinning, hands over once [`ASLEEP_OF_RECENT`] of the last [`RECENT`] calls
+//! found the domain asleep and were short, and goes back to spinning once
 //! [`AGREE`] calls in a row came within a short gap of the reply before them ([`short_gap`]: well inside the time
 //! the domain spins, so a spinning domain would surely have been awake for each). Bursts of calls with pauses
 //! between them hand over only when the pauses are frequent, and go back only when the bursts are long, so the
@@ -23,6 +26,9 @@ pub(super) const RECENT: u32 = Recent::BITS;
 /// ... and how many of them must have found the domain asleep for it to hand over.
 pub(super) const ASLEEP_OF_RECENT: u32 = 4;
 const _: () = assert!(ASLEEP_OF_RECENT <= RECENT);
+/// A call that found the domain asleep and took this long or longer (request to reply) does not argue for handing
+/// over: two wake-ups across processors (30 to 60 us here) are a small part of it.
+pub(super) const LONG_CALL: Duration = Duration::from_micros(200);
 /// The longest gap [`short_gap`] gives.
 const SHORT_GAP_MAX: Duration = Duration::from_micros(10);
 /// What one turn of a spin (a pause and a look at the ring) is taken to cost at least, for [`short_gap`]. A bare
@@ -62,8 +68,10 @@ pub(super) struct Pace {
     mode: Mode,
     /// While handing over: calls in a row that came close together.
     in_a_row: u8,
-    /// While spinning: one bit per recent call, newest lowest, set when it found the domain asleep.
+    /// While spinning: one bit per recent call, newest lowest, set when it found the domain asleep and was short.
     asleep: Recent,
+    /// While spinning: when the call in flight woke the domain, if it did (its vote waits for the reply).
+    woken_at: Option<Instant>,
     /// When the last reply came, while handing over.
     replied_at: Option<Instant>,
 }
@@ -74,7 +82,7 @@ impl Pace {
             Pacing::Fixed(mode) => (None, mode),
             Pacing::Learned { short_gap } => (Some(short_gap), Mode::Spin),
         };
-        Pace { learned, mode, in_a_row: 0, asleep: 0, replied_at: None }
+        Pace { learned, mode, in_a_row: 0, asleep: 0, woken_at: None, replied_at: None }
     }
 
     pub(super) fn mode(&self) -> Mode {
@@ -99,20 +107,42 @@ impl Pace {
         self.mode
     }
 
-    /// The request went out while spinning; `woke`: the domain was asleep and had to be woken.
-    pub(super) fn published(&mut self, woke: bool) {
-        if self.learned.is_some() && self.mode == Mode::Spin {
-            self.asleep = (self.asleep << 1) | Recent::from(woke);
-            if self.asleep.count_ones() >= ASLEEP_OF_RECENT {
-                self.switch(Mode::HandOver);
-            }
+    /// The request went out; `woke`: the domain was asleep and had to be woken. `now` is read only then, when the
+    /// call costs a wake-up anyway.
+    pub(super) fn published(&mut self, woke: bool, now: impl FnOnce() -> Instant) {
+        if self.learned.is_none() || self.mode != Mode::Spin {
+            return;
+        }
+        if woke {
+            // Its vote comes with the reply, once its length is known.
+            self.woken_at = Some(now());
+        } else {
+            self.woken_at = None;
+            self.vote(false);
         }
     }
 
     /// A reply came.
     pub(super) fn replied(&mut self, now: impl FnOnce() -> Instant) {
-        if self.learned.is_some() && self.mode == Mode::HandOver {
-            self.replied_at = Some(now());
+        if self.learned.is_none() {
+            return;
+        }
+        match self.mode {
+            Mode::HandOver => self.replied_at = Some(now()),
+            Mode::Spin => {
+                if let Some(woken) = self.woken_at.take() {
+                    let short = now().saturating_duration_since(woken) < LONG_CALL;
+                    self.vote(short);
+                }
+            }
+        }
+    }
+
+    /// While spinning: one more call, which found the domain asleep and was short (`for_hand_over`) or not.
+    fn vote(&mut self, for_hand_over: bool) {
+        self.asleep = (self.asleep << 1) | Recent::from(for_hand_over);
+        if self.asleep.count_ones() >= ASLEEP_OF_RECENT {
+            self.switch(Mode::HandOver);
         }
     }
 
@@ -120,6 +150,7 @@ impl Pace {
         self.mode = to;
         self.in_a_row = 0;
         self.asleep = 0;
+        self.woken_at = None;
         self.replied_at = None;
     }
 }
@@ -141,9 +172,28 @@ mod tests {
 
     /// A call while spinning that found the domain asleep (`asleep`) or awake.
     fn spinning_call(p: &mut Pace, asleep: bool) -> Mode {
+        spinning_call_taking(p, asleep, Duration::from_micros(20))
+    }
+
+    /// The same, for a call that takes `took` from request to reply.
+    fn spinning_call_taking(p: &mut Pace, asleep: bool, took: Duration) -> Mode {
+        let start = Instant::now();
         let mode = p.call(|| panic!("no clock read while spinning"));
-        p.published(asleep);
+        p.published(asleep, || if asleep { start } else { panic!("no clock read for a domain found awake") });
+        p.replied(|| if asleep { start + took } else { panic!("no clock read for a domain found awake") });
         mode
+    }
+
+    #[test]
+    fn long_calls_that_find_the_domain_asleep_keep_it_spinning() {
+        let mut p = Pace::new(LEARNED);
+        for _ in 0..10 * RECENT {
+            assert_eq!(spinning_call_taking(&mut p, true, LONG_CALL), Mode::Spin);
+        }
+        for _ in 0..ASLEEP_OF_RECENT {
+            spinning_call_taking(&mut p, true, LONG_CALL / 2);
+        }
+        assert_eq!(p.mode(), Mode::HandOver, "short ones hand over");
     }
 
     /// A call while handing over that came `gap` after the previous reply; its own reply comes at once.
