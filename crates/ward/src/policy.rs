@@ -173,9 +173,9 @@ keywords!(Isolation, "isolation", {
 /// How a caller waits for the reply of its domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitMode {
-    /// Spin a while ([`ExtensionPolicy::spin`]), then sleep. A process domain whose calls keep finding it asleep
-    /// (they come further apart than it spins) is moved to its caller's processor and both sides then sleep at
-    /// once, as with `Sleep`; when calls come close together again it goes back to spinning on its own processor.
+    /// Spin a while ([`ExtensionPolicy::spin`]), then sleep. A process domain whose short calls keep finding it
+    /// asleep (they come further apart than it spins) is moved to its caller's processor and both sides then sleep
+    /// at once, as with `Sleep`; when calls come close together again it goes back to spinning on its own processor.
     Adaptive,
     /// Spin only.
     Poll,
