@@ -278,6 +278,16 @@ unsafe fn host_buffers<'a>(
     )
 }
 
+/// One block through the class wrapper, inside ward.
+fn run_block(
+    instance: &mut Instance,
+    samples: usize,
+    adding: bool,
+    buffers: &mut [PortBuffer<'_>],
+) -> Result<Processed, ClassError> {
+    inside_ward(|| if adding { instance.run_adding(samples, buffers) } else { instance.run(samples, buffers) })
+}
+
 /// # Safety
 /// As for `run`: every connected port points to at least `samples` floats (one for a control port).
 unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
@@ -288,67 +298,47 @@ unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
     let ports = &descriptor.ports;
     let lengths: Vec<usize> = ports.iter().map(|p| if p.is_audio() { samples } else { 1 }).collect();
     // SAFETY: per this function's contract, which is what `host_buffers` needs.
-    if let Some(mut buffers) = unsafe { host_buffers(ports, connected, &lengths) } {
+    let direct = unsafe { host_buffers(ports, connected, &lengths) };
+    let copied = direct.is_none();
+    let outcome = match direct {
         // The host's own buffers, no copy: every port is connected and no output overlaps another port.
-        let outcome = inside_ward(|| {
-            if adding {
-                instance.run_adding(samples, &mut buffers)
-            } else {
-                instance.run(samples, &mut buffers)
+        Some(mut buffers) => run_block(instance, samples, adding, &mut buffers),
+        None => {
+            // Copy in: inputs, and for run_adding the outputs' current contents.
+            for (i, port) in ports.iter().enumerate() {
+                let buf = &mut scratch[i];
+                buf.clear();
+                buf.resize(lengths[i], 0.0);
+                let src = connected[i];
+                if !src.is_null() && (port.is_input() || adding) {
+                    // SAFETY: a connected port points to at least lengths[i] floats (contract); buf is ours, so no
+                    // overlap.
+                    unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), lengths[i]) };
+                }
             }
-        });
-        if let Err(e) = outcome {
-            if !*warned {
-                eprintln!("ward: {e}");
-                *warned = true;
-            }
+            let mut buffers: Vec<PortBuffer<'_>> = ports
+                .iter()
+                .zip(scratch.iter_mut())
+                .map(|(p, b)| if p.is_input() { PortBuffer::Input(b) } else { PortBuffer::Output(b) })
+                .collect();
+            run_block(instance, samples, adding, &mut buffers)
         }
-        report();
-        return;
-    }
-    // Copy in: inputs, and for run_adding the outputs' current contents.
-    for (i, port) in ports.iter().enumerate() {
-        let n = if port.is_audio() { samples } else { 1 };
-        let buf = &mut scratch[i];
-        buf.clear();
-        buf.resize(n, 0.0);
-        let src = connected[i];
-        if !src.is_null() && (port.is_input() || adding) {
-            // SAFETY: a connected port points to at least n floats (contract); buf is ours, so no overlap.
-            unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), n) };
-        }
-    }
-    let outcome = {
-        let mut buffers: Vec<PortBuffer<'_>> = ports
-            .iter()
-            .zip(scratch.iter_mut())
-            .map(|(p, b)| if p.is_input() { PortBuffer::Input(b) } else { PortBuffer::Output(b) })
-            .collect();
-        inside_ward(|| {
-            if adding {
-                instance.run_adding(samples, &mut buffers)
-            } else {
-                instance.run(samples, &mut buffers)
-            }
-        })
     };
-    match outcome {
-        Ok(Processed::Ran) | Ok(Processed::Bypassed { .. }) => {}
-        Err(e) => {
-            // The host's own mistake (a port left unconnected, say): say it once; outputs get what the wrapper left.
-            if !*warned {
-                eprintln!("ward: {e}");
-                *warned = true;
-            }
+    if let Err(e) = outcome {
+        // The host's own mistake (a port left unconnected, say): say it once; outputs get what the wrapper left.
+        if !*warned {
+            eprintln!("ward: {e}");
+            *warned = true;
         }
     }
-    // Copy out.
-    for (i, port) in ports.iter().enumerate() {
-        let dst = connected[i];
-        if port.is_output() && !dst.is_null() {
-            let n = if port.is_audio() { samples } else { 1 };
-            // SAFETY: a connected port points to at least n floats (contract); scratch is ours, so no overlap.
-            unsafe { std::ptr::copy_nonoverlapping(scratch[i].as_ptr(), dst, n) };
+    if copied {
+        for (i, port) in ports.iter().enumerate() {
+            let dst = connected[i];
+            if port.is_output() && !dst.is_null() {
+                // SAFETY: a connected port points to at least lengths[i] floats (contract); scratch is ours, so no
+                // overlap.
+                unsafe { std::ptr::copy_nonoverlapping(scratch[i].as_ptr(), dst, lengths[i]) };
+            }
         }
     }
     report();

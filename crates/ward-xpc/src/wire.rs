@@ -39,14 +39,12 @@ pub const FLAG_NESTED: u8 = 1;
 
 /// Set [`FLAG_NESTED`] on a finished record (a no-op on one shorter than a header).
 pub fn mark_nested(record: &mut [u8]) {
-    if let Some(flags) = record.get_mut(field::FLAGS) {
-        *flags |= FLAG_NESTED;
-    }
+    set_flag(record, FLAG_NESTED);
 }
 
 /// Whether a record carries [`FLAG_NESTED`].
 pub fn is_nested(record: &[u8]) -> bool {
-    record.get(field::FLAGS).is_some_and(|f| f & FLAG_NESTED != 0)
+    has_flag(record, FLAG_NESTED)
 }
 
 /// Header flag of a request sent while the host hands its processor over to the domain for each call (the domain
@@ -56,14 +54,22 @@ pub const FLAG_HAND_OVER: u8 = 2;
 
 /// Set [`FLAG_HAND_OVER`] on a finished record (a no-op on one shorter than a header).
 pub fn mark_hand_over(record: &mut [u8]) {
-    if let Some(flags) = record.get_mut(field::FLAGS) {
-        *flags |= FLAG_HAND_OVER;
-    }
+    set_flag(record, FLAG_HAND_OVER);
 }
 
 /// Whether a record carries [`FLAG_HAND_OVER`].
 pub fn is_hand_over(record: &[u8]) -> bool {
-    record.get(field::FLAGS).is_some_and(|f| f & FLAG_HAND_OVER != 0)
+    has_flag(record, FLAG_HAND_OVER)
+}
+
+fn set_flag(record: &mut [u8], flag: u8) {
+    if let Some(flags) = record.get_mut(field::FLAGS) {
+        *flags |= flag;
+    }
+}
+
+fn has_flag(record: &[u8], flag: u8) -> bool {
+    record.get(field::FLAGS).is_some_and(|f| f & flag != 0)
 }
 
 /// Length of the record header.
@@ -1400,11 +1406,19 @@ mod tests {
         assert!(parsed > 100, "the fuzz loop parsed only {parsed} records");
     }
 
-    #[test]
-    fn a_nested_mark_is_seen_and_changes_nothing_else() {
-        let m = Message::Call { id: 5, deferred: false, func: 2, ret: RetKind::Int, args: ArgList::new(), inline: &[] };
+    /// An argument-less call, emitted: the message and its record.
+    fn emitted_call(id: u64) -> (Message<'static>, Vec<u8>) {
+        let m = Message::Call { id, deferred: false, func: 2, ret: RetKind::Int, args: ArgList::new(), inline: &[] };
         let mut buf = vec![0u8; m.wire_len()];
         let n = m.emit(&mut buf).unwrap();
+        buf.truncate(n);
+        (m, buf)
+    }
+
+    #[test]
+    fn a_nested_mark_is_seen_and_changes_nothing_else() {
+        let (m, mut buf) = emitted_call(5);
+        let n = buf.len();
         assert!(!is_nested(&buf[..n]), "emit writes no flags");
         mark_nested(&mut buf[..n]);
         assert!(is_nested(&buf[..n]));
@@ -1415,9 +1429,8 @@ mod tests {
 
     #[test]
     fn a_hand_over_mark_is_seen_apart_from_the_nested_one_and_changes_nothing_else() {
-        let m = Message::Call { id: 6, deferred: false, func: 1, ret: RetKind::Int, args: ArgList::new(), inline: &[] };
-        let mut buf = vec![0u8; m.wire_len()];
-        let n = m.emit(&mut buf).unwrap();
+        let (m, mut buf) = emitted_call(6);
+        let n = buf.len();
         assert!(!is_hand_over(&buf[..n]), "emit writes no flags");
         mark_hand_over(&mut buf[..n]);
         assert!(is_hand_over(&buf[..n]));

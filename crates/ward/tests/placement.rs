@@ -90,8 +90,8 @@ fn an_adaptive_domain_is_handed_over_while_calls_find_it_asleep_and_given_back_w
     let cpu = allowed[0];
     confine_this_thread(&[cpu]);
     let mut total = 0;
-    // Calls further apart than the domain spins (2,000 turns, well under a millisecond) find it asleep; after a few
-    // in a row it is moved here. The bound is generous: on a loaded machine a domain can be kept from its sleep.
+    // Short calls further apart than the domain spins (2,000 turns, well under a millisecond) find it asleep; once
+    // a few have, it is moved here. The bound is generous: on a loaded machine a domain can be kept from its sleep.
     let mut handed_over = false;
     for _ in 0..500 {
         std::thread::sleep(std::time::Duration::from_millis(2));

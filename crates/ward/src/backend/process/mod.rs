@@ -358,8 +358,7 @@ impl ProcessBackend {
         self.pace_request();
         let len = self.encode(&message(id))?;
         self.push(len)?;
-        let woke = self.requests.publish();
-        self.pace.published(woke, std::time::Instant::now);
+        self.publish_request();
         self.in_flight.push(id);
         self.next_reply(deadline)
     }
@@ -453,6 +452,12 @@ impl ProcessBackend {
             PaceMode::Spin if before == PaceMode::HandOver => self.release_domain(),
             PaceMode::Spin => {}
         }
+    }
+
+    /// Publish a request the caller will wait for, telling `pace` whether the domain had to be woken for it.
+    fn publish_request(&mut self) {
+        let woke = self.requests.publish();
+        self.pace.published(woke, std::time::Instant::now);
     }
 
     /// Move the domain to the calling thread's processor, so the wake-up and the reply's are hand-overs on one
@@ -893,8 +898,7 @@ impl Backend for ProcessBackend {
             }
         };
         self.push(len)?;
-        let woke = self.requests.publish();
-        self.pace.published(woke, std::time::Instant::now);
+        self.publish_request();
         self.deferred_unpublished = 0;
         self.in_flight.push(id);
         Ok(Frame { id, loans })
