@@ -5,10 +5,14 @@
 //! an inter-processor interrupt (in a virtual machine, waking a halted virtual CPU: tens of microseconds here). Woken
 //! on the caller's own processor, the domain runs as soon as the caller goes to sleep, and the reply wakes the
 //! caller there in turn: a hand-over, as an L4 kernel switches directly from client to server. The host's threads
-//! are the host's business and are never moved; the domain's serving thread follows them. `ward bench xpc` uses the
-//! same functions for the machine's own floor of such a hand-over.
+//! are the host's business and are never moved; the domain's serving thread follows them. The scheduler may still
+//! wake the caller on another, idle processor (or pull it there while the domain runs), which costs the hand-over
+//! an inter-processor wake-up and the next call a move of the domain; a caller that keeps being taken away is
+//! [`held`](hold_here) on its processor while it sleeps for a reply, and let go as soon as it wakes, before any of
+//! the host's code runs. `ward bench xpc` uses the same functions for the machine's own floor of a hand-over.
 
 use std::io;
+use std::marker::PhantomData;
 
 /// The processor the calling thread runs on now, if the system says.
 pub fn current_cpu() -> Option<usize> {
@@ -57,6 +61,46 @@ pub fn affinity(tid: i32) -> io::Result<Vec<usize>> {
     Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
 }
 
+/// The calling thread, held on the processor it runs on until this is dropped (on the same thread), when it may
+/// run where it could before.
+#[derive(Debug)]
+#[must_use = "the thread is let go when this is dropped"]
+pub struct Held {
+    before: libc::cpu_set_t,
+    /// Dropped on the thread it holds: `sched_setaffinity(0, ...)` means the calling thread.
+    _this_thread: PhantomData<*const ()>,
+}
+
+/// Hold the calling thread on the processor it runs on now. `None` when it may run on that processor only anyway,
+/// or when the system does not say which processor that is.
+pub fn hold_here() -> io::Result<Option<Held>> {
+    let Some(cpu) = current_cpu() else { return Ok(None) };
+    // SAFETY: as in `confine`.
+    let mut before: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `before` is a valid `cpu_set_t` of the size passed; the kernel writes at most that much into it.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut before) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `before` is an initialised `cpu_set_t`; `CPU_COUNT` only reads it.
+    if unsafe { libc::CPU_COUNT(&before) } <= 1 {
+        return Ok(None);
+    }
+    pin(0, cpu)?;
+    Ok(Some(Held { before, _this_thread: PhantomData }))
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: `before` is the valid `cpu_set_t` read in `hold_here`; the kernel only reads it.
+        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.before) };
+        if rc != 0 {
+            // Its processor set changed under it (a cgroup's, say) so that none it had is left: it keeps the one.
+            tracing::warn!(error = %io::Error::last_os_error(), "cannot let a held thread run where it could before");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +120,39 @@ mod tests {
         assert!(before.contains(&cpu), "a child may run where its parent runs");
         assert_eq!(pinned.expect("pin").expect("affinity"), vec![cpu]);
         assert_eq!(restored, before);
+    }
+
+    #[test]
+    fn a_held_thread_runs_on_its_processor_only_and_where_it_could_when_let_go() {
+        // A thread of its own, so the test harness's threads keep their processors whatever happens.
+        std::thread::spawn(|| {
+            let before = affinity(0).expect("affinity");
+            let held = hold_here().expect("hold");
+            let during = affinity(0).expect("affinity");
+            let cpu = current_cpu().expect("sched_getcpu");
+            drop(held);
+            let after = affinity(0).expect("affinity");
+            if before.len() > 1 {
+                assert_eq!(during, vec![cpu], "held on the processor it ran on");
+            } else {
+                assert_eq!(during, before, "a thread that may run on one processor only is left as it is");
+            }
+            assert_eq!(after, before);
+        })
+        .join()
+        .expect("the holding thread");
+    }
+
+    #[test]
+    fn a_thread_that_may_run_on_one_processor_only_is_not_held() {
+        std::thread::spawn(|| {
+            let cpu = current_cpu().expect("sched_getcpu");
+            pin(0, cpu).expect("pin");
+            assert!(hold_here().expect("hold").is_none());
+            assert_eq!(affinity(0).expect("affinity"), vec![cpu]);
+        })
+        .join()
+        .expect("the pinned thread");
     }
 
     #[test]

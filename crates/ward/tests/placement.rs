@@ -1,7 +1,7 @@
 //! Where a process domain runs: with `wait = "sleep"` on the processor of the thread that calls it (each call a
 //! hand-over on one processor); with `wait = "poll"` wherever the scheduler puts it; with the default adaptive
 //! wait, on the caller's processor while calls keep finding the domain asleep, and back where the scheduler puts it
-//! once calls come close together again.
+//! once calls come close together again. The caller's own processors are never taken from it.
 
 mod common;
 
@@ -116,4 +116,20 @@ fn an_adaptive_domain_is_handed_over_while_calls_find_it_asleep_and_given_back_w
     }
     confine_this_thread(&allowed);
     assert!(given_back, "calls back to back did not give the domain its processors back");
+}
+
+#[test]
+fn a_thread_that_calls_a_sleeping_domain_keeps_its_own_processors_between_calls() {
+    // A caller the scheduler keeps waking elsewhere is held on its processor while it sleeps for a reply; whether
+    // it is held or not, what it may run on is its own again by the time a call returns.
+    std::thread::spawn(|| {
+        let allowed = affinity(0);
+        let (_sup, ext, _events) = faulty(Isolation::Process, "wait = \"sleep\"");
+        for i in 1..=2_000 {
+            assert_eq!(add(&ext, 1), i);
+            assert_eq!(affinity(0), allowed, "after call {i}");
+        }
+    })
+    .join()
+    .expect("the calling thread");
 }

@@ -141,6 +141,8 @@ pub(crate) struct ProcessBackend {
     pace: pace::Pace,
     /// The domain could not be moved to its caller's processor once: it is not tried again.
     cannot_move: bool,
+    /// Whether the calling thread is held on its processor while it waits, handing over.
+    stay: pace::Stay,
     /// Callbacks of deferred calls that came while the host waited for something that cannot serve them (a
     /// resolve, a heartbeat): handed out by the next `wait`, on the thread that makes calls.
     stashed: VecDeque<(u64, usize, RegArgs)>,
@@ -175,6 +177,7 @@ impl ProcessBackend {
             callbacks_open: 0,
             pace: pace::Pace::new(pacing),
             cannot_move: false,
+            stay: pace::Stay::default(),
             stashed: VecDeque::new(),
         };
         b.restart(tracker)?;
@@ -668,10 +671,23 @@ impl ProcessBackend {
                     let Some(live) = &self.live else {
                         return Err(BackendError::Fault(FaultKind::Vanished));
                     };
-                    let outcome = self
-                        .replies
-                        .wait(spin, Some(&mut *deadline), &|| live.death.is_dead())
-                        .map_err(|e| protocol(format!("reply ring: {e}")))?;
+                    let handing_over = spin == 0;
+                    let held = if handing_over && self.stay.hold() {
+                        placement::hold_here().unwrap_or_else(|e| {
+                            tracing::debug!(error = %e, "cannot hold the caller on its processor");
+                            self.stay.give_up();
+                            None
+                        })
+                    } else {
+                        None
+                    };
+                    let slept_on = placement::current_cpu();
+                    let outcome = self.replies.wait(spin, Some(&mut *deadline), &|| live.death.is_dead());
+                    drop(held);
+                    if handing_over {
+                        self.stay.waited(slept_on != placement::current_cpu());
+                    }
+                    let outcome = outcome.map_err(|e| protocol(format!("reply ring: {e}")))?;
                     if outcome == WaitOutcome::TimedOut && self.replies.is_empty().unwrap_or(true) {
                         return Err(BackendError::TimedOut);
                     }

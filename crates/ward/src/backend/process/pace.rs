@@ -155,6 +155,57 @@ impl Pace {
     }
 }
 
+/// Waits for a reply while handing over that [`Stay`] looks back on ...
+type Waits = u16;
+pub(super) const WAITS: u32 = Waits::BITS;
+/// ... how many of them must have woken the caller on another processor for it to be held on its own ...
+pub(super) const MOVED_OF_WAITS: u32 = 3;
+const _: () = assert!(MOVED_OF_WAITS <= WAITS);
+/// ... and for how many waits it is held before it is watched again.
+pub(super) const HOLD_FOR: u32 = 256;
+
+/// Whether a caller that hands over is held on its processor while it sleeps for a reply (`placement::hold_here`).
+///
+/// The scheduler wakes a sleeping thread where it thinks best; a caller woken on an idle processor rather than the
+/// one its domain ran on pays an inter-processor wake-up, and moves its domain on the next call. Some hosts are
+/// never moved (a bare loop of calls), others often (sox: a quarter of its waits), and holding costs two
+/// `sched_setaffinity` calls a wait (3 us here), so a caller is held only once [`MOVED_OF_WAITS`] of its last
+/// [`WAITS`] waits woke it elsewhere, for [`HOLD_FOR`] waits, and then watched afresh.
+#[derive(Debug, Default)]
+pub(super) struct Stay {
+    /// One bit per recent wait while not holding, newest lowest, set when it woke the caller on another processor.
+    moved: Waits,
+    /// Waits left to hold the caller for.
+    holding: u32,
+    /// Holding failed once (a processor set that forbids it): never again.
+    cannot: bool,
+}
+
+impl Stay {
+    /// Whether to hold the caller during the next wait.
+    pub(super) fn hold(&self) -> bool {
+        self.holding > 0 && !self.cannot
+    }
+
+    /// A wait for a reply while handing over ended; `moved`: the caller woke on another processor than it slept on.
+    pub(super) fn waited(&mut self, moved: bool) {
+        if self.holding > 0 {
+            self.holding -= 1;
+            return;
+        }
+        self.moved = (self.moved << 1) | Waits::from(moved);
+        if self.moved.count_ones() >= MOVED_OF_WAITS {
+            self.moved = 0;
+            self.holding = HOLD_FOR;
+        }
+    }
+
+    /// Holding the caller failed: wait unheld from now on.
+    pub(super) fn give_up(&mut self) {
+        self.cannot = true;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +333,50 @@ mod tests {
         for _ in 0..10 * AGREE {
             assert_eq!(spinning_call(&mut spin, true), Mode::Spin);
             assert_eq!(handed_call(&mut hand, &mut at, Duration::ZERO), Mode::HandOver);
+        }
+    }
+
+    #[test]
+    fn a_caller_that_is_rarely_woken_elsewhere_is_never_held() {
+        let mut stay = Stay::default();
+        for wait in 0..100 * WAITS {
+            assert!(!stay.hold());
+            stay.waited(wait % WAITS == 0);
+        }
+    }
+
+    #[test]
+    fn a_caller_often_woken_elsewhere_is_held_for_a_while_then_watched_again() {
+        let mut stay = Stay::default();
+        for _ in 0..MOVED_OF_WAITS - 1 {
+            stay.waited(true);
+            assert!(!stay.hold());
+        }
+        stay.waited(true);
+        for _ in 0..HOLD_FOR {
+            assert!(stay.hold(), "held");
+            stay.waited(false);
+        }
+        assert!(!stay.hold(), "watched again");
+        for _ in 0..MOVED_OF_WAITS - 1 {
+            stay.waited(true);
+        }
+        assert!(!stay.hold(), "the waits before the hold do not count again");
+        stay.waited(true);
+        assert!(stay.hold());
+    }
+
+    #[test]
+    fn a_caller_that_cannot_be_held_is_not_held_again() {
+        let mut stay = Stay::default();
+        for _ in 0..MOVED_OF_WAITS {
+            stay.waited(true);
+        }
+        assert!(stay.hold());
+        stay.give_up();
+        for _ in 0..HOLD_FOR + WAITS {
+            assert!(!stay.hold());
+            stay.waited(true);
         }
     }
 }
