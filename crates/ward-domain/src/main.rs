@@ -12,8 +12,8 @@
 //! | 7 | the host's arena, with `--arena` (its large blocks, lent in place: see `ward_xpc::arena`) |
 //!
 //! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
-//! close every other descriptor, map the region and pools, install the fault recorders, load the extensions, run
-//! their init functions. Then, in `serve` mode, it applies the resource limits and serves calls; in `zygote` mode it
+//! close every other descriptor, map the region, install the fault recorders, map the pools, load the extensions,
+//! run their init functions. Then, in `serve` mode, it applies the resource limits and serves calls; in `zygote` mode it
 //! waits for `fork` requests and forks a fresh, already-initialised incarnation for each (see [`zygote`]).
 
 mod args;
@@ -92,6 +92,8 @@ fn setup(args: Args) -> Result<Setup, String> {
     // SAFETY: likewise FD_POOL_OUT for the output pool.
     let out_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_OUT) };
     let region = Region::open_domain(region_fd).map_err(|e| format!("cannot map the shared region: {e}"))?;
+    // Before the pools: finding the main thread's stack reads /proc/self/maps, longer with every mapping.
+    faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
     let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
     let pool_in = MappedPool::map(in_fd, POOL_IN, geometry.clone(), false)
         .map_err(|e| format!("cannot map the input pool: {e}"))?;
@@ -106,7 +108,6 @@ fn setup(args: Args) -> Result<Setup, String> {
     } else {
         None
     };
-    faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
     let library = loader::Library::load(&args.extensions)?;
     Ok(Setup { region, pool_in, pool_out, arena, library, args })
 }

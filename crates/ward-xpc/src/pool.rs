@@ -1,7 +1,7 @@
 //! Buffers the host lends to the domain, named by rich pointers.
 //!
 //! A pool is one memfd cut into slots of a few size classes, laid out class after class; every slot's data is
-//! followed by one guard page, `PROT_NONE` in the domain. A buffer is placed at the *end* of its slot's data (rounded
+//! followed by one guard page, inaccessible in the domain ([`SharedMemory::guard`]). A buffer is placed at the *end* of its slot's data (rounded
 //! to 16 bytes), so an extension that writes past its end faults at once instead of corrupting a neighbour.
 //!
 //! The host owns the memfds ([`HostPool`]) and only ever copies in and out with bounds checks; the domain maps them
@@ -281,7 +281,8 @@ impl HostPool {
     }
 }
 
-/// The domain's side of a pool: the mapping, guard pages `PROT_NONE`, rich pointers checked and translated.
+/// The domain's side of a pool: the mapping, guard pages that fault on access, rich pointers checked and
+/// translated.
 #[derive(Debug)]
 pub struct MappedPool {
     id: u32,
@@ -299,7 +300,7 @@ impl MappedPool {
             return Err(PoolError::BadGeometry);
         }
         for s in &geometry.slots {
-            mem.protect(s.offset + s.size, PAGE, Protection::None)?;
+            mem.guard(s.offset + s.size, PAGE)?;
         }
         Ok(MappedPool { id, geometry, mem, writable })
     }

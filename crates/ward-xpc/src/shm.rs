@@ -12,6 +12,12 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `madvise` advice that installs guard regions (Linux 6.13; `asm-generic/mman-common.h`); the libc crate lacks it.
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+/// Whether this kernel takes [`MADV_GUARD_INSTALL`] on shared mappings; cleared at the first refusal.
+static GUARD_REGIONS: AtomicBool = AtomicBool::new(true);
 
 /// Access rights of (part of) a mapping in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,17 +192,7 @@ impl SharedMemory {
 
     /// Change the protection of the page-aligned range `[offset, offset + len)` in this process only.
     pub fn protect(&self, offset: usize, len: usize, prot: Protection) -> Result<(), ShmError> {
-        let page = page_size();
-        // The page size is a power of two.
-        if offset & (page - 1) != 0 || len & (page - 1) != 0 {
-            return Err(ShmError::Unaligned { offset, len });
-        }
-        // The last page of a mapping whose length is not a page multiple is whole in the kernel's eyes.
-        let mapped = round_up(self.len, page).unwrap_or(self.len);
-        match offset.checked_add(len) {
-            Some(end) if end <= mapped => {}
-            _ => return Err(ShmError::OutOfBounds { offset, len, size: self.len }),
-        }
+        self.check_pages(offset, len)?;
         if len == 0 {
             return Ok(());
         }
@@ -208,6 +204,50 @@ impl SharedMemory {
             return Err(ShmError::Protect(io::Error::last_os_error()));
         }
         Ok(())
+    }
+
+    /// That a range is page-aligned and inside the mapping, as `mprotect` and `madvise` want it.
+    fn check_pages(&self, offset: usize, len: usize) -> Result<(), ShmError> {
+        let page = page_size();
+        // The page size is a power of two.
+        if offset & (page - 1) != 0 || len & (page - 1) != 0 {
+            return Err(ShmError::Unaligned { offset, len });
+        }
+        // The last page of a mapping whose length is not a page multiple is whole in the kernel's eyes.
+        let mapped = round_up(self.len, page).unwrap_or(self.len);
+        match offset.checked_add(len) {
+            Some(end) if end <= mapped => Ok(()),
+            _ => Err(ShmError::OutOfBounds { offset, len, size: self.len }),
+        }
+    }
+
+    /// Make a page-aligned range fault on every access for the rest of the mapping's life: a guard region
+    /// (`MADV_GUARD_INSTALL`) where the kernel has them, else `PROT_NONE`. A guard region leaves the mapping one
+    /// area in the kernel, where each `PROT_NONE` range splits it in up to three: a domain's pools carry over two
+    /// hundred guard pages, and every area makes its start-up and each fork slower. [`SharedMemory::protect`] does
+    /// not lift a guard region.
+    pub fn guard(&self, offset: usize, len: usize) -> Result<(), ShmError> {
+        if !GUARD_REGIONS.load(Ordering::Relaxed) {
+            return self.protect(offset, len, Protection::None);
+        }
+        self.check_pages(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: as in `protect`: a page-aligned range inside our own mapping, to which no reference exists; the
+        // advice only makes later accesses fault, it changes no contents.
+        let rc = unsafe { libc::madvise(self.base.as_ptr().add(offset).cast(), len, MADV_GUARD_INSTALL) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EINVAL) {
+            // A kernel without guard regions (before 6.13), or without them for shared files: remember, and use
+            // the protection instead from now on.
+            GUARD_REGIONS.store(false, Ordering::Relaxed);
+            return self.protect(offset, len, Protection::None);
+        }
+        Err(ShmError::Protect(err))
     }
 
     /// Copy `src` into the mapping at `offset`.
@@ -299,5 +339,58 @@ mod tests {
         m.protect(4096, 4096, Protection::ReadOnly).unwrap();
         m.protect(4096, 4096, Protection::ReadWrite).unwrap();
         m.write_at(4096, b"ok").unwrap();
+    }
+
+    #[test]
+    fn guard_checks_alignment_and_bounds() {
+        let m = SharedMemory::create("ward-test", 8192).unwrap();
+        assert!(matches!(m.guard(1, 4096), Err(ShmError::Unaligned { .. })));
+        assert!(matches!(m.guard(4096, 8192), Err(ShmError::OutOfBounds { .. })));
+        m.guard(8192, 0).unwrap();
+    }
+
+    /// Read the byte at `offset` of `m` in a forked child: how the child ended (`Ok(())` for a clean exit, else
+    /// the signal that ended it).
+    fn read_in_child(m: &SharedMemory, offset: usize) -> Result<(), i32> {
+        let at = m.as_ptr().wrapping_add(offset);
+        // SAFETY: the child only reads one byte (volatile, so the read happens) and calls `_exit`, both
+        // async-signal-safe, so forking the multithreaded test process is sound; the parent only waits for it.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: `at` lies inside the mapping, which the child inherited; a guard makes the read fault.
+            unsafe {
+                ptr::read_volatile(at);
+                libc::_exit(0);
+            }
+        }
+        assert!(pid > 0, "fork: {}", io::Error::last_os_error());
+        let mut status = 0;
+        // SAFETY: waits for the child just forked; `status` is a valid place for its status.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        if libc::WIFSIGNALED(status) {
+            Err(libc::WTERMSIG(status))
+        } else {
+            assert_eq!(libc::WEXITSTATUS(status), 0);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_guarded_page_faults_on_access_here_and_in_a_forked_child_and_its_neighbours_do_not() {
+        let page = page_size();
+        let m = SharedMemory::create("ward-test", 3 * page).unwrap();
+        let ro = SharedMemory::from_fd(m.fd().try_clone_to_owned().unwrap(), Protection::ReadOnly).unwrap();
+        m.guard(page, page).unwrap();
+        ro.guard(page, page).unwrap();
+        for mapping in [&m, &ro] {
+            assert_eq!(read_in_child(mapping, 0), Ok(()));
+            assert_eq!(read_in_child(mapping, page), Err(libc::SIGSEGV), "the guarded page");
+            assert_eq!(read_in_child(mapping, 2 * page), Ok(()));
+        }
+        // The guard is in this mapping only: the bytes under it are the file's, and the rest still copies.
+        m.write_at(2 * page, b"after").unwrap();
+        let mut out = [0u8; 5];
+        ro.read_at(2 * page, &mut out).unwrap();
+        assert_eq!(&out, b"after");
     }
 }
