@@ -1,9 +1,10 @@
 //! The command line the host library builds for `ward-domain`.
 //!
-//! `ward-domain --mode serve|zygote --spin N [--as-mb N] [--cpu-s N] [--nofile N] [--arena] (--ext PATH
-//! [--init SYMBOL] [--poison])...`
+//! `ward-domain --mode serve|zygote --parent PID --spin N [--as-mb N] [--cpu-s N] [--nofile N] [--arena] (--ext
+//! PATH [--init SYMBOL] [--poison])...`
 //!
-//! `--arena` says the host passed its arena (fd 7), whose blocks it may lend in place.
+//! `--parent` names the host process, which the domain must not outlive; `--arena` says the host passed its arena
+//! (fd 7), whose blocks it may lend in place.
 
 use std::path::PathBuf;
 
@@ -33,6 +34,8 @@ pub struct ExtensionArg {
 #[derive(Debug, Clone)]
 pub struct Args {
     pub mode: Mode,
+    /// The process that started this one: it dies with it.
+    pub parent: i32,
     pub spin: u32,
     pub limits: Limits,
     pub extensions: Vec<ExtensionArg>,
@@ -43,6 +46,7 @@ pub struct Args {
 impl Args {
     pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         let mut mode = None;
+        let mut parent = None;
         let mut spin = 2000u32;
         let mut limits = Limits::default();
         let mut extensions: Vec<ExtensionArg> = Vec::new();
@@ -57,6 +61,7 @@ impl Args {
                         other => return Err(format!("unknown mode `{other}` (serve or zygote)")),
                     })
                 }
+                "--parent" => parent = Some(number(&flag, &value()?)?),
                 "--spin" => spin = number(&flag, &value()?)?,
                 "--as-mb" => limits.address_space_mb = number(&flag, &value()?)?,
                 "--cpu-s" => limits.cpu_s = number(&flag, &value()?)?,
@@ -76,10 +81,11 @@ impl Args {
             }
         }
         let mode = mode.ok_or("missing --mode")?;
+        let parent = parent.ok_or("missing --parent")?;
         if extensions.is_empty() {
             return Err("no --ext given".into());
         }
-        Ok(Args { mode, spin, limits, extensions, arena })
+        Ok(Args { mode, parent, spin, limits, extensions, arena })
     }
 }
 
@@ -98,12 +104,14 @@ mod tests {
     #[test]
     fn parses_a_full_command_line() {
         let a = parse(
-            "--mode zygote --spin 7 --as-mb 256 --nofile 64 --arena --ext /a.so --init a_init --ext /b.so --poison",
+            "--mode zygote --parent 42 --spin 7 --as-mb 256 --nofile 64 --arena --ext /a.so --init a_init --ext /b.so \
+             --poison",
         )
         .unwrap();
         assert!(a.arena);
-        assert!(!parse("--mode serve --ext /a.so").unwrap().arena);
+        assert!(!parse("--mode serve --parent 1 --ext /a.so").unwrap().arena);
         assert_eq!(a.mode, Mode::Zygote);
+        assert_eq!(a.parent, 42);
         assert_eq!(a.spin, 7);
         assert_eq!(a.limits.address_space_mb, 256);
         assert_eq!(a.limits.open_files, 64);
@@ -115,11 +123,13 @@ mod tests {
 
     #[test]
     fn refuses_bad_command_lines() {
-        assert!(parse("--ext /a.so").is_err());
-        assert!(parse("--mode serve").is_err());
-        assert!(parse("--mode other --ext /a.so").is_err());
-        assert!(parse("--mode serve --init x --ext /a.so").is_err());
-        assert!(parse("--mode serve --poison --ext /a.so").is_err());
-        assert!(parse("--mode serve --spin many --ext /a.so").is_err());
+        assert!(parse("--parent 1 --ext /a.so").is_err());
+        assert!(parse("--mode serve --parent 1").is_err());
+        assert!(parse("--mode serve --ext /a.so").is_err(), "the parent is required");
+        assert!(parse("--mode serve --parent me --ext /a.so").is_err());
+        assert!(parse("--mode other --parent 1 --ext /a.so").is_err());
+        assert!(parse("--mode serve --parent 1 --init x --ext /a.so").is_err());
+        assert!(parse("--mode serve --parent 1 --poison --ext /a.so").is_err());
+        assert!(parse("--mode serve --parent 1 --spin many --ext /a.so").is_err());
     }
 }

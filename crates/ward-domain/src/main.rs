@@ -12,7 +12,8 @@
 //! | 7 | the host's arena, with `--arena` (its large blocks, lent in place: see `ward_xpc::arena`) |
 //!
 //! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
-//! close every other descriptor, map the region, install the fault recorders, map the pools, load the extensions,
+//! tie its life to the host's (`--parent`; the host runs nothing in the child before exec), close every other
+//! descriptor, map the region, install the fault recorders, map the pools, load the extensions,
 //! run their init functions. Then, in `serve` mode, it applies the resource limits and serves calls; in `zygote` mode it
 //! waits for `fork` requests and forks a fresh, already-initialised incarnation for each (see [`zygote`]).
 
@@ -61,6 +62,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if !die_with(args.parent) {
+        eprintln!("ward-domain: its host (process {}) is gone; nothing to serve", args.parent);
+        return ExitCode::from(2);
+    }
     close_other_descriptors(args.arena);
     // SAFETY: the host passed fd 3 as the control socket; nothing else in this process owns it.
     let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(FD_CONTROL) });
@@ -117,6 +122,18 @@ fn report_error(control: &ControlSocket, message: &str) {
     let mut text = format!("error {message}");
     ward_xpc::control::fit(&mut text);
     let _ = control.send(&text, None);
+}
+
+/// Be killed when the thread that started this process ends (`PR_SET_PDEATHSIG`), and say whether `parent` is still
+/// this process's parent. The host starts domains without running anything in the child before exec, so the domain
+/// sets this itself; a host that ended before that has left this process to another parent, which the check sees.
+fn die_with(parent: i32) -> bool {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number, no pointers.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+        return false;
+    }
+    // SAFETY: getppid has no preconditions.
+    unsafe { libc::getppid() == parent }
 }
 
 /// Close every descriptor the host did not give us (a host may leak descriptors without `O_CLOEXEC`).

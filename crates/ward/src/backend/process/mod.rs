@@ -16,7 +16,6 @@ mod spawn;
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -81,7 +80,7 @@ fn lock(pools: &SharedPools) -> std::sync::MutexGuard<'_, Pools> {
 }
 
 struct Zygote {
-    child: Child,
+    child: spawn::DomainChild,
     pidfd: OwnedFd,
     control: ControlSocket,
     /// How the last incarnation ended, when the zygote said so while the host waited for another answer.
@@ -93,7 +92,7 @@ enum Parent {
     /// Forked by the zygote, which reports `exit ...` on its control socket.
     Zygote,
     /// Spawned by us.
-    Us(Child),
+    Us(spawn::DomainChild),
 }
 
 struct Incarnation {

@@ -1,9 +1,11 @@
 //! Starting `ward-domain` processes: finding the program, handing over the descriptors, waiting until it is loaded.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use ward_xpc::control::ControlSocket;
@@ -56,90 +58,108 @@ pub(crate) struct Launch<'a> {
 
 /// A started domain process with its pidfd.
 pub(crate) struct Started {
-    pub child: Child,
+    pub child: DomainChild,
     pub pidfd: OwnedFd,
     pub control: ControlSocket,
+}
+
+/// A domain process this process started: its id, and its exit status once waited for.
+#[derive(Debug)]
+pub(crate) struct DomainChild {
+    pid: i32,
+    status: Option<ExitStatus>,
+}
+
+impl DomainChild {
+    pub fn id(&self) -> u32 {
+        self.pid.unsigned_abs()
+    }
+
+    /// Wait for it to end (at once if it has) and reap it; later calls give the same status.
+    pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let mut raw = 0;
+        loop {
+            // SAFETY: waits for our own child; `raw` is a valid place for its status.
+            let rc = unsafe { libc::waitpid(self.pid, &mut raw, 0) };
+            if rc == self.pid {
+                let status = ExitStatus::from_raw(raw);
+                self.status = Some(status);
+                return Ok(status);
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+
+    /// SIGKILL, unless it has been reaped (its id may then be another process's).
+    fn kill(&self) {
+        if self.status.is_none() {
+            // SAFETY: kill takes no pointers; the process is our unreaped child, so the id is still its.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// Spawn and wait for `ready`. Must run on the monitor thread (see there why).
 pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
     let (ours, theirs) = ControlSocket::pair().map_err(|e| format!("cannot create a control socket: {e}"))?;
-    let mut cmd = Command::new(launch.program);
-    cmd.arg("--mode").arg(match launch.mode {
+    let mode = match launch.mode {
         Mode::Serve => "serve",
         Mode::Zygote => "zygote",
-    });
-    cmd.arg("--spin").arg(launch.spin.to_string());
-    cmd.arg("--as-mb").arg(launch.limits.address_space_mb.to_string());
-    cmd.arg("--cpu-s").arg(launch.limits.cpu_s.to_string());
-    cmd.arg("--nofile").arg(launch.limits.open_files.to_string());
+    };
+    let mut args: Vec<OsString> = vec![launch.program.into()];
+    for (flag, value) in [
+        ("--mode", mode.to_string()),
+        ("--parent", std::process::id().to_string()),
+        ("--spin", launch.spin.to_string()),
+        ("--as-mb", launch.limits.address_space_mb.to_string()),
+        ("--cpu-s", launch.limits.cpu_s.to_string()),
+        ("--nofile", launch.limits.open_files.to_string()),
+    ] {
+        args.push(flag.into());
+        args.push(value.into());
+    }
     if launch.arena.is_some() {
-        cmd.arg("--arena");
+        args.push("--arena".into());
     }
     for ext in launch.extensions {
-        cmd.arg("--ext").arg(&ext.path);
+        args.push("--ext".into());
+        args.push(ext.path.as_os_str().to_owned());
         if let Some(init) = &ext.init {
-            cmd.arg("--init").arg(init);
+            args.push("--init".into());
+            args.push(init.into());
         }
         if ext.poison {
-            cmd.arg("--poison");
+            args.push("--poison".into());
         }
     }
     // A preload shim (`ward run`) belongs to the host: the domain must load the plugin itself, not a proxy.
-    cmd.env_remove("LD_PRELOAD");
-    cmd.env_remove(crate::libfault::ENV_VAR);
+    let mut env: Vec<OsString> = std::env::vars_os()
+        .filter(|(k, _)| k != "LD_PRELOAD" && k != crate::libfault::ENV_VAR)
+        .map(|(k, v)| env_entry(&k, &v))
+        .collect();
     if let Some(preload) = launch.preload {
         // The domain's own preload, not the host's: it injects the library fault policy asks for into the calls of
         // one object.
-        cmd.env("LD_PRELOAD", &preload.library).env(crate::libfault::ENV_VAR, &preload.config);
+        env.push(env_entry("LD_PRELOAD".as_ref(), preload.library.as_os_str()));
+        env.push(env_entry(crate::libfault::ENV_VAR.as_ref(), preload.config.as_ref()));
     }
-    cmd.stdin(Stdio::null());
     // Descriptors 3, 4, 5, 6 and (with an arena) 7 in the domain, in this order.
-    let mut sources: [RawFd; 5] = [
-        std::os::fd::AsFd::as_fd(&theirs).as_raw_fd(),
-        launch.region.as_raw_fd(),
-        launch.pool_in.as_raw_fd(),
-        launch.pool_out.as_raw_fd(),
-        -1,
-    ];
-    let count = match launch.arena {
-        Some(fd) => {
-            sources[4] = fd.as_raw_fd();
-            5
-        }
-        None => 4,
-    };
-    // SAFETY: the closure runs in the forked child before exec and only calls async-signal-safe functions (fcntl,
-    // dup2, prctl) on descriptors that are open in the parent and therefore in the child.
-    unsafe {
-        cmd.pre_exec(move || {
-            // Move every source out of the way first so no dup2 clobbers a source not yet moved.
-            let mut moved = [0 as RawFd; 5];
-            for (i, src) in sources[..count].iter().enumerate() {
-                let fd = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 16);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                moved[i] = fd;
-            }
-            for (i, fd) in moved[..count].iter().enumerate() {
-                // dup2 clears close-on-exec on the new descriptor.
-                if libc::dup2(*fd, 3 + i as RawFd) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
+    let mut sources: Vec<BorrowedFd<'_>> = vec![theirs.as_fd(), launch.region, launch.pool_in, launch.pool_out];
+    sources.extend(launch.arena);
+    let pid = posix_spawn(launch.program, &args, &env, &sources)
+        .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
+    let mut child = DomainChild { pid, status: None };
     drop(theirs);
-    let pidfd = match pidfd_open(child.id() as i32) {
+    let pidfd = match pidfd_open(pid) {
         Ok(fd) => fd,
         Err(e) => {
-            let _ = child.kill();
+            child.kill();
             let _ = child.wait();
             return Err(format!("pidfd_open: {e}"));
         }
@@ -147,15 +167,176 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
     match ours.recv(Some(START_TIMEOUT)) {
         Ok(Some(m)) if m.text == "ready" => Ok(Started { child, pidfd, control: ours }),
         Ok(Some(m)) => {
-            let _ = child.kill();
+            child.kill();
             let _ = child.wait();
             Err(m.text.strip_prefix("error ").unwrap_or(&m.text).to_string())
         }
         Ok(None) | Err(_) => {
-            let _ = child.kill();
+            child.kill();
             let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
             Err(format!("the domain process ended during start-up ({status})"))
         }
+    }
+}
+
+fn env_entry(key: &OsStr, value: &OsStr) -> OsString {
+    let mut entry = key.to_owned();
+    entry.push("=");
+    entry.push(value);
+    entry
+}
+
+/// Start `program` with `args` (the first is its name) and the environment `env` (`KEY=VALUE` each), `sources` on
+/// descriptors 3, 4, ... in order, standard input from `/dev/null`, standard output and error shared with this
+/// process, no signal blocked and `SIGPIPE` at its default.
+///
+/// `posix_spawn`, not fork and exec: glibc's shares this process's memory with the child until it execs (like
+/// `vfork`), where a fork copies the page tables of the whole host first, which costs a host of a few gigabytes
+/// tens of milliseconds for every domain it starts. Nothing runs in the child before exec but the file actions,
+/// so the domain ties its life to ours itself (`--parent`).
+fn posix_spawn(
+    program: &Path,
+    args: &[OsString],
+    env: &[OsString],
+    sources: &[BorrowedFd<'_>],
+) -> std::io::Result<i32> {
+    let c = |s: &OsStr| CString::new(s.as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+    let program = c(program.as_os_str())?;
+    let args = args.iter().map(|a| c(a)).collect::<std::io::Result<Vec<_>>>()?;
+    let env = env.iter().map(|e| c(e)).collect::<std::io::Result<Vec<_>>>()?;
+    let mut argv: Vec<*mut libc::c_char> = args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    argv.push(std::ptr::null_mut());
+    let mut envp: Vec<*mut libc::c_char> = env.iter().map(|e| e.as_ptr().cast_mut()).collect();
+    envp.push(std::ptr::null_mut());
+    // Copies above every target number, so that no `dup2` onto 3, 4, ... overwrites a source not yet moved. They
+    // close on exec; the copies the child gets from `dup2` do not.
+    let moved = sources
+        .iter()
+        .map(|fd| fd.try_clone_to_owned().and_then(|fd| above(fd, 3 + sources.len() as RawFd)))
+        .collect::<std::io::Result<Vec<OwnedFd>>>()?;
+    let actions = FileActions::new()?;
+    for (i, fd) in moved.iter().enumerate() {
+        actions.dup2(fd.as_raw_fd(), 3 + i as RawFd)?;
+    }
+    actions.open_dev_null(0)?;
+    let attr = SpawnAttr::new()?;
+    attr.clean_signals()?;
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: `program`, `argv` and `envp` are NUL-terminated strings and NULL-terminated arrays of them that
+    // outlive the call; `actions` and `attr` are initialised; `pid` is a valid place for the child's id.
+    let rc = unsafe {
+        libc::posix_spawn(&mut pid, program.as_ptr(), actions.as_ptr(), attr.as_ptr(), argv.as_ptr(), envp.as_ptr())
+    };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(pid)
+}
+
+/// `fd` moved to a number at least `floor` (close-on-exec), or itself if it is there already.
+fn above(fd: OwnedFd, floor: RawFd) -> std::io::Result<OwnedFd> {
+    if fd.as_raw_fd() >= floor {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor we own; the new one is ours.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+    if moved < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `moved` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+}
+
+/// `posix_spawn_file_actions_t`, destroyed when dropped.
+struct FileActions(Box<libc::posix_spawn_file_actions_t>);
+
+impl FileActions {
+    fn new() -> std::io::Result<Self> {
+        // SAFETY: a zeroed value is only storage; `posix_spawn_file_actions_init` initialises it before any use.
+        let mut actions = Box::new(unsafe { std::mem::zeroed::<libc::posix_spawn_file_actions_t>() });
+        // SAFETY: `actions` points to storage for the type, which init fills in.
+        check(unsafe { libc::posix_spawn_file_actions_init(&mut *actions) })?;
+        Ok(FileActions(actions))
+    }
+
+    fn as_ptr(&self) -> *const libc::posix_spawn_file_actions_t {
+        &*self.0
+    }
+
+    fn dup2(&self, fd: RawFd, target: RawFd) -> std::io::Result<()> {
+        // SAFETY: initialised actions; the call records the action (glibc allocates), it touches no descriptor.
+        check(unsafe { libc::posix_spawn_file_actions_adddup2(self.as_ptr().cast_mut(), fd, target) })
+    }
+
+    fn open_dev_null(&self, target: RawFd) -> std::io::Result<()> {
+        // SAFETY: as in `dup2`; glibc copies the path, a NUL-terminated literal.
+        check(unsafe {
+            libc::posix_spawn_file_actions_addopen(
+                self.as_ptr().cast_mut(),
+                target,
+                c"/dev/null".as_ptr(),
+                libc::O_RDONLY,
+                0,
+            )
+        })
+    }
+}
+
+impl Drop for FileActions {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new`, destroyed once here.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut *self.0) };
+    }
+}
+
+/// `posix_spawnattr_t`, destroyed when dropped.
+struct SpawnAttr(Box<libc::posix_spawnattr_t>);
+
+impl SpawnAttr {
+    fn new() -> std::io::Result<Self> {
+        // SAFETY: as in `FileActions::new`.
+        let mut attr = Box::new(unsafe { std::mem::zeroed::<libc::posix_spawnattr_t>() });
+        // SAFETY: `attr` points to storage for the type, which init fills in.
+        check(unsafe { libc::posix_spawnattr_init(&mut *attr) })?;
+        Ok(SpawnAttr(attr))
+    }
+
+    fn as_ptr(&self) -> *const libc::posix_spawnattr_t {
+        &*self.0
+    }
+
+    /// No signal blocked in the child, whatever the calling thread blocks, and `SIGPIPE` at its default (Rust
+    /// programs ignore it), as `std::process::Command` leaves them.
+    fn clean_signals(&self) -> std::io::Result<()> {
+        // SAFETY: all-zero `sigset_t`s are valid storage; sigemptyset and sigaddset initialise and fill them.
+        let (mut none, mut pipe): (libc::sigset_t, libc::sigset_t) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: valid `sigset_t`s; SIGPIPE is a valid signal number; the attribute calls copy the sets.
+        unsafe {
+            libc::sigemptyset(&mut none);
+            libc::sigemptyset(&mut pipe);
+            libc::sigaddset(&mut pipe, libc::SIGPIPE);
+            check(libc::posix_spawnattr_setsigmask(self.as_ptr().cast_mut(), &none))?;
+            check(libc::posix_spawnattr_setsigdefault(self.as_ptr().cast_mut(), &pipe))?;
+            let flags = (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short;
+            check(libc::posix_spawnattr_setflags(self.as_ptr().cast_mut(), flags))
+        }
+    }
+}
+
+impl Drop for SpawnAttr {
+    fn drop(&mut self) {
+        // SAFETY: initialised in `new`, destroyed once here.
+        unsafe { libc::posix_spawnattr_destroy(&mut *self.0) };
+    }
+}
+
+/// The `posix_spawn*` functions return an error number instead of setting `errno`.
+fn check(rc: libc::c_int) -> std::io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(rc))
     }
 }
 
