@@ -23,6 +23,8 @@ struct Plan {
     shrink: u64,
     recoveries: usize,
     spawn_recoveries: usize,
+    /// Bytes of touched heap for the `start` group's big host.
+    big_heap: usize,
 }
 
 impl Plan {
@@ -31,8 +33,8 @@ impl Plan {
     }
 }
 
-const FULL: Plan = Plan { runs: 15, shrink: 1, recoveries: 101, spawn_recoveries: 31 };
-const QUICK: Plan = Plan { runs: 3, shrink: 20, recoveries: 9, spawn_recoveries: 5 };
+const FULL: Plan = Plan { runs: 15, shrink: 1, recoveries: 101, spawn_recoveries: 31, big_heap: 1 << 30 };
+const QUICK: Plan = Plan { runs: 3, shrink: 20, recoveries: 9, spawn_recoveries: 5, big_heap: 64 << 20 };
 
 /// Medians and spread of per-operation times.
 #[derive(Clone, Copy)]
@@ -217,6 +219,7 @@ pub fn run(json: bool, quick: bool) -> Result<bool> {
     buffers(&mut out, plan, &well)?;
     deferred(&mut out, plan, &well)?;
     recovery(&mut out, plan, &faulty)?;
+    starts(&mut out, plan, &well)?;
     Ok(true)
 }
 
@@ -422,6 +425,24 @@ fn recovery(out: &mut Out, plan: Plan, faulty: &Path) -> Result<()> {
     let (took, call) = recoveries(&faulty_mpk, Isolation::Mpk, false, plan.recoveries)?;
     out.emit("recovery", "snapshot", "mpk", took, Throughput::None, Some(Target::AtMostNs(50e3)))?;
     out.emit("recovery", "snapshot-call", "mpk", call, Throughput::None, None)
+}
+
+/// Starting a process domain, from loading the extension to the reply of its first call: from this process as it
+/// is, and again with a gigabyte of touched heap (64 MiB with `--quick`). A host's size must not show in it: the
+/// domain is spawned, not forked from the host.
+fn starts(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
+    let s = measure(plan.runs, 1, |_| start_once(well))?;
+    out.emit("start", "process", "process", s, Throughput::None, None)?;
+    // Non-zero, so every page is written and the host really holds it.
+    let heap = vec![1u8; plan.big_heap];
+    let s = measure(plan.runs, 1, |_| start_once(well))?;
+    black_box(&heap);
+    out.emit("start", "big-host", "process", s, Throughput::None, None)
+}
+
+fn start_once(well: &Path) -> Result<()> {
+    let (_sup, ext) = well_under(well, Isolation::Process, "adaptive")?;
+    call_void(&ext.function("well_null")?, 1)
 }
 
 /// Crash to ready `samples` times (a null dereference in faulty_compute each time). Returns the `took` of each

@@ -104,7 +104,7 @@ pub enum DemoIsolation {
 
 #[derive(Subcommand)]
 enum BenchWhat {
-    /// Cross-domain calls: null calls, buffers, deferred calls, recovery.
+    /// Cross-domain calls: null calls, buffers, deferred calls, recovery, starting a domain.
     Xpc {
         /// One JSON object per line instead of a table.
         #[arg(long)]

@@ -129,7 +129,7 @@ fn bench_reports_every_isolation() {
     for iso in ["native", "none", "process", "mpk"] {
         assert!(lines.iter().any(|l| l["isolation"] == iso), "no {iso} line: {lines:#?}");
     }
-    for name in ["null_call", "buffer_4k", "buffer_1m", "deferred", "recovery"] {
+    for name in ["null_call", "buffer_4k", "buffer_1m", "deferred", "recovery", "start"] {
         assert!(lines.iter().any(|l| l["name"] == name), "no {name} line: {lines:#?}");
     }
     // The machine's floors, the sleeping ones both across processors and on one.
