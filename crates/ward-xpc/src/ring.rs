@@ -472,6 +472,24 @@ impl Consumer {
         Ok(next.is_none())
     }
 
+    /// Give this thread's processor away (`sched_yield`) up to `yields` times, looking at the ring before each:
+    /// `Some(Ready)` or `Some(Stopped)` as soon as a record is there or `stop()` returns true, `None` if neither
+    /// came. For a producer that runs on this processor: yielding lets it run at once, and a consumer that yields
+    /// instead of sleeping needs no wake-up for the record (so the scheduler has no chance to wake it on another
+    /// processor). A producer elsewhere gets a short spin out of it, at a system call a turn.
+    pub fn yield_for(&mut self, yields: u32, stop: &dyn Fn() -> bool) -> Result<Option<WaitOutcome>, RingError> {
+        for _ in 0..yields {
+            if !self.is_empty()? {
+                return Ok(Some(WaitOutcome::Ready));
+            }
+            if stop() {
+                return Ok(Some(WaitOutcome::Stopped));
+            }
+            std::thread::yield_now();
+        }
+        Ok((!self.is_empty()?).then_some(WaitOutcome::Ready))
+    }
+
     /// Block until a record is available (`Ready`), `deadline` passes (`TimedOut`) or `stop()` returns true
     /// (`Stopped`). A record already there wins over both.
     ///
@@ -876,6 +894,32 @@ mod tests {
         p.push(&record(16, 0)).unwrap();
         p.publish();
         assert_eq!(c.wait(0, Some(&mut Deadline::at(Instant::now())), &|| true).unwrap(), WaitOutcome::Ready);
+    }
+
+    #[test]
+    fn yielding_sees_a_record_or_a_stop_and_otherwise_gives_up() {
+        let (_r, mut p, mut c) = pair(CAP);
+        assert_eq!(c.yield_for(8, &|| false).unwrap(), None, "nothing came");
+        assert_eq!(c.yield_for(8, &|| true).unwrap(), Some(WaitOutcome::Stopped));
+        assert_eq!(c.yield_for(0, &|| true).unwrap(), None, "no turn, no look at stop");
+        p.push(&record(16, 0)).unwrap();
+        assert!(!p.publish(), "a consumer that yields is not asleep: no wake-up");
+        assert_eq!(c.yield_for(8, &|| true).unwrap(), Some(WaitOutcome::Ready), "a record wins over a stop");
+        assert_eq!(c.yield_for(0, &|| false).unwrap(), Some(WaitOutcome::Ready), "and is seen without a turn");
+    }
+
+    #[test]
+    fn a_record_published_while_the_consumer_yields_is_seen_without_a_wake_up() {
+        let (_r, mut p, mut c) = pair(CAP);
+        let consumer = std::thread::spawn(move || {
+            // As many turns as it takes: the producer publishes after the consumer has begun.
+            let outcome = c.yield_for(u32::MAX, &|| false);
+            (outcome, c)
+        });
+        p.push(&record(16, 0)).unwrap();
+        assert!(!p.publish(), "the consumer yields, it does not sleep");
+        let (outcome, _c) = consumer.join().unwrap();
+        assert_eq!(outcome.unwrap(), Some(WaitOutcome::Ready));
     }
 
     #[test]

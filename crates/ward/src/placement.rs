@@ -1,15 +1,16 @@
 //! Where a sleeping domain process runs: on the processor of the thread that calls it.
 //!
 //! A synchronous call never runs host and domain at the same time: the caller waits for the reply. When both sides
-//! sleep instead of spinning, a call is two wake-ups, and waking a process that sleeps on another processor costs
-//! an inter-processor interrupt (in a virtual machine, waking a halted virtual CPU: tens of microseconds here). Woken
-//! on the caller's own processor, the domain runs as soon as the caller goes to sleep, and the reply wakes the
-//! caller there in turn: a hand-over, as an L4 kernel switches directly from client to server. The host's threads
-//! are the host's business and are never moved; the domain's serving thread follows them. The scheduler may still
-//! wake the caller on another, idle processor (or pull it there while the domain runs), which costs the hand-over
-//! an inter-processor wake-up and the next call a move of the domain; a caller that keeps being taken away is
-//! [`held`](hold_here) on its processor while it sleeps for a reply, and let go as soon as it wakes, before any of
-//! the host's code runs. `ward bench xpc` uses the same functions for the machine's own floor of a hand-over.
+//! sleep instead of spinning, a call is two wake-ups, and waking a process that sleeps on another processor costs an
+//! inter-processor interrupt (in a virtual machine, waking a halted virtual CPU: tens of microseconds here). Woken on
+//! the caller's own processor, the domain runs as soon as the caller goes to sleep, and the reply wakes the caller
+//! there in turn: a hand-over, as an L4 kernel switches directly from client to server (the caller in fact yields the
+//! processor rather than sleeping, so the reply needs no wake-up at all). The host's threads are the host's business
+//! and are never moved; the domain's serving thread follows them. The scheduler may still wake a caller that had to
+//! sleep on another, idle processor (or pull it there while the domain runs), which costs the hand-over an
+//! inter-processor wake-up and the next call a move of the domain; a caller that keeps being taken away is
+//! [`held`](hold_here) on its processor while it sleeps for a reply, and let go as soon as it wakes, before any of the
+//! host's code runs. `ward bench xpc` uses the same functions for the machine's own floor of a hand-over.
 
 use std::io;
 use std::marker::PhantomData;

@@ -179,8 +179,9 @@ pub enum WaitMode {
     Adaptive,
     /// Spin only.
     Poll,
-    /// Sleep at once. A process domain then runs on the processor of the thread that calls it, so each call is a
-    /// hand-over on one processor rather than a wake-up across processors (`ward::placement`).
+    /// Do not spin. A process domain then runs on the processor of the thread that calls it, so each call is a
+    /// hand-over on one processor rather than a wake-up across processors (`ward::placement`): the caller yields
+    /// that processor to the domain, and sleeps only if the reply is slow to come.
     Sleep,
 }
 

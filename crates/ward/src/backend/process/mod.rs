@@ -50,6 +50,10 @@ const ZYGOTE_TIMEOUT: Duration = Duration::from_secs(10);
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deferred records are published at least this often, so a long batch keeps the domain busy.
 const DEFER_BATCH: u32 = 64;
+/// Handing over, how many times the caller yields its processor to the domain before it sleeps for the reply. A
+/// domain that runs there takes it at the first and gives it back when it sleeps after the reply; the rest cover
+/// a domain that is preempted or (its move refused) runs elsewhere, for a few tens of microseconds at most.
+const HAND_OVER_YIELDS: u32 = 64;
 /// Buffers in the host's arena at least this large are lent in place; smaller ones cost less to copy than the
 /// domain's two protection changes.
 const LEND_IN_PLACE_MIN: usize = 64 << 10;
@@ -671,6 +675,17 @@ impl ProcessBackend {
                         return Err(BackendError::Fault(FaultKind::Vanished));
                     };
                     let handing_over = spin == 0;
+                    if handing_over {
+                        // The domain runs on this processor: yield it, and the reply needs no wake-up, which
+                        // the scheduler could deliver on another processor. Sleep only if it is slow to come.
+                        let yielded = self
+                            .replies
+                            .yield_for(HAND_OVER_YIELDS, &|| live.death.is_dead())
+                            .map_err(|e| protocol(format!("reply ring: {e}")))?;
+                        if yielded.is_some() {
+                            continue;
+                        }
+                    }
                     let held = if handing_over && self.stay.hold() {
                         placement::hold_here().unwrap_or_else(|e| {
                             tracing::debug!(error = %e, "cannot hold the caller on its processor");
