@@ -238,12 +238,32 @@ fn another_host_thread_waiting_on_a_failing_domain_gets_correct_results() {
 #[test]
 fn an_extension_that_keeps_calling_back_still_runs_out_of_time() {
     // well_map_sum(f, n) calls f n times: with an enormous n it loops through the host forever. The deadline bounds
-    // the domain's own time, so the host's time in the callbacks does not keep it alive.
-    let policy = "[extension.well.function.well_map_sum]\ndeadline_ms = 300\nretryable = false\n";
-    let sup = Supervisor::new(Policy::from_toml_str(policy, "test").unwrap());
-    let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
-    let identity = sup.register_callback(Signature::new(&[ValType::I64], RetType::I64), |a| a[0]).unwrap();
-    let e = well.call("well_map_sum", &mut [Arg::Callback(&identity), Arg::I64(i64::MAX)], RetType::I64).unwrap_err();
-    assert!(matches!(e.fault().map(|f| &f.kind), Some(FaultKind::Timeout { .. })), "{e}");
-    ward_sum_is_correct(&well);
+    // the domain's own time, so the host's time in the callbacks does not keep it alive, however the host waits
+    // (handing over, the host yields its processor to the domain and may find the next callback at every turn).
+    for wait in ["adaptive", "sleep", "poll"] {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let policy = format!(
+                "[extension.well]\nwait = \"{wait}\"\n\
+                 [extension.well.function.well_map_sum]\ndeadline_ms = 300\nretryable = false\n"
+            );
+            let sup = Supervisor::new(Policy::from_toml_str(&policy, "test").unwrap());
+            let well = sup.load_with(builtin("well"), Some(Isolation::Process)).unwrap();
+            let identity = sup.register_callback(Signature::new(&[ValType::I64], RetType::I64), |a| a[0]).unwrap();
+            let e = well
+                .call("well_map_sum", &mut [Arg::Callback(&identity), Arg::I64(i64::MAX)], RetType::I64)
+                .unwrap_err();
+            assert!(matches!(e.fault().map(|f| &f.kind), Some(FaultKind::Timeout { .. })), "wait {wait}: {e}");
+            ward_sum_is_correct(&well);
+            let _ = done.send(());
+        });
+        // Generous: the deadline is 300 ms, but a loaded machine may be slow to notice and restart.
+        match finished.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("wait {wait}: the endless callbacks never timed out")
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("wait {wait}: the calling thread failed"),
+        }
+    }
 }

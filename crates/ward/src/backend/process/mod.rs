@@ -676,6 +676,11 @@ impl ProcessBackend {
                     };
                     let handing_over = spin == 0;
                     if handing_over {
+                        // The ring is empty, as when a wait would look at the deadline: look here, or an extension
+                        // that calls back at once, in a loop, would have its next callback ready after every turn.
+                        if deadline.passed() && self.replies.is_empty().unwrap_or(true) {
+                            return Err(BackendError::TimedOut);
+                        }
                         // The domain runs on this processor: yield it, and the reply needs no wake-up, which
                         // the scheduler could deliver on another processor. Sleep only if it is slow to come.
                         let yielded = self
