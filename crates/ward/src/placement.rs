@@ -40,26 +40,35 @@ pub fn confine(tid: i32, cpus: &[usize]) -> io::Result<()> {
         // SAFETY: `cpu` is below `CPU_SETSIZE` (checked above), so the bit is inside `set`.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
-    // SAFETY: `set` is a valid, initialised `cpu_set_t` of the size passed; the kernel only reads it.
-    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    write_set(tid, &set)
 }
 
 /// The processors thread `tid` may run on (0: the calling thread), in ascending order.
 pub fn affinity(tid: i32) -> io::Result<Vec<usize>> {
-    // SAFETY: as in `confine`.
+    let set = read_set(tid)?;
+    // SAFETY: every index tested is below `CPU_SETSIZE`, inside `set`.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+fn read_set(tid: i32) -> io::Result<libc::cpu_set_t> {
+    // SAFETY: an all-zero `cpu_set_t` is the empty set (it is a plain bit array).
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid `cpu_set_t` of the size passed; the kernel writes at most that much into it.
     let rc = unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: every index tested is below `CPU_SETSIZE`, inside `set`.
-    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+    Ok(set)
+}
+
+fn write_set(tid: i32, set: &libc::cpu_set_t) -> io::Result<()> {
+    // SAFETY: `set` is a valid, initialised `cpu_set_t` of the size passed; the kernel only reads it.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// The calling thread, held on the processor it runs on until this is dropped (on the same thread), when it may
@@ -76,13 +85,7 @@ pub struct Held {
 /// or when the system does not say which processor that is.
 pub fn hold_here() -> io::Result<Option<Held>> {
     let Some(cpu) = current_cpu() else { return Ok(None) };
-    // SAFETY: as in `confine`.
-    let mut before: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `before` is a valid `cpu_set_t` of the size passed; the kernel writes at most that much into it.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut before) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let before = read_set(0)?;
     // SAFETY: `before` is an initialised `cpu_set_t`; `CPU_COUNT` only reads it.
     if unsafe { libc::CPU_COUNT(&before) } <= 1 {
         return Ok(None);
@@ -93,11 +96,9 @@ pub fn hold_here() -> io::Result<Option<Held>> {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        // SAFETY: `before` is the valid `cpu_set_t` read in `hold_here`; the kernel only reads it.
-        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.before) };
-        if rc != 0 {
+        if let Err(e) = write_set(0, &self.before) {
             // Its processor set changed under it (a cgroup's, say) so that none it had is left: it keeps the one.
-            tracing::warn!(error = %io::Error::last_os_error(), "cannot let a held thread run where it could before");
+            tracing::warn!(error = %e, "cannot let a held thread run where it could before");
         }
     }
 }

@@ -18,12 +18,9 @@ fn confine_this_thread(cpus: &[usize]) {
     ward::placement::confine(0, cpus).unwrap_or_else(|e| panic!("sched_setaffinity: {e}"));
 }
 
-/// The processor `pid` last ran on: field 39 of `/proc/PID/stat`, counted after the command's closing parenthesis.
+/// The processor `pid` last ran on: field 39 of `/proc/PID/stat`.
 fn last_processor(pid: i32) -> usize {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read the domain's stat");
-    let after_name = &stat[stat.rfind(')').expect("a stat line names its command in parentheses") + 2..];
-    // Fields 3 onwards; the processor is field 39.
-    after_name.split(' ').nth(39 - 3).and_then(|f| f.parse().ok()).expect("the processor field")
+    stat_field(pid, 39)
 }
 
 fn add(ext: &Extension, d: i64) -> i64 {

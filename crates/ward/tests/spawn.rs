@@ -14,11 +14,9 @@ use ward::Isolation;
 /// Set in the environment of this test program when it runs as the host of `host_that_waits`.
 const HOST_ENV: &str = "WARD_TEST_SPAWN_HOST";
 
-/// The parent process id of `pid`: field 4 of `/proc/PID/stat`, counted after the command's closing parenthesis.
+/// The parent process id of `pid`: field 4 of `/proc/PID/stat`.
 fn parent_of(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read stat");
-    let after_name = &stat[stat.rfind(')').expect("a stat line names its command in parentheses") + 2..];
-    after_name.split(' ').nth(1).and_then(|f| f.parse().ok()).expect("the parent field")
+    stat_field(pid, 4)
 }
 
 /// A `/proc/PID/status` field, as hex.

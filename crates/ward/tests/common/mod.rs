@@ -112,3 +112,12 @@ pub fn library_with_a_crashing_constructor(dir: &std::path::Path) -> PathBuf {
     );
     so
 }
+
+/// Field `n` (counted from 1, as `proc(5)` does) of `/proc/PID/stat`, read after the command's closing parenthesis
+/// (the command may hold spaces).
+pub fn stat_field<T: std::str::FromStr>(pid: i32, n: usize) -> T {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    let after_name = &stat[stat.rfind(')').expect("a stat line names its command in parentheses") + 2..];
+    // The text after the parenthesis starts at field 3.
+    after_name.split(' ').nth(n - 3).and_then(|f| f.parse().ok()).unwrap_or_else(|| panic!("stat field {n} of {pid}"))
+}

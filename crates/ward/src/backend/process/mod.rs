@@ -700,10 +700,11 @@ impl ProcessBackend {
                     } else {
                         None
                     };
-                    let slept_on = placement::current_cpu();
+                    // Only a caller that hands over is watched for being woken elsewhere.
+                    let slept_on = handing_over.then(placement::current_cpu);
                     let outcome = self.replies.wait(spin, Some(&mut *deadline), &|| live.death.is_dead());
                     drop(held);
-                    if handing_over {
+                    if let Some(slept_on) = slept_on {
                         self.stay.waited(slept_on != placement::current_cpu());
                     }
                     let outcome = outcome.map_err(|e| protocol(format!("reply ring: {e}")))?;

@@ -212,39 +212,44 @@ fn posix_spawn(
     // close on exec; the copies the child gets from `dup2` do not.
     let moved = sources
         .iter()
-        .map(|fd| fd.try_clone_to_owned().and_then(|fd| above(fd, 3 + sources.len() as RawFd)))
+        .map(|fd| copy_above(*fd, 3 + sources.len() as RawFd))
         .collect::<std::io::Result<Vec<OwnedFd>>>()?;
-    let actions = FileActions::new()?;
+    let mut actions = FileActions::new()?;
     for (i, fd) in moved.iter().enumerate() {
         actions.dup2(fd.as_raw_fd(), 3 + i as RawFd)?;
     }
     actions.open_dev_null(0)?;
-    let attr = SpawnAttr::new()?;
+    let mut attr = SpawnAttr::new()?;
     attr.clean_signals()?;
     let mut pid: libc::pid_t = 0;
     // SAFETY: `program`, `argv` and `envp` are NUL-terminated strings and NULL-terminated arrays of them that
     // outlive the call; `actions` and `attr` are initialised; `pid` is a valid place for the child's id.
-    let rc = unsafe {
-        libc::posix_spawn(&mut pid, program.as_ptr(), actions.as_ptr(), attr.as_ptr(), argv.as_ptr(), envp.as_ptr())
-    };
+    let rc =
+        unsafe { libc::posix_spawn(&mut pid, program.as_ptr(), &*actions.0, &*attr.0, argv.as_ptr(), envp.as_ptr()) };
     if rc != 0 {
         return Err(std::io::Error::from_raw_os_error(rc));
     }
     Ok(pid)
 }
 
-/// `fd` moved to a number at least `floor` (close-on-exec), or itself if it is there already.
-fn above(fd: OwnedFd, floor: RawFd) -> std::io::Result<OwnedFd> {
-    if fd.as_raw_fd() >= floor {
-        return Ok(fd);
-    }
-    // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor we own; the new one is ours.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
-    if moved < 0 {
+/// A close-on-exec copy of `fd` numbered `floor` or above.
+fn copy_above(fd: BorrowedFd<'_>, floor: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor that is open for the borrow's lifetime; the new one is ours.
+    let copy = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+    if copy < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: `moved` is a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+    // SAFETY: `copy` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
+}
+
+/// A `posix_spawn*_t` on the heap, initialised by its `init` function.
+fn initialised<T>(init: unsafe extern "C" fn(*mut T) -> libc::c_int) -> std::io::Result<Box<T>> {
+    // SAFETY: a zeroed value is only storage (these are plain C structs); `init` fills it in before any use.
+    let mut value = Box::new(unsafe { std::mem::zeroed::<T>() });
+    // SAFETY: `value` points to storage for a `T`, which `init` initialises.
+    check(unsafe { init(&mut *value) })?;
+    Ok(value)
 }
 
 /// `posix_spawn_file_actions_t`, destroyed when dropped.
@@ -252,32 +257,18 @@ struct FileActions(Box<libc::posix_spawn_file_actions_t>);
 
 impl FileActions {
     fn new() -> std::io::Result<Self> {
-        // SAFETY: a zeroed value is only storage; `posix_spawn_file_actions_init` initialises it before any use.
-        let mut actions = Box::new(unsafe { std::mem::zeroed::<libc::posix_spawn_file_actions_t>() });
-        // SAFETY: `actions` points to storage for the type, which init fills in.
-        check(unsafe { libc::posix_spawn_file_actions_init(&mut *actions) })?;
-        Ok(FileActions(actions))
+        initialised(libc::posix_spawn_file_actions_init).map(FileActions)
     }
 
-    fn as_ptr(&self) -> *const libc::posix_spawn_file_actions_t {
-        &*self.0
-    }
-
-    fn dup2(&self, fd: RawFd, target: RawFd) -> std::io::Result<()> {
+    fn dup2(&mut self, fd: RawFd, target: RawFd) -> std::io::Result<()> {
         // SAFETY: initialised actions; the call records the action (glibc allocates), it touches no descriptor.
-        check(unsafe { libc::posix_spawn_file_actions_adddup2(self.as_ptr().cast_mut(), fd, target) })
+        check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut *self.0, fd, target) })
     }
 
-    fn open_dev_null(&self, target: RawFd) -> std::io::Result<()> {
+    fn open_dev_null(&mut self, target: RawFd) -> std::io::Result<()> {
         // SAFETY: as in `dup2`; glibc copies the path, a NUL-terminated literal.
         check(unsafe {
-            libc::posix_spawn_file_actions_addopen(
-                self.as_ptr().cast_mut(),
-                target,
-                c"/dev/null".as_ptr(),
-                libc::O_RDONLY,
-                0,
-            )
+            libc::posix_spawn_file_actions_addopen(&mut *self.0, target, c"/dev/null".as_ptr(), libc::O_RDONLY, 0)
         })
     }
 }
@@ -294,20 +285,12 @@ struct SpawnAttr(Box<libc::posix_spawnattr_t>);
 
 impl SpawnAttr {
     fn new() -> std::io::Result<Self> {
-        // SAFETY: as in `FileActions::new`.
-        let mut attr = Box::new(unsafe { std::mem::zeroed::<libc::posix_spawnattr_t>() });
-        // SAFETY: `attr` points to storage for the type, which init fills in.
-        check(unsafe { libc::posix_spawnattr_init(&mut *attr) })?;
-        Ok(SpawnAttr(attr))
-    }
-
-    fn as_ptr(&self) -> *const libc::posix_spawnattr_t {
-        &*self.0
+        initialised(libc::posix_spawnattr_init).map(SpawnAttr)
     }
 
     /// No signal blocked in the child, whatever the calling thread blocks, and `SIGPIPE` at its default (Rust
     /// programs ignore it), as `std::process::Command` leaves them.
-    fn clean_signals(&self) -> std::io::Result<()> {
+    fn clean_signals(&mut self) -> std::io::Result<()> {
         // SAFETY: all-zero `sigset_t`s are valid storage; sigemptyset and sigaddset initialise and fill them.
         let (mut none, mut pipe): (libc::sigset_t, libc::sigset_t) =
             unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
@@ -316,10 +299,10 @@ impl SpawnAttr {
             libc::sigemptyset(&mut none);
             libc::sigemptyset(&mut pipe);
             libc::sigaddset(&mut pipe, libc::SIGPIPE);
-            check(libc::posix_spawnattr_setsigmask(self.as_ptr().cast_mut(), &none))?;
-            check(libc::posix_spawnattr_setsigdefault(self.as_ptr().cast_mut(), &pipe))?;
+            check(libc::posix_spawnattr_setsigmask(&mut *self.0, &none))?;
+            check(libc::posix_spawnattr_setsigdefault(&mut *self.0, &pipe))?;
             let flags = (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short;
-            check(libc::posix_spawnattr_setflags(self.as_ptr().cast_mut(), flags))
+            check(libc::posix_spawnattr_setflags(&mut *self.0, flags))
         }
     }
 }
