@@ -19,6 +19,13 @@ pub struct CheckArgs {
     /// Only one summary line per extension, without the reasons.
     #[arg(long)]
     brief: bool,
+    /// Also list the sandbox each extension's process domain gets under the policy: every protection, whether it
+    /// is on, loosened by the policy (with its reason) or missing on this machine.
+    #[arg(long)]
+    sandbox: bool,
+    /// The policy to read the sandbox settings from (default: the built-in defaults).
+    #[arg(long, value_name = "FILE", requires = "sandbox")]
+    policy: Option<PathBuf>,
     /// Extensions (.so files), or directories: every *.so directly inside one is checked, in name order.
     #[arg(value_name = "PATH", required = true)]
     paths: Vec<PathBuf>,
@@ -45,6 +52,10 @@ pub fn is_bad_input(e: &anyhow::Error) -> bool {
 }
 
 pub fn run(args: CheckArgs) -> Result<bool> {
+    let policy = match &args.policy {
+        Some(path) => ward::Policy::from_file(path)?,
+        None => ward::Policy::default(),
+    };
     // Inputs are the files checked plus the arguments that did not even give files.
     let mut bad = 0;
     let mut unexpanded = 0;
@@ -63,6 +74,10 @@ pub fn run(args: CheckArgs) -> Result<bool> {
     let mut reports = Vec::new();
     for file in &files {
         match ward::check::check(file) {
+            Ok(report) if args.json && args.sandbox => {
+                let protections = protections(&policy, &report.name);
+                report::json_line(&serde_json::json!({ "check": report, "sandbox": protections }))?
+            }
             Ok(report) if args.json => report::json_line(&report)?,
             Ok(report) => reports.push(report),
             Err(e) => {
@@ -74,6 +89,11 @@ pub fn run(args: CheckArgs) -> Result<bool> {
 
     if !args.json {
         print_human(&reports, args.brief)?;
+        if args.sandbox {
+            for r in &reports {
+                print_sandbox(&policy, &r.name)?;
+            }
+        }
     }
     if bad > 0 {
         return Err(BadInputs { bad, total: files.len() + unexpanded }.into());
@@ -128,4 +148,114 @@ fn summary(verdict: &KindVerdict) -> String {
         1 => format!("{} NO (1 reason)", verdict.isolation),
         n => format!("{} NO ({n} reasons)", verdict.isolation),
     }
+}
+
+/// One protection of a process domain's sandbox, as `ward check --sandbox` lists it.
+#[derive(serde::Serialize)]
+struct Protection {
+    name: &'static str,
+    /// `on`, `loosened` (by the policy), `off` (by the policy), `missing` (this machine lacks it).
+    state: &'static str,
+    what: String,
+}
+
+/// The protections the process domain of extension `name` gets under `policy` on this machine, in the order the
+/// domain applies them.
+fn protections(policy: &ward::Policy, name: &str) -> Vec<Protection> {
+    let effective = policy.for_extension(name);
+    let sandbox = &effective.sandbox;
+    let missing = ward::sandbox::missing();
+    let lacks = |protection: &str| missing.iter().find(|m| m.protection == protection).map(|m| m.why.clone());
+    let reason = sandbox.reason.as_deref().map(|r| format!(" (policy: {r})")).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut push = |name, state, what: String| out.push(Protection { name, state, what });
+    push("stdout", "on", "standard output is /dev/null: nothing reaches the host's output".into());
+    push("no-new-privs", "on", "no set-uid program or file capability raises its privileges".into());
+    push("not-dumpable", "on", "no core dump; other processes of the user cannot attach".into());
+    push("capabilities", "on", "every capability dropped (ambient, bounding, effective, permitted)".into());
+    let landlock = |part: &'static str, what: &str, loosened: bool| -> (&'static str, String) {
+        if !sandbox.landlock {
+            ("off", format!("{what}: Landlock is off{reason}"))
+        } else if let Some(why) = lacks(part).or_else(|| lacks("landlock")) {
+            ("missing", why)
+        } else if loosened {
+            ("loosened", format!("{what}: loosened{reason}"))
+        } else {
+            ("on", what.to_string())
+        }
+    };
+    let (state, what) = landlock(
+        "landlock",
+        &if sandbox.writable.is_empty() {
+            "files: read and execute only, written nowhere".to_string()
+        } else {
+            let paths: Vec<String> = sandbox.writable.iter().map(|p| p.display().to_string()).collect();
+            format!("files: read and execute only, written beneath {} only", paths.join(", "))
+        },
+        !sandbox.writable.is_empty(),
+    );
+    push("landlock-files", state, what);
+    let (state, what) = landlock("landlock-network", "no TCP bind or connect", sandbox.network);
+    push("landlock-network", state, what);
+    let (state, what) =
+        landlock("landlock-scopes", "no signal or abstract socket outside the domain; no ptrace of the host", false);
+    push("landlock-scopes", state, what);
+    let seccomp_state = if !sandbox.seccomp {
+        "off"
+    } else if lacks("seccomp").is_some() {
+        "missing"
+    } else if sandbox.network || sandbox.exec || sandbox.fork || !sandbox.writable.is_empty() {
+        "loosened"
+    } else {
+        "on"
+    };
+    let what = match seccomp_state {
+        "off" => format!("no system call filter{reason}"),
+        "missing" => lacks("seccomp").unwrap_or_default(),
+        _ => {
+            let mut refused = vec!["ptrace", "process_vm_*", "pidfd_getfd", "signals beyond itself", "mount", "bpf"];
+            for (allowed, what) in [
+                (sandbox.network, "sockets"),
+                (sandbox.exec, "execve"),
+                (sandbox.fork, "child processes"),
+                (!sandbox.writable.is_empty(), "opening files for writing"),
+            ] {
+                if !allowed {
+                    refused.push(what);
+                }
+            }
+            let given: Vec<String> = sandbox.loosened();
+            let given = if given.is_empty() {
+                String::new()
+            } else {
+                format!("; allowed by the policy: {}{reason}", given.join(", "))
+            };
+            format!("allow-list; refused among others: {}{given}", refused.join(", "))
+        }
+    };
+    push("seccomp", seccomp_state, what);
+    let limits = &effective.limits;
+    let mb = |v: u64| if v == 0 { "unlimited".to_string() } else { format!("{v} MiB") };
+    let seconds = |v: u64| if v == 0 { "unlimited".to_string() } else { format!("{v} s") };
+    push(
+        "limits",
+        "on",
+        format!(
+            "rlimits, the zygote included: address space {}, CPU {}, {} open files",
+            mb(limits.address_space_mb),
+            seconds(limits.cpu_s),
+            limits.open_files
+        ),
+    );
+    out
+}
+
+fn print_sandbox(policy: &ward::Policy, name: &str) -> Result<()> {
+    let effective = policy.for_extension(name);
+    let isolation = effective.isolation;
+    say!("{name}: sandbox of its process domain (isolation {isolation} under this policy)")?;
+    for p in protections(policy, name) {
+        say!("    {:<17} {:<9} {}", p.name, p.state, p.what)?;
+    }
+    Ok(())
 }

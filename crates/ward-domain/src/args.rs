@@ -1,12 +1,16 @@
 //! The command line the host library builds for `ward-domain`.
 //!
-//! `ward-domain --mode serve|zygote --parent PID --spin N [--as-mb N] [--cpu-s N] [--nofile N] [--arena] (--ext
-//! PATH [--init SYMBOL] [--poison])...`
+//! `ward-domain --mode serve|zygote --parent PID --spin N [--as-mb N] [--cpu-s N] [--nofile N] [--arena]
+//! [--no-seccomp] [--no-landlock] [--allow network|exec|fork]... [--writable PATH]... (--ext PATH [--init SYMBOL]
+//! [--poison])...`
 //!
 //! `--parent` names the host process, which the domain must not outlive; `--arena` says the host passed its arena
-//! (fd 7), whose blocks it may lend in place.
+//! (fd 7), whose blocks it may lend in place. The sandbox ([`crate::sandbox`]) is on unless a `--no-*` flag turns a
+//! part of it off; `--allow` and `--writable` loosen it as the policy says.
 
 use std::path::PathBuf;
+
+use crate::sandbox;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -41,6 +45,7 @@ pub struct Args {
     pub extensions: Vec<ExtensionArg>,
     /// The host's arena is open on fd 7.
     pub arena: bool,
+    pub sandbox: sandbox::Config,
 }
 
 impl Args {
@@ -51,6 +56,7 @@ impl Args {
         let mut limits = Limits::default();
         let mut extensions: Vec<ExtensionArg> = Vec::new();
         let mut arena = false;
+        let mut sandbox = sandbox::Config::strict();
         while let Some(flag) = it.next() {
             let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
             match flag.as_str() {
@@ -67,6 +73,16 @@ impl Args {
                 "--cpu-s" => limits.cpu_s = number(&flag, &value()?)?,
                 "--nofile" => limits.open_files = number(&flag, &value()?)?,
                 "--arena" => arena = true,
+                "--no-seccomp" => sandbox.seccomp = false,
+                "--no-landlock" => sandbox.landlock = false,
+                "--allow" => match value()?.as_str() {
+                    "network" => sandbox.loosen.network = true,
+                    "exec" => sandbox.loosen.exec = true,
+                    "fork" => sandbox.loosen.fork = true,
+                    "writes" => sandbox.loosen.writes = true,
+                    other => return Err(format!("--allow takes network, exec, fork or writes, got `{other}`")),
+                },
+                "--writable" => sandbox.writable.push(PathBuf::from(value()?)),
                 "--ext" => extensions.push(ExtensionArg { path: PathBuf::from(value()?), init: None, poison: false }),
                 "--poison" => {
                     let last = extensions.last_mut().ok_or("--poison must follow an --ext")?;
@@ -85,7 +101,7 @@ impl Args {
         if extensions.is_empty() {
             return Err("no --ext given".into());
         }
-        Ok(Args { mode, parent, spin, limits, extensions, arena })
+        Ok(Args { mode, parent, spin, limits, extensions, arena, sandbox })
     }
 }
 
@@ -119,6 +135,19 @@ mod tests {
         assert_eq!(a.extensions[0].init.as_deref(), Some("a_init"));
         assert_eq!(a.extensions[1].init, None);
         assert_eq!((a.extensions[0].poison, a.extensions[1].poison), (false, true));
+        assert_eq!(a.sandbox, sandbox::Config::strict(), "the sandbox is on unless turned off");
+    }
+
+    #[test]
+    fn parses_sandbox_loosening() {
+        let a =
+            parse("--mode serve --parent 1 --no-landlock --allow network --allow fork --writable /var/x --ext /a.so")
+                .unwrap();
+        assert!(a.sandbox.seccomp && !a.sandbox.landlock);
+        assert!(a.sandbox.loosen.network && a.sandbox.loosen.fork && !a.sandbox.loosen.exec);
+        assert_eq!(a.sandbox.writable, vec![PathBuf::from("/var/x")]);
+        assert!(parse("--mode serve --parent 1 --allow everything --ext /a.so").is_err());
+        assert!(!parse("--mode serve --parent 1 --no-seccomp --ext /a.so").unwrap().sandbox.seccomp);
     }
 
     #[test]

@@ -81,9 +81,21 @@ extern "C" fn record_and_die(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut li
     if sig == libc::SIGSEGV && code == SEGV_ACCERR && ward_xpc::arena::view::on_write_fault(addr) && arm(sig) {
         return;
     }
+    // A system call the sandbox refused: the record carries its number instead of an address.
+    let refused = (sig == libc::SIGSYS && code == SYS_SECCOMP).then(|| {
+        // SAFETY: for SIGSYS with SYS_SECCOMP the kernel fills the `_sigsys` member of the siginfo union, whose
+        // `_syscall` int lies at SIGSYS_SYSCALL_OFFSET; `info` is valid for the handler's duration.
+        unsafe { std::ptr::read_unaligned((info as *const u8).add(SIGSYS_SYSCALL_OFFSET) as *const i32) }
+    });
+    if let Some(nr) = refused {
+        say_refused(nr);
+    }
+    let addr = refused.map_or(addr, |nr| nr as usize);
     let low = STACK_LOW.load(Ordering::Relaxed);
     let near_stack_guard = low != 0 && addr < low + 64 * 1024 && addr + 1024 * 1024 >= low;
-    let hint = if sig == libc::SIGSEGV && near_stack_guard {
+    let hint = if refused.is_some() {
+        fault_hint::SYSCALL_REFUSED
+    } else if sig == libc::SIGSEGV && near_stack_guard {
         fault_hint::STACK_OVERFLOW
     } else if address_space_exhausted() {
         fault_hint::MEMORY_EXHAUSTED
@@ -103,11 +115,50 @@ extern "C" fn record_and_die(sig: i32, info: *mut libc::siginfo_t, _ctx: *mut li
         });
     }
     // SA_RESETHAND restored the default action. A hardware fault re-executes the instruction and dies of it when
-    // we return; a sent signal (abort, raise) must be raised again.
-    if code <= 0 {
+    // we return; a sent signal (abort, raise) must be raised again, and so must a refused system call, after which
+    // the program would go on with ENOSYS.
+    if code <= 0 || refused.is_some() {
         // SAFETY: raise is async-signal-safe and takes no pointers.
         unsafe { libc::raise(sig) };
     }
+}
+
+/// `si_code` of a SIGSYS raised by a seccomp filter.
+const SYS_SECCOMP: i32 = 1;
+/// Offset of `_sigsys._syscall` in x86-64's `siginfo_t`: signo, errno, code, padding (16 bytes), `_call_addr` (8).
+const SIGSYS_SYSCALL_OFFSET: usize = 24;
+
+/// "ward-domain: the sandbox refused system call N (NAME)" on standard error. Async-signal-safe: a stack buffer and
+/// one write.
+fn say_refused(nr: i32) {
+    let mut line = [0u8; 128];
+    let mut len = 0;
+    let mut put = |bytes: &[u8]| {
+        let n = bytes.len().min(line.len() - len);
+        line[len..len + n].copy_from_slice(&bytes[..n]);
+        len += n;
+    };
+    put(b"ward-domain: the sandbox refused system call ");
+    let mut digits = [0u8; 12];
+    let mut at = digits.len();
+    let mut rest = nr.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    put(&digits[at..]);
+    if let Some(name) = ward_xpc::layout::syscall_name(i64::from(nr)) {
+        put(b" (");
+        put(name.as_bytes());
+        put(b")");
+    }
+    put(b"\n");
+    // SAFETY: write is async-signal-safe; the buffer is valid for `len` bytes.
+    unsafe { libc::write(2, line.as_ptr().cast(), len) };
 }
 
 /// Whether less than a 32nd of the address-space limit is left: an extension that dies then most likely died of

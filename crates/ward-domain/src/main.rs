@@ -13,13 +13,15 @@
 //!
 //! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
 //! tie its life to the host's (`--parent`; the host runs nothing in the child before exec), close every other
-//! descriptor, map the region, install the fault recorders, map the pools, load the extensions,
-//! run their init functions. Then, in `serve` mode, it applies the resource limits and serves calls; in `zygote` mode it
-//! waits for `fork` requests and forks a fresh, already-initialised incarnation for each (see [`zygote`]).
+//! descriptor, map the region, install the fault recorders, map the pools, enter the sandbox (see [`sandbox`]: from
+//! here on a hostile extension is contained), load the extensions, run their init functions, apply the resource
+//! limits. Then, in `serve` mode, it serves calls; in `zygote` mode it waits for `fork` requests and forks a fresh,
+//! already-initialised incarnation for each, which narrows its system call filter before serving (see [`zygote`]).
 
 mod args;
 mod faults;
 mod loader;
+mod sandbox;
 mod serve;
 mod zygote;
 
@@ -72,10 +74,6 @@ fn main() -> ExitCode {
     match setup(args) {
         Ok(setup) => match setup.args.mode {
             Mode::Serve => {
-                if let Err(e) = faults::apply_limits(&setup.args.limits) {
-                    report_error(&control, &format!("cannot apply resource limits: {e}"));
-                    return ExitCode::from(2);
-                }
                 let _ = control.send("ready", None);
                 drop(control);
                 serve::run(setup)
@@ -113,7 +111,17 @@ fn setup(args: Args) -> Result<Setup, String> {
     } else {
         None
     };
+    // SAFETY: getpid has no preconditions.
+    let own = unsafe { libc::getpid() };
+    let role = match args.mode {
+        Mode::Serve => sandbox::Role::Serving { own },
+        Mode::Zygote => sandbox::Role::Zygote { host: args.parent },
+    };
+    sandbox::apply(&args.sandbox, role).map_err(|e| e.to_string())?;
     let library = loader::Library::load(&args.extensions)?;
+    // After loading: the limits hold the extensions' calls (and the zygote's incarnations inherit them), not the
+    // dynamic linker's start-up.
+    faults::apply_limits(&args.limits).map_err(|e| format!("cannot apply resource limits: {e}"))?;
     Ok(Setup { region, pool_in, pool_out, arena, library, args })
 }
 

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use ward_xpc::control::{ControlSocket, LoadRequest};
 
 use crate::args::ExtensionArg;
-use crate::{faults, loader, serve, Setup};
+use crate::{loader, serve, Setup};
 
 /// The incarnation forked last, until its end is reported.
 struct Child {
@@ -174,8 +174,10 @@ fn serve_child(setup: Setup) -> ExitCode {
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
-    if let Err(e) = faults::apply_limits(&setup.args.limits) {
-        eprintln!("ward-domain: cannot apply resource limits: {e}");
+    // SAFETY: getpid has no preconditions.
+    let own = unsafe { libc::getpid() };
+    if let Err(e) = crate::sandbox::serving(&setup.args.sandbox, own) {
+        eprintln!("ward-domain: {e}");
         return ExitCode::from(2);
     }
     serve::run(setup)

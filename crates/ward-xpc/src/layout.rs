@@ -97,6 +97,45 @@ pub mod fault_hint {
     pub const MEMORY_EXHAUSTED: u32 = 2;
     /// The descriptor table was full when the signal came.
     pub const DESCRIPTORS_EXHAUSTED: u32 = 3;
+    /// The domain's sandbox refused a system call (SIGSYS); the record's `addr` is the call's number.
+    pub const SYSCALL_REFUSED: u32 = 4;
+}
+
+/// The name of an x86-64 system call number, for messages about a refused one: the calls a hostile or unusual
+/// extension is most likely to be refused.
+pub fn syscall_name(nr: i64) -> Option<&'static str> {
+    use libc::*;
+    let names: [(i64, &str); 28] = [
+        (SYS_ptrace, "ptrace"),
+        (SYS_process_vm_readv, "process_vm_readv"),
+        (SYS_process_vm_writev, "process_vm_writev"),
+        (SYS_pidfd_open, "pidfd_open"),
+        (SYS_pidfd_getfd, "pidfd_getfd"),
+        (SYS_pidfd_send_signal, "pidfd_send_signal"),
+        (SYS_kill, "kill"),
+        (SYS_tgkill, "tgkill"),
+        (SYS_tkill, "tkill"),
+        (SYS_execve, "execve"),
+        (SYS_execveat, "execveat"),
+        (SYS_clone, "clone"),
+        (SYS_fork, "fork"),
+        (SYS_vfork, "vfork"),
+        (SYS_socket, "socket"),
+        (SYS_socketpair, "socketpair"),
+        (SYS_open, "open"),
+        (SYS_openat, "openat"),
+        (SYS_creat, "creat"),
+        (SYS_memfd_create, "memfd_create"),
+        (SYS_ftruncate, "ftruncate"),
+        (SYS_fallocate, "fallocate"),
+        (SYS_mount, "mount"),
+        (SYS_unshare, "unshare"),
+        (SYS_setns, "setns"),
+        (SYS_bpf, "bpf"),
+        (SYS_io_uring_setup, "io_uring_setup"),
+        (SYS_shmget, "shmget"),
+    ];
+    names.iter().find(|(n, _)| *n == nr).map(|(_, name)| *name)
 }
 
 // The fault record must fit the header page and keep its u64 fields aligned.

@@ -36,6 +36,8 @@ pub enum DomainHint {
     MemoryExhausted,
     /// The descriptor table was full.
     DescriptorsExhausted,
+    /// The domain's sandbox refused a system call; the fault's address is the call's number.
+    SyscallRefused,
 }
 
 /// What a fatal signal most likely means, from the signal, its code, the address and the domain's own hint.
@@ -48,6 +50,9 @@ pub enum SignalCause {
     OutOfMemory,
     /// Any fatal signal with the descriptor table full: most likely an open that failed.
     OutOfDescriptors,
+    /// SIGSYS from the domain's sandbox: the extension made a system call it is not allowed (the fault's address
+    /// is the call's number).
+    SandboxRefused,
     InvalidAccess,
     Abort,
     Killed,
@@ -62,6 +67,7 @@ impl SignalCause {
     pub fn classify(signo: i32, addr: Option<u64>, hint: DomainHint) -> SignalCause {
         match signo {
             libc::SIGSEGV if hint == DomainHint::StackOverflow => SignalCause::StackOverflow,
+            libc::SIGSYS if hint == DomainHint::SyscallRefused => SignalCause::SandboxRefused,
             // SIGKILL cannot be caught: a record with it is stale or forged, and says nothing.
             libc::SIGKILL => SignalCause::Killed,
             _ if hint == DomainHint::MemoryExhausted => SignalCause::OutOfMemory,
@@ -83,6 +89,7 @@ impl SignalCause {
             SignalCause::StackOverflow => "stack overflow",
             SignalCause::OutOfMemory => "out of memory (address-space limit reached)",
             SignalCause::OutOfDescriptors => "out of descriptors (open-files limit reached)",
+            SignalCause::SandboxRefused => "system call refused by the sandbox",
             SignalCause::InvalidAccess => "invalid memory access",
             SignalCause::Abort => "abort",
             SignalCause::Killed => "killed",
@@ -132,6 +139,11 @@ impl FaultKind {
     pub fn cause(&self) -> String {
         match self {
             FaultKind::Signal { signo, cause, addr } => match addr {
+                Some(nr) if *cause == SignalCause::SandboxRefused => {
+                    let name = i64::try_from(*nr).ok().and_then(ward_xpc::layout::syscall_name);
+                    let call = name.map_or_else(|| format!("system call {nr}"), |n| format!("{n}, system call {nr}"));
+                    format!("{} ({}: {call})", cause.describe(), signal_name(*signo))
+                }
                 Some(a) if matches!(signo, &libc::SIGSEGV | &libc::SIGBUS) => {
                     format!("{} ({} at {a:#x})", cause.describe(), signal_name(*signo))
                 }
@@ -205,6 +217,18 @@ mod tests {
         assert_eq!(SignalCause::classify(libc::SIGABRT, None, H::None), SignalCause::Abort);
         assert_eq!(SignalCause::classify(libc::SIGKILL, None, H::None), SignalCause::Killed);
         assert_eq!(SignalCause::classify(libc::SIGFPE, None, H::None), SignalCause::Arithmetic);
+        assert_eq!(SignalCause::classify(libc::SIGSYS, Some(101), H::SyscallRefused), SignalCause::SandboxRefused);
+        assert_eq!(SignalCause::classify(libc::SIGSYS, None, H::None), SignalCause::Other);
+    }
+
+    #[test]
+    fn names_a_refused_system_call() {
+        let kind = FaultKind::Signal {
+            signo: libc::SIGSYS,
+            cause: SignalCause::SandboxRefused,
+            addr: Some(libc::SYS_ptrace as u64),
+        };
+        assert_eq!(kind.cause(), "system call refused by the sandbox (SIGSYS: ptrace, system call 101)");
     }
 
     #[test]

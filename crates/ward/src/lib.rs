@@ -33,6 +33,8 @@ mod monitor;
 #[allow(unsafe_code)]
 pub mod placement;
 pub mod policy;
+#[allow(unsafe_code)] // two probes of the kernel (Landlock, seccomp), no pointers
+pub mod sandbox;
 mod shadow;
 mod supervisor;
 pub mod tracker;

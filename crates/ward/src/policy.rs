@@ -96,6 +96,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::libfault::LibraryFault;
+use crate::sandbox::{RawSandbox, SandboxOverride, SandboxPolicy};
 
 // ---------------------------------------------------------------------------
 // Keyword enums
@@ -333,6 +334,8 @@ pub struct ExtensionPolicy {
     pub restart_from: Option<PathBuf>,
     /// Resource limits of the domain.
     pub limits: Limits,
+    /// The sandbox of a process domain (see [`crate::sandbox`]).
+    pub sandbox: SandboxPolicy,
     /// Policies of single functions, by name.
     pub functions: BTreeMap<String, FunctionPolicy>,
 }
@@ -363,6 +366,7 @@ impl Default for ExtensionPolicy {
             library_fault: None,
             restart_from: None,
             limits: Limits::default(),
+            sandbox: SandboxPolicy::default(),
             functions: BTreeMap::new(),
         }
     }
@@ -461,6 +465,7 @@ pub struct ExtensionOverride {
     pub library_fault: Option<Option<LibraryFault>>,
     pub restart_from: Option<PathBuf>,
     pub limits: LimitsOverride,
+    pub sandbox: SandboxOverride,
     pub functions: BTreeMap<String, FunctionOverride>,
 }
 
@@ -511,6 +516,7 @@ impl ExtensionOverride {
             policy.restart_from = Some(path.clone());
         }
         overlay!(policy.limits, self.limits, address_space_mb, cpu_s, open_files);
+        self.sandbox.apply(&mut policy.sandbox);
         for (name, section) in &self.functions {
             let function = policy.functions.entry(name.clone()).or_default();
             overlay!(function, section, state, retryable, destroys, history);
@@ -792,6 +798,8 @@ struct RawExtension {
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
+    sandbox: RawSandbox,
+    #[serde(default)]
     function: BTreeMap<FunctionName, RawFunction>,
 }
 
@@ -821,6 +829,7 @@ impl RawExtension {
             library_fault: self.library_fault,
             restart_from: self.restart_from,
             limits: self.limits.into_override(),
+            sandbox: self.sandbox.into_override(),
             functions: self.function.into_iter().map(|(name, section)| (name.0, section.into_override())).collect(),
         }
     }
@@ -856,6 +865,8 @@ struct RawGroup {
     spin: Option<u32>,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    sandbox: RawSandbox,
 }
 
 impl RawGroup {
@@ -874,6 +885,7 @@ impl RawGroup {
             wait: self.wait,
             spin: self.spin,
             limits: self.limits.into_override(),
+            sandbox: self.sandbox.into_override(),
             ..ExtensionOverride::default()
         }
     }

@@ -337,6 +337,7 @@ fn start_process(
         program,
         extensions: specs,
         limits: policy.limits.clone(),
+        sandbox: policy.sandbox.domain_args(),
         spin: match policy.wait {
             crate::policy::WaitMode::Poll => u32::MAX,
             crate::policy::WaitMode::Sleep => 0,

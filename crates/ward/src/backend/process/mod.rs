@@ -64,6 +64,8 @@ pub(crate) struct ProcessConfig {
     pub program: PathBuf,
     pub extensions: Vec<ExtensionSpec>,
     pub limits: Limits,
+    /// The domain's sandbox, as `ward-domain` flags.
+    pub sandbox: Vec<std::ffi::OsString>,
     pub spin: u32,
     /// Spin on two processors, hand the caller's processor over for each call, or choose from the calls (`pace`).
     pub pacing: Pacing,
@@ -191,6 +193,7 @@ impl ProcessBackend {
     fn launch(&self, mode: spawn::Mode) -> Result<spawn::Started, String> {
         let program = self.cfg.program.clone();
         let limits = self.cfg.limits.clone();
+        let sandbox = self.cfg.sandbox.clone();
         let extensions = self.cfg.extensions.clone();
         let spin = self.cfg.spin;
         let preload = self.cfg.preload.clone();
@@ -214,6 +217,7 @@ impl ProcessBackend {
                     mode,
                     spin,
                     limits: &limits,
+                    sandbox: &sandbox,
                     extensions: &extensions,
                     region: region.as_fd(),
                     pool_in: pool_in.as_fd(),
@@ -425,6 +429,7 @@ impl ProcessBackend {
                     fault_hint::STACK_OVERFLOW => DomainHint::StackOverflow,
                     fault_hint::MEMORY_EXHAUSTED => DomainHint::MemoryExhausted,
                     fault_hint::DESCRIPTORS_EXHAUSTED => DomainHint::DescriptorsExhausted,
+                    fault_hint::SYSCALL_REFUSED => DomainHint::SyscallRefused,
                     _ => DomainHint::None,
                 };
                 FaultKind::Signal { signo: sig, cause: SignalCause::classify(sig, addr, hint), addr }

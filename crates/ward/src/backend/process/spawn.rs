@@ -46,6 +46,8 @@ pub(crate) struct Launch<'a> {
     pub mode: Mode,
     pub spin: u32,
     pub limits: &'a Limits,
+    /// The sandbox's flags (`SandboxPolicy::domain_args`).
+    pub sandbox: &'a [OsString],
     pub extensions: &'a [ExtensionSpec],
     pub region: BorrowedFd<'a>,
     pub pool_in: BorrowedFd<'a>,
@@ -127,6 +129,7 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
     if launch.arena.is_some() {
         args.push("--arena".into());
     }
+    args.extend(launch.sandbox.iter().cloned());
     for ext in launch.extensions {
         args.push("--ext".into());
         args.push(ext.path.as_os_str().to_owned());

@@ -1,0 +1,214 @@
+//! The sandbox of a process domain: what a hostile extension cannot do from inside it.
+//!
+//! Applied once, before any extension's code runs (its constructors included), in this order; each step has its own
+//! error, reported to the host like any other start-up failure:
+//!
+//! 1. **standard output detached** ([`SandboxError::Stdout`]): fd 1 becomes `/dev/null`, so nothing an extension
+//!    prints lands in the host's output (a host may be writing its result to its standard output). Standard error
+//!    stays: it is where ward's own diagnostics go.
+//! 2. **no new privileges** ([`SandboxError::NoNewPrivs`]): no set-uid program or file capability ever raises it.
+//! 3. **not dumpable** ([`SandboxError::Dumpable`]): no core dump, and processes of the same user cannot attach.
+//! 4. **capabilities dropped** ([`SandboxError::Capabilities`]): ambient, bounding, effective, permitted and
+//!    inheritable sets emptied (a host run as root gives its domains nothing).
+//! 5. **Landlock** ([`SandboxError::Landlock`]): files read and executed everywhere, written nowhere but the paths
+//!    the policy lists; no TCP bind or connect unless the policy allows network; no signal to a process outside the
+//!    domain and no connection to an abstract Unix socket made outside it (kernel 6.12 and later); and, being
+//!    Landlock-restricted, no `ptrace` or `/proc/PID/mem` of the host. Where the kernel lacks Landlock, or a part of
+//!    it, that part is missing (the host says which, once) and the rest still holds.
+//! 6. **system call filter** ([`SandboxError::Filter`]): seccomp, allow-list by default ([`syscalls`]); anything
+//!    else raises `SIGSYS`, which the fault recorder reports to the host as a fault of the domain naming the call.
+//!
+//! A serving process adds a second, narrower filter ([`serving`]): no child processes, signals to itself only.
+//! The zygote keeps the first, since it forks and watches its incarnations.
+
+pub mod syscalls;
+
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+
+use landlock::{path_beneath_rules, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, ABI};
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+
+pub use syscalls::{Loosen, Role};
+
+/// The sandbox as the host asked for it (`--no-seccomp`, `--no-landlock`, `--allow`, `--writable`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Install the system call filter.
+    pub seccomp: bool,
+    /// Restrict the filesystem, network and signals with Landlock.
+    pub landlock: bool,
+    /// What the policy gives back.
+    pub loosen: Loosen,
+    /// Paths the extension may write beneath (Landlock); implies `loosen.writes`.
+    pub writable: Vec<PathBuf>,
+}
+
+impl Config {
+    /// Every protection on, nothing loosened.
+    pub fn strict() -> Config {
+        Config { seccomp: true, landlock: true, loosen: Loosen::default(), writable: Vec::new() }
+    }
+}
+
+/// A step of the sandbox that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// Pointing standard output at /dev/null failed.
+    #[error("cannot detach standard output: {0}")]
+    Stdout(std::io::Error),
+    /// `PR_SET_NO_NEW_PRIVS` failed.
+    #[error("cannot set no_new_privs: {0}")]
+    NoNewPrivs(std::io::Error),
+    /// `PR_SET_DUMPABLE` failed.
+    #[error("cannot make the domain non-dumpable: {0}")]
+    Dumpable(std::io::Error),
+    /// Emptying the capability sets failed.
+    #[error("cannot drop capabilities: {0}")]
+    Capabilities(std::io::Error),
+    /// Landlock refused the ruleset (not: the kernel lacks Landlock, which leaves that protection missing).
+    #[error("cannot restrict files and network with Landlock: {0}")]
+    Landlock(String),
+    /// The system call filter could not be built or installed.
+    #[error("cannot install the system call filter: {0}")]
+    Filter(String),
+}
+
+/// Steps 1 to 6, for the zygote or a serving process.
+pub fn apply(config: &Config, role: Role) -> Result<(), SandboxError> {
+    detach_stdout()?;
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(SandboxError::NoNewPrivs)?;
+    prctl(libc::PR_SET_DUMPABLE, 0).map_err(SandboxError::Dumpable)?;
+    drop_capabilities().map_err(SandboxError::Capabilities)?;
+    if config.landlock {
+        landlock(config)?;
+    }
+    if config.seccomp {
+        filter(role, loosened(config))?;
+    }
+    Ok(())
+}
+
+/// The narrower filter of a process that serves calls, stacked on the zygote's after a fork.
+pub fn serving(config: &Config, own: i32) -> Result<(), SandboxError> {
+    if config.seccomp {
+        filter(Role::Serving { own }, loosened(config))?;
+    }
+    Ok(())
+}
+
+fn loosened(config: &Config) -> Loosen {
+    Loosen { writes: config.loosen.writes || !config.writable.is_empty(), ..config.loosen }
+}
+
+fn detach_stdout() -> Result<(), SandboxError> {
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").map_err(SandboxError::Stdout)?;
+    // SAFETY: dup2 onto fd 1 only replaces this process's standard output; `null` stays owned and is closed when
+    // dropped, fd 1 keeping its own reference to /dev/null.
+    if unsafe { libc::dup2(null.as_raw_fd(), 1) } < 0 {
+        return Err(SandboxError::Stdout(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn prctl(option: libc::c_int, value: libc::c_ulong) -> std::io::Result<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS and PR_SET_DUMPABLE take a number and no pointers.
+    if unsafe { libc::prctl(option, value, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Empty the ambient and bounding sets, then the effective, permitted and inheritable ones.
+fn drop_capabilities() -> std::io::Result<()> {
+    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers. EINVAL on kernels without ambient capabilities, which
+    // then have none to clear.
+    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    let mut cap = 0;
+    loop {
+        // SAFETY: PR_CAPBSET_READ takes a capability number, no pointers; a negative result past the last
+        // capability ends the loop.
+        let held = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
+        if held < 0 {
+            break;
+        }
+        if held == 1 {
+            // SAFETY: PR_CAPBSET_DROP takes a capability number, no pointers.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+                let err = std::io::Error::last_os_error();
+                // Without CAP_SETPCAP the bounding set cannot shrink; a process without it holds no capability
+                // worth dropping there either (the capset below empties what it does hold).
+                if err.raw_os_error() != Some(libc::EPERM) {
+                    return Err(err);
+                }
+            }
+        }
+        cap += 1;
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header { version: VERSION_3, pid: 0 };
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: capset reads a version-3 header and two data structs (the 64 capability bits), both valid for the
+    // call; emptying our own sets needs no privilege.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The Landlock ABI ward asks for: everything up to signal and abstract-socket scoping (6). An older kernel gets
+/// what it supports (best effort), and the host reports the rest missing.
+const LANDLOCK_ABI: ABI = ABI::V6;
+
+fn landlock(config: &Config) -> Result<(), SandboxError> {
+    let fail = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+    let abi = LANDLOCK_ABI;
+    let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(abi)).map_err(fail)?;
+    if !config.loosen.network {
+        ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(fail)?;
+    }
+    let ruleset = ruleset.scope(Scope::from_all(abi)).map_err(fail)?;
+    let mut created =
+        ruleset.create().map_err(fail)?.add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi))).map_err(fail)?;
+    if !config.writable.is_empty() {
+        created = created.add_rules(path_beneath_rules(&config.writable, AccessFs::from_all(abi))).map_err(fail)?;
+    }
+    created.restrict_self().map_err(fail)?;
+    Ok(())
+}
+
+fn filter(role: Role, loosen: Loosen) -> Result<(), SandboxError> {
+    let fail = |what: &str, e: String| SandboxError::Filter(format!("{what}: {e}"));
+    let rules = syscalls::rules(role, loosen).map_err(|e| fail("rules", e))?;
+    let allow_list = SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, TargetArch::x86_64)
+        .map_err(|e| fail("allow-list", e.to_string()))?;
+    let allow_list: BpfProgram =
+        allow_list.try_into().map_err(|e: seccompiler::BackendError| fail("compile", e.to_string()))?;
+    let fallbacks = syscalls::NOT_IMPLEMENTED.iter().map(|&nr| (nr, Vec::new())).collect();
+    let fallbacks = SeccompFilter::new(
+        fallbacks,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        TargetArch::x86_64,
+    )
+    .map_err(|e| fail("fallbacks", e.to_string()))?;
+    let fallbacks: BpfProgram =
+        fallbacks.try_into().map_err(|e: seccompiler::BackendError| fail("compile", e.to_string()))?;
+    // Every filter runs and the kernel takes the strictest answer (SIGSYS over ENOSYS over allow): the allow-list
+    // lets clone3 and openat2 through, so the fallback filter's ENOSYS is what the caller gets.
+    seccompiler::apply_filter(&fallbacks).map_err(|e| fail("install", e.to_string()))?;
+    seccompiler::apply_filter(&allow_list).map_err(|e| fail("install", e.to_string()))?;
+    Ok(())
+}

@@ -1,0 +1,320 @@
+//! The sandbox of a process domain, as policy data, and what this machine can enforce of it.
+//!
+//! Every protection is on by default; a policy section `[defaults.sandbox]`, `[extension.NAME.sandbox]` or
+//! `[group.NAME.sandbox]` can loosen it, and must then say why (`reason`):
+//!
+//! ```toml
+//! [extension.netplugin.sandbox]
+//! network = true                  # sockets and TCP (default false)
+//! exec = false                    # run programs (default false)
+//! fork = false                    # start child processes (default false)
+//! writable = ["/var/cache/netplugin"]   # absolute paths it may write beneath (default none)
+//! seccomp = true                  # the system call filter (default true)
+//! landlock = true                 # the file, network and signal restrictions (default true)
+//! reason = "fetches its presets from a server"
+//! ```
+//!
+//! The domain program applies it (`ward-domain`'s `sandbox` module, where each step is described); this side turns
+//! the policy into the domain's command line and probes the kernel, so that a protection the machine lacks is said
+//! once ([`missing`]) and shown by `ward check --sandbox`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+/// The effective sandbox of one domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    /// The system call filter.
+    pub seccomp: bool,
+    /// Landlock: files read-only, no TCP, no signals or abstract sockets outside the domain.
+    pub landlock: bool,
+    /// Sockets allowed.
+    pub network: bool,
+    /// `execve` allowed.
+    pub exec: bool,
+    /// Child processes allowed.
+    pub fork: bool,
+    /// Absolute paths the extension may write beneath.
+    pub writable: Vec<PathBuf>,
+    /// Why the sandbox is loosened (required by the file format when it is).
+    pub reason: Option<String>,
+}
+
+impl Default for SandboxPolicy {
+    fn default() -> Self {
+        SandboxPolicy {
+            seccomp: true,
+            landlock: true,
+            network: false,
+            exec: false,
+            fork: false,
+            writable: Vec::new(),
+            reason: None,
+        }
+    }
+}
+
+impl SandboxPolicy {
+    /// What this policy gives up against the default, in words ("network", "writes to /x", ...); empty when strict.
+    pub fn loosened(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if !self.seccomp {
+            out.push("no system call filter".to_string());
+        }
+        if !self.landlock {
+            out.push("no Landlock".to_string());
+        }
+        if self.network {
+            out.push("network".to_string());
+        }
+        if self.exec {
+            out.push("running programs".to_string());
+        }
+        if self.fork {
+            out.push("child processes".to_string());
+        }
+        for path in &self.writable {
+            out.push(format!("writes beneath {}", path.display()));
+        }
+        out
+    }
+
+    /// The `ward-domain` flags for this sandbox.
+    pub(crate) fn domain_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = Vec::new();
+        if !self.seccomp {
+            args.push("--no-seccomp".into());
+        }
+        if !self.landlock {
+            args.push("--no-landlock".into());
+        }
+        for (on, what) in [(self.network, "network"), (self.exec, "exec"), (self.fork, "fork")] {
+            if on {
+                args.push("--allow".into());
+                args.push(what.into());
+            }
+        }
+        for path in &self.writable {
+            args.push("--writable".into());
+            args.push(path.as_os_str().to_owned());
+        }
+        args
+    }
+}
+
+/// The sandbox settings of one policy section; every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxOverride {
+    pub seccomp: Option<bool>,
+    pub landlock: Option<bool>,
+    pub network: Option<bool>,
+    pub exec: Option<bool>,
+    pub fork: Option<bool>,
+    pub writable: Option<Vec<PathBuf>>,
+    pub reason: Option<String>,
+}
+
+impl SandboxOverride {
+    pub(crate) fn apply(&self, policy: &mut SandboxPolicy) {
+        let flags = [
+            (&self.seccomp, &mut policy.seccomp),
+            (&self.landlock, &mut policy.landlock),
+            (&self.network, &mut policy.network),
+            (&self.exec, &mut policy.exec),
+            (&self.fork, &mut policy.fork),
+        ];
+        for (set, field) in flags {
+            if let Some(value) = set {
+                *field = *value;
+            }
+        }
+        if let Some(paths) = &self.writable {
+            policy.writable = paths.clone();
+        }
+        if let Some(reason) = &self.reason {
+            policy.reason = Some(reason.clone());
+        }
+    }
+}
+
+/// `[... .sandbox]` as written.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table of sandbox settings")]
+struct RawSandboxFields {
+    seccomp: Option<bool>,
+    landlock: Option<bool>,
+    network: Option<bool>,
+    exec: Option<bool>,
+    fork: Option<bool>,
+    writable: Option<Vec<PathBuf>>,
+    reason: Option<String>,
+}
+
+/// `[... .sandbox]`, checked: loosening needs a reason, writable paths are absolute.
+#[derive(Default, Deserialize)]
+#[serde(try_from = "RawSandboxFields")]
+pub(crate) struct RawSandbox(SandboxOverride);
+
+impl TryFrom<RawSandboxFields> for RawSandbox {
+    type Error = String;
+
+    fn try_from(raw: RawSandboxFields) -> Result<Self, String> {
+        let loosens = raw.seccomp == Some(false)
+            || raw.landlock == Some(false)
+            || raw.network == Some(true)
+            || raw.exec == Some(true)
+            || raw.fork == Some(true)
+            || raw.writable.as_ref().is_some_and(|w| !w.is_empty());
+        let reason = raw.reason.as_deref().map(str::trim).filter(|r| !r.is_empty());
+        if loosens && reason.is_none() {
+            return Err("this sandbox section loosens the sandbox: say why in `reason = \"...\"`".into());
+        }
+        if let Some(relative) = raw.writable.iter().flatten().find(|p| !p.is_absolute()) {
+            return Err(format!("writable path `{}` is not absolute", relative.display()));
+        }
+        Ok(RawSandbox(SandboxOverride {
+            seccomp: raw.seccomp,
+            landlock: raw.landlock,
+            network: raw.network,
+            exec: raw.exec,
+            fork: raw.fork,
+            writable: raw.writable,
+            reason: reason.map(str::to_string),
+        }))
+    }
+}
+
+impl RawSandbox {
+    pub(crate) fn into_override(self) -> SandboxOverride {
+        self.0
+    }
+}
+
+/// A protection of the sandbox this machine cannot give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// The protection, as `ward check --sandbox` names it.
+    pub protection: &'static str,
+    /// Why it is missing, and what still holds.
+    pub why: String,
+}
+
+/// The Landlock ABI version the kernel offers (0: none).
+pub fn landlock_abi() -> u32 {
+    // SAFETY: landlock_create_ruleset with a null attribute, size 0 and LANDLOCK_CREATE_RULESET_VERSION only
+    // returns the ABI version (or fails); it reads no memory.
+    let version = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(version).unwrap_or(0)
+}
+
+const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+
+/// The protections of the default sandbox this machine lacks, probed once per process.
+pub fn missing() -> &'static [Missing] {
+    static MISSING: OnceLock<Vec<Missing>> = OnceLock::new();
+    MISSING.get_or_init(|| {
+        let mut out = Vec::new();
+        let abi = landlock_abi();
+        if abi == 0 {
+            out.push(Missing {
+                protection: "landlock",
+                why: "the kernel has no Landlock (or it is not enabled in the lsm= list): a domain can write files \
+                      and reach the network through whatever the system call filter allows, and is not kept from \
+                      signalling other processes of the user"
+                    .into(),
+            });
+        } else {
+            if abi < 4 {
+                out.push(Missing {
+                    protection: "landlock-network",
+                    why: format!("Landlock ABI {abi} has no network rules (4 and later): sockets are still refused by the system call filter"),
+                });
+            }
+            if abi < 6 {
+                out.push(Missing {
+                    protection: "landlock-scopes",
+                    why: format!(
+                        "Landlock ABI {abi} cannot scope signals (6 and later, Linux 6.12): the system call filter \
+                         still limits a serving domain's signals to itself"
+                    ),
+                });
+            }
+        }
+        if !seccomp_available() {
+            out.push(Missing {
+                protection: "seccomp",
+                why: "the kernel has no seccomp filters: every system call is open to a domain".into(),
+            });
+        }
+        out
+    })
+}
+
+fn seccomp_available() -> bool {
+    // SAFETY: PR_GET_SECCOMP takes no pointers; it fails with EINVAL on kernels without seccomp.
+    unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<SandboxOverride, String> {
+        toml::from_str::<RawSandbox>(text).map(RawSandbox::into_override).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn strict_by_default() {
+        let policy = SandboxPolicy::default();
+        assert!(policy.seccomp && policy.landlock && !policy.network && !policy.exec && !policy.fork);
+        assert!(policy.loosened().is_empty());
+        assert!(policy.domain_args().is_empty(), "a strict sandbox needs no flags");
+    }
+
+    #[test]
+    fn loosening_needs_a_reason() {
+        let err = parse("network = true").unwrap_err();
+        assert!(err.contains("reason"), "{err}");
+        assert!(parse("seccomp = false").is_err());
+        assert!(parse("writable = [\"/tmp/x\"]").is_err());
+        // Tightening, or saying what is already so, needs none.
+        assert!(parse("network = false\nseccomp = true").is_ok());
+        let ok = parse("network = true\nreason = \"licence server\"").unwrap();
+        assert_eq!(ok.network, Some(true));
+        assert_eq!(ok.reason.as_deref(), Some("licence server"));
+        assert!(parse("network = true\nreason = \"  \"").is_err(), "a blank reason is no reason");
+    }
+
+    #[test]
+    fn writable_paths_are_absolute() {
+        let err = parse("writable = [\"cache\"]\nreason = \"x\"").unwrap_err();
+        assert!(err.contains("not absolute"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert!(parse("netwrok = true").is_err());
+    }
+
+    #[test]
+    fn overrides_apply_and_become_flags() {
+        let mut policy = SandboxPolicy::default();
+        parse("network = true\nfork = true\nwritable = [\"/var/x\"]\nlandlock = false\nreason = \"r\"")
+            .unwrap()
+            .apply(&mut policy);
+        assert!(policy.network && policy.fork && !policy.exec && !policy.landlock);
+        let args: Vec<String> = policy.domain_args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(args, ["--no-landlock", "--allow", "network", "--allow", "fork", "--writable", "/var/x"]);
+        assert_eq!(policy.loosened().len(), 4);
+    }
+}
