@@ -505,11 +505,11 @@ impl Function {
     }
 
     pub fn call(&self, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
-        self.domain.call(self.sym, args, ret)
+        self.domain.call(self.sym, &self.name, args, ret)
     }
 
     pub fn defer(&self, args: &[Arg<'_>]) -> Result<(), Error> {
-        self.domain.defer(self.sym, args)
+        self.domain.defer(self.sym, &self.name, args)
     }
 }
 

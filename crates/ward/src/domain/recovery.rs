@@ -161,6 +161,7 @@ impl Domain {
             for s in &mut st.symbols {
                 s.func = None;
             }
+            self.incarnation.store(st.incarnation, std::sync::atomic::Ordering::Relaxed);
             via
         };
         let entries: Vec<ShadowEntry> = g.borrow().shadow.entries().to_vec();
