@@ -350,6 +350,7 @@ fn start_process(
             crate::policy::WaitMode::Adaptive => Pacing::Learned { short_gap: short_gap(policy.spin) },
         },
         zygote: policy.zygote,
+        deadline: policy.deadline,
         preload,
     };
     ProcessBackend::start(cfg, monitor, tracker)
