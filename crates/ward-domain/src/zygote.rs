@@ -70,6 +70,8 @@ pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
             // the last is reported first so the answers keep their order.
             let _ = control.send(&wait_for(c.pid), None);
         }
+        // SAFETY: getpid has no preconditions.
+        let zygote = unsafe { libc::getpid() };
         // SAFETY: this process is single-threaded (the zygote never starts threads), so the child is a consistent
         // copy.
         let pid = unsafe { libc::fork() };
@@ -79,7 +81,7 @@ pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
         }
         if pid == 0 {
             drop(control);
-            return serve_child(setup);
+            return serve_child(setup, zygote);
         }
         // SAFETY: pidfd_open on our own, not yet reaped child.
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -169,10 +171,17 @@ fn wait_either(control: &ControlSocket, child: Option<&Child>) -> Ready {
     }
 }
 
-fn serve_child(setup: Setup) -> ExitCode {
+/// An incarnation: dies with the zygote (`zygote`: its process id), which the host kills when it fails to answer
+/// in time, so an incarnation it forked meanwhile never serves the rings beside the next one.
+fn serve_child(setup: Setup, zygote: libc::pid_t) -> ExitCode {
     // SAFETY: prctl and getppid have no memory preconditions.
-    unsafe {
+    let parent = unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        libc::getppid()
+    };
+    if parent != zygote {
+        // The zygote died before the death signal was set: it would never come.
+        return ExitCode::from(2);
     }
     // SAFETY: getpid has no preconditions.
     let own = unsafe { libc::getpid() };

@@ -5,7 +5,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::fault::Fault;
+use crate::fault::{Fault, FaultKind};
 use crate::tracker::Released;
 
 /// How a new incarnation was made.
@@ -45,6 +45,10 @@ pub enum Event {
     ImageSwitched { domain: String, extension: String, path: PathBuf },
     /// An mpk domain failed `escalate_after` times: it runs in a process domain from now on.
     Escalated { domain: String, faults: u64, from: crate::policy::Isolation, to: crate::policy::Isolation },
+    /// A process domain's zygote failed (it did not answer a fork request or report how an incarnation ended
+    /// within the policy's deadline, answered out of turn, or died): it was killed and reaped, and restarts come
+    /// from a new one. `how` says what it did; `Timeout` names the deadline it missed.
+    ZygoteReplaced { domain: String, how: FaultKind },
 }
 
 /// One line per event, for logs and standard error.
@@ -78,6 +82,9 @@ impl std::fmt::Display for Event {
             }
             Event::Escalated { domain, faults, from, to } => {
                 write!(f, "{domain}: isolation {from} failed {faults} times: it runs with isolation {to} from now on")
+            }
+            Event::ZygoteReplaced { domain, how } => {
+                write!(f, "{domain}: zygote failed ({}): killed, restarts come from a new one", how.cause())
             }
         }
     }
@@ -119,6 +126,9 @@ impl EventBus {
             }
             Event::ImageSwitched { domain, extension, path } => {
                 tracing::warn!(domain = %domain, extension = %extension, path = %path.display(), "restarts from")
+            }
+            Event::ZygoteReplaced { domain, how } => {
+                tracing::warn!(domain = %domain, "zygote failed ({}): replaced", how.cause())
             }
         }
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());

@@ -22,6 +22,10 @@ pub enum FaultKind {
     BadOutput { what: String },
     /// The domain ended and nothing says how.
     Vanished,
+    /// A call from another thread found the domain held by a call that was out in a host callback, and that
+    /// callback did not return within the call's deadline: a callback that waits for such a call would never
+    /// return. The call was not made; the domain itself is fine and keeps serving the call it is in.
+    BusyInCallback { deadline: Duration },
 }
 
 /// What the domain's signal handler saw as it died: a claim of the failed process, used only when its record
@@ -115,7 +119,8 @@ pub struct Fault {
 }
 
 impl Fault {
-    /// A short machine-friendly name of the kind: `signal`, `exit`, `timeout`, `heartbeat`, `protocol`, `vanished`.
+    /// A short machine-friendly name of the kind: `signal`, `exit`, `timeout`, `heartbeat`, `protocol`,
+    /// `bad-output`, `vanished`, `busy`.
     pub fn kind_name(&self) -> &'static str {
         match self.kind {
             FaultKind::Signal { .. } => "signal",
@@ -125,6 +130,7 @@ impl Fault {
             FaultKind::Protocol { .. } => "protocol",
             FaultKind::BadOutput { .. } => "bad-output",
             FaultKind::Vanished => "vanished",
+            FaultKind::BusyInCallback { .. } => "busy",
         }
     }
 
@@ -159,6 +165,11 @@ impl FaultKind {
             FaultKind::Protocol { what } => format!("protocol violation: {what}"),
             FaultKind::BadOutput { what } => format!("output check failed: {what}"),
             FaultKind::Vanished => "domain vanished".into(),
+            FaultKind::BusyInCallback { deadline } => format!(
+                "no turn within {}: the domain was busy in a host callback of another thread's call all that time \
+                 (a callback that waits for a call into the same domain from another thread would never return)",
+                fmt_duration(*deadline)
+            ),
         }
     }
 }

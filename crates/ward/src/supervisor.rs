@@ -351,6 +351,7 @@ fn start_process(
             crate::policy::WaitMode::Adaptive => Pacing::Learned { short_gap: short_gap(policy.spin) },
         },
         zygote: policy.zygote,
+        deadline: policy.deadline,
         preload,
     };
     ProcessBackend::start(cfg, monitor, tracker)
@@ -506,11 +507,11 @@ impl Function {
     }
 
     pub fn call(&self, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
-        self.domain.call(self.sym, args, ret)
+        self.domain.call(self.sym, &self.name, args, ret)
     }
 
     pub fn defer(&self, args: &[Arg<'_>]) -> Result<(), Error> {
-        self.domain.defer(self.sym, args)
+        self.domain.defer(self.sym, &self.name, args)
     }
 }
 

@@ -191,6 +191,12 @@ pub(crate) trait Backend: Send {
         0
     }
 
+    /// The warm copies restarts come from (a process domain's zygote) that failed since the last ask, each with
+    /// how: each was killed, and the next restart comes from a new one. The core reports them.
+    fn take_zygote_failures(&mut self) -> Vec<FaultKind> {
+        Vec::new()
+    }
+
     /// The extensions run on the host's own thread (`none`, `mpk`): the core calls them itself, through
     /// [`Backend::gated`] where there is a gate, else [`Backend::direct_function`], and runs deferred calls at once.
     fn is_direct(&self) -> bool {

@@ -8,11 +8,16 @@
 //! (mpk) is the exception: the lock is let go while its function runs, so several threads can be in it at once,
 //! as in a process; a thread whose call fails recovers the domain with the lock held, which first ends the other
 //! threads' calls in it (they see [`Outcome::Stale`] and are retried or fail as the policy says).
+//!
+//! A thread waiting for its turn while the holder is out in a host callback waits at most its deadline for that
+//! callback to return: a callback that waits for a call into the same domain from another thread would otherwise
+//! never return, and the host would hang with no fault (see [`Domain::lock_for`]).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -125,7 +130,49 @@ pub(crate) struct Domain {
     policy: ExtensionPolicy,
     events: Arc<EventBus>,
     lock: ReentrantMutex<RefCell<State>>,
+    /// Whether the thread holding `lock` is out in a host callback, for threads waiting for it.
+    callbacks: CallbackWatch,
+    /// The running incarnation (a copy of the state's), for a fault made without the lock.
+    incarnation: AtomicU64,
 }
+
+/// Host callbacks the thread holding a domain's lock is in now: how deeply nested, and how many have begun or
+/// ended so far (so a waiting thread can tell one long callback from a series of short ones). Only the holder
+/// changes it.
+#[derive(Default)]
+struct CallbackWatch {
+    depth: AtomicU32,
+    changes: AtomicU64,
+}
+
+impl CallbackWatch {
+    /// The holder goes out to a host callback until the guard drops.
+    fn enter(&self) -> CallbackOut<'_> {
+        self.depth.fetch_add(1, Ordering::AcqRel);
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        CallbackOut(self)
+    }
+
+    /// The callback the holder is in now, as the count of changes when it began or returned last; None when it is
+    /// in none.
+    fn current(&self) -> Option<u64> {
+        let changes = self.changes.load(Ordering::Acquire);
+        (self.depth.load(Ordering::Acquire) > 0).then_some(changes)
+    }
+}
+
+struct CallbackOut<'a>(&'a CallbackWatch);
+
+impl Drop for CallbackOut<'_> {
+    fn drop(&mut self) {
+        self.0.depth.fetch_sub(1, Ordering::AcqRel);
+        self.0.changes.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// A thread waiting for a domain whose holder is in no callback looks again this often (the holder's own call
+/// is bounded by its deadline, and its recovery by the restart limits).
+const TURN_LOOK: Duration = Duration::from_millis(50);
 
 /// What one attempt of a call came to.
 enum Outcome {
@@ -174,6 +221,53 @@ impl Domain {
             policy,
             events,
             lock: ReentrantMutex::new(RefCell::new(state)),
+            callbacks: CallbackWatch::default(),
+            incarnation: AtomicU64::new(1),
+        }
+    }
+
+    /// Take the domain's lock for `call` (a function's name, for its deadline and the fault). At once when it is
+    /// free or this thread holds it already (a nested call). Otherwise this thread waits its turn, for as long as
+    /// the holder's call takes, except that a holder found in one host callback for the whole of `call`'s deadline
+    /// ends the wait: the callback may itself be waiting for this thread's call, which could then never run. That
+    /// ends as a [`FaultKind::BusyInCallback`] fault of this call, reported; the domain is not recovered (nothing
+    /// is wrong with it) and the holder's call goes on.
+    fn lock_for(&self, call: &str) -> Result<Guard<'_>, Error> {
+        if let Some(g) = self.lock.try_lock() {
+            return Ok(g);
+        }
+        self.lock_contended(call)
+    }
+
+    #[cold]
+    fn lock_contended(&self, call: &str) -> Result<Guard<'_>, Error> {
+        let deadline = self.policy.deadline_for(call);
+        // The holder's callback this thread has seen, and since when.
+        let mut seen: Option<(u64, Instant)> = None;
+        loop {
+            let now = Instant::now();
+            seen = match (self.callbacks.current(), seen) {
+                (Some(now_in), Some((was_in, since))) if now_in == was_in => Some((was_in, since)),
+                (Some(now_in), _) => Some((now_in, now)),
+                (None, _) => None,
+            };
+            let until = match seen {
+                Some((_, since)) if now.duration_since(since) >= deadline => {
+                    let fault = Fault {
+                        kind: FaultKind::BusyInCallback { deadline },
+                        domain: self.name.clone(),
+                        call: Some(call.to_string()),
+                        incarnation: self.incarnation.load(Ordering::Relaxed),
+                    };
+                    self.events.emit(Event::Fault { fault: fault.clone() });
+                    return Err(Error::Fault(fault));
+                }
+                Some((_, since)) => since + deadline,
+                None => now + TURN_LOOK.min(deadline),
+            };
+            if let Some(g) = self.lock.try_lock_until(until) {
+                return Ok(g);
+            }
         }
     }
 
@@ -261,7 +355,7 @@ impl Domain {
 
     /// Find or resolve a symbol; returns its index in the symbol table.
     pub fn symbol(&self, ext: usize, name: &str) -> Result<usize, Error> {
-        let mut g = self.lock.lock();
+        let mut g = self.lock_for(name)?;
         let existing = g.borrow().symbol_index.get(ext).and_then(|m| m.get(name)).copied();
         if let Some(i) = existing {
             return Ok(i);
@@ -358,9 +452,9 @@ impl Domain {
         })
     }
 
-    /// Call a function: the whole protocol of DESIGN.md §3 and §4.
-    pub fn call(&self, sym: usize, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
-        let mut g = self.lock.lock();
+    /// Call a function (`name`: its name): the whole protocol of DESIGN.md §3 and §4.
+    pub fn call(&self, sym: usize, name: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
+        let mut g = self.lock_for(name)?;
         let (fpolicy, timeout) = {
             let st = g.borrow();
             if let Some(e) = self.disabled_error(&st) {
@@ -434,7 +528,7 @@ impl Domain {
     /// retries the call itself if it wants to (the recovered domain is ready for it) and gets an error when the
     /// domain is or becomes disabled.
     pub fn declare_fault(&self, call: &str, kind: FaultKind) -> Result<(), Error> {
-        let mut g = self.lock.lock();
+        let mut g = self.lock_for(call)?;
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
@@ -580,7 +674,11 @@ impl Domain {
                     // still runs out of time.
                     deadline.instant();
                     let host_started = Instant::now();
-                    let answer = crate::callback::invoke(slot, &regs);
+                    let answer = {
+                        // Threads waiting for this domain meanwhile may give up (`lock_for`).
+                        let _out = self.callbacks.enter();
+                        crate::callback::invoke(slot, &regs)
+                    };
                     deadline.extend(host_started.elapsed());
                     let mut st = g.borrow_mut();
                     if st.incarnation != incarnation {
@@ -767,9 +865,9 @@ impl Domain {
         Ok(out)
     }
 
-    /// Queue a call with no reply awaited.
-    pub fn defer(&self, sym: usize, args: &[Arg<'_>]) -> Result<(), Error> {
-        let mut g = self.lock.lock();
+    /// Queue a call (of function `name`) with no reply awaited.
+    pub fn defer(&self, sym: usize, name: &str, args: &[Arg<'_>]) -> Result<(), Error> {
+        let mut g = self.lock_for(name)?;
         // The hot path, in one borrow: a healthy isolated domain, a resolved function, plain scalar arguments.
         // Anything else (and any failure here, which queues nothing) takes the general path below.
         {
@@ -831,7 +929,7 @@ impl Domain {
 
     /// Send queued deferred calls.
     pub fn flush(&self) -> Result<(), Error> {
-        let mut g = self.lock.lock();
+        let mut g = self.lock_for("flush")?;
         let r = g.borrow_mut().backend.flush();
         match r {
             Ok(()) => Ok(()),

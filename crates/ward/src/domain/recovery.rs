@@ -151,18 +151,28 @@ impl Domain {
 
     /// Start a new incarnation and replay the shadow log into it.
     pub(super) fn restart_and_replay(&self, g: &mut Guard<'_>) -> Result<(RestartVia, usize), String> {
-        let via = {
+        let (restarted, zygotes) = {
             let mut st = g.borrow_mut();
             let st = &mut *st;
-            let via = st.backend.restart(&mut st.tracker)?;
+            let restarted = st.backend.restart(&mut st.tracker);
+            // A zygote found failed since the last restart (while the last incarnation's end was read) or during
+            // this one.
+            (restarted, st.backend.take_zygote_failures())
+        };
+        for how in zygotes {
+            self.events.emit(Event::ZygoteReplaced { domain: self.name.clone(), how });
+        }
+        let via = restarted?;
+        {
+            let mut st = g.borrow_mut();
             st.incarnation += 1;
             st.stats.incarnation = st.incarnation;
             st.stats.restarts += 1;
             for s in &mut st.symbols {
                 s.func = None;
             }
-            via
-        };
+            self.incarnation.store(st.incarnation, std::sync::atomic::Ordering::Relaxed);
+        }
         let entries: Vec<ShadowEntry> = g.borrow().shadow.entries().to_vec();
         for entry in &entries {
             self.replay(g, entry)?;

@@ -44,8 +44,8 @@ use crate::placement;
 use crate::policy::Limits;
 use crate::tracker::{ResourceKind, Tracker};
 
-/// How long to wait for a zygote's answer (a fork, an exit status) before giving up on it.
-const ZYGOTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for a domain's answer to a resolve request.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a killed process may take to be gone.
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Deferred records are published at least this often, so a long batch keeps the domain busy.
@@ -70,6 +70,9 @@ pub(crate) struct ProcessConfig {
     /// Spin on two processors, hand the caller's processor over for each call, or choose from the calls (`pace`).
     pub pacing: Pacing,
     pub zygote: bool,
+    /// How long the zygote may take to answer (a fork request, how an incarnation ended) before it is a fault: the
+    /// policy's deadline.
+    pub deadline: Duration,
     /// A run-time library fault to preload into every incarnation (policy `library_fault`).
     pub preload: Option<crate::libfault::Preload>,
 }
@@ -151,6 +154,8 @@ pub(crate) struct ProcessBackend {
     /// Callbacks of deferred calls that came while the host waited for something that cannot serve them (a
     /// resolve, a heartbeat): handed out by the next `wait`, on the thread that makes calls.
     stashed: VecDeque<(u64, usize, RegArgs)>,
+    /// Zygotes that failed and were killed, with how, for the core to report (`take_zygote_failures`).
+    zygote_failures: Vec<FaultKind>,
 }
 
 impl ProcessBackend {
@@ -184,6 +189,7 @@ impl ProcessBackend {
             cannot_move: false,
             stay: pace::Stay::default(),
             stashed: VecDeque::new(),
+            zygote_failures: Vec::new(),
         };
         b.restart(tracker)?;
         Ok(b)
@@ -240,26 +246,92 @@ impl ProcessBackend {
         self.zygote.as_ref().is_some_and(|z| !spawn::wait_dead(z.pidfd.as_fd(), Duration::ZERO))
     }
 
-    /// Fork an incarnation from the zygote (starting one if needed).
-    fn fork_from_zygote(&mut self) -> Result<(i32, OwnedFd), String> {
-        if !self.zygote_alive() {
+    /// The zygote failed (`how`): kill and reap it, and keep `how` for the core to report. The next restart starts
+    /// a new one. A stopped zygote is killed too (SIGKILL ends a stopped process), and so is any incarnation it
+    /// forked meanwhile (incarnations die with their zygote, `PR_SET_PDEATHSIG`).
+    fn zygote_failed(&mut self, how: FaultKind) {
+        if self.zygote.is_some() {
             self.kill_zygote();
+            self.zygote_failures.push(how);
+        }
+    }
+
+    /// The zygote did not give the answer it was asked for: it is dead (`Vanished`), or else it did not answer
+    /// within the deadline.
+    fn zygote_silent(&self) -> FaultKind {
+        if self.zygote.is_some() && !self.zygote_alive() {
+            FaultKind::Vanished
+        } else {
+            FaultKind::Timeout { deadline: self.cfg.deadline }
+        }
+    }
+
+    /// Fork an incarnation from the zygote (starting one if needed). A zygote that does not answer within the
+    /// policy's deadline, or answers something else, failed: it is killed (`zygote_failed`) and this fails.
+    fn fork_from_zygote(&mut self) -> Result<(i32, OwnedFd), String> {
+        if self.zygote.is_some() && !self.zygote_alive() {
+            // It died since the last fork (nothing of ours kills a zygote without dropping it).
+            self.zygote_failed(FaultKind::Vanished);
+        }
+        if self.zygote.is_none() {
             let started = self.launch(spawn::Mode::Zygote)?;
             self.zygote =
                 Some(Zygote { child: started.child, pidfd: started.pidfd, control: started.control, exit_said: None });
         }
+        let deadline = self.cfg.deadline;
         let z = self.zygote.as_ref().ok_or("no zygote")?;
-        z.control.send("fork", None).map_err(|e| format!("zygote: {e}"))?;
-        match z.control.recv(Some(ZYGOTE_TIMEOUT)) {
+        let answer = match z.control.send("fork", None) {
+            Ok(()) => z.control.recv(Some(deadline)),
+            Err(e) => Err(e),
+        };
+        let how = match answer {
             Ok(Some(m)) => {
                 let pid = m.text.strip_prefix("forked ").and_then(|p| p.parse::<i32>().ok());
                 match (pid, m.fd) {
-                    (Some(pid), Some(fd)) => Ok((pid, fd)),
-                    _ => Err(format!("zygote answered `{}`", m.text)),
+                    (Some(pid), Some(fd)) => return Ok((pid, fd)),
+                    _ => FaultKind::Protocol { what: format!("it answered a fork request with `{}`", m.text) },
                 }
             }
-            _ => Err("the zygote did not answer a fork request".into()),
+            Ok(None) => self.zygote_silent(),
+            Err(e) => FaultKind::Protocol { what: format!("its control socket failed: {e}") },
+        };
+        let why = format!("the zygote failed a fork request: {}", how.cause());
+        self.zygote_failed(how);
+        Err(why)
+    }
+
+    /// How the incarnation the zygote forked ended, as the zygote reports it (`exit code N`, `exit signal N`). A
+    /// zygote that does not say so within the policy's deadline, or says something else, failed: it is killed
+    /// (`zygote_failed`), and nothing says how the incarnation ended.
+    fn exit_from_zygote(&mut self) -> Option<Ended> {
+        let deadline = self.cfg.deadline;
+        let z = self.zygote.as_mut()?;
+        let text = match z.exit_said.take() {
+            Some(text) => text,
+            None => match z.control.recv(Some(deadline)) {
+                Ok(Some(m)) => m.text,
+                Ok(None) => {
+                    let how = self.zygote_silent();
+                    self.zygote_failed(how);
+                    return None;
+                }
+                Err(e) => {
+                    self.zygote_failed(FaultKind::Protocol { what: format!("its control socket failed: {e}") });
+                    return None;
+                }
+            },
+        };
+        let Some(rest) = text.strip_prefix("exit ") else {
+            self.zygote_failed(FaultKind::Protocol {
+                what: format!("it answered `{text}` where it was to say how an incarnation ended"),
+            });
+            return None;
+        };
+        // `exit unknown`: the zygote could not learn the status either.
+        if let Some(n) = rest.strip_prefix("signal ") {
+            return n.parse().ok().map(Ended::Signal);
         }
+        rest.strip_prefix("code ")?.parse().ok().map(Ended::Code)
     }
 
     /// Ask the zygote to load one more extension. Ok(true): it has it; Ok(false): the zygote answered out of turn
@@ -415,7 +487,7 @@ impl ProcessBackend {
                 }
                 Err(_) => None,
             },
-            Parent::Zygote => self.zygote.as_mut().and_then(read_exit),
+            Parent::Zygote => self.exit_from_zygote(),
         };
         let record = self.region.read_fault_record();
         let kind = match status {
@@ -827,28 +899,15 @@ fn free(pools: &SharedPools, pool_id: u32, lease: Lease) {
     }
 }
 
-/// Read `exit code N` / `exit signal N` from a zygote.
-fn read_exit(zygote: &mut Zygote) -> Option<Ended> {
-    let text = match zygote.exit_said.take() {
-        Some(text) => text,
-        None => zygote.control.recv(Some(ZYGOTE_TIMEOUT)).ok()??.text,
-    };
-    let rest = text.strip_prefix("exit ")?;
-    if let Some(n) = rest.strip_prefix("signal ") {
-        return n.parse().ok().map(Ended::Signal);
-    }
-    rest.strip_prefix("code ")?.parse().ok().map(Ended::Code)
-}
-
 impl Backend for ProcessBackend {
     fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
         let resolve = |id| Message::Resolve { id, ext: ext as u32, name: symbol.as_bytes() };
-        match self.request(resolve, &mut Deadline::after(ZYGOTE_TIMEOUT)) {
+        match self.request(resolve, &mut Deadline::after(RESOLVE_TIMEOUT)) {
             Ok((id, status, ret)) => {
                 self.check_reply(id, status)?;
                 u32::try_from(ret.int).map_err(|_| protocol("function id out of range".into()))
             }
-            Err(BackendError::TimedOut) => Err(BackendError::Fault(FaultKind::Timeout { deadline: ZYGOTE_TIMEOUT })),
+            Err(BackendError::TimedOut) => Err(BackendError::Fault(FaultKind::Timeout { deadline: RESOLVE_TIMEOUT })),
             Err(e) => Err(e),
         }
     }
@@ -1080,6 +1139,10 @@ impl Backend for ProcessBackend {
         self.lent_in_place
     }
 
+    fn take_zygote_failures(&mut self) -> Vec<FaultKind> {
+        std::mem::take(&mut self.zygote_failures)
+    }
+
     fn stop(&mut self) {
         if let Some(live) = &self.live {
             if !live.death.is_dead() {
@@ -1110,10 +1173,20 @@ impl Backend for ProcessBackend {
             match self.fork_from_zygote() {
                 Ok((pid, fd)) => (pid, fd, Parent::Zygote, RestartVia::Zygote),
                 Err(first) => {
-                    // A zygote that misbehaves is replaced once; a second failure is reported.
+                    // A zygote that misbehaves is replaced once. If the new one fails a fork too (a deadline too
+                    // short for this machine's load, say), the incarnation is spawned instead, so recovery goes
+                    // on; a zygote that cannot be started at all is reported.
                     self.kill_zygote();
-                    let (pid, fd) = self.fork_from_zygote().map_err(|e| format!("{first}; then {e}"))?;
-                    (pid, fd, Parent::Zygote, RestartVia::Zygote)
+                    let failed = self.zygote_failures.len();
+                    match self.fork_from_zygote() {
+                        Ok((pid, fd)) => (pid, fd, Parent::Zygote, RestartVia::Zygote),
+                        Err(_) if self.zygote_failures.len() > failed => {
+                            let started = self.launch(spawn::Mode::Serve)?;
+                            let pid = started.child.id() as i32;
+                            (pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
+                        }
+                        Err(second) => return Err(format!("{first}; then {second}")),
+                    }
                 }
             }
         } else {
