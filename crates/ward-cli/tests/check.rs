@@ -135,3 +135,37 @@ fn no_path_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("PATH"), "{}", stderr(&out));
 }
+
+#[test]
+fn sandbox_lists_every_protection_and_what_the_policy_loosens() {
+    let s = Scratch::new("sandbox");
+    let strict = run(ward().args(["check", "--sandbox"]).arg(s.path("well.so")));
+    assert!(strict.status.success(), "{}", stderr(&strict));
+    let text = stdout(&strict);
+    for protection in ["stdout", "no-new-privs", "not-dumpable", "capabilities", "landlock-files", "seccomp", "limits"] {
+        assert!(text.lines().any(|l| l.trim_start().starts_with(protection)), "{protection} not listed: {text}");
+    }
+    let seccomp = text.lines().find(|l| l.trim_start().starts_with("seccomp")).expect("a seccomp line");
+    assert!(seccomp.contains(" on ") && seccomp.contains("sockets"), "{seccomp}");
+
+    let policy = s.path("loose.toml");
+    std::fs::write(&policy, "[extension.well.sandbox]\nnetwork = true\nreason = \"talks to its licence server\"\n")
+        .expect("write the policy");
+    let loose = run(ward().args(["check", "--sandbox", "--policy"]).arg(&policy).arg(s.path("well.so")));
+    assert!(loose.status.success(), "{}", stderr(&loose));
+    let text = stdout(&loose);
+    let seccomp = text.lines().find(|l| l.trim_start().starts_with("seccomp")).expect("a seccomp line");
+    assert!(seccomp.contains("loosened") && seccomp.contains("talks to its licence server"), "{seccomp}");
+    assert!(!seccomp.contains("sockets,"), "sockets are allowed now: {seccomp}");
+}
+
+#[test]
+fn a_sandbox_loosened_without_a_reason_is_a_bad_policy() {
+    let s = Scratch::new("sandbox-reason");
+    let policy = s.path("noreason.toml");
+    std::fs::write(&policy, "[extension.well.sandbox]\nexec = true\n").expect("write the policy");
+    let out = run(ward().args(["check", "--sandbox", "--policy"]).arg(&policy).arg(s.path("well.so")));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("noreason.toml:1") && err.contains("reason"), "{err}");
+}

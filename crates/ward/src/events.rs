@@ -49,6 +49,9 @@ pub enum Event {
     /// within the policy's deadline, answered out of turn, or died): it was killed and reaped, and restarts come
     /// from a new one. `how` says what it did; `Timeout` names the deadline it missed.
     ZygoteReplaced { domain: String, how: FaultKind },
+    /// This machine lacks some protections of the process domains' sandbox (said once per supervisor, at its first
+    /// process domain): each entry names the protection and what still holds. The domains run with the rest.
+    SandboxIncomplete { missing: Vec<String> },
 }
 
 /// One line per event, for logs and standard error.
@@ -85,6 +88,10 @@ impl std::fmt::Display for Event {
             }
             Event::ZygoteReplaced { domain, how } => {
                 write!(f, "{domain}: zygote failed ({}): killed, restarts come from a new one", how.cause())
+            }
+            Event::SandboxIncomplete { missing } => {
+                write!(f, "this machine lacks part of the process domains' sandbox (running with the rest): ")?;
+                write!(f, "{}", missing.join("; "))
             }
         }
     }
@@ -130,6 +137,7 @@ impl EventBus {
             Event::ZygoteReplaced { domain, how } => {
                 tracing::warn!(domain = %domain, "zygote failed ({}): replaced", how.cause())
             }
+            Event::SandboxIncomplete { missing } => tracing::warn!("sandbox incomplete: {}", missing.join("; ")),
         }
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         subs.retain(|tx| !matches!(tx.try_send(event.clone()), Err(TrySendError::Disconnected(_))));

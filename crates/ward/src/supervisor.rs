@@ -35,6 +35,8 @@ struct Inner {
     groups: Mutex<HashMap<String, Weak<Domain>>>,
     heartbeats: Mutex<Vec<(Weak<Domain>, Duration)>>,
     heartbeat_started: AtomicBool,
+    /// Whether the protections of the sandbox this machine lacks were reported (once, at the first process domain).
+    sandbox_said: AtomicBool,
     stop: Arc<AtomicBool>,
 }
 
@@ -54,6 +56,7 @@ impl Supervisor {
                 groups: Mutex::new(HashMap::new()),
                 heartbeats: Mutex::new(Vec::new()),
                 heartbeat_started: AtomicBool::new(false),
+                sandbox_said: AtomicBool::new(false),
                 stop: Arc::new(AtomicBool::new(false)),
             }),
         }
@@ -255,8 +258,14 @@ impl Supervisor {
         preload: Option<crate::libfault::Preload>,
         tracker: &mut Tracker,
     ) -> Result<ProcessBackend, Error> {
-        start_process(vec![spec.clone()], policy, preload, self.monitor()?, tracker)
-            .map_err(|reason| Error::Load { path: spec.path.clone(), reason })
+        let backend = start_process(vec![spec.clone()], policy, preload, self.monitor()?, tracker)
+            .map_err(|reason| Error::Load { path: spec.path.clone(), reason })?;
+        let missing = crate::sandbox::missing();
+        if !missing.is_empty() && !self.inner.sandbox_said.swap(true, Ordering::Relaxed) {
+            let missing = missing.iter().map(|m| format!("{}: {}", m.protection, m.why)).collect();
+            self.inner.events.emit(Event::SandboxIncomplete { missing });
+        }
+        Ok(backend)
     }
 
     /// How an mpk domain moves to a process domain when it escalates.
