@@ -16,6 +16,10 @@
 //! * `stale` – generic functions that return a register or stack slot they were not given (policy `poison`).
 //! * `threads` – functions several host threads run in one domain at once: one waits there, others share its heap
 //!   and a mutex, one crashes.
+//! * `hostile` – generic functions that attack the machine (exec, fork, a loopback connection, a memfd, a file in
+//!   /tmp, `PTRACE_TRACEME`): what a process domain's sandbox must refuse.
+//! * `hostile_ladspa` – a LADSPA plugin (an identity) that attacks its host, its sibling domains and the machine on
+//!   command: the hostile-plugin battery of `ward run`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -34,6 +38,8 @@ pub const ALL: &[Builtin] = &[
         "faulty without the process-only kinds (descriptors, SIGKILL, ring attacks): mpk can hold it"
     ),
     embedded!("faulty_ladspa", "LADSPA plugins that fail on command: crash, hang, overrun, NaN"),
+    embedded!("hostile", "attacks on the machine (exec, fork, loopback connect, memfd, /tmp, ptrace): for sandboxes"),
+    embedded!("hostile_ladspa", "a LADSPA plugin that attacks its host, its sibling domains and the machine"),
     embedded!("calls", "C library calls (allocations, copies) for run-time library faults"),
     embedded!("calls_plugin", "calls without its dlopen: a plugin a stand-in adapter opens, which mpk can hold"),
     embedded!("stale_ladspa", "a LADSPA plugin that reports the registers and stack it was not given"),

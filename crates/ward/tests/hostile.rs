@@ -1,0 +1,134 @@
+//! A process domain's sandbox against an extension that attacks the machine, not its caller (`extensions/hostile.c`,
+//! issue 28): an exec, a loopback connection, a fork, a memfd, `PTRACE_TRACEME` are forbidden system calls, so the
+//! call ends in a SIGSYS fault of that extension; a file under /tmp is refused (the filesystem is read-only to the
+//! domain). Either way the test process is unaffected and the extension serves the next call. Without the sandbox
+//! these attacks get through and the tests fail their assertions, harmlessly: the exec runs `exit 0`, the fork's
+//! child exits at once, the memfd is closed again, the file is removed.
+
+mod common;
+
+use std::io::ErrorKind;
+use std::net::TcpListener;
+
+use common::*;
+use ward::{Arg, Error, FaultKind, Isolation, Policy, RetType, Supervisor};
+
+/// The attacks of hostile.c (the low 8 bits of its argument).
+const EXEC: i64 = 1;
+const CONNECT: i64 = 2;
+const FORK: i64 = 3;
+const MEMFD: i64 = 4;
+const TMP_FILE: i64 = 5;
+const TRACEME: i64 = 6;
+
+/// A fault ends the call (no retry: the retried call would attack again), and the extension restarts on the next.
+const POLICY: &str = r#"
+[extension.hostile]
+on_fault = "fail"
+deadline_ms = 30000
+max_restarts = 1000
+restart_period_s = 1
+backoff_initial_ms = 0.001
+backoff_max_ms = 0.001
+"#;
+
+/// What one attack came to: the call's result and the faults reported while it ran.
+struct Outcome {
+    result: Result<i64, Error>,
+    faults: Vec<ward::Fault>,
+}
+
+/// Calls `hostile_attack(code | arg << 8)` in a process domain of its own, then checks that the extension serves the
+/// next call (attack 0, which hostile.c refuses with -EINVAL) and that nobody traces the test process.
+fn attack(code: i64, arg: i64) -> Outcome {
+    let policy = Policy::from_toml_str(POLICY, "hostile policy").expect("the policy parses");
+    let sup = Supervisor::new(policy);
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin("hostile"), Some(Isolation::Process)).expect("load hostile in a process domain");
+    let result = ext
+        .call("hostile_attack", &mut [Arg::I64(code | (arg << 8))], RetType::I64)
+        .map(|v| v.as_i64().expect("an i64 result"));
+    let faults = faults(&events);
+    let next = ext.call("hostile_attack", &mut [Arg::I64(0)], RetType::I64).map(|v| v.as_i64());
+    assert_eq!(next.ok(), Some(Some(-i64::from(libc::EINVAL))), "the extension serves the call after the attack");
+    assert_eq!(tracer_of_this_process(), 0, "nobody traces the test process");
+    Outcome { result, faults }
+}
+
+/// TracerPid of this process, from /proc/self/status.
+fn tracer_of_this_process() -> i32 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:")?.trim().parse().ok())
+        .expect("a TracerPid line in /proc/self/status")
+}
+
+/// The attack ended in a SIGSYS fault of the hostile extension: the call failed with it, and it was reported.
+fn assert_trapped(what: &str, outcome: &Outcome) {
+    let sigsys = |kind: &FaultKind| matches!(kind, FaultKind::Signal { signo, .. } if *signo == libc::SIGSYS);
+    match &outcome.result {
+        Err(Error::Fault(f)) => {
+            assert!(sigsys(&f.kind), "{what}: the call failed, but not of SIGSYS: {f}");
+            assert_eq!(f.domain, "hostile", "{what}: {f}");
+        }
+        other => panic!("{what}: the call was no SIGSYS fault: {other:?} (0 means the attack got through)"),
+    }
+    assert!(
+        outcome.faults.iter().any(|f| f.domain == "hostile" && sigsys(&f.kind)),
+        "{what}: no SIGSYS fault event of hostile: {:?}",
+        outcome.faults
+    );
+}
+
+#[test]
+fn exec_is_trapped() {
+    assert_trapped("execve of /bin/sh", &attack(EXEC, 0));
+}
+
+#[test]
+fn a_loopback_connection_is_trapped_and_nothing_arrives() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen on the loopback");
+    let port = listener.local_addr().expect("the listener's address").port();
+    let outcome = attack(CONNECT, i64::from(port));
+    listener.set_nonblocking(true).expect("a non-blocking listener");
+    let accepted = listener.accept();
+    assert!(
+        matches!(&accepted, Err(e) if e.kind() == ErrorKind::WouldBlock),
+        "the listener got a connection: {accepted:?}"
+    );
+    assert_trapped("connect to the loopback", &outcome);
+}
+
+#[test]
+fn fork_is_trapped() {
+    assert_trapped("fork", &attack(FORK, 0));
+}
+
+#[test]
+fn a_memfd_is_trapped() {
+    assert_trapped("memfd_create", &attack(MEMFD, 0));
+}
+
+#[test]
+fn ptrace_traceme_is_trapped() {
+    assert_trapped("ptrace(PTRACE_TRACEME)", &attack(TRACEME, 0));
+}
+
+#[test]
+fn a_file_under_tmp_is_refused() {
+    // hostile.c creates /tmp/ward-hostile-ARG-lib; this process's id makes the name this test's own.
+    let id = i64::from(std::process::id());
+    let path = std::path::PathBuf::from(format!("/tmp/ward-hostile-{id}-lib"));
+    let _ = std::fs::remove_file(&path);
+    let outcome = attack(TMP_FILE, id);
+    let created = path.exists();
+    let _ = std::fs::remove_file(&path);
+    assert!(!created, "{} was created", path.display());
+    let refused = [libc::EACCES, libc::EPERM, libc::EROFS].map(|e| -i64::from(e));
+    match &outcome.result {
+        Ok(rc) => assert!(refused.contains(rc), "creating the file returned {rc}, not EACCES, EPERM or EROFS"),
+        // A sandbox may trap the open as well.
+        Err(_) => assert_trapped("creating a file under /tmp", &outcome),
+    }
+}

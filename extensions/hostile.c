@@ -1,0 +1,63 @@
+/*
+ * hostile.c -- a generic extension that attacks the machine it runs on, not the process that calls it: what a
+ * process domain's sandbox must refuse to any extension.
+ *
+ *   int64_t hostile_attack(int64_t n)
+ *
+ * The low 8 bits of n select the attack, the bits above them are its argument:
+ *   1  exec /bin/sh in place of this process (it runs `exit 0`)
+ *   2  connect to 127.0.0.1:ARG over TCP and send "PWNED" (loopback only)
+ *   3  fork a child that exits at once, and wait for it
+ *   4  memfd_create, ftruncate to 1 GiB, write 8 MiB (closed again)
+ *   5  create /tmp/ward-hostile-ARG-lib and write "PWNED" into it
+ *   6  ptrace(PTRACE_TRACEME): ask to be traced by the parent
+ * Returns 0 when the attack got through, -errno of the step that failed otherwise (and -EINVAL for an unknown
+ * attack). Built with -fvisibility=hidden: only hostile_attack is exported.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+
+#include "hostile_common.h"
+
+#define HOSTILE_EXPORT __attribute__((visibility("default")))
+
+/* Forks a child that exits at once; 0 if it did. */
+static int fork_and_reap(void) {
+    pid_t pid = fork();
+    if (pid < 0) {
+        return hostile_fail();
+    }
+    if (pid == 0) {
+        _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            return hostile_fail();
+        }
+    }
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+HOSTILE_EXPORT int64_t hostile_attack(int64_t n) {
+    int64_t arg = n >> 8;
+    switch (n & 0xff) {
+    case 1:
+        return hostile_exec_sh("exit 0");
+    case 2:
+        return arg > 0 && arg <= 65535 ? hostile_connect((unsigned)arg) : -EINVAL;
+    case 3:
+        return fork_and_reap();
+    case 4:
+        return hostile_memfd();
+    case 5: {
+        char path[96];
+        snprintf(path, sizeof path, "/tmp/ward-hostile-%lld-lib", (long long)arg);
+        return hostile_create_file(path);
+    }
+    case 6:
+        return hostile_traceme();
+    default:
+        return -EINVAL;
+    }
+}
