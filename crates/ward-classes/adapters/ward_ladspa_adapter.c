@@ -12,6 +12,9 @@
 
 /* More descriptors than any library has; a loop guard against a library that never returns NULL. */
 #define MAX_DESCRIPTORS 4096
+/* More ports than any plugin has (the class's MAX_PORTS): a descriptor claiming more is described without its
+ * ports, and the class refuses the count, instead of the adapter walking a billion ports. */
+#define WARD_LADSPA_MAX_PORTS 4096
 
 /* Flags of a described plugin: which optional functions it has. */
 #define HAS_ACTIVATE 0x1
@@ -98,12 +101,14 @@ WARD_ADAPTER_EXPORT int64_t ward_ladspa_describe(const struct library *lib, uint
     struct writer w = {out, cap, 0};
     put_u64(&w, d->UniqueID);
     put_i32(&w, d->Properties);
-    put_u32(&w, (uint32_t)d->PortCount);
+    put_u32(&w, d->PortCount > UINT32_MAX ? UINT32_MAX : (uint32_t)d->PortCount);
     put_u32(&w, flags);
     put_str(&w, d->Label);
     put_str(&w, d->Name);
     put_str(&w, d->Maker);
     put_str(&w, d->Copyright);
+    if (d->PortCount > WARD_LADSPA_MAX_PORTS)
+        return writer_result(&w);
     for (unsigned long p = 0; p < d->PortCount; p++) {
         put_i32(&w, d->PortDescriptors ? d->PortDescriptors[p] : 0);
         const LADSPA_PortRangeHint *h = d->PortRangeHints ? &d->PortRangeHints[p] : NULL;

@@ -50,8 +50,12 @@ const HAS_RUN: u32 = 0x20;
 
 /// First guess of a description's size.
 const DESCRIBE_BUFFER: usize = 16 * 1024;
-/// Plugins with more ports than this are refused (a description claiming more is malformed).
+/// Plugins with more ports than this are refused (a description claiming more is malformed). The adapter's
+/// `WARD_LADSPA_MAX_PORTS` is the same: it does not walk the ports of a descriptor claiming more.
 const MAX_PORTS: u32 = 4096;
+/// The largest description believed: MAX_PORTS ports with long names. An adapter asking for more room is refused
+/// rather than given it (the number comes from the domain).
+const MAX_DESCRIPTION: u64 = 4 << 20;
 
 const ADAPTER: &str = "ward_ladspa_adapter";
 
@@ -399,6 +403,9 @@ fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u
         }
         if n <= ADAPTER_ERROR_BELOW {
             return Err(format!("the adapter could not describe plugin {index} (code {n})"));
+        }
+        if n.unsigned_abs() > MAX_DESCRIPTION {
+            return Err(format!("a description of plugin {index} of {} bytes is beyond belief", n.unsigned_abs()));
         }
         buf = vec![0u8; n.unsigned_abs() as usize];
     }

@@ -56,8 +56,10 @@ pub fn run(args: RunArgs) -> Result<bool> {
                 .into()
         )));
     }
-    if let Some(policy) = &args.policy {
-        Policy::from_file(policy)?;
+    // A policy that cannot work stops here, before the host starts: in the host, the shim would refuse every plugin.
+    if let Some(path) = &args.policy {
+        let policy = Policy::from_file(path)?;
+        check_restart_files(path, &policy)?;
     }
     if let Some(log) = &args.log {
         std::fs::OpenOptions::new()
@@ -98,6 +100,25 @@ pub fn run(args: RunArgs) -> Result<bool> {
     // exec returns only on failure: the host's exit status is `ward run`'s.
     let e = cmd.exec();
     Err(anyhow!(e).context(format!("cannot run {}", host_path.display())))
+}
+
+/// Every `restart_from` of the policy at `path` must name a regular file: a restart from anything else fails, and
+/// then the plugin with it.
+fn check_restart_files(path: &Path, policy: &Policy) -> Result<()> {
+    for (name, section) in &policy.extensions {
+        let Some(from) = &section.restart_from else { continue };
+        let problem = match std::fs::metadata(from) {
+            Ok(meta) if meta.is_file() => continue,
+            Ok(_) => "not a regular file".to_string(),
+            Err(e) => e.to_string(),
+        };
+        return Err(anyhow!(BadInput(format!(
+            "{}: [extension.{name}] restart_from names {}, which cannot be used ({problem})",
+            path.display(),
+            from.display()
+        ))));
+    }
+    Ok(())
 }
 
 /// Hosts the dynamic linker will not preload the shim into, refused with the reason: a statically linked program

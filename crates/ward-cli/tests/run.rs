@@ -599,3 +599,225 @@ fn the_shim_serves_large_heap_blocks_from_the_arena_and_forks_keep_them_apart() 
         assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{expect}\n"), "{isolation} {arena:?}");
     }
 }
+
+/// `cmd`'s output; a command still running after `limit` is killed and the test fails (a safety net against a
+/// hung host, never a measurement: a host that is only slow has far more time than it needs).
+fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.unwrap_or_else(|e| panic!("cannot wait for {cmd:?}: {e}")),
+        Err(_) => {
+            // The child this test started, by its own pid (ward run execs the host in place).
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{cmd:?} still ran after {limit:?}: the host hung");
+        }
+    }
+}
+
+const SAFETY_NET: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// A policy for the bad plugins: a short deadline, so a plugin hanging in its constructor is given up on soon.
+fn short_deadline_policy(s: &Scratch) -> PathBuf {
+    let policy = s.path("policy.toml");
+    std::fs::write(&policy, "[defaults]\ndeadline_ms = 1500\nmax_restarts = 2\n").expect("write the policy");
+    policy
+}
+
+/// The one line ward says about refusing `file`, and how many there are.
+fn refusals(err: &str, file: &str) -> Vec<String> {
+    err.lines()
+        .filter(|l| l.starts_with("ward: ") && l.contains(file) && l.contains(": not loaded: "))
+        .map(String::from)
+        .collect()
+}
+
+/// `plugin` (a built-in bad_ladspa_*) fails under ward before the host can use it: analyseplugin and sox, which it
+/// kills or hangs natively, get a load error instead, exit without a signal, and ward says once why.
+fn refused_under_ward(plugin: &str) {
+    let s = Scratch::new(plugin);
+    let policy = short_deadline_policy(&s);
+    let file = format!("{plugin}.so");
+    let path = builtin_dir().join(&file);
+
+    let out = output_within(
+        ward()
+            .args(["run", "--isolation", "process", "--policy"])
+            .arg(&policy)
+            .args(["--", host("analyseplugin")])
+            .arg(&path),
+        SAFETY_NET,
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.signal(), None, "analyseplugin {plugin}: {:?}\n{err}", out.status);
+    assert!(!out.status.success(), "analyseplugin {plugin} cannot have described it: {err}");
+    let said = refusals(&err, &file);
+    assert_eq!(said.len(), 1, "analyseplugin {plugin}: one line says why: {err}");
+    assert!(said[0].contains("failed under ward"), "{err}");
+    // The host's dlerror() gives ward's reason, naming the plugin.
+    assert!(
+        err.lines().any(|l| !l.starts_with("ward: ") && l.contains(&file) && l.contains("refused by ward")),
+        "{err}"
+    );
+
+    sine_wav(&s.path("in.wav"), 1);
+    let args = ["-D".into(), s.path("in.wav").display().to_string(), s.path("out.wav").display().to_string()]
+        .into_iter()
+        .chain(["ladspa", plugin, "bad"].map(String::from));
+    let out = output_within(
+        ward()
+            .args(["run", "--isolation", "process", "--policy"])
+            .arg(&policy)
+            .args(["--", host("sox")])
+            .args(args)
+            .env("LADSPA_PATH", builtin_dir()),
+        SAFETY_NET,
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.signal(), None, "sox {plugin}: {:?}\n{err}", out.status);
+    assert!(!out.status.success(), "sox {plugin} cannot have run it: {err}");
+    let said = refusals(&err, &file);
+    assert_eq!(said.len(), 1, "sox {plugin}: one line says why: {err}");
+    assert!(said[0].contains("failed under ward"), "{err}");
+}
+
+#[test]
+fn a_plugin_whose_constructor_crashes_is_refused() {
+    refused_under_ward("bad_ladspa_ctor_crash");
+}
+
+#[test]
+fn a_plugin_whose_constructor_hangs_is_refused() {
+    refused_under_ward("bad_ladspa_ctor_hang");
+}
+
+#[test]
+fn a_plugin_whose_descriptor_is_a_wild_pointer_is_refused() {
+    refused_under_ward("bad_ladspa_wild");
+}
+
+#[test]
+fn a_plugin_claiming_a_billion_ports_is_refused() {
+    refused_under_ward("bad_ladspa_ports");
+}
+
+#[test]
+fn a_plugin_with_null_port_arrays_is_refused() {
+    refused_under_ward("bad_ladspa_null_ports");
+}
+
+#[test]
+fn a_plugin_with_an_unterminated_name_is_refused() {
+    refused_under_ward("bad_ladspa_unterminated");
+}
+
+/// The shim and the domain program, beside the `ward` program.
+fn shim_env(cmd: &mut Command) -> &mut Command {
+    let ward = Path::new(env!("CARGO_BIN_EXE_ward"));
+    cmd.env("LD_PRELOAD", ward.with_file_name("libward_preload.so"))
+        .env("WARD_DOMAIN", ward.with_file_name("ward-domain"))
+        .env("WARD_ISOLATION", "process")
+}
+
+#[test]
+fn with_an_unusable_policy_the_shim_loads_no_plugin_without_ward() {
+    let s = Scratch::new("shim-bad-policy");
+    std::fs::write(s.path("bad.toml"), "[defaults]\nmax_restarts = -1\n").expect("write");
+    // ward run would refuse this policy; a host started with the shim directly must not load plugins unprotected.
+    let amp = "/usr/lib/ladspa/amp.so";
+    for policy in [s.path("bad.toml"), s.path("missing.toml"), PathBuf::from("/dev/zero")] {
+        let out = output_within(
+            shim_env(&mut Command::new(host("analyseplugin"))).env("WARD_POLICY", &policy).arg(amp),
+            SAFETY_NET,
+        );
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{}: {err}", policy.display());
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("Mono Amplifier"),
+            "{}: described: {err}",
+            policy.display()
+        );
+        let said = refusals(&err, "amp.so");
+        assert_eq!(said.len(), 1, "{}: {err}", policy.display());
+        assert!(said[0].contains("the policy (WARD_POLICY) is unusable"), "{err}");
+        assert!(said[0].contains(&policy.display().to_string()), "the policy is named: {err}");
+    }
+}
+
+#[test]
+fn native_fallback_false_refuses_a_plugin_ward_has_no_class_for() {
+    let s = Scratch::new("native-fallback");
+    // A plugin of an ABI ward has no class for: it exports lv2_descriptor, and no ladspa_descriptor.
+    std::fs::write(s.path("lv2.c"), "const void *lv2_descriptor(unsigned i) { (void)i; return 0; }\n").unwrap();
+    let lib = s.path("fake_lv2.so");
+    let built = output(Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(s.path("lv2.c")));
+    assert!(built.status.success(), "{}", stderr(&built));
+    let strict = s.path("strict.toml");
+    std::fs::write(&strict, "[extension.fake_lv2]\nnative_fallback = false\n").unwrap();
+
+    // By default it is loaded without ward: analyseplugin itself finds no LADSPA entry point in it.
+    let out = output_within(ward().args(["run", "--", host("analyseplugin")]).arg(&lib), SAFETY_NET);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(refusals(&err, "fake_lv2.so").is_empty(), "loaded natively: {err}");
+    assert!(!err.contains("refused by ward"), "{err}");
+
+    // native_fallback = false: dlopen itself fails, and says why.
+    let out = output_within(
+        ward().args(["run", "--policy"]).arg(&strict).args(["--", host("analyseplugin")]).arg(&lib),
+        SAFETY_NET,
+    );
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    let said = refusals(&err, "fake_lv2.so");
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].contains("a LV2 plugin, which ward has no class for"), "{err}");
+    assert!(said[0].contains("native_fallback = false"), "{err}");
+    assert!(err.lines().any(|l| !l.starts_with("ward: ") && l.contains("refused by ward")), "dlerror says it: {err}");
+
+    // Ordinary libraries the host opens are never affected: sox opens its format libraries by path.
+    std::fs::write(s.path("all.toml"), "[defaults]\nnative_fallback = false\n").unwrap();
+    sine_wav(&s.path("in.wav"), 1);
+    let out = output_within(
+        ward()
+            .args(["run", "--policy"])
+            .arg(s.path("all.toml"))
+            .args(["--", host("sox"), "-D"])
+            .arg(s.path("in.wav"))
+            .arg(s.path("out.wav"))
+            .args(["vol", "0.5"]),
+        SAFETY_NET,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+}
+
+#[test]
+fn policies_that_cannot_work_stop_ward_run_before_the_host() {
+    let s = Scratch::new("policy-cannot-work");
+    std::fs::write(s.path("tiny.toml"), "[defaults.limits]\naddress_space_mb = 1\n").unwrap();
+    std::fs::write(s.path("restart.toml"), "[extension.amp]\nrestart_from = \"v2/amp.so\"\n").unwrap();
+    let cases = [
+        (s.path("tiny.toml"), "address_space_mb"),
+        (s.path("restart.toml"), "v2/amp.so"),
+        (PathBuf::from("/dev/zero"), "not a regular file"),
+    ];
+    for (policy, named) in cases {
+        let out = output_within(ward().arg("run").arg("--policy").arg(&policy).args(["--", "true"]), SAFETY_NET);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", policy.display());
+        assert!(err.contains(named), "{}: names {named}: {err}", policy.display());
+        assert_eq!(err.lines().count(), 1, "{}: one line: {err}", policy.display());
+    }
+}

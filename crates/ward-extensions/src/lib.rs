@@ -20,6 +20,10 @@
 //!   /tmp, `PTRACE_TRACEME`): what a process domain's sandbox must refuse.
 //! * `hostile_ladspa` – a LADSPA plugin (an identity) that attacks its host, its sibling domains and the machine on
 //!   command: the hostile-plugin battery of `ward run`.
+//! * `bad_ladspa_*` – LADSPA libraries broken before any plugin call, one way each: a constructor that crashes
+//!   (`ctor_crash`) or hangs (`ctor_hang`), a descriptor that is a wild pointer (`wild`), claims a billion ports
+//!   (`ports`), has NULL port arrays (`null_ports`) or an unterminated name (`unterminated`). Never load them
+//!   natively: they kill or hang whoever does.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -31,6 +35,12 @@ pub type Builtin = ward_embed::Embedded;
 
 /// Every built-in extension.
 pub const ALL: &[Builtin] = &[
+    embedded!("bad_ladspa_ctor_crash", "a LADSPA library whose constructor dereferences NULL"),
+    embedded!("bad_ladspa_ctor_hang", "a LADSPA library whose constructor never returns"),
+    embedded!("bad_ladspa_null_ports", "a LADSPA descriptor with NULL port arrays"),
+    embedded!("bad_ladspa_ports", "a LADSPA descriptor claiming a billion ports"),
+    embedded!("bad_ladspa_unterminated", "a LADSPA descriptor whose name has no terminating NUL"),
+    embedded!("bad_ladspa_wild", "a LADSPA library whose descriptor is a wild pointer"),
     embedded!("faulty", "deliberately faulty: every fault kind, armed or immediate"),
     embedded!("faulty_frei0r", "a frei0r filter that fails on command"),
     embedded!(

@@ -174,6 +174,17 @@ const FAULTY_PROCESS_ONLY: &[&str] =
 #[test]
 fn every_listed_function_is_exported() {
     for b in ward_extensions::ALL {
+        if b.name.starts_with("bad_ladspa_") {
+            // Loading one natively crashes or hangs this test: its export is read from the file instead.
+            use object::{Object, ObjectSymbol};
+            // A copy: the embedded bytes need not be aligned as the ELF structures are (a heap block is).
+            let bytes = b.bytes.to_vec();
+            let file = object::File::parse(&*bytes).expect("an ELF file");
+            let exports: Vec<&str> =
+                file.dynamic_symbols().filter(|s| s.is_definition()).filter_map(|s| s.name().ok()).collect();
+            assert_eq!(exports, ["ladspa_descriptor"], "{}", b.name);
+            continue;
+        }
         // faulty_mpk's list is faulty's (faulty_mpk_leaves_out_the_process_only_kinds checks it); calls_plugin's is
         // calls' without calls_via (checked below).
         assert!(

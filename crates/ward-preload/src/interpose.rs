@@ -1,7 +1,7 @@
-//! `dlopen` and `dlclose` as the host sees them.
+//! `dlopen`, `dlclose` and `dlerror` as the host sees them.
 
-use std::cell::Cell;
-use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_char, c_int, c_void, CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -10,12 +10,33 @@ use crate::runtime;
 
 type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
 type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type DlerrorFn = unsafe extern "C" fn() -> *mut c_char;
 
 thread_local! {
     /// Set while this thread runs ward's own code: the none backend and the class adapters call `dlopen` too, and
     /// those calls must reach the real one.
     static INSIDE_WARD: Cell<bool> = const { Cell::new(false) };
+    /// Why the last `dlopen` of the host on this thread was refused, until the host's next `dlerror` takes it.
+    static REFUSAL: RefCell<Option<CString>> = const { RefCell::new(None) };
+    /// The refusal the last `dlerror` returned: it must stay valid until the next `dlerror` call on this thread.
+    static SHOWN: RefCell<Option<CString>> = const { RefCell::new(None) };
 }
+
+/// Runs when the dynamic loader loads the shim, before the host's `main`: looks up the real functions while no
+/// error of the host's can be pending, since a lookup resets what `dlerror` would say.
+#[used]
+#[link_section = ".init_array"]
+static LOOK_UP_REAL_FUNCTIONS: extern "C" fn() = look_up_real_functions;
+
+extern "C" fn look_up_real_functions() {
+    let _ = real(&REAL_DLOPEN, c"dlopen");
+    let _ = real(&REAL_DLCLOSE, c"dlclose");
+    let _ = real(&REAL_DLERROR, c"dlerror");
+}
+
+static REAL_DLOPEN: OnceLock<Option<DlopenFn>> = OnceLock::new();
+static REAL_DLCLOSE: OnceLock<Option<DlcloseFn>> = OnceLock::new();
+static REAL_DLERROR: OnceLock<Option<DlerrorFn>> = OnceLock::new();
 
 /// Runs `f` with this thread's `dlopen` calls passed straight through.
 pub(crate) fn inside_ward<T>(f: impl FnOnce() -> T) -> T {
@@ -34,15 +55,14 @@ fn real<T: Copy>(cell: &OnceLock<Option<T>>, name: &CStr) -> Option<T> {
             None
         } else {
             // SAFETY: T is the function pointer type of the symbol looked up (DlopenFn for "dlopen", DlcloseFn for
-            // "dlclose"), of pointer size, and f is non-null.
+            // "dlclose", DlerrorFn for "dlerror"), of pointer size, and f is non-null.
             Some(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&f) })
         }
     })
 }
 
 pub(crate) fn real_dlopen(filename: *const c_char, flags: c_int) -> *mut c_void {
-    static REAL: OnceLock<Option<DlopenFn>> = OnceLock::new();
-    match real(&REAL, c"dlopen") {
+    match real(&REAL_DLOPEN, c"dlopen") {
         // SAFETY: forwarding the caller's arguments unchanged to libc's dlopen, which has the same contract.
         Some(f) => unsafe { f(filename, flags) },
         None => std::ptr::null_mut(),
@@ -50,12 +70,53 @@ pub(crate) fn real_dlopen(filename: *const c_char, flags: c_int) -> *mut c_void 
 }
 
 fn real_dlclose(handle: *mut c_void) -> c_int {
-    static REAL: OnceLock<Option<DlcloseFn>> = OnceLock::new();
-    match real(&REAL, c"dlclose") {
+    match real(&REAL_DLCLOSE, c"dlclose") {
         // SAFETY: forwarding the caller's argument unchanged to libc's dlclose, which has the same contract.
         Some(f) => unsafe { f(handle) },
         None => -1,
     }
+}
+
+fn real_dlerror() -> *mut c_char {
+    match real(&REAL_DLERROR, c"dlerror") {
+        // SAFETY: libc's dlerror takes nothing and returns NULL or a string valid until the next call.
+        Some(f) => unsafe { f() },
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// A refusal for the host's next `dlerror` on this thread; whatever error the dynamic linker still held is older
+/// and is dropped, as a newer error replaces an older one.
+fn set_refusal(message: String) {
+    let _ = real_dlerror();
+    let message = CString::new(message.replace('\0', "")).unwrap_or_default();
+    let _ = REFUSAL.try_with(|r| *r.borrow_mut() = Some(message));
+}
+
+/// A `dlopen` of the host that reached the real one: its outcome, not an earlier refusal, is what `dlerror` reports.
+fn clear_refusal() {
+    let _ = REFUSAL.try_with(|r| r.borrow_mut().take());
+}
+
+/// The host's `dlerror`: why ward refused the last `dlopen` on this thread, when it did; else libc's answer.
+///
+/// # Safety
+/// As libc's: the string returned is valid until the next `dlerror` call on this thread.
+#[no_mangle]
+pub unsafe extern "C" fn dlerror() -> *mut c_char {
+    if !INSIDE_WARD.with(Cell::get) {
+        if let Some(message) = REFUSAL.try_with(|r| r.borrow_mut().take()).ok().flatten() {
+            let shown = SHOWN.try_with(|s| {
+                let mut s = s.borrow_mut();
+                *s = Some(message);
+                s.as_ref().map_or(std::ptr::null_mut(), |m| m.as_ptr().cast_mut())
+            });
+            if let Ok(pointer) = shown {
+                return pointer;
+            }
+        }
+    }
+    real_dlerror()
 }
 
 /// The host's `dlopen`: passes its caller's return address on to [`dlopen_from`]. glibc searches a bare name
@@ -77,7 +138,11 @@ pub unsafe extern "C" fn dlopen(filename: *const c_char, flags: c_int) -> *mut c
 /// # Safety
 /// As libc's `dlopen`: `filename` is null or a valid C string.
 unsafe extern "C" fn dlopen_from(filename: *const c_char, flags: c_int, caller: *const c_void) -> *mut c_void {
-    if filename.is_null() || flags & libc::RTLD_NOLOAD != 0 || INSIDE_WARD.with(Cell::get) {
+    if INSIDE_WARD.with(Cell::get) {
+        return real_dlopen(filename, flags);
+    }
+    if filename.is_null() || flags & libc::RTLD_NOLOAD != 0 {
+        clear_refusal();
         return real_dlopen(filename, flags);
     }
     // SAFETY: non-null and, by dlopen's contract, a valid C string.
@@ -85,6 +150,7 @@ unsafe extern "C" fn dlopen_from(filename: *const c_char, flags: c_int, caller: 
     // Only paths name plugins: a bare name is a library the dynamic linker searches for (and no host names its
     // plugins that way); it is searched for as the caller would have had it searched.
     if !name.to_bytes().contains(&b'/') {
+        clear_refusal();
         return match crate::search::along_callers_paths(name, caller) {
             Some(path) => real_dlopen(path.as_ptr(), flags),
             None => real_dlopen(filename, flags),
@@ -92,8 +158,18 @@ unsafe extern "C" fn dlopen_from(filename: *const c_char, flags: c_int, caller: 
     }
     let path = Path::new(OsStr::from_bytes(name.to_bytes()));
     match inside_ward(|| runtime::open_plugin(path)) {
-        Some(handle) => handle,
-        None => real_dlopen(filename, flags),
+        runtime::Opened::Proxy(handle) => {
+            clear_refusal();
+            handle
+        }
+        runtime::Opened::Native => {
+            clear_refusal();
+            real_dlopen(filename, flags)
+        }
+        runtime::Opened::Refused(message) => {
+            set_refusal(message);
+            std::ptr::null_mut()
+        }
     }
 }
 

@@ -7,6 +7,14 @@
 //! cannot tell: it reads descriptors and calls function pointers as it always did. Everything else the host opens
 //! goes to the real `dlopen` untouched.
 //!
+//! It fails closed: a plugin of a known class that cannot be opened under ward (it crashed or hung in its domain,
+//! described itself wrongly, or the policy is unusable) is never loaded without ward. The host's `dlopen` returns
+//! NULL and its next `dlerror` on that thread says why (the shim defines `dlerror` for that, passing through to
+//! libc's otherwise); ward says it once on standard error. Only files ward cannot take at all (no plugin of a
+//! known class, or a file it cannot classify) load natively, and the policy's `native_fallback = false` refuses
+//! those that look like plugins too. Classifying a file reads only its headers and dynamic symbols, within a bound,
+//! and nothing of a file that is not a regular file.
+//!
 //! It also defines `sigaction` and `signal` ([`signals`]), so that handlers the host installs late are wrapped for
 //! mpk domains like the ones it installed before.
 //!

@@ -9,7 +9,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ward::{Event, Isolation, Policy, Supervisor};
-use ward_classes::{class_of, Class};
+use ward_classes::{classify, Class, Classification};
 
 use crate::{frei0r, ladspa, proxy};
 
@@ -22,6 +22,8 @@ pub(crate) enum Plugin {
 
 pub(crate) struct Runtime {
     supervisor: Supervisor,
+    /// The policy the supervisor was made with (for `native_fallback`, which only the shim looks at).
+    policy: Policy,
     isolation: Option<Isolation>,
     plugins: Mutex<HashMap<u64, Plugin>>,
     /// Proxy handles given to the host, and the plugin each stands for.
@@ -33,20 +35,17 @@ pub(crate) struct Runtime {
     verbose: bool,
 }
 
-static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
+static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 
-/// The runtime, set up from the environment on first use; `None` (after one message) when the environment is
-/// unusable, in which case plugins load natively.
+/// The runtime, set up from the environment on first use; `None` when the environment is unusable.
 pub(crate) fn get() -> Option<&'static Runtime> {
-    RUNTIME
-        .get_or_init(|| match Runtime::from_env() {
-            Ok(r) => Some(r),
-            Err(e) => {
-                eprintln!("ward: {e}; plugins load without ward");
-                None
-            }
-        })
-        .as_ref()
+    runtime_or_why().ok()
+}
+
+/// The runtime, or why the environment is unusable (a policy that cannot be read, say), in which case no plugin of
+/// a known class is loaded at all: without ward it would be unprotected, and ward cannot run it as asked.
+fn runtime_or_why() -> Result<&'static Runtime, &'static str> {
+    RUNTIME.get_or_init(Runtime::from_env).as_ref().map_err(String::as_str)
 }
 
 impl Runtime {
@@ -56,7 +55,9 @@ impl Runtime {
             _ => None,
         };
         let policy = match std::env::var_os("WARD_POLICY") {
-            Some(p) if !p.is_empty() => Policy::from_file(Path::new(&p)).map_err(|e| e.to_string())?,
+            Some(p) if !p.is_empty() => {
+                Policy::from_file(Path::new(&p)).map_err(|e| format!("the policy (WARD_POLICY) is unusable: {e}"))?
+            }
             _ => Policy::default(),
         };
         let log = match std::env::var_os("WARD_LOG") {
@@ -70,10 +71,11 @@ impl Runtime {
             }
             _ => None,
         };
-        let supervisor = Supervisor::new(policy);
+        let supervisor = Supervisor::new(policy.clone());
         let events = Mutex::new(supervisor.subscribe());
         Ok(Runtime {
             supervisor,
+            policy,
             isolation,
             plugins: Mutex::new(HashMap::new()),
             proxies: Mutex::new(HashMap::new()),
@@ -107,11 +109,40 @@ impl Runtime {
     }
 }
 
-/// The host opens `path`: if it is a plugin of a known class, open it under ward and return the proxy's handle.
-/// `None`: not ours, the real dlopen takes it.
-pub(crate) fn open_plugin(path: &Path) -> Option<*mut c_void> {
-    let class = class_of(path)?;
-    let rt = get()?;
+/// What becomes of a file the host opens.
+pub(crate) enum Opened {
+    /// Not ours: the real dlopen takes it.
+    Native,
+    /// A plugin under ward: the proxy's handle.
+    Proxy(*mut c_void),
+    /// Neither: the host's dlopen fails, and its dlerror says this.
+    Refused(String),
+}
+
+/// Plugins refused so far, by canonical path, with the reason: each is refused again at once, and reported once.
+static REFUSED: Mutex<Option<HashMap<PathBuf, String>>> = Mutex::new(None);
+
+/// The host opens `path`. A plugin of a known class is opened under ward and the host gets a proxy; if that fails
+/// for any reason the host gets a load error, never the plugin loaded without ward. A file ward cannot take (one it
+/// cannot classify, a plugin of an ABI it has no class for) loads without ward unless the policy's
+/// `native_fallback` says no; anything else is not ours.
+pub(crate) fn open_plugin(path: &Path) -> Opened {
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Some(reason) = REFUSED.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|r| r.get(&key)) {
+        return Opened::Refused(dlerror_text(path, reason));
+    }
+    let class = match classify(path) {
+        Ok(Classification::Plugin(class)) => class,
+        Ok(Classification::NotAPlugin) => return Opened::Native,
+        Ok(Classification::OtherPlugin { abi }) => {
+            return unless_fallback(path, &key, &format!("a {abi} plugin, which ward has no class for"))
+        }
+        Err(e) => return unless_fallback(path, &key, &format!("ward cannot tell what it is ({e})")),
+    };
+    let rt = match runtime_or_why() {
+        Ok(rt) => rt,
+        Err(why) => return refuse(path, &key, None, why),
+    };
     let id = rt.next_id.fetch_add(1, Ordering::Relaxed);
     let plugin = match class {
         Class::Ladspa => ladspa::ProxyLibrary::open(&rt.supervisor, path, rt.isolation).map(|l| {
@@ -123,6 +154,8 @@ pub(crate) fn open_plugin(path: &Path) -> Option<*mut c_void> {
             (ext.isolation(), ext.pid(), Plugin::Frei0r(Arc::new(l)))
         }),
     };
+    // The events of a failed open (faults, restarts) come first, then why it is refused.
+    rt.report();
     let plugin = match plugin {
         Ok((isolation, pid, p)) => {
             if rt.verbose {
@@ -132,8 +165,8 @@ pub(crate) fn open_plugin(path: &Path) -> Option<*mut c_void> {
             p
         }
         Err(e) => {
-            eprintln!("ward: cannot put {} under ward ({e}); loading it without ward", path.display());
-            return None;
+            let reason = format!("the {} plugin failed under ward, so it is not loaded at all: {e}", class.name());
+            return refuse(path, &key, Some(rt), &reason);
         }
     };
     rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(id, plugin);
@@ -141,19 +174,57 @@ pub(crate) fn open_plugin(path: &Path) -> Option<*mut c_void> {
         Ok(handle) => {
             rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(handle as usize, id);
             rt.report();
-            Some(handle)
+            Opened::Proxy(handle)
         }
         Err(e) => {
             rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-            eprintln!("ward: cannot give the host a proxy for {} ({e}); loading it without ward", path.display());
-            None
+            refuse(path, &key, Some(rt), &format!("ward cannot give the host a proxy for it ({e})"))
         }
     }
 }
 
+/// `path`, which ward cannot take for `reason`: loaded without ward, or refused where the policy's
+/// `native_fallback` for it is false.
+fn unless_fallback(path: &Path, key: &Path, reason: &str) -> Opened {
+    let rt = runtime_or_why().ok();
+    let fallback = rt.is_none_or(|rt| rt.policy.for_extension(&ward::extension_name(path)).native_fallback);
+    if fallback {
+        if let Some(rt) = rt.filter(|rt| rt.verbose) {
+            rt.say(&format!("{}: loaded without ward: {reason}", path.display()));
+        }
+        return Opened::Native;
+    }
+    refuse(path, key, rt, &format!("{reason}; the policy says native_fallback = false"))
+}
+
+/// Refuse `path` for `reason`: said on standard error (and in the log) the first time, remembered for next time.
+fn refuse(path: &Path, key: &Path, rt: Option<&Runtime>, reason: &str) -> Opened {
+    let first = REFUSED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key.to_path_buf(), reason.to_string())
+        .is_none();
+    if first {
+        let line = format!("{}: not loaded: {reason}", path.display());
+        match rt {
+            Some(rt) => rt.say(&line),
+            None => {
+                let _ = std::io::stderr().write_all(format!("ward: {line}\n").as_bytes());
+            }
+        }
+    }
+    Opened::Refused(dlerror_text(path, reason))
+}
+
+/// What the host's `dlerror` says about a refused plugin.
+fn dlerror_text(path: &Path, reason: &str) -> String {
+    format!("{}: refused by ward: {reason}", path.display())
+}
+
 /// The host closes `handle`: if it is a proxy, its plugin is let go (instances the host still holds keep it alive).
 pub(crate) fn closing(handle: *mut c_void) {
-    let Some(Some(rt)) = RUNTIME.get() else { return };
+    let Some(Ok(rt)) = RUNTIME.get() else { return };
     let id = rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&(handle as usize));
     if let Some(id) = id {
         let plugin = rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);

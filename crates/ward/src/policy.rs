@@ -39,8 +39,9 @@
 //! poison = false             # call with poison in every register and stack slot not given (process only)
 //! history_mb = 0             # replay up to this many MiB of data calls after a restart (0 = off)
 //! library_fault = "none"     # fault testing: see below
+//! native_fallback = true     # `ward run`: a file that looks like a plugin ward cannot take loads without ward
 //! [defaults.limits]
-//! address_space_mb = 1024    # 0 = unlimited
+//! address_space_mb = 1024    # 0 = unlimited, else at least 16
 //! cpu_s = 0                  # 0 = unlimited
 //! open_files = 256
 //!
@@ -69,6 +70,8 @@
 //!   100 years; `deadline_ms` and `restart_period_s` must be positive;
 //! - `backoff_factor`: at least 1.0; `max_retries`: at most 100; `spin`: at
 //!   most 10 000 000; `limits.open_files`: at least 1;
+//!   `limits.address_space_mb`: 0 (unlimited) or at least 16 (less cannot
+//!   hold a domain);
 //! - extension and group names: non-empty, of `[A-Za-z0-9_.-]`; function
 //!   names and `init`: C function names.
 //!
@@ -332,6 +335,11 @@ pub struct ExtensionPolicy {
     /// After a failure, restart the extension from this file instead of the one it was loaded from (a known-good
     /// or patched version); `None`: from the same file.
     pub restart_from: Option<PathBuf>,
+    /// What the preload shim of `ward run` does with a file the host opens that looks like a plugin but that ward
+    /// cannot take (a file it cannot classify, a plugin of an ABI it has no class for): load it without ward
+    /// (`true`), or refuse it, so the host's `dlopen` fails (`false`). A plugin of a class ward has is never loaded
+    /// without ward, whatever this says: once it failed under ward, the host gets a load error.
+    pub native_fallback: bool,
     /// Resource limits of the domain.
     pub limits: Limits,
     /// The sandbox of a process domain (see [`crate::sandbox`]).
@@ -365,6 +373,7 @@ impl Default for ExtensionPolicy {
             history_mb: 0,
             library_fault: None,
             restart_from: None,
+            native_fallback: true,
             limits: Limits::default(),
             sandbox: SandboxPolicy::default(),
             functions: BTreeMap::new(),
@@ -464,6 +473,7 @@ pub struct ExtensionOverride {
     /// `Some(None)`: library faults explicitly off.
     pub library_fault: Option<Option<LibraryFault>>,
     pub restart_from: Option<PathBuf>,
+    pub native_fallback: Option<bool>,
     pub limits: LimitsOverride,
     pub sandbox: SandboxOverride,
     pub functions: BTreeMap<String, FunctionOverride>,
@@ -505,6 +515,7 @@ impl ExtensionOverride {
             poison,
             library_fault,
             history_mb,
+            native_fallback,
         );
         if let Some(group) = &self.group {
             policy.group = Some(group.clone());
@@ -562,9 +573,10 @@ impl Policy {
     }
 
     /// Reads, parses and checks a policy file. A relative `restart_from` is taken relative to the file's directory.
+    /// Only a regular file of at most [`MAX_POLICY_BYTES`] is read: a device, a FIFO or a huge file is refused
+    /// before it is read.
     pub fn from_file(path: &Path) -> Result<Policy, PolicyError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| PolicyError::Read { path: path.to_path_buf(), source })?;
+        let text = read_policy_text(path)?;
         let mut policy = Policy::from_toml_str(&text, &path.display().to_string())?;
         let dir = path.parent().unwrap_or(Path::new("."));
         for section in policy.extensions.values_mut() {
@@ -622,9 +634,50 @@ impl Policy {
     }
 }
 
+/// Largest policy file read: a policy is a few hundred bytes; a larger file is not one.
+pub const MAX_POLICY_BYTES: u64 = 1 << 20;
+
+/// The text of the policy file at `path`, if it is a regular file of at most [`MAX_POLICY_BYTES`].
+fn read_policy_text(path: &Path) -> Result<String, PolicyError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let read_error = |source| PolicyError::Read { path: path.to_path_buf(), source };
+    let regular = |meta: &std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(PolicyError::NotAFile { path: path.to_path_buf() });
+        }
+        if meta.len() > MAX_POLICY_BYTES {
+            return Err(PolicyError::TooLarge { path: path.to_path_buf(), len: meta.len() });
+        }
+        Ok(())
+    };
+    // Looked at before it is opened (opening a FIFO blocks), and again once open, in case it changed between.
+    regular(&std::fs::metadata(path).map_err(read_error)?)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(read_error)?;
+    regular(&file.metadata().map_err(read_error)?)?;
+    let mut bytes = Vec::new();
+    // A file that grew meanwhile is read no further than the limit (and refused).
+    file.take(MAX_POLICY_BYTES + 1).read_to_end(&mut bytes).map_err(read_error)?;
+    if bytes.len() as u64 > MAX_POLICY_BYTES {
+        return Err(PolicyError::TooLarge { path: path.to_path_buf(), len: bytes.len() as u64 });
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not UTF-8 text: {e}"))))
+}
+
 /// Why a policy could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
+    /// The path names a device, a FIFO, a directory...: nothing is read from it.
+    #[error("policy file {path} is not a regular file")]
+    NotAFile { path: PathBuf },
+    /// The file is larger than any policy.
+    #[error("policy file {path} has {len} bytes; a policy has at most {MAX_POLICY_BYTES}")]
+    TooLarge { path: PathBuf, len: u64 },
     /// The file could not be read.
     #[error("cannot read policy file {path}: {source}")]
     Read {
@@ -685,6 +738,7 @@ const EXTENSION_ONLY_FIELDS: &[&str] = &[
     "poison",
     "library_fault",
     "restart_from",
+    "native_fallback",
     "function",
 ];
 
@@ -795,6 +849,8 @@ struct RawExtension {
     library_fault: Option<Option<LibraryFault>>,
     #[serde(default, deserialize_with = "de_restart_from")]
     restart_from: Option<PathBuf>,
+    #[serde(default, deserialize_with = "de_native_fallback")]
+    native_fallback: Option<bool>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -828,6 +884,7 @@ impl RawExtension {
             history_mb: self.history_mb,
             library_fault: self.library_fault,
             restart_from: self.restart_from,
+            native_fallback: self.native_fallback,
             limits: self.limits.into_override(),
             sandbox: self.sandbox.into_override(),
             functions: self.function.into_iter().map(|(name, section)| (name.0, section.into_override())).collect(),
@@ -1286,6 +1343,10 @@ fn de_restart_from<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D
     })
 }
 
+fn de_native_fallback<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    checked(d, |v| boolean("native_fallback", v))
+}
+
 fn de_zygote<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
     checked(d, |v| boolean("zygote", v))
 }
@@ -1304,11 +1365,20 @@ fn de_destroys<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error
 
 /// Largest address-space limit whose size in bytes fits a u64.
 const MAX_ADDRESS_SPACE_MB: u64 = u64::MAX >> 20;
+/// Smallest address-space limit: below it not even an empty domain fits (its program, its C library, the rings and
+/// pools it maps), so every load would fail.
+pub const MIN_ADDRESS_SPACE_MB: u64 = 16;
 
 fn de_address_space_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     checked(d, |v| {
-        let expected = format!("a whole number of MiB from 0 (unlimited) to {MAX_ADDRESS_SPACE_MB}");
-        whole("address_space_mb", 0, MAX_ADDRESS_SPACE_MB, &expected, v)
+        let expected = format!(
+            "0 (unlimited) or a whole number of MiB from {MIN_ADDRESS_SPACE_MB} (less cannot hold a domain) to \
+             {MAX_ADDRESS_SPACE_MB}"
+        );
+        match whole("address_space_mb", 0, MAX_ADDRESS_SPACE_MB, &expected, v)? {
+            mb @ 1..MIN_ADDRESS_SPACE_MB => Err(format!("address_space_mb must be {expected}, got {mb}")),
+            mb => Ok(mb),
+        }
     })
 }
 
@@ -1815,6 +1885,52 @@ address_space_mb = 0
             assert_eq!(l.as_str().parse::<OnLimit>(), Ok(*l));
         }
         assert!("Process".parse::<Isolation>().is_err());
+    }
+
+    #[test]
+    fn native_fallback_defaults_to_true_and_is_set_per_extension() {
+        assert!(Policy::default().for_extension("x").native_fallback);
+        let policy = parse("[defaults]\nnative_fallback = false\n[extension.trusted]\nnative_fallback = true\n");
+        assert!(!policy.for_extension("x").native_fallback);
+        assert!(policy.for_extension("trusted").native_fallback);
+        let (line, _, reason) = refused("[defaults]\nnative_fallback = \"no\"\n");
+        assert_eq!(line, 2);
+        assert!(reason.contains("native_fallback must be true or false"), "{reason}");
+        // Per extension: a group's domain has no say in it.
+        let (_, _, reason) = refused("[group.g]\nnative_fallback = false\n");
+        assert!(reason.contains("`native_fallback` is set per extension"), "{reason}");
+    }
+
+    #[test]
+    fn an_address_space_too_small_for_any_domain_is_refused() {
+        for mb in [1, 15] {
+            let (_, _, reason) = refused(&format!("[defaults.limits]\naddress_space_mb = {mb}\n"));
+            assert!(reason.contains("less cannot hold a domain"), "{reason}");
+        }
+        for mb in [0, MIN_ADDRESS_SPACE_MB, 4096] {
+            let policy = parse(&format!("[defaults.limits]\naddress_space_mb = {mb}\n"));
+            assert_eq!(policy.for_extension("x").limits.address_space_mb, mb);
+        }
+    }
+
+    #[test]
+    fn from_file_refuses_devices_fifos_and_huge_files_unread() {
+        let err = Policy::from_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(matches!(&err, PolicyError::NotAFile { .. }), "{err}");
+        assert!(err.to_string().contains("/dev/zero"), "{err}");
+        let dir = std::env::temp_dir().join(format!("ward-policy-special-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A FIFO nobody writes to: opening it to read would block for ever.
+        let fifo = dir.join("fifo.toml");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("run mkfifo");
+        assert!(made.success(), "mkfifo {}", fifo.display());
+        assert!(matches!(Policy::from_file(&fifo), Err(PolicyError::NotAFile { .. })));
+        // A sparse file of 8 GiB: refused by its size, not read.
+        let big = dir.join("big.toml");
+        std::fs::File::create(&big).unwrap().set_len(8 << 30).unwrap();
+        let err = Policy::from_file(&big).unwrap_err();
+        assert!(matches!(&err, PolicyError::TooLarge { len, .. } if *len == 8 << 30), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
