@@ -142,7 +142,8 @@ fn sandbox_lists_every_protection_and_what_the_policy_loosens() {
     let strict = run(ward().args(["check", "--sandbox"]).arg(s.path("well.so")));
     assert!(strict.status.success(), "{}", stderr(&strict));
     let text = stdout(&strict);
-    for protection in ["stdout", "no-new-privs", "not-dumpable", "capabilities", "landlock-files", "seccomp", "limits"] {
+    for protection in ["stdout", "no-new-privs", "not-dumpable", "capabilities", "landlock-files", "seccomp", "limits"]
+    {
         assert!(text.lines().any(|l| l.trim_start().starts_with(protection)), "{protection} not listed: {text}");
     }
     let seccomp = text.lines().find(|l| l.trim_start().starts_with("seccomp")).expect("a seccomp line");

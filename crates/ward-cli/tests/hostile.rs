@@ -18,6 +18,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod common;
+use common::{host, Scratch};
+
 /// How long one sox run may take before the test kills it and fails: far beyond any real run.
 const HOST_DEADLINE: Duration = Duration::from_secs(300);
 /// How long the processes carrying a test's token get to end after the host ended: the domains end with it at once;
@@ -26,34 +29,6 @@ const LINGER_DEADLINE: Duration = Duration::from_secs(10);
 /// The innocent plugin after the hostile one; never reported faulty.
 const INNOCENT: &str = "/usr/lib/ladspa/amp_1181.so";
 const INNOCENT_DOMAIN: &str = "amp_1181";
-
-/// A host program Debian ships; the test fails (never skips) when it is missing.
-fn host(name: &str) -> &str {
-    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join(name).is_file());
-    assert!(found, "{name} is not installed: run scripts/deps (it installs ladspa-sdk, sox and ffmpeg)");
-    name
-}
-
-/// A scratch directory for one test, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ward-cli-hostile-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The files named with a token that attack 11 creates (`ward-hostile-TOKEN-...` in /dev/shm and /tmp): listed, and
 /// removed when the test ends, whatever its outcome.
@@ -215,14 +190,14 @@ fn sox(s: &Scratch, attack: u32, token: &str, port: u16) -> Output {
             .args(["ladspa", INNOCENT, "amp", "-6"])
             .env("LADSPA_PATH", builtin_dir())
             .env("WARD_HOSTILE_TOKEN", token)
-            .env("WARD_HOSTILE_DIR", &s.0)
+            .env("WARD_HOSTILE_DIR", s.dir())
             .env("WARD_HOSTILE_PORT", port.to_string()),
     )
 }
 
 /// The battery for one attack: every way the attack could have got through, all checked, all reported at once.
 fn battery(attack: u32, expect: Expect) {
-    let s = Scratch::new(&format!("attack{attack}"));
+    let s = Scratch::new("hostile", &format!("attack{attack}"));
     sine_wav(&s.path("in.wav"));
     let token = token(attack);
     let planted = Planted { token: token.clone() };

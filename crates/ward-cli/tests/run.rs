@@ -6,6 +6,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::{host, Scratch};
+
 fn ward() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ward"))
 }
@@ -16,34 +19,6 @@ fn output(cmd: &mut Command) -> Output {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// A host program Debian ships; the test fails (never skips) when it is missing.
-fn host(name: &str) -> &str {
-    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join(name).is_file());
-    assert!(found, "{name} is not installed: run scripts/deps (it installs ladspa-sdk, sox and ffmpeg)");
-    name
-}
-
-/// A scratch directory for one test, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ward-cli-run-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A mono 16-bit WAV of `seconds` seconds at 48 kHz: a sine, made by sox itself without dither.
@@ -71,7 +46,7 @@ fn read(path: &Path) -> Vec<u8> {
 
 #[test]
 fn applyplugin_output_is_bit_identical_under_ward() {
-    let s = Scratch::new("applyplugin");
+    let s = Scratch::new("run", "applyplugin");
     sine_wav(&s.path("in.wav"), 1);
     let native = output(Command::new(host("applyplugin")).arg(s.path("in.wav")).arg(s.path("native.wav")).args([
         "/usr/lib/ladspa/amp.so",
@@ -102,7 +77,7 @@ fn under_mpk_applyplugin_is_bit_identical_and_sox_survives_a_crashing_plugin() {
         eprintln!("no PKU on this machine: ward run --isolation mpk did not run here");
         return;
     }
-    let s = Scratch::new("mpk");
+    let s = Scratch::new("run", "mpk");
     sine_wav(&s.path("in.wav"), 1);
     let amp = ["/usr/lib/ladspa/amp.so", "amp_mono", "0.5"];
     let native = output(Command::new(host("applyplugin")).arg(s.path("in.wav")).arg(s.path("native.wav")).args(amp));
@@ -141,7 +116,7 @@ fn under_mpk_ffmpeg_frei0r_is_bit_identical_and_survives_a_crashing_filter() {
         eprintln!("no PKU on this machine: ffmpeg under ward run --isolation mpk did not run here");
         return;
     }
-    let s = Scratch::new("mpk-ffmpeg");
+    let s = Scratch::new("run", "mpk-ffmpeg");
     // A real Debian filter in ffmpeg's own address space: the same frames as natively.
     let native = output(Command::new(host("ffmpeg")).args(ffmpeg_args("frei0r=invert0r", &s.path("native.rgba"))));
     assert!(native.status.success(), "{}", stderr(&native));
@@ -165,7 +140,7 @@ fn under_mpk_a_filter_faulting_only_there_moves_to_a_process_and_every_frame_is_
         eprintln!("no PKU on this machine: escalation from mpk under ward run did not run here");
         return;
     }
-    let s = Scratch::new("mpk-escalation");
+    let s = Scratch::new("run", "mpk-escalation");
     let args = ffmpeg_args("frei0r=faulty_frei0r:22|2|y", &s.path("out.rgba"));
     let out = output(
         ward().args(["run", "--isolation", "mpk", "--", "ffmpeg"]).args(&args).env("FREI0R_PATH", builtin_dir()),
@@ -200,7 +175,7 @@ fn sox_faulty(s: &Scratch, out: &str, gain: &str, kind: &str, at: &str, repeat: 
 
 #[test]
 fn sox_finishes_with_a_crashing_ladspa_plugin_that_kills_it_natively() {
-    let s = Scratch::new("sox-crash");
+    let s = Scratch::new("run", "sox-crash");
     sine_wav(&s.path("in.wav"), 2);
     let args = sox_faulty(&s, "out.wav", "0.5", "1", "3", "0");
     let native = output(Command::new(host("sox")).args(&args).env("LADSPA_PATH", builtin_dir()));
@@ -230,7 +205,7 @@ fn sox_finishes_with_a_crashing_ladspa_plugin_that_kills_it_natively() {
 /// a process, its zygote), so when it crashes the group restarts with both, and sox gets every block. `second` is
 /// the other plugin's effect arguments.
 fn sox_grouped_survives_a_crashing_plugin(isolation: &str, seconds: u32, second: &[&str]) {
-    let s = Scratch::new(&format!("sox-grouped-{isolation}"));
+    let s = Scratch::new("run", &format!("sox-grouped-{isolation}"));
     sine_wav(&s.path("in.wav"), seconds);
     let policy = s.path("policy.toml");
     std::fs::write(&policy, "[defaults]\ngroup = \"host\"\n").expect("write the policy");
@@ -273,7 +248,7 @@ fn under_mpk_sox_with_its_plugins_in_one_domain_finishes_when_one_of_them_crashe
 
 #[test]
 fn sox_gets_its_audio_through_when_the_plugin_is_disabled() {
-    let s = Scratch::new("sox-disabled");
+    let s = Scratch::new("run", "sox-disabled");
     sine_wav(&s.path("in.wav"), 1);
     let policy = s.path("policy.toml");
     std::fs::write(&policy, "[defaults]\nmax_restarts = 2\n").expect("write the policy");
@@ -308,7 +283,7 @@ fn ffmpeg_pattern_args(source: &str, filter: &str, out: &Path) -> Vec<String> {
 
 #[test]
 fn ffmpeg_finishes_with_a_crashing_frei0r_filter_that_kills_it_natively() {
-    let s = Scratch::new("ffmpeg-crash");
+    let s = Scratch::new("run", "ffmpeg-crash");
     let crash = ffmpeg_args("frei0r=faulty_frei0r:1|5", &s.path("out.rgba"));
     let native = output(Command::new(host("ffmpeg")).args(&crash).env("FREI0R_PATH", builtin_dir()));
     assert_eq!(native.status.signal(), Some(libc::SIGSEGV), "natively ffmpeg dies: {:?}", native.status);
@@ -337,7 +312,7 @@ fn ffmpeg_recovers_the_crashing_filter(s: &Scratch, ward_run: &mut Command) {
 
 #[test]
 fn ffmpeg_real_frei0r_filter_is_bit_identical_under_ward() {
-    let s = Scratch::new("ffmpeg-real");
+    let s = Scratch::new("run", "ffmpeg-real");
     let args = ffmpeg_args("frei0r=invert0r", &s.path("native.rgba"));
     let native = output(Command::new(host("ffmpeg")).args(&args));
     assert!(native.status.success(), "{}", stderr(&native));
@@ -351,7 +326,7 @@ fn ffmpeg_real_frei0r_filter_is_bit_identical_under_ward() {
 
 #[test]
 fn bad_input_gets_one_clear_message_and_status_2() {
-    let s = Scratch::new("bad-input");
+    let s = Scratch::new("run", "bad-input");
     let mut cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["--isolation".into(), "sideways".into(), "--".into(), "true".into()], "sideways"),
         (vec!["--".into(), "/nonexistent/host".into()], "/nonexistent/host"),
@@ -413,7 +388,7 @@ fn builtins_names_the_directory_hosts_find_the_test_plugins_in() {
 
 #[test]
 fn a_host_opening_a_library_by_bare_name_finds_it_along_its_own_runpath_and_rpath() {
-    let s = Scratch::new("runpath");
+    let s = Scratch::new("run", "runpath");
     std::fs::create_dir_all(s.path("lib")).unwrap();
     std::fs::write(s.path("mod.c"), "int mod_value(void) { return 42; }\n").unwrap();
     let lib = s.path("lib/libwardmod.so");
@@ -457,7 +432,7 @@ fn ffmpeg_large_frames(filter: &str, out: &Path) -> Vec<String> {
 
 #[test]
 fn ffmpeg_frames_cross_in_place_and_come_out_bit_identical() {
-    let s = Scratch::new("ffmpeg-in-place");
+    let s = Scratch::new("run", "ffmpeg-in-place");
     // invert0r reads its input and writes every output pixel; cairogradient writes into its "const" input frame
     // (premultiplying it in place), which in place means a private copy of the pages it writes.
     for filter in ["invert0r", "cairogradient"] {
@@ -495,7 +470,7 @@ fn ffmpeg_frames_cross_in_place_and_come_out_bit_identical() {
 
 #[test]
 fn ffmpeg_recovers_a_crashing_filter_on_frames_lent_in_place() {
-    let s = Scratch::new("ffmpeg-in-place-crash");
+    let s = Scratch::new("run", "ffmpeg-in-place-crash");
     let crash = ffmpeg_large_frames("frei0r=faulty_frei0r:1|4", &s.path("out.rgba"));
     let out = output(ward().args(["run", "--", "ffmpeg"]).args(&crash).env("FREI0R_PATH", builtin_dir()));
     let err = stderr(&out);
@@ -578,7 +553,7 @@ int main(void) {
 
 #[test]
 fn the_shim_serves_large_heap_blocks_from_the_arena_and_forks_keep_them_apart() {
-    let s = Scratch::new("heap");
+    let s = Scratch::new("run", "heap");
     std::fs::write(s.path("heap.c"), HEAP_HOST).unwrap();
     let exe = s.path("heap_host");
     let built = output(Command::new("cc").arg("-O1").arg("-o").arg(&exe).arg(s.path("heap.c")));
@@ -646,7 +621,7 @@ fn refusals(err: &str, file: &str) -> Vec<String> {
 /// `plugin` (a built-in bad_ladspa_*) fails under ward before the host can use it: analyseplugin and sox, which it
 /// kills or hangs natively, get a load error instead, exit without a signal, and ward says once why.
 fn refused_under_ward(plugin: &str) {
-    let s = Scratch::new(plugin);
+    let s = Scratch::new("run", plugin);
     let policy = short_deadline_policy(&s);
     let file = format!("{plugin}.so");
     let path = builtin_dir().join(&file);
@@ -732,7 +707,7 @@ fn shim_env(cmd: &mut Command) -> &mut Command {
 
 #[test]
 fn with_an_unusable_policy_the_shim_loads_no_plugin_without_ward() {
-    let s = Scratch::new("shim-bad-policy");
+    let s = Scratch::new("run", "shim-bad-policy");
     std::fs::write(s.path("bad.toml"), "[defaults]\nmax_restarts = -1\n").expect("write");
     // ward run would refuse this policy; a host started with the shim directly must not load plugins unprotected.
     let amp = "/usr/lib/ladspa/amp.so";
@@ -757,7 +732,7 @@ fn with_an_unusable_policy_the_shim_loads_no_plugin_without_ward() {
 
 #[test]
 fn native_fallback_false_refuses_a_plugin_ward_has_no_class_for() {
-    let s = Scratch::new("native-fallback");
+    let s = Scratch::new("run", "native-fallback");
     // A plugin of an ABI ward has no class for: it exports lv2_descriptor, and no ladspa_descriptor.
     std::fs::write(s.path("lv2.c"), "const void *lv2_descriptor(unsigned i) { (void)i; return 0; }\n").unwrap();
     let lib = s.path("fake_lv2.so");
@@ -805,7 +780,7 @@ fn native_fallback_false_refuses_a_plugin_ward_has_no_class_for() {
 
 #[test]
 fn policies_that_cannot_work_stop_ward_run_before_the_host() {
-    let s = Scratch::new("policy-cannot-work");
+    let s = Scratch::new("run", "policy-cannot-work");
     std::fs::write(s.path("tiny.toml"), "[defaults.limits]\naddress_space_mb = 1\n").unwrap();
     std::fs::write(s.path("restart.toml"), "[extension.amp]\nrestart_from = \"v2/amp.so\"\n").unwrap();
     let cases = [

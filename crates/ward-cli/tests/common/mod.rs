@@ -1,0 +1,36 @@
+//! What the end-to-end tests with Debian's hosts share: finding a host, and a scratch directory per test.
+
+use std::path::PathBuf;
+
+/// A host program Debian ships; the test fails (never skips) when it is missing.
+pub fn host(name: &str) -> &str {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join(name).is_file());
+    assert!(found, "{name} is not installed: run scripts/deps (it installs ladspa-sdk, sox and ffmpeg)");
+    name
+}
+
+/// A scratch directory for one test (`ward-cli-SUITE-PID-TEST` in the temporary directory), removed at the end.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(suite: &str, test: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("ward-cli-{suite}-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create a scratch directory");
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    #[allow(dead_code)] // not every suite needs the directory itself
+    pub fn dir(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
