@@ -1,7 +1,8 @@
 //! `ward bench xpc`: calls across the domain boundary against native baselines measured in the same run.
 //!
 //! Every figure is the median of repeated runs of many operations (per operation); ratios compare with the first
-//! line of the same group. Recovery figures are medians of the `took` of individual `Event::Recovered`.
+//! line of the same group. Recovery figures are medians of the `took` of individual `Event::Recovered`. The
+//! `sandbox_*` groups measure what a process domain's sandbox costs: the same thing without it, then with it.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -50,6 +51,10 @@ struct Stats {
 enum Target {
     AtMostNs(f64),
     AtLeastOpsPerS(f64),
+    /// At most this ratio to the group's first line.
+    AtMostRatio(f64),
+    /// At most this many nanoseconds more than the group's first line.
+    AtMostNsAbove(f64),
 }
 
 impl Target {
@@ -57,13 +62,18 @@ impl Target {
         match *self {
             Target::AtMostNs(ns) => format!("<= {}", report::fmt_ns(ns)),
             Target::AtLeastOpsPerS(r) => format!(">= {}", report::fmt_rate(r, "calls/s")),
+            Target::AtMostRatio(r) => format!("<= {r:.2}x"),
+            Target::AtMostNsAbove(ns) => format!("<= first + {}", report::fmt_ns(ns)),
         }
     }
 
-    fn met(&self, s: &Stats) -> bool {
+    /// `base`: the median of the group's first line.
+    fn met(&self, s: &Stats, base: f64) -> bool {
         match *self {
             Target::AtMostNs(ns) => s.ns <= ns,
             Target::AtLeastOpsPerS(r) => 1e9 / s.ns >= r,
+            Target::AtMostRatio(r) => s.ns <= base * r,
+            Target::AtMostNsAbove(ns) => s.ns <= base + ns,
         }
     }
 }
@@ -139,7 +149,7 @@ impl Out {
                 _ => None,
             },
             target: target.map(|t| t.text()),
-            target_met: target.map(|t| t.met(&s)),
+            target_met: target.map(|t| t.met(&s, base)),
         };
         if self.json {
             return report::json_line(&line);
@@ -200,7 +210,7 @@ pub fn run(json: bool, quick: bool) -> Result<bool> {
     if cfg!(debug_assertions) {
         eprintln!("note: this is a debug build of ward; build with --release for representative numbers");
     }
-    let cols = Columns::new(&[10, 13, 9, 10, 9, 16, 21]);
+    let cols = Columns::new(&[14, 13, 9, 10, 9, 16, 21]);
     if !json {
         say!(
             "ward bench xpc: medians of {} runs per line, {} CPUs; ratio against the first line of each group",
@@ -220,6 +230,7 @@ pub fn run(json: bool, quick: bool) -> Result<bool> {
     deferred(&mut out, plan, &well)?;
     recovery(&mut out, plan, &faulty)?;
     starts(&mut out, plan, &well)?;
+    sandbox_costs(&mut out, plan, &well)?;
     Ok(true)
 }
 
@@ -256,7 +267,12 @@ fn summarise(mut v: Vec<f64>, ops_per_run: u64) -> Stats {
 
 /// A supervisor whose `well` extension waits for replies as `wait` says.
 fn well_under(path: &Path, isolation: Isolation, wait: &str) -> Result<(Supervisor, ward::Extension)> {
-    let toml = format!("[extension.well]\nwait = \"{wait}\"\n");
+    well_with(path, isolation, wait, "")
+}
+
+/// [`well_under`], with more policy text (`extra`, TOML) after the extension's section.
+fn well_with(path: &Path, isolation: Isolation, wait: &str, extra: &str) -> Result<(Supervisor, ward::Extension)> {
+    let toml = format!("[extension.well]\nwait = \"{wait}\"\n{extra}");
     let sup = Supervisor::new(Policy::from_toml_str(&toml, "the benchmark's policy")?);
     let ext = sup
         .load_with(path, Some(isolation))
@@ -443,6 +459,59 @@ fn starts(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
 fn start_once(well: &Path) -> Result<()> {
     let (_sup, ext) = well_under(well, Isolation::Process, "adaptive")?;
     call_void(&ext.function("well_null")?, 1)
+}
+
+/// A policy that turns off every part of a process domain's sandbox that can be turned off: the baseline against
+/// which `ward bench xpc`'s `sandbox_*` groups and `ward bench sox|ffmpeg`'s unsandboxed variant measure what the
+/// sandbox costs. (Dropping capabilities, `no_new_privs` and the rest of the first steps stay: they cost nothing
+/// after start-up and cannot be turned off.)
+pub(crate) const SANDBOX_OFF_POLICY: &str = "[defaults.sandbox]\nseccomp = false\nlandlock = false\n\
+     reason = \"the baseline of a benchmark of what the sandbox costs\"\n";
+
+/// What the sandbox costs, in three groups whose first line runs without it and second with it (ward's default):
+/// a null call into a process domain that spins (no system call on the path), one that sleeps on a futex every
+/// time (system calls on both sides, so the domain's filter runs), and a domain's start. The two lines of a group
+/// are measured run by run in turn, so that drift on a shared machine hits both alike.
+fn sandbox_costs(out: &mut Out, plan: Plan, well: &Path) -> Result<()> {
+    for (name, wait, full) in [("sandbox_poll", "poll", 100_000), ("sandbox_sleep", "sleep", 2_000)] {
+        let (_off_sup, off) = well_with(well, Isolation::Process, wait, SANDBOX_OFF_POLICY)?;
+        let (_on_sup, on) = well_under(well, Isolation::Process, wait)?;
+        let (f_off, f_on) = (off.function("well_null")?, on.function("well_null")?);
+        let (s_off, s_on) = measure_pair(plan.runs, plan.ops(full), |n| call_void(&f_off, n), |n| call_void(&f_on, n))?;
+        out.emit(name, "off", "process", s_off, Throughput::Ops, None)?;
+        out.emit(name, "on", "process", s_on, Throughput::Ops, Some(Target::AtMostRatio(1.02)))?;
+    }
+    let (s_off, s_on) = measure_pair(
+        plan.runs,
+        1,
+        |_| {
+            let (_sup, ext) = well_with(well, Isolation::Process, "adaptive", SANDBOX_OFF_POLICY)?;
+            call_void(&ext.function("well_null")?, 1)
+        },
+        |_| start_once(well),
+    )?;
+    out.emit("sandbox_start", "off", "process", s_off, Throughput::None, None)?;
+    out.emit("sandbox_start", "on", "process", s_on, Throughput::None, Some(Target::AtMostNsAbove(5e6)))
+}
+
+/// [`measure`] for two bodies at once, a run of one then a run of the other, after one warm-up run of each.
+fn measure_pair(
+    runs: usize,
+    ops: u64,
+    mut first: impl FnMut(u64) -> Result<()>,
+    mut second: impl FnMut(u64) -> Result<()>,
+) -> Result<(Stats, Stats)> {
+    first(ops)?;
+    second(ops)?;
+    let (mut a, mut b) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        for (body, times) in [(&mut first as &mut dyn FnMut(u64) -> Result<()>, &mut a), (&mut second, &mut b)] {
+            let t = Instant::now();
+            body(ops)?;
+            times.push(t.elapsed().as_nanos() as f64 / ops as f64);
+        }
+    }
+    Ok((summarise(a, ops), summarise(b, ops)))
 }
 
 /// Crash to ready `samples` times (a null dereference in faulty_compute each time). Returns the `took` of each

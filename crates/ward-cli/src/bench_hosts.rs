@@ -4,7 +4,8 @@
 //! `ward run --isolation process` and, where the machine has protection keys, `ward run --isolation mpk` (the
 //! `ward` being this program). Without `--policy` one more variant runs `ward run --isolation process` with every
 //! plugin of the host in one domain that spins longer before sleeping (`[defaults] group = "host"`,
-//! `spin = 100000`), the configuration DECISIONS.md offers for speed. The variants are interleaved run by run, so
+//! `spin = 100000`), the configuration DECISIONS.md offers for speed, and one more with the sandbox turned off
+//! (`crate::bench::SANDBOX_OFF_POLICY`): the default process variant against it is what the sandbox costs. The variants are interleaved run by run, so
 //! drift on a shared machine hits all of them alike. One untimed round comes first: it warms the page cache and the
 //! plugins' files, and its outputs are compared with native's (sox's output files byte for byte; for ffmpeg, which
 //! discards its frames in the timed runs, a checksum of every output frame). Each time is the wall time of
@@ -94,6 +95,9 @@ enum Variant {
     WardProcess,
     /// Process domains, every plugin of the host in one (see [`GROUPED_POLICY`]).
     WardGrouped,
+    /// Process domains with every part of the sandbox that can be turned off turned off (see
+    /// [`crate::bench::SANDBOX_OFF_POLICY`]): what the sandbox costs is the default variant against this one.
+    WardUnsandboxed,
     WardMpk,
 }
 
@@ -106,6 +110,7 @@ impl Variant {
             Variant::Native => "native",
             Variant::WardNone | Variant::WardProcess | Variant::WardMpk => "ward run",
             Variant::WardGrouped => "ward run, grouped",
+            Variant::WardUnsandboxed => "ward run, no sandbox",
         }
     }
 
@@ -113,7 +118,7 @@ impl Variant {
         match self {
             Variant::Native => "-",
             Variant::WardNone => "none",
-            Variant::WardProcess | Variant::WardGrouped => "process",
+            Variant::WardProcess | Variant::WardGrouped | Variant::WardUnsandboxed => "process",
             Variant::WardMpk => "mpk",
         }
     }
@@ -125,6 +130,7 @@ impl Variant {
             Variant::WardNone => "none",
             Variant::WardProcess => "process",
             Variant::WardGrouped => "process-grouped",
+            Variant::WardUnsandboxed => "process-unsandboxed",
             Variant::WardMpk => "mpk",
         }
     }
@@ -134,7 +140,7 @@ impl Variant {
         match self {
             Variant::WardProcess | Variant::WardGrouped => Some(case.target),
             Variant::WardMpk => Some(MPK_TARGET),
-            Variant::Native | Variant::WardNone => None,
+            Variant::Native | Variant::WardNone | Variant::WardUnsandboxed => None,
         }
     }
 }
@@ -145,25 +151,28 @@ struct Ward {
     policy: Option<PathBuf>,
     /// The grouped variant's policy file, when the user gave no policy of their own.
     grouped: Option<PathBuf>,
+    /// The unsandboxed variant's policy file, when the user gave no policy of their own.
+    unsandboxed: Option<PathBuf>,
 }
 
 impl Ward {
     /// `dir`: where the grouped variant's policy file goes.
     fn new(policy: Option<&Path>, dir: &Path) -> Result<Ward> {
         let exe = std::env::current_exe().context("cannot find the running ward program")?;
-        let (policy, grouped) = match policy {
-            Some(p) => {
-                // Read once here, so that a mistake in it is bad input before anything is timed.
-                ward::Policy::from_file(p)?;
-                (Some(std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())), None)
-            }
-            None => {
-                let path = dir.join("grouped.toml");
-                std::fs::write(&path, GROUPED_POLICY).with_context(|| format!("cannot write {}", path.display()))?;
-                (None, Some(path))
-            }
+        if let Some(p) = policy {
+            // Read once here, so that a mistake in it is bad input before anything is timed.
+            ward::Policy::from_file(p)?;
+            let policy = Some(std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()));
+            return Ok(Ward { exe, policy, grouped: None, unsandboxed: None });
+        }
+        let write = |name: &str, text: &str| -> Result<PathBuf> {
+            let path = dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(path)
         };
-        Ok(Ward { exe, policy, grouped })
+        let grouped = Some(write("grouped.toml", GROUPED_POLICY)?);
+        let unsandboxed = Some(write("unsandboxed.toml", crate::bench::SANDBOX_OFF_POLICY)?);
+        Ok(Ward { exe, policy: None, grouped, unsandboxed })
     }
 
     /// The variants to run: the grouped one without a user policy, mpk only where the machine has protection keys.
@@ -171,6 +180,9 @@ impl Ward {
         let mut v = vec![Variant::Native, Variant::WardNone, Variant::WardProcess];
         if self.grouped.is_some() {
             v.push(Variant::WardGrouped);
+        }
+        if self.unsandboxed.is_some() {
+            v.push(Variant::WardUnsandboxed);
         }
         if ward::mpk_available() {
             v.push(Variant::WardMpk);
@@ -233,6 +245,9 @@ struct JsonCase {
     load_before: Option<f64>,
     load_after: Option<f64>,
     variants: Vec<JsonVariant>,
+    /// The default process variant's median over the unsandboxed one's, when both ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox_cost: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -519,10 +534,18 @@ fn run_once(case: &Case, ward: &Ward, variant: Variant, out: &Path, check: bool,
     let args = (case.args)(out, check);
     let mut cmd = match variant {
         Variant::Native => Command::new(&case.program),
-        Variant::WardNone | Variant::WardProcess | Variant::WardGrouped | Variant::WardMpk => {
+        Variant::WardNone
+        | Variant::WardProcess
+        | Variant::WardGrouped
+        | Variant::WardUnsandboxed
+        | Variant::WardMpk => {
             let mut c = Command::new(&ward.exe);
             c.args(["run", "--isolation", variant.isolation()]);
-            let policy = if variant == Variant::WardGrouped { ward.grouped.as_ref() } else { ward.policy.as_ref() };
+            let policy = match variant {
+                Variant::WardGrouped => ward.grouped.as_ref(),
+                Variant::WardUnsandboxed => ward.unsandboxed.as_ref(),
+                _ => ward.policy.as_ref(),
+            };
             if let Some(policy) = policy {
                 c.arg("--policy").arg(policy);
             }
@@ -574,6 +597,18 @@ fn summarise(v: &[f64]) -> Summary {
     Summary { median, min: s.first().copied().unwrap_or(f64::NAN), max: s.last().copied().unwrap_or(f64::NAN) }
 }
 
+/// What the sandbox may cost a host, as the default process variant's median over the unsandboxed one's.
+const SANDBOX_TARGET: f64 = 1.02;
+
+/// The default process variant's median over the unsandboxed one's, when both ran.
+fn sandbox_cost(t: &Timings) -> Option<f64> {
+    let median_of = |want: Variant| {
+        let i = t.variants.iter().position(|&v| v == want)?;
+        Some(summarise(&t.seconds[i]).median)
+    };
+    Some(median_of(Variant::WardProcess)? / median_of(Variant::WardUnsandboxed)?)
+}
+
 /// Why there is no mpk line.
 fn mpk_unavailable() -> String {
     "unavailable: no PKU on this machine".into()
@@ -605,6 +640,12 @@ fn print_table(case: &Case, t: &Timings) -> Result<()> {
     }
     if !t.variants.contains(&Variant::WardMpk) {
         say!("{}", cols.row(&["ward run", "mpk", &format!("{}; target <= {MPK_TARGET:.2}x", mpk_unavailable())]))?;
+    }
+    if let Some(cost) = sandbox_cost(t) {
+        say!(
+            "sandbox cost: process against process without sandbox {cost:.3}x (target <= {SANDBOX_TARGET:.2}x: {})",
+            if cost <= SANDBOX_TARGET { "met" } else { "MISSED" }
+        )?;
     }
     if t.identical {
         let kinds: Vec<&str> = t.variants.iter().filter(|&&v| v != Variant::Native).map(|&v| Variant::key(v)).collect();
@@ -682,6 +723,7 @@ fn print_json(
                     load_before: t.load.0,
                     load_after: t.load.1,
                     variants: rows,
+                    sandbox_cost: sandbox_cost(t).map(|c| round(c, 4)),
                 }
             })
             .collect(),

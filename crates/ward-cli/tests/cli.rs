@@ -132,6 +132,13 @@ fn bench_reports_every_isolation() {
     for name in ["null_call", "buffer_4k", "buffer_1m", "deferred", "recovery", "start"] {
         assert!(lines.iter().any(|l| l["name"] == name), "no {name} line: {lines:#?}");
     }
+    // What the sandbox costs: each group without it, then with it against a target.
+    for name in ["sandbox_poll", "sandbox_sleep", "sandbox_start"] {
+        let group: Vec<&Value> = lines.iter().filter(|l| l["name"] == name).collect();
+        let variants: Vec<&str> = group.iter().filter_map(|l| l["variant"].as_str()).collect();
+        assert_eq!(variants, ["off", "on"], "{name}: {group:#?}");
+        assert!(group[1]["target"].is_string() && group[1]["target_met"].is_boolean(), "{name}: {group:#?}");
+    }
     // The machine's floors, the sleeping ones both across processors and on one.
     for variant in ["spin", "futex", "futex-one-cpu"] {
         assert!(
