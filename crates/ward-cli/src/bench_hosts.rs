@@ -615,7 +615,7 @@ fn mpk_unavailable() -> String {
 }
 
 fn print_table(case: &Case, t: &Timings) -> Result<()> {
-    let cols = Columns::new(&[17, 9, 9, 9, 9, 7]);
+    let cols = Columns::new(&[20, 9, 9, 9, 9, 7]);
     say!("{}", cols.row(&["variant", "isolation", "median", "min", "max", "ratio", "target"]))?;
     let native = summarise(&t.seconds[0]).median;
     for (i, &v) in t.variants.iter().enumerate() {
