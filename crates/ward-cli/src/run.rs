@@ -121,11 +121,11 @@ fn check_restart_files(path: &Path, policy: &Policy) -> Result<()> {
     Ok(())
 }
 
-/// Hosts the dynamic linker will not preload the shim into, refused with the reason: a statically linked program
-/// (no dynamic linker at all) and a set-user-ID or set-group-ID one (the linker ignores `LD_PRELOAD` for it). A
-/// script is fine: its interpreter is what runs.
+/// Hosts the dynamic linker will not preload the shim into, refused with the reason: a statically linked program,
+/// position-dependent or static-PIE (no dynamic linker at all), and a set-user-ID or set-group-ID one (the linker
+/// ignores `LD_PRELOAD` for it). A script is fine: its interpreter is what runs; so is the dynamic linker run as a
+/// program (`ld.so PROGRAM`), which has no interpreter of its own but honours `LD_PRELOAD`.
 fn refuse_unpreloadable(host: &Path) -> Result<()> {
-    use object::read::elf::{FileHeader, ProgramHeader};
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(host).with_context(|| format!("cannot read {}", host.display()))?;
     if meta.permissions().mode() & 0o6000 != 0 {
@@ -135,21 +135,54 @@ fn refuse_unpreloadable(host: &Path) -> Result<()> {
             host.display()
         ))));
     }
-    let bytes = std::fs::read(host).with_context(|| format!("cannot read {}", host.display()))?;
-    let Ok(header) = object::elf::FileHeader64::<object::LittleEndian>::parse(&bytes[..]) else {
-        return Ok(()); // not a 64-bit ELF file (a script, say): the kernel and its interpreter decide
+    let file = std::fs::File::open(host).with_context(|| format!("cannot read {}", host.display()))?;
+    let kind = match static_kind(&object::read::ReadCache::new(file)) {
+        Some(kind) => kind,
+        None => return Ok(()),
     };
+    Err(anyhow!(BadInput(format!(
+        "{} is {kind}: there is no dynamic linker to preload ward into (and it cannot load plugins with dlopen \
+         anyway)",
+        host.display()
+    ))))
+}
+
+/// Program headers and dynamic sections larger than this are not a host's: such a file is left to the kernel.
+const MAX_HEADER_BYTES: u64 = 1 << 20;
+
+/// How a 64-bit ELF program is statically linked ("statically linked", "a static-PIE program"), or `None` when it
+/// has a dynamic linker, is the dynamic linker, or is not a 64-bit ELF program at all. Reads the file header, the
+/// program headers and the dynamic section, each bounded, never the whole file.
+fn static_kind<'data, R: object::ReadRef<'data>>(data: R) -> Option<&'static str> {
+    use object::elf::{DF_1_PIE, DT_FLAGS_1, ET_DYN, ET_EXEC, PT_DYNAMIC, PT_INTERP};
+    use object::read::elf::{Dyn, FileHeader, ProgramHeader};
     let endian = object::LittleEndian;
-    let Ok(segments) = header.program_headers(endian, &bytes[..]) else { return Ok(()) };
-    let dynamic = segments.iter().any(|s| s.p_type(endian) == object::elf::PT_INTERP);
-    if header.e_type.get(endian) == object::elf::ET_EXEC && !dynamic {
-        return Err(anyhow!(BadInput(format!(
-            "{} is statically linked: there is no dynamic linker to preload ward into (and it cannot load plugins \
-             with dlopen anyway)",
-            host.display()
-        ))));
+    let header = object::elf::FileHeader64::<object::LittleEndian>::parse(data).ok()?;
+    let table = u64::from(header.e_phnum.get(endian)) * u64::from(header.e_phentsize.get(endian));
+    if table > MAX_HEADER_BYTES {
+        return None;
     }
-    Ok(())
+    let segments = header.program_headers(endian, data).ok()?;
+    if segments.iter().any(|s| s.p_type(endian) == PT_INTERP) {
+        return None;
+    }
+    match header.e_type.get(endian) {
+        ET_EXEC => Some("statically linked"),
+        // Without an interpreter an ET_DYN file is either a static-PIE program (DF_1_PIE) or a shared object run
+        // directly, the dynamic linker itself among them.
+        ET_DYN => {
+            let dynamic = segments.iter().find(|s| s.p_type(endian) == PT_DYNAMIC)?;
+            if dynamic.p_filesz(endian) > MAX_HEADER_BYTES {
+                return None;
+            }
+            let entries = dynamic.dynamic(endian, data).ok()??;
+            let pie = entries
+                .iter()
+                .any(|d| d.d_tag(endian) == u64::from(DT_FLAGS_1) && d.d_val(endian) & u64::from(DF_1_PIE) != 0);
+            pie.then_some("a static-PIE program (statically linked)")
+        }
+        _ => None,
+    }
 }
 
 /// `program` itself when it names a path, else the first match in PATH.

@@ -356,6 +356,15 @@ fn bad_input_gets_one_clear_message_and_status_2() {
     let out = output(ward().arg("run").arg("--").arg(s.path("st")));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("statically linked"), "{}", stderr(&out));
+    // Static-PIE (Debian's own ldconfig is one): no interpreter either, so refused the same way.
+    let cc = output(Command::new("cc").arg("-static-pie").arg("-o").arg(s.path("sp")).arg(s.path("st.c")));
+    assert!(cc.status.success(), "cc -static-pie: {}", stderr(&cc));
+    let out = output(ward().arg("run").arg("--").arg(s.path("sp")));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("static-PIE"), "{}", stderr(&out));
+    // The dynamic linker run as a program has no interpreter of its own, but honours LD_PRELOAD: not refused.
+    let out = output(ward().args(["run", "--", "/lib64/ld-linux-x86-64.so.2", "--version"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     std::fs::write(s.path("bad.toml"), "[defaults]\nmax_restarts = -1\n").expect("write");
     let out = output(ward().arg("run").arg("--policy").arg(s.path("bad.toml")).args(["--", "true"]));
