@@ -150,14 +150,32 @@ fn main() -> ExitCode {
                 || run::is_bad_input(&e)
                 || corpus::is_bad_input(&e) =>
         {
-            eprintln!("ward: error: {e:#}");
+            eprintln!("ward: error: {}", message(&e));
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("ward: error: {e:#}");
+            eprintln!("ward: error: {}", message(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes on one line, each joined by ": ", leaving out a cause whose text the line already
+/// holds (library errors often say their source themselves: "cannot read F: No such file" would otherwise end in
+/// the OS error twice).
+fn message(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -171,4 +189,26 @@ fn init_tracing() {
         // The commands report faults and recoveries themselves; the library's own log only on request (RUST_LOG).
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message;
+
+    #[test]
+    fn a_cause_the_message_already_names_is_said_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let said = io.to_string();
+        let e = anyhow::Error::new(ward::policy::PolicyError::Read { path: "p.toml".into(), source: io })
+            .context("cannot start the host");
+        let line = message(&e);
+        assert_eq!(line.matches(said.as_str()).count(), 1, "{line}");
+        assert!(line.starts_with("cannot start the host: cannot read policy file p.toml"), "{line}");
+    }
+
+    #[test]
+    fn causes_the_message_does_not_name_are_kept_in_order() {
+        let e = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(message(&e), "outer: middle: inner");
+    }
 }
