@@ -97,6 +97,19 @@ pub fn class_of(path: &Path) -> Option<Class> {
 
 /// What the file at `path` is. Reads at most [`MAX_READ`] bytes of it, and nothing of a file that is not regular.
 pub fn classify(path: &Path) -> Result<Classification, ClassifyError> {
+    inspect(path).map(|i| i.classification)
+}
+
+/// A classified file and the names of the dynamic symbols it defines.
+#[derive(Debug, Clone)]
+pub struct Inspected {
+    pub classification: Classification,
+    /// Every name the file exports (defined dynamic symbols); empty for a file that is not ELF.
+    pub exports: Vec<String>,
+}
+
+/// As [`classify`], with the names the file exports: what a proxy standing in for it must export, no more.
+pub fn inspect(path: &Path) -> Result<Inspected, ClassifyError> {
     let io_error = |source| ClassifyError::Io { path: path.to_path_buf(), source };
     // Looked at before it is opened: opening a device can have effects, opening a FIFO blocks.
     let meta = std::fs::metadata(path).map_err(io_error)?;
@@ -110,22 +123,26 @@ pub fn classify(path: &Path) -> Result<Classification, ClassifyError> {
     let opened = file.metadata().map_err(io_error)?;
     refuse_irregular(path, &opened)?;
     let mut reader = Bounded { source: Source::File(&file), len: opened.len(), left: MAX_READ, path };
-    classify_elf(&mut reader)
+    inspect_elf(&mut reader)
 }
 
 /// What the ELF file `reader` reads is (not an ELF file: no plugin).
 fn classify_elf(reader: &mut Bounded<'_>) -> Result<Classification, ClassifyError> {
+    inspect_elf(reader).map(|i| i.classification)
+}
+
+fn inspect_elf(reader: &mut Bounded<'_>) -> Result<Inspected, ClassifyError> {
     let ident = reader.read(0, (EI_NIDENT as u64).min(reader.len))?;
     let ident = ident.bytes();
     if ident.len() < EI_NIDENT || ident[..4] != elf::ELFMAG {
-        return Ok(Classification::NotAPlugin);
+        return Ok(Inspected { classification: Classification::NotAPlugin, exports: Vec::new() });
     }
     let exports = match ident[EI_CLASS] {
         elf::ELFCLASS64 => exports::<elf::FileHeader64<Endianness>>(reader)?,
         elf::ELFCLASS32 => exports::<elf::FileHeader32<Endianness>>(reader)?,
         other => return Err(reader.malformed(format!("ELF class {other}"))),
     };
-    Ok(classify_exports(&exports))
+    Ok(Inspected { classification: classify_exports(&exports), exports })
 }
 
 /// As [`classify`], on a whole file already in memory; a file that cannot be classified is no plugin.

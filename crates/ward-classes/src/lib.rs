@@ -22,7 +22,7 @@ pub mod native;
 mod plausible;
 mod reader;
 
-pub use detect::{class_of, classify, Class, Classification, ClassifyError};
+pub use detect::{class_of, classify, inspect, Class, Classification, ClassifyError, Inspected};
 pub use error::ClassError;
 
 /// What a wrapper did with one processing call.

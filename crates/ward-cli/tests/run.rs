@@ -805,3 +805,46 @@ fn policies_that_cannot_work_stop_ward_run_before_the_host() {
         assert_eq!(err.lines().count(), 1, "{}: one line: {err}", policy.display());
     }
 }
+
+/// A host that asks each plugin which frei0r entry points it has (as ffmpeg does to learn a plugin's type) gets the
+/// same answers under ward as natively: the proxy exports the plugin's entry points, not all of the class's.
+#[test]
+fn a_plugins_proxy_exports_exactly_the_entry_points_the_plugin_does() {
+    let s = Scratch::new("run", "proxy-exports");
+    let source = s.path("entries.c");
+    std::fs::write(
+        &source,
+        r#"#include <dlfcn.h>
+#include <stdio.h>
+static const char *entries[] = {"f0r_init", "f0r_deinit", "f0r_get_plugin_info", "f0r_get_param_info",
+    "f0r_construct", "f0r_destruct", "f0r_set_param_value", "f0r_get_param_value", "f0r_update", "f0r_update2"};
+int main(int argc, char **argv) {
+    for (int a = 1; a < argc; a++) {
+        void *h = dlopen(argv[a], RTLD_NOW);
+        if (!h) { printf("%s: cannot open\n", argv[a]); continue; }
+        for (unsigned i = 0; i < sizeof entries / sizeof *entries; i++)
+            printf("%s %s %s\n", argv[a], entries[i], dlsym(h, entries[i]) ? "yes" : "no");
+    }
+    return 0;
+}
+"#,
+    )
+    .expect("write the host");
+    let host_path = s.path("entries");
+    let cc = output(Command::new("cc").arg("-o").arg(&host_path).arg(&source));
+    assert!(cc.status.success(), "cc: {}", stderr(&cc));
+    // uvmap and RGB export f0r_update2 only, invert0r f0r_update only (Debian's frei0r-plugins, from scripts/deps).
+    let plugins: Vec<String> =
+        ["uvmap", "RGB", "invert0r"].iter().map(|p| format!("/usr/lib/frei0r-1/{p}.so")).collect();
+    for p in &plugins {
+        assert!(Path::new(p).is_file(), "{p} is not installed: run scripts/deps (it installs frei0r-plugins)");
+    }
+    let native = output(Command::new(&host_path).args(&plugins));
+    assert!(native.status.success(), "{}", stderr(&native));
+    let text = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert!(text.contains("uvmap.so f0r_update no") && text.contains("invert0r.so f0r_update2 no"), "{text}");
+    let under = output(ward().args(["run", "-v", "--"]).arg(&host_path).args(&plugins));
+    assert!(under.status.success(), "{}", stderr(&under));
+    assert!(stderr(&under).contains("uvmap.so: frei0r plugin under ward"), "{}", stderr(&under));
+    assert_eq!(String::from_utf8_lossy(&under.stdout), text, "{}", stderr(&under));
+}

@@ -14,13 +14,33 @@ static FREI0R_PROXY: Embedded = embedded!("ward_proxy_frei0r", "frei0r proxy");
 
 type BindFn = unsafe extern "C" fn(u64);
 
+/// Entry points of each class's proxy, which a copy keeps only where the plugin exports them too.
+const LADSPA_ENTRIES: &[&str] = &["ladspa_descriptor"];
+const FREI0R_ENTRIES: &[&str] = &[
+    "f0r_init",
+    "f0r_deinit",
+    "f0r_get_plugin_info",
+    "f0r_get_param_info",
+    "f0r_construct",
+    "f0r_destruct",
+    "f0r_set_param_value",
+    "f0r_get_param_value",
+    "f0r_update",
+    "f0r_update2",
+];
+
 /// Load a private copy of `class`'s proxy (a copy, so that every plugin has its own, context-free entry points) and
-/// bind it to library `id`. Returns the handle the host gets.
-pub(crate) fn load(class: Class, id: u64) -> Result<*mut c_void, String> {
-    let proxy = match class {
-        Class::Ladspa => &LADSPA_PROXY,
-        Class::Frei0r => &FREI0R_PROXY,
+/// bind it to library `id`. The copy exports the class's entry points that the plugin exports (`exports`), no
+/// others: a host that looks a symbol up to learn what the plugin is (`f0r_update` or only `f0r_update2`) finds what
+/// it would natively. Returns the handle the host gets.
+pub(crate) fn load(class: Class, id: u64, exports: &[String]) -> Result<*mut c_void, String> {
+    let (proxy, entries) = match class {
+        Class::Ladspa => (&LADSPA_PROXY, LADSPA_ENTRIES),
+        Class::Frei0r => (&FREI0R_PROXY, FREI0R_ENTRIES),
     };
+    let missing: Vec<&str> = entries.iter().copied().filter(|e| !exports.iter().any(|x| x == e)).collect();
+    let mut bytes = proxy.bytes.to_vec();
+    hide_definitions(&mut bytes, &missing)?;
     let name = CString::new(format!("ward-{}-{id}", proxy.name)).map_err(|e| e.to_string())?;
     // SAFETY: a valid C string name and no flags; the result is checked.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
@@ -30,7 +50,7 @@ pub(crate) fn load(class: Class, id: u64) -> Result<*mut c_void, String> {
     // SAFETY: fd is a freshly created descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut file = std::fs::File::from(fd);
-    file.write_all(proxy.bytes).map_err(|e| format!("writing the proxy: {e}"))?;
+    file.write_all(&bytes).map_err(|e| format!("writing the proxy: {e}"))?;
     let path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(|e| e.to_string())?;
     let handle = real_dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
     drop(file);
@@ -47,4 +67,80 @@ pub(crate) fn load(class: Class, id: u64) -> Result<*mut c_void, String> {
     // SAFETY: see above; it only stores the number.
     unsafe { bind(id) };
     Ok(handle)
+}
+
+/// Turn the dynamic symbols of `elf` named in `names` into undefined ones of value 0, which the dynamic linker's
+/// lookups (`dlsym` among them) pass over, as if the library did not define them. Nothing in the proxy refers to its
+/// own entry points, so no relocation needs them. Every name must be found: a proxy built without one is a bug.
+fn hide_definitions(elf: &mut [u8], names: &[&str]) -> Result<(), String> {
+    use object::read::elf::{FileHeader, SectionHeader, Sym};
+    type Header = object::elf::FileHeader64<object::LittleEndian>;
+    type Symbol = object::elf::Sym64<object::LittleEndian>;
+    if names.is_empty() {
+        return Ok(());
+    }
+    let endian = object::LittleEndian;
+    let mut hidden = Vec::with_capacity(names.len());
+    {
+        let data: &[u8] = elf;
+        let bad = |e: object::read::Error| format!("the proxy is not a readable ELF file: {e}");
+        let header = Header::parse(data).map_err(bad)?;
+        let sections = header.sections(endian, data).map_err(bad)?;
+        let (index, dynsym) = sections
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.sh_type(endian) == object::elf::SHT_DYNSYM)
+            .ok_or("the proxy has no dynamic symbol table")?;
+        let symbols = sections.symbols(endian, data, object::elf::SHT_DYNSYM).map_err(bad)?;
+        debug_assert_eq!(symbols.section().0, index);
+        let table_at = dynsym.sh_offset(endian) as usize;
+        for (i, symbol) in symbols.iter().enumerate() {
+            let name = symbol.name(endian, symbols.strings()).unwrap_or_default();
+            if symbol.is_definition(endian) && names.iter().any(|n| n.as_bytes() == name) {
+                hidden.push(table_at + i * std::mem::size_of::<Symbol>());
+            }
+        }
+    }
+    if hidden.len() != names.len() {
+        return Err(format!("the proxy does not define all of {}", names.join(", ")));
+    }
+    for at in hidden {
+        let entry = elf
+            .get_mut(at..at + std::mem::size_of::<Symbol>())
+            .ok_or("the proxy's dynamic symbol table lies outside it")?;
+        let symbol: &mut Symbol =
+            object::pod::from_bytes_mut(entry).map_err(|()| "a misaligned dynamic symbol in the proxy")?.0;
+        symbol.st_shndx = object::U16::new(endian, object::elf::SHN_UNDEF);
+        symbol.st_value = object::U64::new(endian, 0);
+        symbol.st_size = object::U64::new(endian, 0);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defined(elf: &[u8]) -> Vec<String> {
+        use object::{Object, ObjectSymbol};
+        let file = object::File::parse(elf).expect("the proxy parses");
+        file.dynamic_symbols().filter(|s| s.is_definition()).filter_map(|s| s.name().ok().map(String::from)).collect()
+    }
+
+    #[test]
+    fn a_hidden_entry_point_is_no_longer_defined_and_the_others_are() {
+        let mut bytes = FREI0R_PROXY.bytes.to_vec();
+        hide_definitions(&mut bytes, &["f0r_update"]).expect("hidden");
+        let names = defined(&bytes);
+        assert!(!names.iter().any(|n| n == "f0r_update"), "{names:?}");
+        for kept in ["f0r_update2", "f0r_construct", "ward_proxy_bind"] {
+            assert!(names.iter().any(|n| n == kept), "{kept} missing: {names:?}");
+        }
+    }
+
+    #[test]
+    fn a_name_the_proxy_does_not_define_is_an_error() {
+        let mut bytes = LADSPA_PROXY.bytes.to_vec();
+        assert!(hide_definitions(&mut bytes, &["no_such_entry"]).is_err());
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ward::{Event, Isolation, Policy, Supervisor};
-use ward_classes::{classify, Class, Classification};
+use ward_classes::{inspect, Class, Classification};
 
 use crate::{frei0r, ladspa, proxy};
 
@@ -131,10 +131,10 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
     if let Some(reason) = REFUSED.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|r| r.get(&key)) {
         return Opened::Refused(dlerror_text(path, reason));
     }
-    let class = match classify(path) {
-        Ok(Classification::Plugin(class)) => class,
-        Ok(Classification::NotAPlugin) => return Opened::Native,
-        Ok(Classification::OtherPlugin { abi }) => {
+    let (class, exports) = match inspect(path).map(|i| (i.classification, i.exports)) {
+        Ok((Classification::Plugin(class), exports)) => (class, exports),
+        Ok((Classification::NotAPlugin, _)) => return Opened::Native,
+        Ok((Classification::OtherPlugin { abi }, _)) => {
             return unless_fallback(path, &key, &format!("a {abi} plugin, which ward has no class for"))
         }
         Err(e) => return unless_fallback(path, &key, &format!("ward cannot tell what it is ({e})")),
@@ -170,7 +170,7 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
         }
     };
     rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(id, plugin);
-    match proxy::load(class, id) {
+    match proxy::load(class, id, &exports) {
         Ok(handle) => {
             rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(handle as usize, id);
             rt.report();
