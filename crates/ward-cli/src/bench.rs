@@ -99,6 +99,8 @@ struct Line {
     target: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     target_met: Option<bool>,
+    /// Busy processes the benchmark ran beside it (`--load`).
+    load: usize,
 }
 
 /// Prints lines as they are measured and remembers each group's baseline.
@@ -106,6 +108,8 @@ struct Out {
     json: bool,
     cols: Columns,
     baseline: Option<(&'static str, f64)>,
+    /// Busy processes beside the benchmark (`--load`), for the JSON lines.
+    load: usize,
 }
 
 /// What a measured line reports beside its time.
@@ -150,6 +154,7 @@ impl Out {
             },
             target: target.map(|t| t.text()),
             target_met: target.map(|t| t.met(&s, base)),
+            load: self.load,
         };
         if self.json {
             return report::json_line(&line);
@@ -203,7 +208,7 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
-pub fn run(json: bool, quick: bool) -> Result<bool> {
+pub fn run(json: bool, quick: bool, load: u32) -> Result<bool> {
     let plan = if quick { QUICK } else { FULL };
     let well = ward_extensions::path_of("well").context("cannot extract the built-in extension well.so")?;
     let faulty = ward_extensions::path_of("faulty").context("cannot extract the built-in extension faulty.so")?;
@@ -211,19 +216,23 @@ pub fn run(json: bool, quick: bool) -> Result<bool> {
         eprintln!("note: this is a debug build of ward; build with --release for representative numbers");
     }
     let cols = Columns::new(&[14, 13, 9, 10, 9, 16, 21]);
+    let load = crate::load::Load::start(load)?;
     if !json {
         say!(
             "ward bench xpc: medians of {} runs per line, {} CPUs; ratio against the first line of each group",
             plan.runs,
             std::thread::available_parallelism().map_or(0, |n| n.get())
         )?;
+        if let Some(text) = load.describe() {
+            say!("{text}")?;
+        }
         say!("")?;
         say!(
             "{}",
             cols.row(&["group", "variant", "isolation", "per op", "ratio", "throughput", "range (min-max)", "target"])
         )?;
     }
-    let mut out = Out { json, cols, baseline: None };
+    let mut out = Out { json, cols, baseline: None, load: load.processes() };
     floors(&mut out, plan)?;
     null_calls(&mut out, plan, &well)?;
     buffers(&mut out, plan, &well)?;

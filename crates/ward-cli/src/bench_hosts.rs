@@ -2,15 +2,17 @@
 //!
 //! Each variant runs the same host command: plain (native), then through `ward run --isolation none`,
 //! `ward run --isolation process` and, where the machine has protection keys, `ward run --isolation mpk` (the
-//! `ward` being this program). Without `--policy` one more variant runs `ward run --isolation process` with every
-//! plugin of the host in one domain that spins longer before sleeping (`[defaults] group = "host"`,
-//! `spin = 100000`), the configuration DECISIONS.md offers for speed, and one more with the sandbox turned off
-//! (`crate::bench::SANDBOX_OFF_POLICY`): the default process variant against it is what the sandbox costs. The variants are interleaved run by run, so
-//! drift on a shared machine hits all of them alike. One untimed round comes first: it warms the page cache and the
-//! plugins' files, and its outputs are compared with native's (sox's output files byte for byte; for ffmpeg, which
-//! discards its frames in the timed runs, a checksum of every output frame). Each time is the wall time of
-//! `Command::status()`; the table gives the median, the minimum and the maximum of the timed runs of each variant
-//! and the ratio of its median to native's median.
+//! `ward` being this program). Without `--policy` two more variants run `ward run --isolation process`: one with
+//! every plugin of the host in one domain that spins longer before sleeping (`[defaults] group = "host"`,
+//! `spin = 100000`), the configuration DECISIONS.md offers for speed, and one with the sandbox turned off
+//! (`crate::bench::SANDBOX_OFF_POLICY`): the default process variant against it is what the sandbox costs. The
+//! variants are interleaved run by run, so drift on a shared machine hits all of them alike. `--load N` starts N
+//! processes of busy work (`ward __busy`) before the first variant and stops them after the last, so that every
+//! variant, native included, runs on a machine that is not idle. One untimed round comes first: it warms the page
+//! cache and the plugins' files, and its outputs are compared with native's (sox's output files byte for byte; for
+//! ffmpeg, which discards its frames in the timed runs, a checksum of every output frame). Each time is the wall
+//! time of `Command::status()`; the table gives the median, the minimum and the maximum of the timed runs of each
+//! variant and the ratio of its median to native's median.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -23,6 +25,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
+use crate::load::Load;
 use crate::report::{say, Columns};
 use crate::run::BadInput;
 
@@ -37,6 +40,10 @@ pub struct SoxArgs {
     /// Policy file (TOML) for the `ward run` variants, as `ward run --policy` takes it; ward's defaults without one.
     #[arg(long)]
     policy: Option<PathBuf>,
+    /// Run with this many processes of busy work beside every variant, native included (started and stopped by the
+    /// benchmark), so that the ratios compare like with like on a machine that is not idle.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    load: u32,
 }
 
 #[derive(Args)]
@@ -50,6 +57,10 @@ pub struct FfmpegArgs {
     /// Policy file (TOML) for the `ward run` variants, as `ward run --policy` takes it; ward's defaults without one.
     #[arg(long)]
     policy: Option<PathBuf>,
+    /// Run with this many processes of busy work beside every variant, native included (started and stopped by the
+    /// benchmark), so that the ratios compare like with like on a machine that is not idle.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    load: u32,
     /// The frei0r filter, as ffmpeg's `frei0r=` takes it: NAME or NAME:PARAMS. invert0r (next to no work per pixel:
     /// the worst case for the boundary's share) is measured too.
     #[arg(long, default_value = "vignette")]
@@ -228,6 +239,8 @@ struct JsonReport {
     note: &'static str,
     runs: u32,
     cpus: usize,
+    /// Busy processes beside every variant (`--load`).
+    load_processes: usize,
     /// The policy file of the `ward run` variants; none for ward's defaults.
     policy: Option<String>,
     workload: String,
@@ -328,10 +341,13 @@ pub fn sox(args: SoxArgs) -> Result<bool> {
         compared: "the output files, byte for byte",
         target: SOX_TARGET,
     };
+    let load = Load::start(args.load)?;
     let timings = measure(&case, &ward, tmp.path(), args.runs)?;
+    let load = Finished::from(load);
     let workload = "60 s of 48 kHz stereo 16-bit WAV (sine 440 Hz left, 660 Hz right, pink noise, seed fixed by -R)";
     if args.json {
-        return print_json("sox", args.runs, &ward, workload, &[(&case, &timings, command_text(&case, tmp.path()))]);
+        let cases = [(&case, &timings, command_text(&case, tmp.path()))];
+        return print_json("sox", args.runs, &ward, load, workload, &cases);
     }
     say!(
         "ward bench sox: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
@@ -339,6 +355,7 @@ pub fn sox(args: SoxArgs) -> Result<bool> {
         cpus()
     )?;
     say!("workload: {workload}")?;
+    load.say()?;
     say!("policy of the ward run variants: {}", ward.policy_text())?;
     say!("command: sox -D in.wav out.wav, then five LADSPA effects (sox's ladspa effect):")?;
     for (file, label, per_channel, values, what) in SOX_CHAIN {
@@ -428,13 +445,15 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
         "{FRAMES} frames of {size} RGBA (testsrc2, made once, read raw), one frei0r filter each, output -f null"
     );
     let mut measured = Vec::new();
+    let load = Load::start(args.load)?;
     for case in &cases {
         let t = measure(case, &ward, tmp.path(), args.runs)?;
         measured.push(t);
     }
+    let load = Finished::from(load);
     if args.json {
         let list: Vec<_> = cases.iter().zip(&measured).map(|(c, t)| (c, t, command_text(c, tmp.path()))).collect();
-        return print_json("ffmpeg", args.runs, &ward, &workload, &list);
+        return print_json("ffmpeg", args.runs, &ward, load, &workload, &list);
     }
     say!(
         "ward bench ffmpeg: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
@@ -442,6 +461,7 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
         cpus()
     )?;
     say!("workload: {workload}")?;
+    load.say()?;
     say!("policy of the ward run variants: {}", ward.policy_text())?;
     say!("ffmpeg's own threading left at its defaults (its frei0r filter runs on one thread)")?;
     for (case, t) in cases.iter().zip(&measured) {
@@ -450,6 +470,28 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
         print_table(case, t)?;
     }
     Ok(true)
+}
+
+/// The `--load` of a finished measurement: its busy processes stopped, how many there were kept for the report.
+struct Finished {
+    processes: usize,
+    text: Option<String>,
+}
+
+impl From<Load> for Finished {
+    fn from(load: Load) -> Finished {
+        // Dropping `load` stops its processes before anything is printed.
+        Finished { processes: load.processes(), text: load.describe() }
+    }
+}
+
+impl Finished {
+    fn say(&self) -> Result<()> {
+        if let Some(text) = &self.text {
+            say!("{text}")?;
+        }
+        Ok(())
+    }
 }
 
 /// The plugin's name in a `frei0r=` argument: what comes before the first `:`.
@@ -662,6 +704,7 @@ fn print_json(
     bench: &'static str,
     runs: u32,
     ward: &Ward,
+    load: Finished,
     workload: &str,
     cases: &[(&Case, &Timings, String)],
 ) -> Result<bool> {
@@ -670,6 +713,7 @@ fn print_json(
         note: "wall seconds per run of the whole host; ratio = median / native median",
         runs,
         cpus: cpus(),
+        load_processes: load.processes,
         policy: ward.policy.as_ref().map(|p| p.display().to_string()),
         workload: workload.to_string(),
         cases: cases

@@ -14,6 +14,7 @@ mod faults;
 mod floor;
 mod host;
 mod inject;
+mod load;
 mod native;
 mod report;
 mod run;
@@ -81,6 +82,12 @@ enum Command {
     /// Internal: one plugin run (or one library listed) for `corpus`, in a throwaway process.
     #[command(name = "__corpus-run", hide = true)]
     CorpusRun(corpus::runner::RunArgs),
+    /// Internal: busy work for a benchmark's `--load`, until killed or the benchmark `--parent` is gone.
+    #[command(name = "__busy", hide = true)]
+    Busy {
+        #[arg(long)]
+        parent: u32,
+    },
 }
 
 #[derive(Args)]
@@ -112,6 +119,9 @@ enum BenchWhat {
         /// Fewer and shorter runs (for tests and smoke checks).
         #[arg(long)]
         quick: bool,
+        /// Run with this many processes of busy work beside the benchmark (started and stopped by it).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+        load: u32,
     },
     /// sox through a chain of five LADSPA plugins: native, and under `ward run` with isolation none and process.
     Sox(bench_hosts::SoxArgs),
@@ -124,7 +134,7 @@ fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a.isolation, a.json),
-        Command::Bench { what: BenchWhat::Xpc { json, quick } } => bench::run(json, quick),
+        Command::Bench { what: BenchWhat::Xpc { json, quick, load } } => bench::run(json, quick, load),
         Command::Bench { what: BenchWhat::Sox(a) } => bench_hosts::sox(a),
         Command::Bench { what: BenchWhat::Ffmpeg(a) } => bench_hosts::ffmpeg(a),
         Command::Inject(a) => inject::run(a),
@@ -137,6 +147,7 @@ fn main() -> ExitCode {
         Command::CampaignHost(a) => campaign_host::main(a),
         Command::NativeHost { path, kind } => native::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),
+        Command::Busy { parent } => load::busy_main(parent),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -148,6 +148,33 @@ fn bench_reports_every_isolation() {
     }
 }
 
+/// `--load N` runs N busy processes beside the benchmark, says so in every line, and leaves none behind.
+#[test]
+fn bench_under_load_reports_it_and_stops_its_busy_processes() {
+    require_domain();
+    let child = ward()
+        .args(["bench", "xpc", "--json", "--quick", "--load", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start ward bench");
+    let bench_pid = child.id();
+    let out = child.wait_with_output().expect("wait for ward bench");
+    assert!(out.status.success(), "exit status {:?}; stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&out);
+    assert!(lines.iter().filter(|l| l["ns"].is_number()).all(|l| l["load"] == 1), "{lines:#?}");
+    // Every busy process carries the benchmark's pid on its command line.
+    let marker = format!("__busy\0--parent\0{bench_pid}\0");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok().map(|c| (e.file_name(), c)))
+        .filter(|(_, c)| String::from_utf8_lossy(c).contains(&marker))
+        .map(|(pid, _)| pid.to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "busy processes left running: {left:?}");
+}
+
 #[test]
 fn a_bad_flag_is_a_usage_error() {
     let out = run(ward().args(["demo", "--no-such-flag"]));
