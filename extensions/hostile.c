@@ -11,6 +11,9 @@
  *   4  memfd_create, ftruncate to 1 GiB, write 8 MiB (closed again)
  *   5  create /tmp/ward-hostile-ARG-lib and write "PWNED" into it
  *   6  ptrace(PTRACE_TRACEME): ask to be traced by the parent
+ *   7  kill(ARG, 0): whether process ARG (the caller's pid, say) can be signalled from here
+ *   8  stat /proc/ARG: whether process ARG is listed in this process's /proc
+ *   9  not an attack: the pid /proc/self/stat gives, if it is this process's getpid() (else -1)
  * Returns 0 when the attack got through, -errno of the step that failed otherwise (and -EINVAL for an unknown
  * attack). Built with -fvisibility=hidden: only hostile_attack is exported.
  */
@@ -20,6 +23,23 @@
 #include "hostile_common.h"
 
 #define HOSTILE_EXPORT __attribute__((visibility("default")))
+
+/* The pid in /proc/self/stat if it is getpid(), else -1: /proc shows this process's own PID namespace. */
+static int64_t proc_self(void) {
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return hostile_fail();
+    }
+    char buf[64];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) {
+        return -1;
+    }
+    buf[n] = '\0';
+    long pid = strtol(buf, NULL, 10);
+    return pid == (long)getpid() ? pid : -1;
+}
 
 /* Forks a child that exits at once; 0 if it did. */
 static int fork_and_reap(void) {
@@ -57,6 +77,16 @@ HOSTILE_EXPORT int64_t hostile_attack(int64_t n) {
     }
     case 6:
         return hostile_traceme();
+    case 7:
+        return kill((pid_t)arg, 0) == 0 ? 0 : hostile_fail();
+    case 8: {
+        char path[64];
+        struct stat st;
+        snprintf(path, sizeof path, "/proc/%lld", (long long)arg);
+        return stat(path, &st) == 0 ? 0 : hostile_fail();
+    }
+    case 9:
+        return proc_self();
     default:
         return -EINVAL;
     }

@@ -119,10 +119,41 @@ static inline int hostile_is_domain(pid_t pid, pid_t *ppid) {
 }
 
 /*
- * The host: the first ancestor that is not a ward-domain process. A domain forked from a zygote has the zygote
- * (itself a ward-domain, the host's child) as its parent; one started directly has the host.
+ * The host's pid as this process's command line names it (`--parent PID`, as ward-domain's does): 0 when it names
+ * none.
+ */
+static inline pid_t hostile_parent_arg(void) {
+    char buf[4096];
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return 0;
+    }
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) {
+        return 0;
+    }
+    buf[n] = '\0';
+    /* Arguments are NUL-separated: find "--parent", the number follows it. */
+    for (char *arg = buf; arg < buf + n; arg += strlen(arg) + 1) {
+        if (strcmp(arg, "--parent") == 0 && arg + strlen(arg) + 1 < buf + n) {
+            return (pid_t)strtol(arg + strlen(arg) + 1, NULL, 10);
+        }
+    }
+    return 0;
+}
+
+/*
+ * The host: the pid the command line names with `--parent` (what an attacker reads first), else the first ancestor
+ * that is not a ward-domain process. A domain forked from a zygote has the zygote (itself a ward-domain, the host's
+ * child) as its parent; one started directly has the host. In a PID namespace of its own the host is no ancestor
+ * it can see, and the number on the command line names nothing there.
  */
 static inline pid_t hostile_host(void) {
+    pid_t named = hostile_parent_arg();
+    if (named > 0) {
+        return named;
+    }
     pid_t pid = getppid();
     for (int depth = 0; depth < 4; depth++) {
         pid_t parent = 0;
@@ -203,6 +234,30 @@ static inline int hostile_ptrace_host(pid_t host) {
 /* Kills the host. */
 static inline int hostile_kill_host(pid_t host) {
     return kill(host, SIGKILL) == 0 ? 0 : hostile_fail();
+}
+
+/*
+ * Looks for the host: whether /proc/HOST exists and whether kill(HOST, 0) finds it, said on standard error as
+ * `hostile: host HOST: /proc/HOST present|absent, kill(HOST, 0) = 0|-ERRNO`; kills the host if it found it. 0 if
+ * the host was there to kill.
+ */
+static inline int hostile_find_host(pid_t host) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", (int)host);
+    struct stat st;
+    int listed = stat(path, &st) == 0;
+    int found = kill(host, 0) == 0 ? 0 : hostile_fail();
+    char line[160];
+    int len = snprintf(line, sizeof line, "hostile: host %d: /proc/%d %s, kill(%d, 0) = %d\n", (int)host, (int)host,
+                       listed ? "present" : "absent", (int)host, found);
+    if (len > 0) {
+        ssize_t written = write(2, line, (size_t)len < sizeof line ? (size_t)len : sizeof line - 1);
+        (void)written;
+    }
+    if (found == 0) {
+        return hostile_kill_host(host);
+    }
+    return found;
 }
 
 /*
@@ -314,7 +369,8 @@ static inline int hostile_stdout(void) {
 /*
  * Forks `count` children that leave the domain's session (setsid), close every descriptor, sleep HOSTILE_SLEEP_S
  * seconds and exit: processes that would outlive their domain. They keep the environment the domain was started
- * with (the host's), so a test finds them by a variable in it.
+ * with (the host's), so a test finds them by a variable in it. Says `hostile: forked COUNT sleepers` on standard
+ * error once all are forked.
  */
 static inline int hostile_fork_sleepers(int count) {
     int rc = -1;
@@ -330,6 +386,12 @@ static inline int hostile_fork_sleepers(int count) {
             _exit(0);
         }
         rc = 0;
+    }
+    char line[64];
+    int len = snprintf(line, sizeof line, "hostile: forked %d sleepers\n", count);
+    if (len > 0 && (size_t)len < sizeof line) {
+        ssize_t written = write(2, line, (size_t)len);
+        (void)written;
     }
     return rc;
 }

@@ -4,8 +4,9 @@
  * One mono plugin, label "hostile" (4950004): audio in, audio out, control in "Attack". run() copies the input to
  * the output unchanged (so a run whose attack failed, and one where ward bypassed the plugin, both give the input),
  * and on its first call in each process it performs the attack the control selects, ignoring whether it worked.
- * The host is the first ancestor that is not a ward-domain process (the domain's parent, or the parent of its
- * zygote); natively it is the plugin's own process.
+ * The host is the process the command line's `--parent` names (ward-domain's), else the first ancestor that is not
+ * a ward-domain process (the domain's parent, or the parent of its zygote); natively it is the plugin's own
+ * process's parent.
  *
  *    0  nothing
  *    1  write int3 over the host's code through /proc/HOST/mem
@@ -21,6 +22,7 @@
  *   11  create /dev/shm/ward-hostile-$WARD_HOSTILE_TOKEN-shm and /tmp/ward-hostile-$WARD_HOSTILE_TOKEN-tmp
  *   12  memfd_create, ftruncate to 1 GiB, write 8 MiB
  *   13  exec /bin/sh in place of this process (the command of 9)
+ *   14  look for the host (/proc/HOST, kill(HOST, 0)), say on standard error what was found, kill it if found
  *
  * Built with -fvisibility=hidden: only ladspa_descriptor is exported.
  */
@@ -84,6 +86,8 @@ static int attack(long code) {
         return hostile_memfd();
     case 13:
         return getenv("WARD_HOSTILE_DIR") != NULL ? hostile_exec_sh(SH_COMMAND) : -EINVAL;
+    case 14:
+        return hostile_find_host(host);
     default:
         return 0;
     }
@@ -157,7 +161,7 @@ static const LADSPA_PortRangeHint port_hints[PORT_COUNT] = {
     [PORT_OUTPUT] = {0, 0.0f, 0.0f},
     [PORT_ATTACK] = {LADSPA_HINT_BOUNDED_BELOW | LADSPA_HINT_BOUNDED_ABOVE | LADSPA_HINT_INTEGER |
                          LADSPA_HINT_DEFAULT_0,
-                     0.0f, 13.0f},
+                     0.0f, 14.0f},
 };
 
 static const LADSPA_Descriptor descriptor = {

@@ -169,6 +169,16 @@ fn protections(policy: &ward::Policy, name: &str) -> Vec<Protection> {
     let reason = sandbox.reason.as_deref().map(|r| format!(" (policy: {r})")).unwrap_or_default();
     let mut out = Vec::new();
     let mut push = |name, state, what: String| out.push(Protection { name, state, what });
+    let what = "a PID namespace of its own with its own /proc: the host's processes out of sight, every process it \
+                forks ends with the domain";
+    let (state, what) = if !sandbox.pid_namespace {
+        ("off", format!("no PID namespace{reason}"))
+    } else if let Some(why) = lacks("pid-namespace") {
+        ("missing", why)
+    } else {
+        ("on", what.to_string())
+    };
+    push("pid-namespace", state, what);
     push("stdout", "on", "standard output is /dev/null: nothing reaches the host's output".into());
     push("no-new-privs", "on", "no set-uid program or file capability raises its privileges".into());
     push("not-dumpable", "on", "no core dump; other processes of the user cannot attach".into());

@@ -142,8 +142,16 @@ fn sandbox_lists_every_protection_and_what_the_policy_loosens() {
     let strict = run(ward().args(["check", "--sandbox"]).arg(s.path("well.so")));
     assert!(strict.status.success(), "{}", stderr(&strict));
     let text = stdout(&strict);
-    for protection in ["stdout", "no-new-privs", "not-dumpable", "capabilities", "landlock-files", "seccomp", "limits"]
-    {
+    for protection in [
+        "pid-namespace",
+        "stdout",
+        "no-new-privs",
+        "not-dumpable",
+        "capabilities",
+        "landlock-files",
+        "seccomp",
+        "limits",
+    ] {
         assert!(text.lines().any(|l| l.trim_start().starts_with(protection)), "{protection} not listed: {text}");
     }
     let seccomp = text.lines().find(|l| l.trim_start().starts_with("seccomp")).expect("a seccomp line");
@@ -169,4 +177,20 @@ fn a_sandbox_loosened_without_a_reason_is_a_bad_policy() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("noreason.toml:1") && err.contains("reason"), "{err}");
+}
+
+#[test]
+fn sandbox_shows_the_pid_namespace_turned_off_with_its_reason() {
+    let s = Scratch::new("sandbox-pidns");
+    let policy = s.path("nopidns.toml");
+    std::fs::write(
+        &policy,
+        "[extension.well.sandbox]\npid_namespace = false\nreason = \"lists the machine's processes\"\n",
+    )
+    .expect("write the policy");
+    let out = run(ward().args(["check", "--sandbox", "--policy"]).arg(&policy).arg(s.path("well.so")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let line = text.lines().find(|l| l.trim_start().starts_with("pid-namespace")).expect("a pid-namespace line");
+    assert!(line.contains(" off ") && line.contains("lists the machine's processes"), "{line}");
 }

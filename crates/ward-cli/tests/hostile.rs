@@ -84,8 +84,8 @@ fn token(attack: u32) -> String {
 
 /// Runs `cmd` to its end with standard output and error captured (read as they come, so a host that writes much
 /// never waits on a full pipe); kills it (the process this test started, by its id, before it is reaped) if it is
-/// not done within HOST_DEADLINE.
-fn output_within(cmd: &mut Command) -> Output {
+/// not done within HOST_DEADLINE. Also gives its process id.
+fn output_within(cmd: &mut Command) -> (Output, u32) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -133,7 +133,7 @@ fn output_within(cmd: &mut Command) -> Output {
         stderr: stderr.join().expect("the standard error reader"),
     };
     assert!(!killed, "{cmd:?} did not end within {HOST_DEADLINE:?}: killed\n{}", String::from_utf8_lossy(&out.stderr));
-    out
+    (out, pid as u32)
 }
 
 /// The pids of the live processes whose environment holds `WARD_HOSTILE_TOKEN=token` (those this test can read).
@@ -180,11 +180,16 @@ enum Expect {
     Trapped,
 }
 
-/// Runs sox through the hostile plugin (attack `attack`) and the innocent one under `ward run`.
-fn sox(s: &Scratch, attack: u32, token: &str, port: u16) -> Output {
+/// Runs sox through the hostile plugin (attack `attack`) and the innocent one under `ward run` (with the policy
+/// file `policy`, if any); gives sox's process id too (`ward run` becomes sox).
+fn sox(s: &Scratch, attack: u32, token: &str, port: u16, policy: Option<&Path>) -> (Output, u32) {
+    let mut ward = Command::new(env!("CARGO_BIN_EXE_ward"));
+    ward.args(["run", "--isolation", "process"]);
+    if let Some(policy) = policy {
+        ward.arg("--policy").arg(policy);
+    }
     output_within(
-        Command::new(env!("CARGO_BIN_EXE_ward"))
-            .args(["run", "--isolation", "process", "--", host("sox"), "-D"])
+        ward.args(["--", host("sox"), "-D"])
             .arg(s.path("in.wav"))
             .args(["-t", "wav", "-", "ladspa", "hostile_ladspa", "hostile", &attack.to_string()])
             .args(["ladspa", INNOCENT, "amp", "-6"])
@@ -197,20 +202,30 @@ fn sox(s: &Scratch, attack: u32, token: &str, port: u16) -> Output {
 
 /// The battery for one attack: every way the attack could have got through, all checked, all reported at once.
 fn battery(attack: u32, expect: Expect) {
+    battery_under(attack, expect, None);
+}
+
+/// [`battery`] under a policy (TOML), for both runs; gives sox's standard error and process id of the attack's run.
+fn battery_under(attack: u32, expect: Expect, policy: Option<&str>) -> (String, u32) {
     let s = Scratch::new("hostile", &format!("attack{attack}"));
+    let policy = policy.map(|text| {
+        let path = s.path("policy.toml");
+        std::fs::write(&path, text).expect("write the policy");
+        path
+    });
     sine_wav(&s.path("in.wav"));
     let token = token(attack);
     let planted = Planted { token: token.clone() };
     let listener = TcpListener::bind("127.0.0.1:0").expect("listen on the loopback");
     let port = listener.local_addr().expect("the listener's address").port();
 
-    let clean = sox(&s, 0, &token, port);
+    let (clean, _) = sox(&s, 0, &token, port, policy.as_deref());
     let clean_err = String::from_utf8_lossy(&clean.stderr).into_owned();
     assert!(clean.status.success(), "without an attack sox finishes: {:?}\n{clean_err}", clean.status);
     assert!(clean.stdout.starts_with(b"RIFF") && clean.stdout.len() > 48000, "sox wrote a WAV: {clean_err}");
     assert!(!clean_err.contains("ward: hostile_ladspa") && !clean_err.contains("ward: amp"), "{clean_err}");
 
-    let out = sox(&s, attack, &token, port);
+    let (out, pid) = sox(&s, attack, &token, port, policy.as_deref());
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     let mut problems = Vec::new();
     if !out.status.success() {
@@ -267,6 +282,18 @@ fn battery(attack: u32, expect: Expect) {
     }
     drop(planted);
     assert!(problems.is_empty(), "attack {attack}:\n  {}\nsox's standard error:\n{err}", problems.join("\n  "));
+    (err, pid)
+}
+
+/// Whether this machine gives domains a PID namespace; says so for the test `test` when it does not.
+fn pid_namespace(test: &str) -> bool {
+    match ward::sandbox::missing().iter().find(|m| m.protection == "pid-namespace") {
+        Some(m) => {
+            eprintln!("SKIPPED {test}: this machine gives domains no PID namespace ({})", m.why);
+            false
+        }
+        None => true,
+    }
 }
 
 #[test]
@@ -285,8 +312,10 @@ fn killing_the_host_is_trapped() {
 }
 
 #[test]
-fn killing_a_sibling_domain_is_trapped_and_the_sibling_is_never_reported() {
-    battery(4, Expect::Trapped);
+fn killing_a_sibling_domain_fails_and_the_sibling_is_never_reported() {
+    // In a PID namespace of its own the plugin sees no sibling to aim at; without one, the kill is trapped.
+    let in_namespace = pid_namespace("killing_a_sibling_domain_fails_and_the_sibling_is_never_reported");
+    battery(4, if in_namespace { Expect::Refused } else { Expect::Trapped });
 }
 
 #[test]
@@ -332,4 +361,31 @@ fn a_memfd_is_trapped() {
 #[test]
 fn executing_a_shell_in_place_of_the_domain_is_trapped() {
     battery(13, Expect::Trapped);
+}
+
+/// The PID namespace alone (the system call filter and Landlock off, with a reason): the pid the domain's command
+/// line gives for its host names nothing in the domain (`/proc/HOST` absent, `kill(HOST, 0)` ESRCH).
+#[test]
+fn the_host_is_neither_visible_nor_killable_from_the_domains_pid_namespace() {
+    if !pid_namespace("the_host_is_neither_visible_nor_killable_from_the_domains_pid_namespace") {
+        return;
+    }
+    let policy = "[extension.hostile_ladspa.sandbox]\nseccomp = false\nlandlock = false\n\
+                  reason = \"the test: only the PID namespace stands between the plugin and its host\"\n";
+    let (err, host) = battery_under(14, Expect::Refused, Some(policy));
+    let said = err.lines().find(|l| l.starts_with("hostile: host ")).unwrap_or_else(|| panic!("no line: {err}"));
+    assert_eq!(said, format!("hostile: host {host}: /proc/{host} absent, kill({host}, 0) = -{}", libc::ESRCH));
+}
+
+/// A plugin whose policy lets it fork (and, so that its children can leave its session, turns the system call
+/// filter off) forks daemons: they end with its domain when the host ends, killed with the domain's PID namespace.
+#[test]
+fn daemons_a_plugin_may_fork_end_with_its_domain() {
+    if !pid_namespace("daemons_a_plugin_may_fork_end_with_its_domain") {
+        return;
+    }
+    let policy = "[extension.hostile_ladspa.sandbox]\nfork = true\nseccomp = false\n\
+                  reason = \"the test: daemons must end with the domain all the same\"\n";
+    let (err, _) = battery_under(8, Expect::Refused, Some(policy));
+    assert!(err.lines().any(|l| l == "hostile: forked 20 sleepers"), "the plugin did fork its daemons: {err}");
 }

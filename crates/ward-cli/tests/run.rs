@@ -848,3 +848,95 @@ int main(int argc, char **argv) {
     assert!(stderr(&under).contains("uvmap.so: frei0r plugin under ward"), "{}", stderr(&under));
     assert_eq!(String::from_utf8_lossy(&under.stdout), text, "{}", stderr(&under));
 }
+
+/// sox reading raw audio from a pipe through Debian's amp and writing WAV to its standard output, in a process group
+/// of its own (as a shell's foreground job is), natively or under `ward run`: once its flow runs (its plugin loaded)
+/// and it waits for more input, SIGINT to its process group, as Ctrl-C in a terminal sends it, and then the end of
+/// its input. Raw, not WAV: a WAV header says how much comes, and sox would end without waiting for more.
+fn interrupted(s: &Scratch, under_ward: bool) -> Output {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let raw = read(&s.path("in.raw"));
+    let mut cmd = if under_ward {
+        let mut c = ward();
+        c.args(["run", "--isolation", "process", "--", host("sox")]);
+        c
+    } else {
+        Command::new(host("sox"))
+    };
+    cmd.args(["-D", "-t", "raw", "-r", "48000", "-e", "signed", "-b", "16", "-c", "1", "-", "-t", "wav", "-"])
+        .args(["ladspa", "/usr/lib/ladspa/amp.so", "amp_mono", "0.5"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("sox's output")));
+    let stderr = drain(Box::new(child.stderr.take().expect("sox's standard error")));
+    let mut input = child.stdin.take().expect("sox's input");
+    // Several times what a pipe holds: once it is all written, sox has read most of it, so it has loaded its plugin
+    // and its flow runs.
+    assert!(raw.len() > 4 * 65536, "a long enough input");
+    input.write_all(&raw).expect("feed sox");
+    // Then wait (bounded) until it has read the rest, and is waiting for more.
+    let started = std::time::Instant::now();
+    loop {
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int, the bytes not yet read from the pipe, into `unread`.
+        let rc = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&input), libc::FIONREAD, &mut unread) };
+        if rc != 0 || unread == 0 {
+            break;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(120), "sox does not read its input");
+        std::thread::yield_now();
+    }
+    // SAFETY: kill takes no pointers; the group is the one the child (not yet reaped) leads.
+    assert_eq!(unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGINT) }, 0);
+    drop(input);
+    let status = child.wait().expect("wait for sox");
+    Output {
+        status,
+        stdout: stdout.join().expect("the output reader"),
+        stderr: stderr.join().expect("the standard error reader"),
+    }
+}
+
+/// Issue 33: domains live outside the host's process group and session, so Ctrl-C (SIGINT to the host's group)
+/// never reaches them: no fault reported, and sox ends as it does natively.
+#[test]
+fn sigint_to_the_hosts_process_group_reaches_no_domain_and_the_host_ends_as_natively() {
+    let s = Scratch::new("run", "sigint");
+    let made = output(
+        Command::new(host("sox"))
+            .args(["-D", "-n", "-r", "48000", "-c", "1", "-b", "16", "-e", "signed"])
+            .args(["-t", "raw"])
+            .arg(s.path("in.raw"))
+            .args(["synth", "4", "sine", "440", "vol", "0.5"]),
+    );
+    assert!(made.status.success(), "sox could not make a test signal: {}", stderr(&made));
+    let native = interrupted(&s, false);
+    let warded = interrupted(&s, true);
+    let err = stderr(&warded);
+    assert_eq!(
+        (warded.status.code(), warded.status.signal()),
+        (native.status.code(), native.status.signal()),
+        "sox ends under ward as natively\nnative: {}\nunder ward: {err}",
+        stderr(&native)
+    );
+    let reported: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("ward: "))
+        .filter(|l| ["fault", "vanished", "recovered", "retried", "disabled"].iter().any(|w| l.contains(w)))
+        .collect();
+    assert!(reported.is_empty(), "ward reported something: {reported:?}\n{err}");
+    assert!(warded.stdout.starts_with(b"RIFF"), "sox wrote its WAV: {err}");
+    assert_eq!(warded.stdout.len(), native.stdout.len(), "sox wrote as much under ward as natively");
+}

@@ -1,8 +1,8 @@
 //! The command line the host library builds for `ward-domain`.
 //!
 //! `ward-domain --mode serve|zygote --parent PID --spin N [--as-mb N] [--cpu-s N] [--nofile N] [--arena]
-//! [--no-seccomp] [--no-landlock] [--allow network|exec|fork]... [--writable PATH]... (--ext PATH [--init SYMBOL]
-//! [--poison])...`
+//! [--no-seccomp] [--no-landlock] [--no-pid-namespace] [--allow network|exec|fork]... [--writable PATH]...
+//! (--ext PATH [--init SYMBOL] [--poison])...`
 //!
 //! `--parent` names the host process, which the domain must not outlive; `--arena` says the host passed its arena
 //! (fd 7), whose blocks it may lend in place. The sandbox ([`crate::sandbox`]) is on unless a `--no-*` flag turns a
@@ -75,6 +75,7 @@ impl Args {
                 "--arena" => arena = true,
                 "--no-seccomp" => sandbox.seccomp = false,
                 "--no-landlock" => sandbox.landlock = false,
+                "--no-pid-namespace" => sandbox.pid_namespace = false,
                 "--allow" => match value()?.as_str() {
                     "network" => sandbox.loosen.network = true,
                     "exec" => sandbox.loosen.exec = true,
@@ -148,6 +149,7 @@ mod tests {
         assert_eq!(a.sandbox.writable, vec![PathBuf::from("/var/x")]);
         assert!(parse("--mode serve --parent 1 --allow everything --ext /a.so").is_err());
         assert!(!parse("--mode serve --parent 1 --no-seccomp --ext /a.so").unwrap().sandbox.seccomp);
+        assert!(!parse("--mode serve --parent 1 --no-pid-namespace --ext /a.so").unwrap().sandbox.pid_namespace);
     }
 
     #[test]

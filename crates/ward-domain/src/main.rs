@@ -13,10 +13,14 @@
 //!
 //! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
 //! tie its life to the host's (`--parent`; the host runs nothing in the child before exec), close every other
-//! descriptor, map the region, install the fault recorders, map the pools, enter the sandbox (see [`sandbox`]: from
-//! here on a hostile extension is contained), load the extensions, run their init functions, apply the resource
-//! limits. Then, in `serve` mode, it serves calls; in `zygote` mode it waits for `fork` requests and forks a fresh,
-//! already-initialised incarnation for each, which narrows its system call filter before serving (see [`zygote`]).
+//! descriptor, enter a PID namespace of its own (the process the host started stays outside as a waiter that ends
+//! as the domain ends: see [`sandbox::namespace`]), map the region, install the fault recorders, map the pools,
+//! enter the sandbox (see [`sandbox`]: from here on a hostile extension is contained), load the extensions, run
+//! their init functions, apply the resource limits. It answers `ready` with a pidfd of itself (the host's handle on
+//! it: a pid from inside a namespace means nothing outside), and on a second line what of the namespace it asked
+//! for it could not have. Then, in `serve` mode, it serves calls; in `zygote` mode it waits for `fork` requests and
+//! forks a fresh, already-initialised incarnation for each, which narrows its system call filter before serving
+//! (see [`zygote`]).
 
 mod args;
 mod faults;
@@ -25,7 +29,7 @@ mod sandbox;
 mod serve;
 mod zygote;
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
 use ward_xpc::arena::view::ArenaView;
@@ -69,17 +73,47 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     close_other_descriptors(args.arena);
+    // Before anything else: the waiter and init this starts return only as the domain proper, in the namespace.
+    // What the host is told with `ready` about a namespace it asked for and did not get.
+    let mut without = None;
+    let namespace = args.sandbox.pid_namespace
+        && match sandbox::namespace::enter() {
+            sandbox::namespace::Outcome::Inside { proc } => {
+                without = proc.map(|why| format!("{why}: /proc lists the host's processes (still out of reach)"));
+                true
+            }
+            sandbox::namespace::Outcome::Refused(why) => {
+                without = Some(format!("no PID namespace: {why}"));
+                false
+            }
+        };
     // SAFETY: the host passed fd 3 as the control socket; nothing else in this process owns it.
     let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(FD_CONTROL) });
-    match setup(args) {
-        Ok(setup) => match setup.args.mode {
-            Mode::Serve => {
-                let _ = control.send("ready", None);
-                drop(control);
-                serve::run(setup)
+    // The host knows this process by the pidfd it sends with `ready`: the pid it would say is its namespace's.
+    let own = match own_pidfd() {
+        Ok(fd) => fd,
+        Err(e) => {
+            report_error(&control, &format!("cannot open a pidfd of the domain: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    match setup(args, namespace) {
+        Ok(setup) => {
+            let mut ready = match &without {
+                Some(why) => format!("ready\n{why}"),
+                None => "ready".to_string(),
+            };
+            ward_xpc::control::fit(&mut ready);
+            let _ = control.send(&ready, Some(own.as_fd()));
+            drop(own);
+            match setup.args.mode {
+                Mode::Serve => {
+                    drop(control);
+                    serve::run(setup)
+                }
+                Mode::Zygote => zygote::run(setup, control),
             }
-            Mode::Zygote => zygote::run(setup, control),
-        },
+        }
         Err(message) => {
             report_error(&control, &message);
             ExitCode::from(2)
@@ -87,7 +121,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn setup(args: Args) -> Result<Setup, String> {
+fn setup(args: Args, namespace: bool) -> Result<Setup, String> {
     // SAFETY: the host passed FD_REGION for the shared region; this process owns it from here on.
     let region_fd = unsafe { OwnedFd::from_raw_fd(FD_REGION) };
     // SAFETY: likewise FD_POOL_IN for the input pool.
@@ -115,7 +149,7 @@ fn setup(args: Args) -> Result<Setup, String> {
     let own = unsafe { libc::getpid() };
     let role = match args.mode {
         Mode::Serve => sandbox::Role::Serving { own },
-        Mode::Zygote => sandbox::Role::Zygote { host: args.parent },
+        Mode::Zygote => sandbox::Role::Zygote { host: (!namespace).then_some(args.parent) },
     };
     sandbox::apply(&args.sandbox, role).map_err(|e| e.to_string())?;
     let library = loader::Library::load(&args.extensions)?;
@@ -123,6 +157,17 @@ fn setup(args: Args) -> Result<Setup, String> {
     // dynamic linker's start-up.
     faults::apply_limits(&args.limits).map_err(|e| format!("cannot apply resource limits: {e}"))?;
     Ok(Setup { region, pool_in, pool_out, arena, library, args })
+}
+
+/// A pidfd of this process, for the host (which cannot use a pid from inside a namespace).
+fn own_pidfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: getpid has no preconditions; pidfd_open takes a pid and flags, no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Best effort: if the host is gone there is nobody to tell.

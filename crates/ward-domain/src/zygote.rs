@@ -23,7 +23,6 @@ struct Child {
 }
 
 pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
-    let _ = control.send("ready", None);
     let mut child: Option<Child> = None;
     loop {
         match wait_either(&control, child.as_ref()) {
@@ -94,6 +93,7 @@ pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
         }
         // SAFETY: pidfd_open returned a new descriptor that we own.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+        // The pid is this namespace's, for a reader of the messages; the host goes by the pidfd.
         let _ = control.send(&format!("forked {pid}"), Some(pidfd.as_fd()));
         child = Some(Child { pid, pidfd });
     }

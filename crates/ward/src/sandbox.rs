@@ -11,6 +11,7 @@
 //! writable = ["/var/cache/netplugin"]   # absolute paths it may write beneath (default none)
 //! seccomp = true                  # the system call filter (default true)
 //! landlock = true                 # the file, network and signal restrictions (default true)
+//! pid_namespace = true            # a PID namespace of its own, with its own /proc (default true)
 //! reason = "fetches its presets from a server"
 //! ```
 //!
@@ -31,6 +32,9 @@ pub struct SandboxPolicy {
     pub seccomp: bool,
     /// Landlock: files read-only, no TCP, no signals or abstract sockets outside the domain.
     pub landlock: bool,
+    /// A PID namespace of its own (with a fresh `/proc`): the host's processes out of sight, every process the
+    /// extension forks ending with the domain.
+    pub pid_namespace: bool,
     /// Sockets allowed.
     pub network: bool,
     /// `execve` allowed.
@@ -48,6 +52,7 @@ impl Default for SandboxPolicy {
         SandboxPolicy {
             seccomp: true,
             landlock: true,
+            pid_namespace: true,
             network: false,
             exec: false,
             fork: false,
@@ -66,6 +71,9 @@ impl SandboxPolicy {
         }
         if !self.landlock {
             out.push("no Landlock".to_string());
+        }
+        if !self.pid_namespace {
+            out.push("no PID namespace".to_string());
         }
         if self.network {
             out.push("network".to_string());
@@ -91,6 +99,9 @@ impl SandboxPolicy {
         if !self.landlock {
             args.push("--no-landlock".into());
         }
+        if !self.pid_namespace {
+            args.push("--no-pid-namespace".into());
+        }
         for (on, what) in [(self.network, "network"), (self.exec, "exec"), (self.fork, "fork")] {
             if on {
                 args.push("--allow".into());
@@ -110,6 +121,7 @@ impl SandboxPolicy {
 pub struct SandboxOverride {
     pub seccomp: Option<bool>,
     pub landlock: Option<bool>,
+    pub pid_namespace: Option<bool>,
     pub network: Option<bool>,
     pub exec: Option<bool>,
     pub fork: Option<bool>,
@@ -122,6 +134,7 @@ impl SandboxOverride {
         let flags = [
             (&self.seccomp, &mut policy.seccomp),
             (&self.landlock, &mut policy.landlock),
+            (&self.pid_namespace, &mut policy.pid_namespace),
             (&self.network, &mut policy.network),
             (&self.exec, &mut policy.exec),
             (&self.fork, &mut policy.fork),
@@ -146,6 +159,7 @@ impl SandboxOverride {
 struct RawSandboxFields {
     seccomp: Option<bool>,
     landlock: Option<bool>,
+    pid_namespace: Option<bool>,
     network: Option<bool>,
     exec: Option<bool>,
     fork: Option<bool>,
@@ -164,6 +178,7 @@ impl TryFrom<RawSandboxFields> for RawSandbox {
     fn try_from(raw: RawSandboxFields) -> Result<Self, String> {
         let loosens = raw.seccomp == Some(false)
             || raw.landlock == Some(false)
+            || raw.pid_namespace == Some(false)
             || raw.network == Some(true)
             || raw.exec == Some(true)
             || raw.fork == Some(true)
@@ -178,6 +193,7 @@ impl TryFrom<RawSandboxFields> for RawSandbox {
         Ok(RawSandbox(SandboxOverride {
             seccomp: raw.seccomp,
             landlock: raw.landlock,
+            pid_namespace: raw.pid_namespace,
             network: raw.network,
             exec: raw.exec,
             fork: raw.fork,
@@ -250,6 +266,16 @@ pub fn missing() -> &'static [Missing] {
                 });
             }
         }
+        if let Err(why) = pid_namespace_available() {
+            out.push(Missing {
+                protection: "pid-namespace",
+                why: format!(
+                    "{why}: a domain shares the host's PID namespace, so it sees the host's processes (the system \
+                     call filter and Landlock still keep it from signalling or tracing them) and a process it forks \
+                     where the policy allows that can outlive the host"
+                ),
+            });
+        }
         if !seccomp_available() {
             out.push(Missing {
                 protection: "seccomp",
@@ -258,6 +284,47 @@ pub fn missing() -> &'static [Missing] {
         }
         out
     })
+}
+
+/// Whether a domain can have a PID namespace of its own: the kernel has them, and either this process may create
+/// one (CAP_SYS_ADMIN) or unprivileged user namespaces are open to it. Read from the kernel's settings rather than
+/// tried, since trying means a fork of the host; a domain that finds otherwise says so when it starts.
+fn pid_namespace_available() -> Result<(), String> {
+    let number = |path: &str| std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u64>().ok());
+    if !std::path::Path::new("/proc/self/ns/pid").exists() {
+        return Err("the kernel has no PID namespaces".into());
+    }
+    if number("/proc/sys/user/max_pid_namespaces") == Some(0) {
+        return Err("PID namespaces are turned off (user.max_pid_namespaces = 0)".into());
+    }
+    if has_cap_sys_admin() {
+        return Ok(());
+    }
+    if number("/proc/sys/user/max_user_namespaces") == Some(0) {
+        return Err("no CAP_SYS_ADMIN, and user namespaces are turned off (user.max_user_namespaces = 0)".into());
+    }
+    if number("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
+        return Err("no CAP_SYS_ADMIN, and unprivileged user namespaces are turned off \
+                    (kernel.unprivileged_userns_clone = 0)"
+            .into());
+    }
+    if number("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
+        return Err("no CAP_SYS_ADMIN, and AppArmor restricts unprivileged user namespaces \
+                    (kernel.apparmor_restrict_unprivileged_userns = 1)"
+            .into());
+    }
+    Ok(())
+}
+
+/// Whether this process holds CAP_SYS_ADMIN (bit 21 of `CapEff` in `/proc/self/status`).
+fn has_cap_sys_admin() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << CAP_SYS_ADMIN) != 0)
 }
 
 fn seccomp_available() -> bool {
@@ -276,7 +343,8 @@ mod tests {
     #[test]
     fn strict_by_default() {
         let policy = SandboxPolicy::default();
-        assert!(policy.seccomp && policy.landlock && !policy.network && !policy.exec && !policy.fork);
+        assert!(policy.seccomp && policy.landlock && policy.pid_namespace);
+        assert!(!policy.network && !policy.exec && !policy.fork);
         assert!(policy.loosened().is_empty());
         assert!(policy.domain_args().is_empty(), "a strict sandbox needs no flags");
     }
@@ -286,6 +354,7 @@ mod tests {
         let err = parse("network = true").unwrap_err();
         assert!(err.contains("reason"), "{err}");
         assert!(parse("seccomp = false").is_err());
+        assert!(parse("pid_namespace = false").is_err());
         assert!(parse("writable = [\"/tmp/x\"]").is_err());
         // Tightening, or saying what is already so, needs none.
         assert!(parse("network = false\nseccomp = true").is_ok());
@@ -316,5 +385,27 @@ mod tests {
         let args: Vec<String> = policy.domain_args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(args, ["--no-landlock", "--allow", "network", "--allow", "fork", "--writable", "/var/x"]);
         assert_eq!(policy.loosened().len(), 4);
+    }
+
+    #[test]
+    fn the_pid_namespace_can_be_turned_off_with_a_reason() {
+        let mut policy = SandboxPolicy::default();
+        parse("pid_namespace = false\nreason = \"reads other processes' /proc entries\"").unwrap().apply(&mut policy);
+        assert!(!policy.pid_namespace);
+        assert_eq!(policy.loosened(), ["no PID namespace"]);
+        let args: Vec<String> = policy.domain_args().iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(args, ["--no-pid-namespace"]);
+    }
+
+    #[test]
+    fn as_root_here_a_pid_namespace_is_not_missing() {
+        if !has_cap_sys_admin() {
+            eprintln!(
+                "SKIPPED as_root_here_a_pid_namespace_is_not_missing: no CAP_SYS_ADMIN here, so whether the namespace is \
+                 missing depends on the machine's user-namespace settings"
+            );
+            return;
+        }
+        assert!(missing().iter().all(|m| m.protection != "pid-namespace"), "{:?}", missing());
     }
 }

@@ -62,6 +62,16 @@ fn exit_3() {
     assert_eq!(contained(4, 0).kind, FaultKind::Exited { status: 3 });
 }
 
+/// Without a zygote the host reads how a domain ended from the process it started, which in a PID namespace is the
+/// waiter outside it, not the domain: it must end with the domain's own signal or exit code.
+#[test]
+fn without_a_zygote_a_crash_an_abort_and_an_exit_report_the_domains_own_status() {
+    let policy = FAULTY_POLICY.replacen("[extension.faulty]\n", "[extension.faulty]\nzygote = false\n", 1);
+    assert_eq!(signal(&contained_with(&policy, 1, 0)), (libc::SIGSEGV, SignalCause::NullDereference));
+    assert_eq!(signal(&contained_with(&policy, 3, 0)), (libc::SIGABRT, SignalCause::Abort));
+    assert_eq!(contained_with(&policy, 4, 0).kind, FaultKind::Exited { status: 3 });
+}
+
 #[test]
 fn infinite_loop_is_stopped_at_its_deadline() {
     let f = contained(5, 0);

@@ -105,7 +105,8 @@ fn zygote_of(ext: &Extension) -> i32 {
     let incarnation = ext.pid().expect("a process domain");
     let zygote: i32 = stat_field(incarnation, 4);
     assert_ne!(zygote, std::process::id() as i32, "the incarnation was forked from a zygote");
-    assert_eq!(stat_field::<i32>(zygote, 4), std::process::id() as i32, "the zygote is this process's child");
+    let started = started_for(zygote);
+    assert_eq!(stat_field::<i32>(started, 4), std::process::id() as i32, "the zygote was started by this process");
     zygote
 }
 

@@ -20,6 +20,9 @@ const FORK: i64 = 3;
 const MEMFD: i64 = 4;
 const TMP_FILE: i64 = 5;
 const TRACEME: i64 = 6;
+const SIGNAL_0: i64 = 7;
+const PROC_ENTRY: i64 = 8;
+const PROC_SELF: i64 = 9;
 
 /// A fault ends the call (no retry: the retried call would attack again), and the extension restarts on the next.
 const POLICY: &str = r#"
@@ -41,7 +44,12 @@ struct Outcome {
 /// Calls `hostile_attack(code | arg << 8)` in a process domain of its own, then checks that the extension serves the
 /// next call (attack 0, which hostile.c refuses with -EINVAL) and that nobody traces the test process.
 fn attack(code: i64, arg: i64) -> Outcome {
-    let policy = Policy::from_toml_str(POLICY, "hostile policy").expect("the policy parses");
+    attack_under(POLICY, code, arg)
+}
+
+/// [`attack`] under `policy`.
+fn attack_under(policy: &str, code: i64, arg: i64) -> Outcome {
+    let policy = Policy::from_toml_str(policy, "hostile policy").expect("the policy parses");
     let sup = Supervisor::new(policy);
     let events = sup.subscribe();
     let ext = sup.load_with(builtin("hostile"), Some(Isolation::Process)).expect("load hostile in a process domain");
@@ -131,4 +139,32 @@ fn a_file_under_tmp_is_refused() {
         // A sandbox may trap the open as well.
         Err(_) => assert_trapped("creating a file under /tmp", &outcome),
     }
+}
+
+/// The domain's PID namespace: this process (its host) is not in the domain's `/proc`, whose `/proc/self` is the
+/// domain itself.
+#[test]
+fn the_host_is_not_in_the_domains_proc_and_proc_self_is_the_domain() {
+    if !pid_namespace_or_say("the_host_is_not_in_the_domains_proc_and_proc_self_is_the_domain") {
+        return;
+    }
+    let host = i64::from(std::process::id());
+    assert_eq!(attack(PROC_ENTRY, host).result.ok(), Some(-i64::from(libc::ENOENT)), "/proc/HOST in the domain");
+    let own = attack(PROC_SELF, 0).result.ok();
+    assert!(own.is_some_and(|pid| pid > 1), "/proc/self/stat gives the domain's own pid: {own:?}");
+}
+
+/// The PID namespace alone (the system call filter and Landlock off): the host cannot be signalled, its pid names
+/// nothing in the domain.
+#[test]
+fn the_host_cannot_be_signalled_from_the_domains_pid_namespace() {
+    if !pid_namespace_or_say("the_host_cannot_be_signalled_from_the_domains_pid_namespace") {
+        return;
+    }
+    let policy = format!(
+        "{POLICY}[extension.hostile.sandbox]\nseccomp = false\nlandlock = false\n\
+         reason = \"the test: only the PID namespace stands between the extension and its host\"\n"
+    );
+    let host = i64::from(std::process::id());
+    assert_eq!(attack_under(&policy, SIGNAL_0, host).result.ok(), Some(-i64::from(libc::ESRCH)));
 }

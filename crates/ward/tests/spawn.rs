@@ -75,10 +75,12 @@ fn a_domain_dies_with_its_host() {
     let incarnation: i32 = line.rsplit("domain ").next().unwrap_or_default().trim().parse().expect("a process id");
     let zygote = parent_of(incarnation);
     assert_ne!(zygote, host.id() as i32, "the incarnation was forked by the zygote");
-    assert_eq!(parent_of(zygote), host.id() as i32, "the zygote was started by the host");
+    let started = started_for(zygote);
+    assert_eq!(parent_of(started), host.id() as i32, "the zygote was started by the host");
     host.kill().expect("kill the host");
     host.wait().expect("reap the host");
     // Generous: the kernel sends the death signals at once, but a loaded machine may take a while to run them.
+    assert!(ends_within(started, Duration::from_secs(30)), "the process started for the zygote outlived its host");
     assert!(ends_within(zygote, Duration::from_secs(30)), "the zygote outlived its host");
     assert!(ends_within(incarnation, Duration::from_secs(30)), "the incarnation outlived its host");
 }
@@ -115,4 +117,33 @@ fn a_domain_whose_host_is_gone_before_it_starts_does_not_run() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("its host (process 1) is gone"), "stderr: {stderr}");
+}
+
+/// The session of process `pid`.
+fn session_of(pid: i32) -> i32 {
+    stat_field(pid, 6)
+}
+
+#[test]
+fn a_domain_runs_as_pid_2_of_a_namespace_of_its_own_in_a_session_of_its_own() {
+    let (_sup, ext, _events) = faulty(Isolation::Process, "");
+    let incarnation = ext.pid().expect("a process domain has a process");
+    let zygote = parent_of(incarnation);
+    let started = started_for(zygote);
+    // SAFETY: getsid(0) asks for this process's own session; no pointers.
+    let own_session = unsafe { libc::getsid(0) };
+    assert_eq!(session_of(started), started, "the process started for the domain leads a session of its own");
+    assert_ne!(session_of(started), own_session, "the domain is outside the host's session");
+    assert_eq!(session_of(incarnation), started, "the incarnation stays in that session");
+    if !pid_namespace_or_say("a_domain_runs_as_pid_2_of_a_namespace_of_its_own_in_a_session_of_its_own") {
+        return;
+    }
+    let depth = ns_pids(std::process::id() as i32).len();
+    let init = parent_of(zygote);
+    assert_eq!(parent_of(init), started);
+    assert_eq!(ns_pids(started).len(), depth, "the process the host started stays in the host's namespace");
+    assert_eq!(ns_pids(init).len(), depth + 1);
+    assert_eq!(ns_pids(init).last(), Some(&1), "init is pid 1 of the new namespace");
+    assert_eq!(ns_pids(zygote).last(), Some(&2), "the zygote is pid 2");
+    assert_eq!(ns_pids(incarnation).len(), depth + 1, "its incarnations live in the zygote's namespace");
 }

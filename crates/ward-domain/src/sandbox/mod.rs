@@ -1,6 +1,10 @@
 //! The sandbox of a process domain: what a hostile extension cannot do from inside it.
 //!
-//! Applied once, before any extension's code runs (its constructors included), in this order; each step has its own
+//! First of all, before the descriptors are mapped, the domain enters a PID namespace of its own with a fresh
+//! `/proc` ([`namespace`]): the host's processes are out of sight, and every process an extension forks ends with
+//! the domain. Where the kernel refuses it, the domain goes on without (the host says so).
+//!
+//! Then, once, before any extension's code runs (its constructors included), in this order; each step has its own
 //! error, reported to the host like any other start-up failure:
 //!
 //! 1. **standard output detached** ([`SandboxError::Stdout`]): fd 1 becomes `/dev/null`, so nothing an extension
@@ -21,6 +25,7 @@
 //! A serving process adds a second, narrower filter ([`serving`]): no child processes, signals to itself only.
 //! The zygote keeps the first, since it forks and watches its incarnations.
 
+pub mod namespace;
 pub mod syscalls;
 
 use std::os::fd::AsRawFd;
@@ -38,6 +43,8 @@ pub struct Config {
     pub seccomp: bool,
     /// Restrict the filesystem, network and signals with Landlock.
     pub landlock: bool,
+    /// Run in a PID namespace of its own ([`namespace`]).
+    pub pid_namespace: bool,
     /// What the policy gives back.
     pub loosen: Loosen,
     /// Paths the extension may write beneath (Landlock); implies `loosen.writes`.
@@ -47,7 +54,7 @@ pub struct Config {
 impl Config {
     /// Every protection on, nothing loosened.
     pub fn strict() -> Config {
-        Config { seccomp: true, landlock: true, loosen: Loosen::default(), writable: Vec::new() }
+        Config { seccomp: true, landlock: true, pid_namespace: true, loosen: Loosen::default(), writable: Vec::new() }
     }
 }
 

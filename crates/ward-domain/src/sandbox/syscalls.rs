@@ -14,8 +14,9 @@ use seccompiler::{SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// The zygote: forks incarnations (and trial loads), watches them through pidfds and kills them. Plugin
-    /// constructors run here too, before the first fork.
-    Zygote { host: i32 },
+    /// constructors run here too, before the first fork. `host`: the host's pid where the zygote shares the host's
+    /// PID namespace; None in a namespace of its own, where no pid names a process outside it.
+    Zygote { host: Option<i32> },
     /// A process that serves calls (serve mode, or an incarnation forked from the zygote): `own` is its pid.
     Serving { own: i32 },
 }
@@ -296,13 +297,16 @@ fn allowed(role: Role, loosen: Loosen) -> Vec<Allowed> {
     match role {
         Role::Zygote { host } => {
             // Forking incarnations and trial loads (glibc's fork is `clone` without CLONE_THREAD), watching and
-            // killing them. Never a signal to the host, to a process group (0 is its own, negative numbers name
-            // one) or to every process (-1).
+            // killing them. Never a signal to a process group (0 is its own, negative numbers name one) or to every
+            // process (-1), nor to the host where it shares the host's PID namespace. In a namespace of its own
+            // every other pid names a process of the namespace (its incarnations) but 1, its init, which ignores
+            // them anyway.
             list.push(always(SYS_clone));
             list.push(always(SYS_pidfd_open));
             // An incarnation stacks the serving filter on this one after the fork (a filter can only narrow).
             list.push(always(SYS_seccomp));
-            let not_host = |nr| when(nr, vec![vec![Arg::NotNegative(0), Arg::IsNot(0, 0), Arg::IsNot(0, host as u64)]]);
+            let outside = host.map_or(1, |host| host as u64);
+            let not_host = |nr| when(nr, vec![vec![Arg::NotNegative(0), Arg::IsNot(0, 0), Arg::IsNot(0, outside)]]);
             list.push(not_host(SYS_kill));
             list.push(not_host(SYS_tgkill));
         }
@@ -361,7 +365,7 @@ mod tests {
     #[test]
     fn the_dangerous_calls_are_not_on_any_list() {
         let strict = Loosen::default();
-        for role in [Role::Zygote { host: 100 }, Role::Serving { own: 200 }] {
+        for role in [Role::Zygote { host: Some(100) }, Role::Zygote { host: None }, Role::Serving { own: 200 }] {
             let list = allowed_numbers(role, strict);
             for nr in [
                 libc::SYS_ptrace,
@@ -403,7 +407,7 @@ mod tests {
 
     #[test]
     fn every_list_compiles_to_a_filter() {
-        for role in [Role::Zygote { host: 100 }, Role::Serving { own: 200 }] {
+        for role in [Role::Zygote { host: Some(100) }, Role::Zygote { host: None }, Role::Serving { own: 200 }] {
             for loosen in [Loosen::default(), Loosen { network: true, exec: true, fork: true, writes: true }] {
                 let rules = rules(role, loosen).expect("rules");
                 let filter = seccompiler::SeccompFilter::new(

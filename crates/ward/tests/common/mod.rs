@@ -121,3 +121,33 @@ pub fn stat_field<T: std::str::FromStr>(pid: i32, n: usize) -> T {
     // The text after the parenthesis starts at field 3.
     after_name.split(' ').nth(n - 3).and_then(|f| f.parse().ok()).unwrap_or_else(|| panic!("stat field {n} of {pid}"))
 }
+
+/// The ids process `pid` has in each PID namespace it is in, outermost first (`NSpid:` in `/proc/PID/status`).
+pub fn ns_pids(pid: i32) -> Vec<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:")).expect("an NSpid line");
+    line.split_whitespace().map(|p| p.parse().expect("a process id")).collect()
+}
+
+/// The process a supervisor started for the domain whose process proper is `domain` (a zygote, or a domain spawned
+/// directly): in a PID namespace of its own the domain is pid 2 there, under the namespace's init (pid 1), under the
+/// process started outside it; without one, the domain itself.
+pub fn started_for(domain: i32) -> i32 {
+    if ns_pids(domain).len() > ns_pids(std::process::id() as i32).len() {
+        stat_field(stat_field(domain, 4), 4)
+    } else {
+        domain
+    }
+}
+
+/// Whether this machine gives domains a PID namespace; when it does not, says so on standard error for the test
+/// that needs one, which then does not run its checks.
+pub fn pid_namespace_or_say(test: &str) -> bool {
+    match ward::sandbox::missing().iter().find(|m| m.protection == "pid-namespace") {
+        Some(m) => {
+            eprintln!("SKIPPED {test}: this machine gives domains no PID namespace ({})", m.why);
+            false
+        }
+        None => true,
+    }
+}

@@ -89,7 +89,10 @@ fn lock(pools: &SharedPools) -> std::sync::MutexGuard<'_, Pools> {
 }
 
 struct Zygote {
+    /// The process this side started (outside the zygote's PID namespace): its status is the zygote's.
     child: spawn::DomainChild,
+    /// The zygote proper (in its namespace): its id here, and its pidfd.
+    pid: i32,
     pidfd: OwnedFd,
     control: ControlSocket,
     /// How the last incarnation ended, when the zygote said so while the host waited for another answer.
@@ -105,6 +108,7 @@ enum Parent {
 }
 
 struct Incarnation {
+    /// Its id in this process's PID namespace (from its pidfd: the one it has in its own means nothing here).
     pid: i32,
     // Field order matters: the watch must be removed before the pidfd closes.
     _watch: WatchGuard,
@@ -216,7 +220,8 @@ impl ProcessBackend {
             (Ok(a), Ok(b), Ok(c)) => (a, b, c),
             _ => return Err("cannot duplicate the shared memory descriptors".into()),
         };
-        self.monitor
+        let started = self
+            .monitor
             .on_thread(move || {
                 spawn::spawn(&spawn::Launch {
                     program: &program,
@@ -232,13 +237,22 @@ impl ProcessBackend {
                     preload: preload.as_ref(),
                 })
             })
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())??;
+        if let Some(without) = &started.without {
+            // The machine's probe (`sandbox::missing`) is said once as an event; a domain that found otherwise says
+            // so here, once per process.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                tracing::warn!("a process domain runs without part of its sandbox: {without}");
+            }
+        }
+        Ok(started)
     }
 
     fn kill_zygote(&mut self) {
         if let Some(mut z) = self.zygote.take() {
-            spawn::kill(z.pidfd.as_fd());
-            let _ = z.child.wait();
+            // Once the zygote's status is in, every process of its namespace has ended: its incarnations too.
+            let _ = z.child.end(z.pidfd.as_fd(), KILL_TIMEOUT);
         }
     }
 
@@ -275,8 +289,13 @@ impl ProcessBackend {
         }
         if self.zygote.is_none() {
             let started = self.launch(spawn::Mode::Zygote)?;
-            self.zygote =
-                Some(Zygote { child: started.child, pidfd: started.pidfd, control: started.control, exit_said: None });
+            self.zygote = Some(Zygote {
+                child: started.child,
+                pid: started.pid,
+                pidfd: started.pidfd,
+                control: started.control,
+                exit_said: None,
+            });
         }
         let deadline = self.cfg.deadline;
         let z = self.zygote.as_ref().ok_or("no zygote")?;
@@ -285,13 +304,14 @@ impl ProcessBackend {
             Err(e) => Err(e),
         };
         let how = match answer {
-            Ok(Some(m)) => {
-                let pid = m.text.strip_prefix("forked ").and_then(|p| p.parse::<i32>().ok());
-                match (pid, m.fd) {
-                    (Some(pid), Some(fd)) => return Ok((pid, fd)),
-                    _ => FaultKind::Protocol { what: format!("it answered a fork request with `{}`", m.text) },
-                }
-            }
+            // The pid in the text is the zygote's namespace's: the pidfd says which process it is here.
+            Ok(Some(m)) => match (m.text.starts_with("forked "), m.fd) {
+                (true, Some(fd)) => match spawn::incarnation_of(fd.as_fd(), z.pid) {
+                    Ok(pid) => return Ok((pid, fd)),
+                    Err(why) => FaultKind::Protocol { what: format!("it answered a fork request, but {why}") },
+                },
+                _ => FaultKind::Protocol { what: format!("it answered a fork request with `{}`", m.text) },
+            },
             Ok(None) => self.zygote_silent(),
             Err(e) => FaultKind::Protocol { what: format!("its control socket failed: {e}") },
         };
@@ -1182,8 +1202,7 @@ impl Backend for ProcessBackend {
                         Ok((pid, fd)) => (pid, fd, Parent::Zygote, RestartVia::Zygote),
                         Err(_) if self.zygote_failures.len() > failed => {
                             let started = self.launch(spawn::Mode::Serve)?;
-                            let pid = started.child.id() as i32;
-                            (pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
+                            (started.pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
                         }
                         Err(second) => return Err(format!("{first}; then {second}")),
                     }
@@ -1191,8 +1210,7 @@ impl Backend for ProcessBackend {
             }
         } else {
             let started = self.launch(spawn::Mode::Serve)?;
-            let pid = started.child.id() as i32;
-            (pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
+            (started.pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
         };
         let death = DeathWatch::new(self.region.clone());
         let watch = self.monitor.watch(pidfd.as_fd(), death.clone()).map_err(|e| format!("cannot watch: {e}"))?;

@@ -58,23 +58,41 @@ pub(crate) struct Launch<'a> {
     pub preload: Option<&'a crate::libfault::Preload>,
 }
 
-/// A started domain process with its pidfd.
+/// A started domain.
+///
+/// In a PID namespace of its own the domain is not the process this side started: that one (`child`) waits outside
+/// the namespace and ends as the domain ends, so its exit status is the domain's; the domain proper, pid 2 of the
+/// namespace, sends a pidfd of itself with `ready` (`pid`, `pidfd`). Without a namespace both are one process.
 pub(crate) struct Started {
     pub child: DomainChild,
+    /// The domain proper's id in this process's PID namespace, read from its pidfd (never from what it says).
+    pub pid: i32,
     pub pidfd: OwnedFd,
     pub control: ControlSocket,
+    /// What of its sandbox the domain could not have, as it said with `ready` (a PID namespace the kernel refused).
+    pub without: Option<String>,
 }
 
-/// A domain process this process started: its id, and its exit status once waited for.
+/// A domain process this process started: its id and pidfd, and its exit status once waited for.
 #[derive(Debug)]
 pub(crate) struct DomainChild {
     pid: i32,
+    pidfd: OwnedFd,
     status: Option<ExitStatus>,
 }
 
 impl DomainChild {
-    pub fn id(&self) -> u32 {
-        self.pid.unsigned_abs()
+    /// End the domain whose process proper is `domain`, and reap this one: SIGKILL to the domain, which this process
+    /// then mirrors once every process of the domain's namespace has ended; should this process not end within
+    /// `timeout` (a domain that named another process as itself), SIGKILL to it too, which ends the namespace.
+    pub fn end(&mut self, domain: BorrowedFd<'_>, timeout: Duration) -> std::io::Result<ExitStatus> {
+        if self.status.is_none() {
+            kill(domain);
+            if !wait_dead(self.pidfd.as_fd(), timeout) {
+                self.kill();
+            }
+        }
+        self.wait()
     }
 
     /// Wait for it to end (at once if it has) and reap it; later calls give the same status.
@@ -98,11 +116,10 @@ impl DomainChild {
         }
     }
 
-    /// SIGKILL, unless it has been reaped (its id may then be another process's).
+    /// SIGKILL, unless it has been reaped. Its death signal then ends the domain's namespace too.
     fn kill(&self) {
         if self.status.is_none() {
-            // SAFETY: kill takes no pointers; the process is our unreaped child, so the id is still its.
-            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            kill(self.pidfd.as_fd());
         }
     }
 }
@@ -157,18 +174,33 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
     sources.extend(launch.arena);
     let pid = posix_spawn(launch.program, &args, &env, &sources)
         .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
-    let mut child = DomainChild { pid, status: None };
     drop(theirs);
-    let pidfd = match pidfd_open(pid) {
-        Ok(fd) => fd,
+    let mut child = match pidfd_open(pid) {
+        Ok(pidfd) => DomainChild { pid, pidfd, status: None },
         Err(e) => {
-            child.kill();
-            let _ = child.wait();
+            // SAFETY: kill takes no pointers; the process is our child and not reaped, so the id is still its.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let mut raw = 0;
+            // SAFETY: reaps our own child; `raw` is a valid place for its status.
+            unsafe { libc::waitpid(pid, &mut raw, 0) };
             return Err(format!("pidfd_open: {e}"));
         }
     };
     match ours.recv(Some(START_TIMEOUT)) {
-        Ok(Some(m)) if m.text == "ready" => Ok(Started { child, pidfd, control: ours }),
+        Ok(Some(m)) if m.text == "ready" || m.text.starts_with("ready\n") => {
+            let domain = m.fd.ok_or_else(|| "the domain said it was ready without a pidfd of itself".to_string());
+            match domain.and_then(|fd| the_domain_proper(&fd, pid).map(|domain| (domain, fd))) {
+                Ok((domain, pidfd)) => {
+                    let without = m.text.strip_prefix("ready\n").map(str::to_string);
+                    Ok(Started { child, pid: domain, pidfd, control: ours, without })
+                }
+                Err(why) => {
+                    child.kill();
+                    let _ = child.wait();
+                    Err(why)
+                }
+            }
+        }
         Ok(Some(m)) => {
             child.kill();
             let _ = child.wait();
@@ -191,7 +223,7 @@ fn env_entry(key: &OsStr, value: &OsStr) -> OsString {
 
 /// Start `program` with `args` (the first is its name) and the environment `env` (`KEY=VALUE` each), `sources` on
 /// descriptors 3, 4, ... in order, standard input from `/dev/null`, standard output and error shared with this
-/// process, no signal blocked and `SIGPIPE` at its default.
+/// process, no signal blocked, `SIGPIPE` at its default, and in a session (and process group) of its own.
 ///
 /// `posix_spawn`, not fork and exec: glibc's shares this process's memory with the child until it execs (like
 /// `vfork`), where a fork copies the page tables of the whole host first, which costs a host of a few gigabytes
@@ -292,7 +324,7 @@ impl SpawnAttr {
     }
 
     /// No signal blocked in the child, whatever the calling thread blocks, and `SIGPIPE` at its default (Rust
-    /// programs ignore it), as `std::process::Command` leaves them.
+    /// programs ignore it), as `std::process::Command` leaves them; and the child in a session of its own.
     fn clean_signals(&mut self) -> std::io::Result<()> {
         // SAFETY: all-zero `sigset_t`s are valid storage; sigemptyset and sigaddset initialise and fill them.
         let (mut none, mut pipe): (libc::sigset_t, libc::sigset_t) =
@@ -304,7 +336,10 @@ impl SpawnAttr {
             libc::sigaddset(&mut pipe, libc::SIGPIPE);
             check(libc::posix_spawnattr_setsigmask(&mut *self.0, &none))?;
             check(libc::posix_spawnattr_setsigdefault(&mut *self.0, &pipe))?;
-            let flags = (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short;
+            // A session of its own: no signal a terminal sends the host's foreground group (Ctrl-C), and none sent
+            // to the host's process group, reaches a domain. It still ends with the host (`--parent`).
+            let flags = (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as libc::c_short
+                | libc::POSIX_SPAWN_SETSID;
             check(libc::posix_spawnattr_setflags(&mut *self.0, flags))
         }
     }
@@ -324,6 +359,52 @@ fn check(rc: libc::c_int) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::from_raw_os_error(rc))
     }
+}
+
+/// The id, in this process's PID namespace, of the process a domain sent a pidfd of as itself, checked to be the
+/// domain proper of the process this side started (`started`): that process itself (no namespace), or its
+/// grandchild (its child is the namespace's init, whose only child is the domain).
+fn the_domain_proper(pidfd: &OwnedFd, started: i32) -> Result<i32, String> {
+    let pid = pid_of(pidfd.as_fd())?;
+    let grandparent = parent_of(pid).and_then(parent_of);
+    if pid != started && grandparent != Some(started) {
+        return Err(format!("the domain sent a pidfd of process {pid}, which is not the domain process"));
+    }
+    Ok(pid)
+}
+
+/// The id, in this process's PID namespace, of the process an incarnation's pidfd names, checked to be a child of
+/// the zygote `zygote` (a zygote could otherwise have this side kill, pin or watch a process of its choosing).
+pub(crate) fn incarnation_of(pidfd: BorrowedFd<'_>, zygote: i32) -> Result<i32, String> {
+    let pid = pid_of(pidfd)?;
+    if parent_of(pid) != Some(zygote) {
+        return Err(format!("it sent a pidfd of process {pid}, which it did not fork"));
+    }
+    Ok(pid)
+}
+
+/// The process id a pidfd names, as this process sees it: the `Pid:` line of its `/proc/self/fdinfo` entry. A
+/// domain in a PID namespace knows itself by another number, which means nothing here.
+pub(crate) fn pid_of(pidfd: BorrowedFd<'_>) -> Result<i32, String> {
+    let path = format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd());
+    let info = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let pid = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .ok_or_else(|| "the descriptor it sent is not a pidfd".to_string())?;
+    match pid {
+        -1 => Err("the process of the pidfd it sent has ended".into()),
+        p if p <= 0 => Err("the pidfd it sent names a process outside this one's PID namespace".into()),
+        p => Ok(p),
+    }
+}
+
+/// The parent of process `pid` (field 4 of `/proc/PID/stat`); None once it is gone.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold anything: the fields after the last ')' are the state, the parent.
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
 }
 
 pub(crate) fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
