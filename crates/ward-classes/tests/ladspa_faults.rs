@@ -388,8 +388,9 @@ fn with_check_output_a_plugin_that_keeps_writing_nan_is_bypassed() {
 
 // ---- past the restart limit --------------------------------------------------------------------------------------
 
-const DISABLE_KEYS: &str =
-    "max_restarts = 3\nrestart_period_s = 3600\nbackoff_initial_ms = 0.001\nbackoff_max_ms = 0.001";
+/// Only the restart limit disables here (not `max_failures_in_row`, which tests of its own cover).
+const DISABLE_KEYS: &str = "max_restarts = 3\nrestart_period_s = 3600\nbackoff_initial_ms = 0.001\n\
+                            backoff_max_ms = 0.001\nmax_failures_in_row = 0";
 
 #[test]
 fn a_plugin_crashing_on_every_block_is_disabled_and_bypassed() {
