@@ -63,7 +63,7 @@ impl CallTimes {
         self.micros[self.next] = micros;
         self.next = (self.next + 1) % WINDOW;
         self.seen = self.seen.saturating_add(1);
-        if micros > self.high || self.seen % RESCAN == 0 {
+        if micros > self.high || self.next.is_multiple_of(RESCAN as usize) {
             self.high = second_largest(&self.micros[..(self.seen as usize).min(WINDOW)]);
         }
     }
@@ -85,7 +85,7 @@ impl CallTimes {
     /// [`GATED_SAMPLE`].
     pub fn time_gated(&mut self) -> bool {
         self.gated = self.gated.wrapping_add(1);
-        self.seen < MIN_SAMPLES || self.gated % GATED_SAMPLE == 0
+        self.seen < MIN_SAMPLES || self.gated.is_multiple_of(GATED_SAMPLE)
     }
 }
 
