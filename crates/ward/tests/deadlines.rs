@@ -45,9 +45,11 @@ fn a_learned_deadline_catches_a_hang_far_sooner_than_the_default_deadline() {
     teach_compute(&ext);
     let fault = hang_once(&ext, &events);
     let defaults = ExtensionPolicy::default();
-    // Calls of microseconds: the learned deadline is the floor, fifty times below the fixed default.
-    assert_eq!(fault.kind, FaultKind::Timeout { deadline: defaults.deadline_floor }, "{fault}");
-    assert!(defaults.deadline_floor * 10 < defaults.deadline, "the floor is far below deadline_ms's default");
+    // Calls of microseconds: the learned deadline is the floor, fifty times below the fixed default (more only if
+    // two of the calls were kept off the processor for over 50 ms on a loaded machine).
+    let FaultKind::Timeout { deadline } = fault.kind else { panic!("not a hang: {fault}") };
+    assert!(deadline >= defaults.deadline_floor, "{fault}");
+    assert!(deadline * 5 <= defaults.deadline, "far below deadline_ms's default: {fault}");
     assert_eq!(fault.call.as_deref(), Some("faulty_compute"));
 }
 
@@ -68,13 +70,14 @@ fn a_slow_first_call_is_no_false_alarm_and_a_call_that_outgrows_its_deadline_rel
     for _ in 0..40 {
         assert_eq!(i64_call(&ext, "faulty_slow", &mut [Arg::I64(0)]), 0);
     }
-    // Learned from instant calls: the floor. A call three times as long is ended there, then retried with the
-    // first deadline, and returns; what was learned is forgotten, so the same slow call again is no fault.
-    assert_eq!(i64_call(&ext, "faulty_slow", &mut [Arg::I64(600)]), 600);
+    // Learned from instant calls: the floor (200 ms). A call of 1.5 s is ended at the learned deadline, then retried
+    // with the first deadline, and returns; what was learned is forgotten, so the same slow call again is no fault.
+    assert_eq!(i64_call(&ext, "faulty_slow", &mut [Arg::I64(1500)]), 1500);
     let f = faults(&events);
     assert_eq!(f.len(), 1, "{f:?}");
-    assert_eq!(f[0].kind, FaultKind::Timeout { deadline: ExtensionPolicy::default().deadline_floor });
-    assert_eq!(i64_call(&ext, "faulty_slow", &mut [Arg::I64(600)]), 600);
+    let FaultKind::Timeout { deadline } = f[0].kind else { panic!("not a hang: {}", f[0]) };
+    assert!(deadline < Duration::from_millis(1500), "ended at the learned deadline: {}", f[0]);
+    assert_eq!(i64_call(&ext, "faulty_slow", &mut [Arg::I64(1500)]), 1500);
     assert_eq!(faults(&events), [], "learning started again");
     assert!(!ext.stats().disabled);
 }
