@@ -35,11 +35,15 @@
  * faulty_arm disarms them), and so are their imports (descriptors, signals,
  * raw system calls), which an mpk domain cannot take.
  *
+ * faulty_slow(ms) is no fault: a call that takes ms milliseconds (process
+ * domains only), for the tests of learned deadlines.
+ *
  * The faulty_gate_* functions hand C library functions pointers they cannot
  * use (see below); they are not kinds faulty_arm knows.
  */
 #define _GNU_SOURCE
 
+#include <errno.h>
 #include <fcntl.h>
 #include <libintl.h>
 #include <linux/futex.h>
@@ -51,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ward_xpc_layout.h"
@@ -125,6 +130,22 @@ FAULTY_EXPORT void faulty_infinite_loop(void) {
         spins = spins + 1;
     }
 }
+
+#ifndef FAULTY_IN_PROCESS
+/*
+ * Not a fault: a call that legitimately takes `ms` milliseconds (asleep), for
+ * the tests of learned deadlines. Returns `ms` (0 at once for ms <= 0).
+ */
+FAULTY_EXPORT int64_t faulty_slow(int64_t ms) {
+    if (ms <= 0) {
+        return 0;
+    }
+    struct timespec left = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+    return ms;
+}
+#endif
 
 /* Never set: only there so the compiler cannot prove the recursion endless. */
 static volatile int recursion_stop;

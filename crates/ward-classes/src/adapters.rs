@@ -36,6 +36,8 @@ pub(crate) struct OpenSpec<'a> {
     pub class: &'static str,
     /// The adapter functions' policies (see [`AdapterLoad::functions`]).
     pub functions: &'a [(&'a str, FunctionPolicy)],
+    /// What the host gets from a disabled plugin of the class (see [`AdapterLoad::when_disabled`]).
+    pub when_disabled: &'static str,
     /// The adapter's open function: `library *open(const char *path, unsigned char *why, uint64_t why_cap)`,
     /// which writes why it failed (a u32-prefixed string) into `why` when it returns NULL.
     pub open: &'static str,
@@ -68,6 +70,7 @@ pub(crate) fn open_library(
         plugin: &path,
         isolation,
         functions: spec.functions,
+        when_disabled: Some(spec.when_disabled),
     })?;
     let not_a_plugin = |reason: String| ClassError::NotAPlugin { path: path.clone(), class: spec.class, reason };
     let c_path = CString::new(path.as_os_str().as_encoded_bytes())

@@ -16,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ward::policy::FunctionPolicy;
 use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
@@ -27,6 +28,15 @@ use crate::{adapters, ClassError, Processed};
 
 const ADAPTER: &str = "ward_frei0r_adapter";
 const CLASS: &str = "frei0r";
+
+/// The bypass of a disabled plugin (see `Instance::update`), as the message that disables it says.
+const WHEN_DISABLED: &str = "frames pass through unchanged (a source's frames are left as the host gave them)";
+
+/// The deadline of a frame before the core has learned what the plugin's frames take (DECISIONS.md): a first
+/// frame may be slow (tables built, memory touched for the first time, a loaded machine), so it is generous; short
+/// enough that a plugin hanging on every frame is given up on within seconds.
+const FIRST_FRAME_DEADLINE: Duration = Duration::from_secs(2);
+
 /// The frei0r major version of the ABI the adapter speaks (`FREI0R_MAJOR_VERSION` of frei0r 1.x).
 const FREI0R_MAJOR_VERSION: i32 = 1;
 
@@ -66,7 +76,12 @@ fn function_policies() -> [(&'static str, FunctionPolicy); 6] {
     let destroys = FunctionPolicy { destroys: true, ..FunctionPolicy::default() };
     // Frames advance the state of a filter with memory (an echo, a temporal blur): history, kept when the
     // policy's history_mb allows.
-    let frames = FunctionPolicy { retryable: true, history: true, ..FunctionPolicy::default() };
+    let frames = FunctionPolicy {
+        retryable: true,
+        history: true,
+        first_deadline: Some(FIRST_FRAME_DEADLINE),
+        ..FunctionPolicy::default()
+    };
     [
         ("ward_frei0r_open", state.clone()),
         ("ward_frei0r_construct", state.clone()),
@@ -356,8 +371,13 @@ impl Library {
     /// it says about itself. A shared object that is no frei0r plugin is [`ClassError::NotAPlugin`].
     pub fn open(supervisor: &Supervisor, path: &Path, isolation: Option<Isolation>) -> Result<Library, ClassError> {
         let policies = function_policies();
-        let spec =
-            adapters::OpenSpec { adapter: ADAPTER, class: CLASS, functions: &policies, open: "ward_frei0r_open" };
+        let spec = adapters::OpenSpec {
+            adapter: ADAPTER,
+            class: CLASS,
+            functions: &policies,
+            when_disabled: WHEN_DISABLED,
+            open: "ward_frei0r_open",
+        };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
         let describe = ext.function("ward_frei0r_describe")?;
         let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.clone(), reason };

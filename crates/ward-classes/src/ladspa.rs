@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use ward::policy::FunctionPolicy;
 use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
@@ -59,6 +60,14 @@ const MAX_DESCRIPTION: u64 = 4 << 20;
 
 const ADAPTER: &str = "ward_ladspa_adapter";
 
+/// The bypass of a disabled plugin (see `Instance::bypass`), as the message that disables it says.
+const WHEN_DISABLED: &str = "audio passes through unchanged (outputs with no input of their own are silent)";
+
+/// The deadline of a block before the core has learned what the plugin's blocks take (DECISIONS.md): far above
+/// any block a plugin fit for audio takes, even the first one on a loaded machine, so it is no false alarm; short
+/// enough that a plugin hanging on every block is given up on in seconds.
+const FIRST_BLOCK_DEADLINE: Duration = Duration::from_secs(1);
+
 /// The adapter functions and what each means to the core: which establish state (replayed, in order, after a
 /// restart) and which destroy the handle they are given.
 fn function_policies() -> [(&'static str, FunctionPolicy); 8] {
@@ -66,7 +75,8 @@ fn function_policies() -> [(&'static str, FunctionPolicy); 8] {
     let destroys = FunctionPolicy { destroys: true, ..FunctionPolicy::default() };
     // Blocks advance a plugin's state (delay lines, filter memory): history, kept when the policy's history_mb
     // allows.
-    let history = FunctionPolicy { history: true, ..FunctionPolicy::default() };
+    let history =
+        FunctionPolicy { history: true, first_deadline: Some(FIRST_BLOCK_DEADLINE), ..FunctionPolicy::default() };
     [
         ("ward_ladspa_run", history.clone()),
         ("ward_ladspa_run_adding", history),
@@ -304,8 +314,13 @@ impl Library {
     /// plugins' descriptors.
     pub fn open(supervisor: &Supervisor, path: &Path, isolation: Option<Isolation>) -> Result<Library, ClassError> {
         let policies = function_policies();
-        let spec =
-            adapters::OpenSpec { adapter: ADAPTER, class: "LADSPA", functions: &policies, open: "ward_ladspa_open" };
+        let spec = adapters::OpenSpec {
+            adapter: ADAPTER,
+            class: "LADSPA",
+            functions: &policies,
+            when_disabled: WHEN_DISABLED,
+            open: "ward_ladspa_open",
+        };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
         // A library that describes itself badly is a bad call, as much as a crash is: recovered once (the restart
         // may load another build, see `restart_from`) and asked again; refused if it does it again.

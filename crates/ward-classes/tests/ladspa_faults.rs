@@ -388,8 +388,9 @@ fn with_check_output_a_plugin_that_keeps_writing_nan_is_bypassed() {
 
 // ---- past the restart limit --------------------------------------------------------------------------------------
 
-const DISABLE_KEYS: &str =
-    "max_restarts = 3\nrestart_period_s = 3600\nbackoff_initial_ms = 0.001\nbackoff_max_ms = 0.001";
+/// Only the restart limit disables here (not `max_failures_in_row`, which tests of its own cover).
+const DISABLE_KEYS: &str = "max_restarts = 3\nrestart_period_s = 3600\nbackoff_initial_ms = 0.001\n\
+                            backoff_max_ms = 0.001\nmax_failures_in_row = 0";
 
 #[test]
 fn a_plugin_crashing_on_every_block_is_disabled_and_bypassed() {
@@ -651,4 +652,36 @@ fn in_an_mpk_domain_a_hang_at_block_3_is_stopped_at_the_deadline_and_recovered_t
     }
     let f = transparent_at_block_3_in(INFINITE_LOOP, "deadline_ms = 2000", Isolation::Mpk);
     assert_eq!(f.kind, FaultKind::Timeout { deadline: Duration::from_millis(2000) });
+}
+
+// ---- given up on, whatever the clock says ------------------------------------------------------------------------
+
+/// With the default policy (deadlines learned, the restart limit far away), a plugin hanging on every block from
+/// the first is judged by the class's first deadline for a block, and its third hang in a row disables it: the
+/// block is bypassed and the event says the host gets its audio through.
+#[test]
+fn a_plugin_hanging_on_every_block_is_disabled_at_its_third_hang_in_a_row() {
+    let (_sup, lib, events) = open("", Isolation::Process);
+    let mut inst = amp(&lib);
+    let every = Arm { kind: INFINITE_LOOP, at: 0.0, repeat: true };
+    for n in 1..=2 {
+        let input = signal(n);
+        let b = run(&mut inst, every, &input);
+        assert!(is_bypassed(&b.processed), "block {n}: {:?}", b.processed);
+        assert_eq!(b.audio(), input, "block {n}: bypass passes the input through");
+    }
+    let stats = lib.extension().stats();
+    assert!(stats.disabled, "{stats:?}");
+    assert_eq!(stats.restarts, 2, "the block and its retry, then the next block: {stats:?}");
+    let seen: Vec<Event> = events.try_iter().collect();
+    assert!(
+        faults(&seen).iter().all(|f| f.kind == FaultKind::Timeout { deadline: Duration::from_secs(1) }),
+        "the class's first deadline for a block: {seen:?}"
+    );
+    let line = seen.iter().find(|e| matches!(e, Event::Disabled { .. })).map(Event::to_string).unwrap_or_default();
+    assert!(line.contains(&format!("disabled after {RUN} failed 3 times in a row")), "{seen:?}");
+    assert!(
+        line.ends_with("from now on audio passes through unchanged (outputs with no input of their own are silent)"),
+        "{line}"
+    );
 }

@@ -527,12 +527,13 @@ fn measure_pair(
 /// recovery (detection to ready, replay included) and the whole faulting call as the host saw it (detection,
 /// recovery and the retried call).
 fn recoveries(faulty: &Path, isolation: Isolation, zygote: bool, samples: usize) -> Result<(Stats, Stats)> {
-    // Restart limits that never disable the extension, next to no backoff, and an mpk domain that stays one (by
-    // default it would move to a process domain after three faults, and the rest would time process restarts).
+    // Restart limits that never disable the extension (nor does one call crashing again and again), next to no
+    // backoff, and an mpk domain that stays one (by default it would move to a process domain after three faults,
+    // and the rest would time process restarts).
     let name = ward::extension_name(faulty);
     let toml = format!(
         "[extension.{name}]\nmax_restarts = 1000000\nrestart_period_s = 1\nbackoff_initial_ms = 0.001\n\
-         zygote = {zygote}\nescalate_after = 0\n"
+         max_failures_in_row = 0\nzygote = {zygote}\nescalate_after = 0\n"
     );
 
     let sup = Supervisor::new(Policy::from_toml_str(&toml, "the benchmark's recovery policy")?);

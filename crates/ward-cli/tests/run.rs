@@ -97,8 +97,15 @@ fn under_mpk_applyplugin_is_bit_identical_and_sox_survives_a_crashing_plugin() {
     // A null dereference at block 3: the plugin runs in sox's own address space, and sox still finishes with every
     // block processed.
     let args = sox_faulty(&s, "out.wav", "0.5", "1", "3", "0");
-    let out =
-        output(ward().args(["run", "--isolation", "mpk", "--", "sox"]).args(&args).env("LADSPA_PATH", builtin_dir()));
+    let policy = recurring_crash_policy(&s);
+    let out = output(
+        ward()
+            .args(["run", "--isolation", "mpk", "--policy"])
+            .arg(&policy)
+            .args(["--", "sox"])
+            .args(&args)
+            .env("LADSPA_PATH", builtin_dir()),
+    );
     let err = stderr(&out);
     assert!(out.status.success(), "under ward sox finishes: {:?}\n{err}", out.status);
     assert!(err.contains("ward: faulty_ladspa: fault: null dereference"), "{err}");
@@ -128,7 +135,11 @@ fn under_mpk_ffmpeg_frei0r_is_bit_identical_and_survives_a_crashing_filter() {
     assert!(read(&s.path("native.rgba")) == read(&s.path("ward.rgba")), "frames differ");
 
     // A null dereference at frame 5: ffmpeg finishes with every frame filtered, as a run without the fault.
-    ffmpeg_recovers_the_crashing_filter(&s, ward().args(["run", "--isolation", "mpk", "--", "ffmpeg"]));
+    let policy = recurring_crash_policy(&s);
+    ffmpeg_recovers_the_crashing_filter(
+        &s,
+        ward().args(["run", "--isolation", "mpk", "--policy"]).arg(&policy).args(["--", "ffmpeg"]),
+    );
 }
 
 /// A filter that faults only in an mpk domain (faulty_frei0r's kind 22 writes a byte of the host's environment back
@@ -162,6 +173,16 @@ fn under_mpk_a_filter_faulting_only_there_moves_to_a_process_and_every_frame_is_
     assert!(differing.is_empty(), "frames {differing:?} differ from the run without the fault\n{err}");
 }
 
+/// A policy under which only the restart limit disables a plugin. A faulty plugin restarted without its history
+/// counts its blocks (frames) from 1 again, so one that crashes at block N crashes again N - 1 blocks after each
+/// recovery: with the default `max_failures_in_row` it would be disabled after its third crash as a plugin that keeps
+/// failing. The tests using this are about recovering each crash transparently.
+fn recurring_crash_policy(s: &Scratch) -> PathBuf {
+    let policy = s.path("recurring.toml");
+    std::fs::write(&policy, "[defaults]\nmax_failures_in_row = 0\n").expect("write the policy");
+    policy
+}
+
 /// sox's ladspa effect wants a value for every control port, outputs included: gain, fault kind, fault at block,
 /// repeat, and the "Blocks" output.
 fn sox_faulty(s: &Scratch, out: &str, gain: &str, kind: &str, at: &str, repeat: &str) -> Vec<String> {
@@ -182,8 +203,16 @@ fn sox_finishes_with_a_crashing_ladspa_plugin_that_kills_it_natively() {
     assert_eq!(native.status.signal(), Some(libc::SIGSEGV), "natively sox dies: {:?}", native.status);
 
     let log = s.path("events.log");
+    let policy = recurring_crash_policy(&s);
     let out = output(
-        ward().args(["run", "--log"]).arg(&log).args(["--", "sox"]).args(&args).env("LADSPA_PATH", builtin_dir()),
+        ward()
+            .args(["run", "--policy"])
+            .arg(&policy)
+            .args(["--log"])
+            .arg(&log)
+            .args(["--", "sox"])
+            .args(&args)
+            .env("LADSPA_PATH", builtin_dir()),
     );
     let err = stderr(&out);
     assert!(out.status.success(), "under ward sox finishes: {:?}\n{err}", out.status);
@@ -208,7 +237,8 @@ fn sox_grouped_survives_a_crashing_plugin(isolation: &str, seconds: u32, second:
     let s = Scratch::new("run", &format!("sox-grouped-{isolation}"));
     sine_wav(&s.path("in.wav"), seconds);
     let policy = s.path("policy.toml");
-    std::fs::write(&policy, "[defaults]\ngroup = \"host\"\n").expect("write the policy");
+    // max_failures_in_row: see recurring_crash_policy.
+    std::fs::write(&policy, "[defaults]\ngroup = \"host\"\nmax_failures_in_row = 0\n").expect("write the policy");
     let second: Vec<String> = second.iter().map(|a| a.to_string()).collect();
     let mut args = sox_faulty(&s, "out.wav", "0.5", "1", "3", "0");
     args.extend(second.clone());
@@ -288,7 +318,8 @@ fn ffmpeg_finishes_with_a_crashing_frei0r_filter_that_kills_it_natively() {
     let native = output(Command::new(host("ffmpeg")).args(&crash).env("FREI0R_PATH", builtin_dir()));
     assert_eq!(native.status.signal(), Some(libc::SIGSEGV), "natively ffmpeg dies: {:?}", native.status);
 
-    ffmpeg_recovers_the_crashing_filter(&s, ward().args(["run", "--", "ffmpeg"]));
+    let policy = recurring_crash_policy(&s);
+    ffmpeg_recovers_the_crashing_filter(&s, ward().args(["run", "--policy"]).arg(&policy).args(["--", "ffmpeg"]));
 }
 
 /// Runs `ward_run` (a `ward run ... -- ffmpeg` command) with faulty_frei0r crashing at frame 5 and checks that
@@ -481,7 +512,15 @@ fn ffmpeg_frames_cross_in_place_and_come_out_bit_identical() {
 fn ffmpeg_recovers_a_crashing_filter_on_frames_lent_in_place() {
     let s = Scratch::new("run", "ffmpeg-in-place-crash");
     let crash = ffmpeg_large_frames("frei0r=faulty_frei0r:1|4", &s.path("out.rgba"));
-    let out = output(ward().args(["run", "--", "ffmpeg"]).args(&crash).env("FREI0R_PATH", builtin_dir()));
+    let policy = recurring_crash_policy(&s);
+    let out = output(
+        ward()
+            .args(["run", "--policy"])
+            .arg(&policy)
+            .args(["--", "ffmpeg"])
+            .args(&crash)
+            .env("FREI0R_PATH", builtin_dir()),
+    );
     let err = stderr(&out);
     assert!(out.status.success(), "under ward ffmpeg finishes: {:?}\n{err}", out.status);
     assert!(err.contains("ward: faulty_frei0r: fault: null dereference"), "{err}");
@@ -939,4 +978,102 @@ fn sigint_to_the_hosts_process_group_reaches_no_domain_and_the_host_ends_as_nati
     assert!(reported.is_empty(), "ward reported something: {reported:?}\n{err}");
     assert!(warded.stdout.starts_with(b"RIFF"), "sox wrote its WAV: {err}");
     assert_eq!(warded.stdout.len(), native.stdout.len(), "sox wrote as much under ward as natively");
+}
+
+/// The hang detector of the tests below: a host still running after this is killed and the test fails. Never a
+/// measurement: with the default policy each of these hosts finishes in seconds.
+const GIVE_UP_NET: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The host finished, its plugin's hangs were reported, and the plugin was disabled (the same call failing three
+/// times in a row, whatever the restart limit allows) with a message saying what the host gets instead.
+fn assert_given_up(out: &Output, plugin: &str, host_gets: &str) {
+    let err = stderr(out);
+    assert!(out.status.success(), "the host finishes: {:?}\n{err}", out.status);
+    assert!(err.contains(&format!("ward: {plugin}: fault: hang (no reply within")), "{err}");
+    let disabled = err.lines().find(|l| l.starts_with(&format!("ward: {plugin}: disabled "))).unwrap_or_default();
+    assert!(disabled.contains("failed 3 times in a row, each time again after its recovery"), "{err}");
+    assert!(disabled.ends_with(&format!("from now on {host_gets}")), "{err}");
+}
+
+const AUDIO_BYPASS: &str = "audio passes through unchanged (outputs with no input of their own are silent)";
+const FRAME_BYPASS: &str = "frames pass through unchanged (a source's frames are left as the host gave them)";
+
+#[test]
+fn sox_with_a_plugin_hanging_on_every_block_from_the_tenth_finishes_with_it_disabled() {
+    let s = Scratch::new("run", "sox-hang");
+    // About 60 blocks: restarted without its history, the plugin counts its blocks from 1 again and hangs again
+    // ten blocks into each incarnation, so the third hang comes at about the 28th block.
+    sine_wav(&s.path("in.wav"), 10);
+    let args = sox_faulty(&s, "out.wav", "0.5", "5", "10", "1");
+    let out =
+        output_within(ward().args(["run", "--", "sox"]).args(&args).env("LADSPA_PATH", builtin_dir()), GIVE_UP_NET);
+    assert_given_up(&out, "faulty_ladspa", AUDIO_BYPASS);
+    // Every block came out, processed or passed through: as long as the output of a run without the fault.
+    let clean = sox_faulty(&s, "clean.wav", "0.5", "0", "0", "0");
+    let reference = output(Command::new("sox").args(&clean).env("LADSPA_PATH", builtin_dir()));
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    assert_eq!(read(&s.path("out.wav")).len(), read(&s.path("clean.wav")).len());
+}
+
+#[test]
+fn applyplugin_with_a_plugin_hanging_on_every_block_from_the_tenth_finishes_with_it_disabled() {
+    let s = Scratch::new("run", "applyplugin-hang");
+    sine_wav(&s.path("in.wav"), 3);
+    let plugin = builtin_dir().join("faulty_ladspa.so");
+    // Gain, fault kind (5: spin forever), at block 10, repeat.
+    let controls = ["faulty_amp", "0.5", "5", "10", "1"];
+    let out = output_within(
+        ward()
+            .args(["run", "--", "applyplugin"])
+            .arg(s.path("in.wav"))
+            .arg(s.path("out.wav"))
+            .arg(&plugin)
+            .args(controls),
+        GIVE_UP_NET,
+    );
+    assert_given_up(&out, "faulty_ladspa", AUDIO_BYPASS);
+}
+
+#[test]
+fn ffmpeg_with_a_ladspa_plugin_hanging_on_every_block_from_the_tenth_finishes_with_it_disabled() {
+    let s = Scratch::new("run", "ffmpeg-ladspa-hang");
+    sine_wav(&s.path("in.wav"), 10);
+    let filter = "ladspa=f=faulty_ladspa:p=faulty_amp:c=c0=0.5|c1=5|c2=10|c3=1";
+    let out = output_within(
+        ward()
+            .args(["run", "--", "ffmpeg", "-hide_banner", "-nostdin", "-loglevel", "error", "-i"])
+            .arg(s.path("in.wav"))
+            .args(["-af", filter, "-y"])
+            .arg(s.path("out.wav"))
+            .env("LADSPA_PATH", builtin_dir()),
+        GIVE_UP_NET,
+    );
+    assert_given_up(&out, "faulty_ladspa", AUDIO_BYPASS);
+}
+
+#[test]
+fn ffmpeg_with_a_frei0r_filter_hanging_on_every_frame_from_the_tenth_finishes_with_it_disabled() {
+    let s = Scratch::new("run", "ffmpeg-frei0r-hang");
+    // Fault kind 5 (spin forever), from frame 10, repeated.
+    // 75 frames: the third hang comes at about the 28th (see the sox test).
+    let source = "testsrc=size=160x120:rate=25:duration=3";
+    let args = ffmpeg_pattern_args(source, "frei0r=faulty_frei0r:5|10|y", &s.path("out.rgba"));
+    let out =
+        output_within(ward().args(["run", "--", "ffmpeg"]).args(&args).env("FREI0R_PATH", builtin_dir()), GIVE_UP_NET);
+    assert_given_up(&out, "faulty_frei0r", FRAME_BYPASS);
+    assert_eq!(read(&s.path("out.rgba")).len(), 75 * 160 * 120 * 4, "every frame came out");
+}
+
+/// Debian's frei0r Curves hangs on its first frame, natively too. Under ward with the default policy ffmpeg gets
+/// every frame through unchanged: the frames of the same pipeline without the filter.
+#[test]
+fn ffmpeg_with_debians_curves_which_hangs_on_its_first_frame_finishes_with_the_frames_passed_through() {
+    let s = Scratch::new("run", "ffmpeg-curves");
+    let args = ffmpeg_args("frei0r=curves", &s.path("out.rgba"));
+    let out = output_within(ward().args(["run", "--", host("ffmpeg")]).args(&args), GIVE_UP_NET);
+    assert_given_up(&out, "curves", FRAME_BYPASS);
+    let plain = ffmpeg_args("null", &s.path("plain.rgba"));
+    let reference = output(Command::new("ffmpeg").args(&plain));
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    assert!(read(&s.path("out.rgba")) == read(&s.path("plain.rgba")), "the frames passed through unchanged");
 }

@@ -55,6 +55,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
             "faulty_abort",
             "faulty_exit3",
             "faulty_infinite_loop",
+            "faulty_slow",
             "faulty_recursion",
             "faulty_memory_bomb",
             "faulty_fd_leak",
@@ -167,9 +168,10 @@ macro_rules! func {
     }};
 }
 
-/// faulty's functions for the kinds that need a process of their own, which faulty_mpk leaves out.
+/// faulty's functions for the kinds that need a process of their own (and its slow call, which sleeps), which
+/// faulty_mpk leaves out.
 const FAULTY_PROCESS_ONLY: &[&str] =
-    &["faulty_fd_leak", "faulty_raise_kill", "faulty_garbage_reply", "faulty_forged_reply"];
+    &["faulty_fd_leak", "faulty_raise_kill", "faulty_garbage_reply", "faulty_forged_reply", "faulty_slow"];
 
 #[test]
 fn every_listed_function_is_exported() {

@@ -42,6 +42,16 @@ impl Deadline {
         }
     }
 
+    /// The time counted against a deadline made with [`Deadline::after`] so far: since it was fixed, less what it was moved later by; zero when it was
+    /// never fixed (the wait ended before its first look at the clock, within the first spin slice). Reads the
+    /// clock only when it was fixed, so timing a fast call costs nothing.
+    pub fn counted(&self) -> Duration {
+        match self.at {
+            Some(at) => (Instant::now() + self.timeout).saturating_duration_since(at),
+            None => Duration::ZERO,
+        }
+    }
+
     /// Move it later by `by`; one not yet fixed is fixed first, so time already waited still counts.
     pub fn extend(&mut self, by: Duration) {
         let at = self.instant();
@@ -68,6 +78,15 @@ mod tests {
         assert!(!Deadline::at(Instant::now() + Duration::from_secs(3600)).passed());
         assert!(!Deadline::after(Duration::from_secs(3600)).passed());
         assert!(Deadline::after(Duration::ZERO).passed());
+    }
+
+    #[test]
+    fn counted_is_zero_unfixed_and_leaves_out_what_it_was_extended_by() {
+        let mut d = Deadline::after(Duration::from_secs(60));
+        assert_eq!(d.counted(), Duration::ZERO);
+        d.instant();
+        d.extend(Duration::from_secs(30));
+        assert!(d.counted() < Duration::from_secs(30), "the extension is not counted: {:?}", d.counted());
     }
 
     #[test]

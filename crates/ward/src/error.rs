@@ -28,8 +28,8 @@ pub enum Error {
     UnknownHandle { call: String, handle: u64 },
     #[error("extension failed: {0}")]
     Fault(Fault),
-    #[error("extension {domain} is disabled after {restarts} restarts (last fault: {last}); calls fail fast")]
-    Disabled { domain: String, restarts: u32, last: String },
+    #[error("extension {domain} is disabled {why} (last fault: {last}); calls fail fast")]
+    Disabled { domain: String, restarts: u32, last: String, why: String },
     #[error("isolation `{0}` is not available: {1}")]
     IsolationUnavailable(String, String),
     /// A `library_fault` policy for an isolation kind that cannot carry one.

@@ -21,6 +21,30 @@ pub enum RestartVia {
     Snapshot,
 }
 
+/// Why a domain was disabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disablement {
+    /// Past the restart intensity (`max_restarts` within `restart_period_s`).
+    RestartLimit,
+    /// One call failed this many times in a row, each time again after its recovery (`max_failures_in_row`).
+    FailedInRow { call: String, times: u32 },
+    /// Restarting the domain failed this many times in a row (`max_failures_in_row`).
+    RestartFailed { times: u32 },
+}
+
+impl std::fmt::Display for Disablement {
+    /// What follows "disabled": "after X failed 3 times in a row, each time again after its recovery".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Disablement::RestartLimit => f.write_str("at its restart limit"),
+            Disablement::FailedInRow { call, times } => {
+                write!(f, "after {call} failed {times} times in a row, each time again after its recovery")
+            }
+            Disablement::RestartFailed { times } => write!(f, "after restarting it failed {times} times in a row"),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Event {
     /// A domain failed.
@@ -39,8 +63,9 @@ pub enum Event {
     Retried { domain: String, call: String, ok: bool },
     /// Waiting before a restart (repeated faults).
     BackingOff { domain: String, delay: Duration },
-    /// Past the restart limit: the domain is disabled, calls fail fast.
-    Disabled { domain: String, restarts: u32, fault: Fault },
+    /// The domain is disabled (`why`): calls fail fast, and the host gets `host_gets` (a class's bypass; `None`:
+    /// its calls fail).
+    Disabled { domain: String, restarts: u32, fault: Fault, why: Disablement, host_gets: Option<String> },
     /// After its first failure, an extension restarts from another file (its policy's `restart_from`).
     ImageSwitched { domain: String, extension: String, path: PathBuf },
     /// An mpk domain failed `escalate_after` times: it runs in a process domain from now on.
@@ -77,8 +102,13 @@ impl std::fmt::Display for Event {
             Event::BackingOff { domain, delay } => {
                 write!(f, "{domain}: backing off {:.1} ms before restarting", delay.as_secs_f64() * 1e3)
             }
-            Event::Disabled { domain, restarts, fault } => {
-                write!(f, "{domain}: disabled after {restarts} restarts (last fault: {fault})")
+            Event::Disabled { domain, restarts, fault, why, host_gets } => {
+                match why {
+                    Disablement::RestartLimit => write!(f, "{domain}: disabled after {restarts} restarts")?,
+                    why => write!(f, "{domain}: disabled {why}")?,
+                }
+                let host_gets = host_gets.as_deref().unwrap_or("its calls fail");
+                write!(f, " (last fault: {fault}); from now on {host_gets}")
             }
             Event::ImageSwitched { domain, extension, path } => {
                 write!(f, "{domain}: {extension} restarts from {} (restart_from)", path.display())
@@ -125,8 +155,8 @@ impl EventBus {
             Event::BackingOff { domain, delay } => {
                 tracing::info!(domain = %domain, delay_us = delay.as_micros() as u64, "backing off")
             }
-            Event::Disabled { domain, restarts, fault } => {
-                tracing::error!(domain = %domain, restarts, "disabled after repeated faults; last: {fault}")
+            Event::Disabled { domain, restarts, fault, why, .. } => {
+                tracing::error!(domain = %domain, restarts, "disabled {why}; last: {fault}")
             }
             Event::Escalated { domain, faults, from, to } => {
                 tracing::warn!(domain = %domain, faults, %from, %to, "isolation escalated")

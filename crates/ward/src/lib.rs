@@ -43,7 +43,7 @@ pub use call::{Arg, RetType, Signature, ValType, Value};
 pub use callback::Callback;
 pub use domain::DomainStats;
 pub use error::Error;
-pub use events::{Event, RestartVia};
+pub use events::{Disablement, Event, RestartVia};
 pub use fault::{DomainHint, Fault, FaultKind, SignalCause};
 pub use policy::{Isolation, Policy};
 /// Whether this machine has memory protection keys enabled, which isolation `mpk` needs.

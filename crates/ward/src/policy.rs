@@ -20,7 +20,10 @@
 //! ```toml
 //! [defaults]                 # any extension field
 //! isolation = "process"      # none | process | mpk | auto
-//! deadline_ms = 10000        # how long one call may take
+//! deadline_ms = 10000        # fixes how long one call may take (unset: deadlines are learned, below)
+//! deadline_floor_ms = 200    # a learned deadline is at least this ...
+//! deadline_ceiling_ms = 10000 # ... and at most this
+//! max_failures_in_row = 3    # one call failing this often in a row, each time after its recovery, disables (0 = off)
 //! heartbeat_ms = 1000        # 0 = off; domain processes only (an mpk domain once it escalated)
 //! max_restarts = 10          # restart intensity: at most max_restarts ...
 //! restart_period_s = 60      # ... within restart_period_s (integer or float)
@@ -54,13 +57,27 @@
 //! [extension.faulty.function.faulty_counter_add]
 //! state = true               # state-establishing: logged, replayed after a restart
 //! retryable = true           # may be re-issued after a fault
-//! deadline_ms = 100          # default: the extension's
+//! deadline_ms = 100          # default: the extension's (learned when that is)
 //! destroys = false           # releases the handle passed as its first Handle argument
 //! history = false            # a data call (processes a block): kept for replay while history_mb allows
 //!
 //! [group.demo]               # domain-level fields for a group
 //! zygote = false
 //! ```
+//!
+//! Deadlines are learned unless `deadline_ms` is set: each function's
+//! calls get four times the second longest of its last 64 successful
+//! calls (about their 98th percentile) once 8 have been seen, kept
+//! between `deadline_floor_ms` and `deadline_ceiling_ms`; before that, a
+//! class's default for the function (a LADSPA block: 1 s, a frei0r frame:
+//! 2 s), else the ceiling. `deadline_ms` in any section that applies to an
+//! extension (or a function's own `deadline_ms`) fixes its deadlines: then
+//! nothing is learned and the floor and ceiling do not apply. A call that
+//! fails `max_failures_in_row` times in a row (hangs count like crashes),
+//! each time again after the extension was recovered (before 64 calls of
+//! it succeeded since), disables the extension at once, whatever
+//! `max_restarts` allows; so does a recovery whose restart fails that many
+//! times in a row.
 //!
 //! Every key is checked: an unknown key or a value out of range is refused
 //! with [`PolicyError::Invalid`], which names the file, line and column and
@@ -266,6 +283,10 @@ pub struct FunctionPolicy {
     /// while the extension's `history_mb` allows, it is kept in the shadow log with its inputs and replayed in
     /// order, so a restarted extension is back in the very state it had, not only its configuration.
     pub history: bool,
+    /// The deadline of this function's calls while its deadline is learned and too few calls have been seen to
+    /// learn it (see [`ExtensionPolicy::deadline_learned`]); `None`: the extension's `deadline_ceiling`. Set by
+    /// class wrappers (their default for a class call: an audio block, a frame), not by policy files.
+    pub first_deadline: Option<Duration>,
 }
 
 impl Default for FunctionPolicy {
@@ -277,6 +298,7 @@ impl Default for FunctionPolicy {
             destroys: false,
             replaces_same: None,
             history: false,
+            first_deadline: None,
         }
     }
 }
@@ -288,8 +310,22 @@ pub struct ExtensionPolicy {
     pub isolation: Isolation,
     /// The group whose domain the extension shares; `None`: its own domain.
     pub group: Option<String>,
-    /// Deadline of one call.
+    /// Deadline of one call when deadlines are fixed (`deadline_learned` false); else the bound of ward's own waits
+    /// that belong to no function (deferred calls, a zygote's answers, an extension's `init`).
     pub deadline: Duration,
+    /// Each function's deadline follows what its calls took before (DECISIONS.md, "Deadlines that learn"). On by
+    /// default; a policy section that sets `deadline_ms` turns it off for the extensions it applies to.
+    pub deadline_learned: bool,
+    /// The least a learned deadline can be.
+    pub deadline_floor: Duration,
+    /// The most a learned deadline (or a first call's) can be.
+    pub deadline_ceiling: Duration,
+    /// One call failing this many times in a row, each time again after its recovery, disables the extension at
+    /// once, whatever the restart intensity allows; 0: never (only `max_restarts` disables).
+    pub max_failures_in_row: u32,
+    /// What the host gets from the extension once it is disabled, for the message that says so (a class's bypass:
+    /// "audio passes through unchanged"); `None`: its calls fail. Set by class wrappers, not by policy files.
+    pub when_disabled: Option<String>,
     /// Heartbeat interval of the domain; `None`: off. Only a domain process is pinged: an mpk domain has its
     /// heartbeat once it has moved to a process (`escalate_after`).
     pub heartbeat: Option<Duration>,
@@ -354,6 +390,11 @@ impl Default for ExtensionPolicy {
             isolation: Isolation::Process,
             group: None,
             deadline: Duration::from_secs(10),
+            deadline_learned: true,
+            deadline_floor: Duration::from_millis(200),
+            deadline_ceiling: Duration::from_secs(10),
+            max_failures_in_row: 3,
+            when_disabled: None,
             heartbeat: None,
             max_restarts: 10,
             restart_period: Duration::from_secs(60),
@@ -452,6 +493,9 @@ pub struct ExtensionOverride {
     pub isolation: Option<Isolation>,
     pub group: Option<String>,
     pub deadline: Option<Duration>,
+    pub deadline_floor: Option<Duration>,
+    pub deadline_ceiling: Option<Duration>,
+    pub max_failures_in_row: Option<u32>,
     /// `Some(None)`: heartbeat explicitly off.
     pub heartbeat: Option<Option<Duration>>,
     pub max_restarts: Option<u32>,
@@ -498,6 +542,9 @@ impl ExtensionOverride {
             self,
             isolation,
             deadline,
+            deadline_floor,
+            deadline_ceiling,
+            max_failures_in_row,
             heartbeat,
             max_restarts,
             restart_period,
@@ -517,6 +564,9 @@ impl ExtensionOverride {
             history_mb,
             native_fallback,
         );
+        if self.deadline.is_some() {
+            policy.deadline_learned = false;
+        }
         if let Some(group) = &self.group {
             policy.group = Some(group.clone());
         }
@@ -811,6 +861,12 @@ struct RawExtension {
     group: Option<String>,
     #[serde(default, deserialize_with = "de_deadline_ms")]
     deadline_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_deadline_floor_ms")]
+    deadline_floor_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_deadline_ceiling_ms")]
+    deadline_ceiling_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_max_failures_in_row")]
+    max_failures_in_row: Option<u32>,
     #[serde(default, deserialize_with = "de_heartbeat_ms")]
     heartbeat_ms: Option<Option<Duration>>,
     #[serde(default, deserialize_with = "de_max_restarts")]
@@ -865,6 +921,9 @@ impl RawExtension {
             isolation: self.isolation,
             group: self.group,
             deadline: self.deadline_ms,
+            deadline_floor: self.deadline_floor_ms,
+            deadline_ceiling: self.deadline_ceiling_ms,
+            max_failures_in_row: self.max_failures_in_row,
             heartbeat: self.heartbeat_ms,
             max_restarts: self.max_restarts,
             restart_period: self.restart_period_s,
@@ -900,6 +959,12 @@ struct RawGroup {
     isolation: Option<Isolation>,
     #[serde(default, deserialize_with = "de_deadline_ms")]
     deadline_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_deadline_floor_ms")]
+    deadline_floor_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_deadline_ceiling_ms")]
+    deadline_ceiling_ms: Option<Duration>,
+    #[serde(default, deserialize_with = "de_max_failures_in_row")]
+    max_failures_in_row: Option<u32>,
     #[serde(default, deserialize_with = "de_heartbeat_ms")]
     heartbeat_ms: Option<Option<Duration>>,
     #[serde(default, deserialize_with = "de_max_restarts")]
@@ -931,6 +996,9 @@ impl RawGroup {
         ExtensionOverride {
             isolation: self.isolation,
             deadline: self.deadline_ms,
+            deadline_floor: self.deadline_floor_ms,
+            deadline_ceiling: self.deadline_ceiling_ms,
+            max_failures_in_row: self.max_failures_in_row,
             heartbeat: self.heartbeat_ms,
             max_restarts: self.max_restarts,
             restart_period: self.restart_period_s,
@@ -1269,6 +1337,19 @@ fn de_deadline_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D
     checked(d, |v| duration("deadline_ms", Unit::Milliseconds, None, v))
 }
 
+fn de_deadline_floor_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    checked(d, |v| duration("deadline_floor_ms", Unit::Milliseconds, None, v))
+}
+
+fn de_deadline_ceiling_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    checked(d, |v| duration("deadline_ceiling_ms", Unit::Milliseconds, None, v))
+}
+
+fn de_max_failures_in_row<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    const EXPECTED: &str = "a whole number of failures from 0 (never) to 1000";
+    checked(d, |v| whole("max_failures_in_row", 0, 1000, EXPECTED, v).map(|n| n as u32))
+}
+
 fn de_heartbeat_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Duration>>, D::Error> {
     checked(d, |v| {
         duration("heartbeat_ms", Unit::Milliseconds, Some(" (0 = off)"), v).map(|t| (!t.is_zero()).then_some(t))
@@ -1461,6 +1542,11 @@ zygote = false
         assert_eq!(p.isolation, Isolation::Process);
         assert_eq!(p.group, None);
         assert_eq!(p.deadline, Duration::from_secs(10));
+        assert!(p.deadline_learned);
+        assert_eq!(p.deadline_floor, Duration::from_millis(200));
+        assert_eq!(p.deadline_ceiling, Duration::from_secs(10));
+        assert_eq!(p.max_failures_in_row, 3);
+        assert_eq!(p.when_disabled, None);
         assert_eq!(p.heartbeat, None);
         assert_eq!(p.max_restarts, 10);
         assert_eq!(p.restart_period, Duration::from_secs(60));
@@ -1515,11 +1601,46 @@ zygote = false
                 destroys: false,
                 replaces_same: None,
                 history: false,
+                first_deadline: None,
             }
         );
         assert!(!policy.for_group("demo").zygote);
         assert_eq!(policy.groups.len(), 1);
         assert_eq!(policy.extensions.len(), 1);
+    }
+
+    #[test]
+    fn deadline_ms_fixes_deadlines_and_the_learning_keys_are_read() {
+        let policy = parse(
+            "[defaults]\ndeadline_floor_ms = 50\ndeadline_ceiling_ms = 4000.5\nmax_failures_in_row = 0\n\
+             [extension.fixed]\ndeadline_ms = 300\n[group.g]\nmax_failures_in_row = 5\n",
+        );
+        let learned = policy.for_extension("learned");
+        assert!(learned.deadline_learned);
+        assert_eq!(learned.deadline_floor, Duration::from_millis(50));
+        assert_eq!(learned.deadline_ceiling, Duration::from_micros(4_000_500));
+        assert_eq!(learned.max_failures_in_row, 0);
+        let fixed = policy.for_extension("fixed");
+        assert!(!fixed.deadline_learned);
+        assert_eq!(fixed.deadline, Duration::from_millis(300));
+        assert_eq!(policy.for_group("g").max_failures_in_row, 5);
+        assert!(policy.for_group("g").deadline_learned);
+        assert!(!parse("[defaults]\ndeadline_ms = 10000\n").for_extension("x").deadline_learned);
+    }
+
+    #[test]
+    fn bad_learning_values_are_refused_with_their_line() {
+        let (line, _, reason) = refused("[defaults]\n\ndeadline_floor_ms = 0\n");
+        assert_eq!(line, 3);
+        assert_eq!(reason, "deadline_floor_ms must be a positive number of milliseconds, got 0");
+        let (line, _, reason) = refused("[group.g]\ndeadline_ceiling_ms = -1\n");
+        assert_eq!(line, 2);
+        assert!(reason.starts_with("deadline_ceiling_ms must be a positive"), "{reason}");
+        let (line, _, reason) = refused("[extension.e]\nmax_failures_in_row = 1.5\n");
+        assert_eq!(line, 2);
+        assert!(reason.starts_with("max_failures_in_row must be a whole number"), "{reason}");
+        let (_, _, reason) = refused("[extension.e]\nmax_failures_in_a_row = 2\n");
+        assert!(reason.ends_with("did you mean `max_failures_in_row`?"), "{reason}");
     }
 
     #[test]

@@ -102,7 +102,12 @@ impl Supervisor {
         let name = extension_name(load.plugin);
         let mut policy = self.inner.policy.for_extension(&name);
         for (function, default) in load.functions {
-            policy.functions.entry((*function).to_string()).or_insert_with(|| default.clone());
+            let function = policy.functions.entry((*function).to_string()).or_insert_with(|| default.clone());
+            // No policy file sets a first deadline: a function section keeps the class's.
+            function.first_deadline = function.first_deadline.or(default.first_deadline);
+        }
+        if let Some(bypass) = load.when_disabled {
+            policy.when_disabled = Some(bypass.to_string());
         }
         self.load_as(load.adapter, name, policy, load.isolation, Some(load.plugin))
     }
@@ -413,9 +418,11 @@ pub struct AdapterLoad<'a> {
     pub plugin: &'a Path,
     /// Overrides the policy's isolation kind.
     pub isolation: Option<Isolation>,
-    /// The class's policy for its adapter functions (which establish state, which destroy an instance); a
-    /// function section of the policy file overrides them.
+    /// The class's policy for its adapter functions (which establish state, which destroy an instance, the first
+    /// deadline of a class call); a function section of the policy file overrides them, except the first deadline.
     pub functions: &'a [(&'a str, FunctionPolicy)],
+    /// What the host gets from the plugin once it is disabled (the class's bypass), for the message that says so.
+    pub when_disabled: Option<&'a str>,
 }
 
 /// A loaded extension.

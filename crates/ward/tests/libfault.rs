@@ -150,7 +150,13 @@ fn a_class_adapters_fault_targets_the_plugin_it_opens() {
 
     let policy = Policy::from_toml_str(&policy("plugin_copy", r#""alloc:nth=1,count=0""#), "test policy").unwrap();
     let sup = Supervisor::new(policy);
-    let ext = sup.load_adapter(&AdapterLoad { adapter: &adapter, plugin: &plugin, isolation: None, functions: &[] });
+    let ext = sup.load_adapter(&AdapterLoad {
+        adapter: &adapter,
+        plugin: &plugin,
+        isolation: None,
+        functions: &[],
+        when_disabled: None,
+    });
     let ext = ext.unwrap();
     assert_eq!(ext.name(), "plugin_copy");
     // The adapter's own allocations are not the plugin's.
@@ -199,7 +205,13 @@ fn mpk_adapter_with(
     let sup = Supervisor::new(Policy::from_toml_str(&text, "test policy").unwrap());
     let events = sup.subscribe();
     let adapter = builtin("calls");
-    let load = AdapterLoad { adapter: &adapter, plugin: &plugin, isolation: Some(Isolation::Mpk), functions: &[] };
+    let load = AdapterLoad {
+        adapter: &adapter,
+        plugin: &plugin,
+        isolation: Some(Isolation::Mpk),
+        functions: &[],
+        when_disabled: None,
+    };
     let ext = sup.load_adapter(&load).expect("calls and its plugin load under mpk");
     assert_eq!(ext.isolation(), Isolation::Mpk);
     let path = CString::new(plugin.as_os_str().as_encoded_bytes()).unwrap();

@@ -59,6 +59,7 @@ max_restarts = 3
 restart_period_s = 3600
 backoff_initial_ms = 0.001
 max_retries = 1
+max_failures_in_row = 0
 "#;
     let (_sup, ext, events) = faulty_with(Isolation::Process, policy);
     // faulty_null_deref faults every time: each call is one fault plus one retry.
@@ -123,6 +124,8 @@ group = "pair"
 [group.pair]
 max_restarts = 100
 backoff_initial_ms = 0.001
+# Retries call faulty_null_deref again and again: only the restart limit may disable here.
+max_failures_in_row = 0
 "#;
     let sup = Supervisor::new(Policy::from_toml_str(policy, "test").unwrap());
     let events = sup.subscribe();

@@ -9,6 +9,10 @@
 //! as in a process; a thread whose call fails recovers the domain with the lock held, which first ends the other
 //! threads' calls in it (they see [`Outcome::Stale`] and are retried or fail as the policy says).
 //!
+//! Each call's deadline is the policy's `deadline_ms` when it sets one, else learned from the function's recent calls
+//! (`learn`); a function that fails again after each recovery, `max_failures_in_row` times, disables the domain
+//! at once (`recovery`).
+//!
 //! A thread waiting for its turn while the holder is out in a host callback waits at most its deadline for that
 //! callback to return: a callback that waits for a call into the same domain from another thread would otherwise
 //! never return, and the host would hang with no fault (see [`Domain::lock_for`]).
@@ -25,12 +29,13 @@ use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
 use smallvec::SmallVec;
 use ward_xpc::Deadline;
 
+mod learn;
 mod recovery;
 
 use crate::backend::{Added, Backend, BackendError, ExtensionSpec, Step, WireValue};
 use crate::call::{Arg, RetType, Value};
 use crate::error::Error;
-use crate::events::{Event, EventBus};
+use crate::events::{Disablement, Event, EventBus};
 use crate::fault::{Fault, FaultKind};
 use crate::policy::{ExtensionPolicy, FunctionPolicy, OnFault};
 use crate::shadow::{HandleMap, OwnedArg, ShadowEntry, ShadowLog};
@@ -66,6 +71,13 @@ struct Symbol {
     /// The backend's id for this incarnation; None until resolved.
     func: Option<u32>,
     policy: FunctionPolicy,
+    /// What its recent successful calls took, for its learned deadline.
+    times: learn::CallTimes,
+    /// Its calls that failed in a row, each again after the recovery from the one before: within
+    /// [`learn::FAILS_AGAIN_WITHIN`] successful calls of it.
+    failures_in_row: u32,
+    /// Its successful calls since its last failure, while `failures_in_row` is not 0.
+    ok_since_failure: u32,
 }
 
 /// Where an extension's code comes from, for `restart_from`.
@@ -99,7 +111,8 @@ struct State {
     restart_times: VecDeque<Instant>,
     consecutive_faults: u32,
     stats: DomainStats,
-    disabled: Option<Fault>,
+    /// The fault that disabled the domain, and why it did.
+    disabled: Option<(Fault, Disablement)>,
     /// True while recovery runs (a fault during replay must not recurse into another recovery).
     recovering: bool,
     /// Some image has a `rewrite` (checked first, so calls of other domains pay one load).
@@ -366,7 +379,15 @@ impl Domain {
             if ext >= st.extensions.len() {
                 return Err(Error::BadArguments { call: name.into(), reason: format!("no extension #{ext}") });
             }
-            st.symbols.push(Symbol { ext, name: name.into(), func: None, policy });
+            st.symbols.push(Symbol {
+                ext,
+                name: name.into(),
+                func: None,
+                policy,
+                times: learn::CallTimes::default(),
+                failures_in_row: 0,
+                ok_since_failure: 0,
+            });
             let i = st.symbols.len() - 1;
             if st.symbol_index.len() <= ext {
                 st.symbol_index.resize_with(ext + 1, HashMap::new);
@@ -445,17 +466,24 @@ impl Domain {
     }
 
     fn disabled_error(&self, st: &State) -> Option<Error> {
-        st.disabled.as_ref().map(|f| Error::Disabled {
-            domain: self.name.clone(),
-            restarts: st.stats.restarts as u32,
-            last: f.cause(),
+        st.disabled.as_ref().map(|(f, why)| {
+            let restarts = st.stats.restarts as u32;
+            Error::Disabled {
+                domain: self.name.clone(),
+                restarts,
+                last: f.cause(),
+                why: match why {
+                    Disablement::RestartLimit => format!("after {restarts} restarts"),
+                    why => why.to_string(),
+                },
+            }
         })
     }
 
     /// Call a function (`name`: its name): the whole protocol of DESIGN.md §3 and §4.
     pub fn call(&self, sym: usize, name: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
         let mut g = self.lock_for(name)?;
-        let (fpolicy, timeout) = {
+        let (fpolicy, mut timeout, mut source) = {
             let st = g.borrow();
             if let Some(e) = self.disabled_error(&st) {
                 return Err(e);
@@ -465,15 +493,22 @@ impl Domain {
                 .get(sym)
                 .ok_or_else(|| Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() })?;
             let ext_policy = &st.extensions[s.ext].1;
-            (s.policy.clone(), fpolicy_deadline(&s.policy, ext_policy))
+            let (timeout, source) = learn::deadline(&s.policy, ext_policy, &s.times);
+            (s.policy.clone(), timeout, source)
         };
         // Only failures need the name: it is looked up then, not on every call.
         let retry_allowed = fpolicy.retryable && self.policy.on_fault == OnFault::Retry;
         let mut retries = 0u32;
+        // This call timed out at its learned deadline and is retried with its first one: if it then succeeds, the
+        // learned deadline was a false alarm and is learned again.
+        let mut outgrew_learned = false;
         loop {
             let outcome = self.attempt(&mut g, sym, args, ret, timeout, false);
             let kind = match outcome {
                 Outcome::Done(value) => {
+                    if outgrew_learned {
+                        g.borrow_mut().symbols[sym].times.forget();
+                    }
                     let value = self.after_success(&g, sym, &fpolicy, args, ret, value);
                     if retries > 0 {
                         self.events.emit(Event::Retried {
@@ -495,6 +530,15 @@ impl Domain {
                 }
             };
             let (kind, stale) = kind;
+            if !stale && source == learn::DeadlineSource::Learned && matches!(kind, FaultKind::Timeout { .. }) {
+                // Slower than the calls before it, or hung: a retry gets the first deadline, so a call that only
+                // grew slower is not failed for it twice.
+                let st = g.borrow();
+                let s = &st.symbols[sym];
+                timeout = learn::first(&s.policy, &st.extensions[s.ext].1);
+                source = learn::DeadlineSource::First;
+                outgrew_learned = true;
+            }
             let fault = {
                 let st = g.borrow();
                 Fault { kind, domain: self.name.clone(), call: Some(symbol_name(&g, sym)), incarnation: st.incarnation }
@@ -502,7 +546,14 @@ impl Domain {
             // A stale call's domain was already recovered by the call that saw the fault (a nested one, or another
             // thread's).
             if !stale {
-                if let Err(e) = self.recover(&mut g, fault.clone()) {
+                let in_row = {
+                    let mut st = g.borrow_mut();
+                    let s = &mut st.symbols[sym];
+                    s.failures_in_row = s.failures_in_row.saturating_add(1);
+                    s.ok_since_failure = 0;
+                    s.failures_in_row
+                };
+                if let Err(e) = self.recover_counted(&mut g, fault.clone(), in_row) {
                     if retries > 0 {
                         self.events.emit(Event::Retried {
                             domain: self.name.clone(),
@@ -555,6 +606,13 @@ impl Domain {
     ) -> Value {
         let mut st = g.borrow_mut();
         st.consecutive_faults = 0;
+        let s = &mut st.symbols[sym];
+        if s.failures_in_row > 0 {
+            s.ok_since_failure += 1;
+            if s.ok_since_failure >= learn::FAILS_AGAIN_WITHIN {
+                s.failures_in_row = 0;
+            }
+        }
         let mut value = value;
         let mut created = None;
         if let Value::Handle(object) = value {
@@ -660,6 +718,8 @@ impl Domain {
                         .collect();
                     let st = &mut *st;
                     st.backend.finish(&mut st.tracker, frame, &mut outputs);
+                    // The domain's own time in the call, read from its deadline: no clock read for a fast call.
+                    st.symbols[sym].times.record(deadline.counted());
                     return Outcome::Done(Value::from_regs(ret, regs));
                 }
                 Ok(Step::Callback { token, slot, regs }) => {
@@ -734,6 +794,8 @@ impl Domain {
             }
         };
         let (regs, frame) = prepared;
+        // A gated call has no deadline object to read its time from: time it while learning, then now and then.
+        let started = g.borrow_mut().symbols[sym].times.time_gated().then(Instant::now);
         let result = if replaying {
             // Recovery holds the lock until the new incarnation has its state back.
             call.run(&regs, timeout)
@@ -758,6 +820,9 @@ impl Domain {
                     })
                     .collect();
                 call.finish(frame, Some(&mut outputs));
+                if let Some(started) = started {
+                    g.borrow_mut().symbols[sym].times.record(started.elapsed());
+                }
                 Outcome::Done(Value::from_regs(ret, regs))
             }
             Err(e) => {
@@ -1010,10 +1075,6 @@ fn check_registers(args: &[Arg<'_>]) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-fn fpolicy_deadline(f: &FunctionPolicy, ext: &ExtensionPolicy) -> Duration {
-    f.deadline.unwrap_or(ext.deadline)
 }
 
 fn backend_outcome(e: BackendError, name: &str) -> Outcome {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::{Domain, Guard, Outcome};
 use crate::call::{Arg, Value};
 use crate::error::Error;
-use crate::events::{Event, RestartVia};
+use crate::events::{Disablement, Event, RestartVia};
 use crate::fault::{Fault, FaultKind};
 use crate::policy::Isolation;
 use crate::shadow::{OwnedArg, ShadowEntry};
@@ -18,6 +18,14 @@ use crate::tracker::ResourceKind;
 impl Domain {
     /// The recovery manager. Err when the domain ends up disabled.
     pub(super) fn recover(&self, g: &mut Guard<'_>, fault: Fault) -> Result<(), Error> {
+        self.recover_counted(g, fault, 0)
+    }
+
+    /// The recovery manager, for a fault of a call that has now failed `in_row` times in a row, each time after the
+    /// recovery from the one before (0: a fault of no call counted so). Past `max_failures_in_row` of those, or of
+    /// restarts that fail in a row, the domain is disabled at once, whatever the restart intensity allows: a call
+    /// that keeps failing would otherwise be given up on only as fast as the clock lets restarts pile up.
+    pub(super) fn recover_counted(&self, g: &mut Guard<'_>, fault: Fault, in_row: u32) -> Result<(), Error> {
         if g.borrow().recovering {
             // A fault during replay: the outer recovery loop handles it.
             return Err(Error::Fault(fault));
@@ -25,6 +33,8 @@ impl Domain {
         let started = Instant::now();
         self.events.emit(Event::Fault { fault: fault.clone() });
         let mut fault = fault;
+        let limit = self.policy.max_failures_in_row;
+        let mut restarts_failed = 0u32;
         loop {
             let released = {
                 let mut st = g.borrow_mut();
@@ -39,11 +49,23 @@ impl Domain {
                 while st.restart_times.front().is_some_and(|t| now.duration_since(*t) > period) {
                     st.restart_times.pop_front();
                 }
-                if st.restart_times.len() >= self.policy.max_restarts as usize {
-                    st.disabled = Some(fault.clone());
+                let why = if st.restart_times.len() >= self.policy.max_restarts as usize {
+                    Some(Disablement::RestartLimit)
+                } else if limit > 0 && in_row >= limit {
+                    let call = fault.call.clone().unwrap_or_else(|| "a call".into());
+                    Some(Disablement::FailedInRow { call, times: in_row })
+                } else if limit > 0 && restarts_failed >= limit {
+                    Some(Disablement::RestartFailed { times: restarts_failed })
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    st.disabled = Some((fault.clone(), why.clone()));
                     let restarts = st.stats.restarts as u32;
+                    let host_gets = host_gets(&st.extensions);
                     drop(st);
-                    self.events.emit(Event::Disabled { domain: self.name.clone(), restarts, fault: fault.clone() });
+                    let domain = self.name.clone();
+                    self.events.emit(Event::Disabled { domain, restarts, fault: fault.clone(), why, host_gets });
                     return Err(self.disabled_error(&g.borrow()).unwrap_or(Error::Fault(fault)));
                 }
                 st.restart_times.push_back(now);
@@ -76,7 +98,8 @@ impl Domain {
                 }
                 Err(reason) => {
                     // Restarting or replaying failed: that is a fault of the new incarnation; go round again
-                    // (the restart limit ends this).
+                    // (the restart limit, or `max_failures_in_row` such failures, ends this).
+                    restarts_failed += 1;
                     fault = Fault {
                         kind: FaultKind::Protocol { what: format!("recovery failed: {reason}") },
                         domain: self.name.clone(),
@@ -208,8 +231,16 @@ impl Domain {
                 OwnedArg::InOut(_) => Arg::InOut(scratch_iter.next().map(|v| v.as_mut_slice()).unwrap_or_default()),
             });
         }
-        let name = g.borrow().symbols.get(entry.symbol).map(|s| s.name.clone()).unwrap_or_default();
-        let timeout = self.policy.deadline_for(&name);
+        let (name, timeout) = {
+            let st = g.borrow();
+            match st.symbols.get(entry.symbol) {
+                Some(s) => {
+                    let policy = st.extensions.get(s.ext).map_or(&self.policy, |e| &e.1);
+                    (s.name.clone(), super::learn::deadline(&s.policy, policy, &s.times).0)
+                }
+                None => (Default::default(), self.policy.deadline),
+            }
+        };
         match self.attempt(g, entry.symbol, &mut args, entry.ret, timeout, true) {
             Outcome::Done(value) => {
                 if let (Some(handle), Value::Handle(object)) = (entry.created, value) {
@@ -233,6 +264,12 @@ impl Domain {
             Outcome::Error(e) => Err(format!("replaying {name}: {e}")),
         }
     }
+}
+
+/// What the host gets from a disabled domain's extensions, when they all say the same (a class's bypass).
+fn host_gets(extensions: &[(String, crate::policy::ExtensionPolicy)]) -> Option<String> {
+    let first = extensions.first()?.1.when_disabled.as_ref()?;
+    extensions.iter().all(|e| e.1.when_disabled.as_ref() == Some(first)).then(|| first.clone())
 }
 
 pub(super) fn path_cstring(path: &Path) -> Result<CString, std::ffi::NulError> {

@@ -10,12 +10,15 @@ pub fn builtin(name: &str) -> PathBuf {
     ward_extensions::path_of(name).expect("built-in extensions extract")
 }
 
-/// The faulty extension's policy: generous but finite deadline, small limits, its counter replayed.
+/// The faulty extension's policy: generous but finite deadline, small limits, its counter replayed. Only the
+/// restart limit disables (the tests crash it over and over on purpose); tests/deadlines.rs covers
+/// `max_failures_in_row`.
 pub const FAULTY_POLICY: &str = r#"
 [extension.faulty]
 deadline_ms = 3000
 max_restarts = 1000
 restart_period_s = 1
+max_failures_in_row = 0
 backoff_initial_ms = 0.001
 backoff_max_ms = 0.001
 [extension.faulty.limits]
