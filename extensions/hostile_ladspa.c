@@ -21,6 +21,8 @@
  *   11  create /dev/shm/ward-hostile-$WARD_HOSTILE_TOKEN-shm and /tmp/ward-hostile-$WARD_HOSTILE_TOKEN-tmp
  *   12  memfd_create, ftruncate to 1 GiB, write 8 MiB
  *   13  exec /bin/sh in place of this process (the command of 9)
+ *   14  overwrite every memfd it holds but its rings with "PWNED", mapped shared and writable (those with a
+ *       read-only descriptor reopened read-write through /proc/self/fd)
  *
  * Built with -fvisibility=hidden: only ladspa_descriptor is exported.
  */
@@ -84,6 +86,8 @@ static int attack(long code) {
         return hostile_memfd();
     case 13:
         return getenv("WARD_HOSTILE_DIR") != NULL ? hostile_exec_sh(SH_COMMAND) : -EINVAL;
+    case 14:
+        return hostile_overwrite_memfds();
     default:
         return 0;
     }
@@ -157,7 +161,7 @@ static const LADSPA_PortRangeHint port_hints[PORT_COUNT] = {
     [PORT_OUTPUT] = {0, 0.0f, 0.0f},
     [PORT_ATTACK] = {LADSPA_HINT_BOUNDED_BELOW | LADSPA_HINT_BOUNDED_ABOVE | LADSPA_HINT_INTEGER |
                          LADSPA_HINT_DEFAULT_0,
-                     0.0f, 13.0f},
+                     0.0f, 14.0f},
 };
 
 static const LADSPA_Descriptor descriptor = {

@@ -333,3 +333,8 @@ fn a_memfd_is_trapped() {
 fn executing_a_shell_in_place_of_the_domain_is_trapped() {
     battery(13, Expect::Trapped);
 }
+
+#[test]
+fn overwriting_every_memfd_the_domain_holds_is_trapped_and_reaches_nothing_of_the_hosts() {
+    battery(14, Expect::Trapped);
+}
