@@ -14,8 +14,18 @@
  *   7  kill(ARG, 0): whether process ARG (the caller's pid, say) can be signalled from here
  *   8  stat /proc/ARG: whether process ARG is listed in this process's /proc
  *   9  not an attack: the pid /proc/self/stat gives, if it is this process's getpid() (else -1)
+ *  10  overwrite every memfd it holds but its rings with "PWNED", mapped shared and writable (those with a
+ *      read-only descriptor reopened read-write through /proc/self/fd)
  * Returns 0 when the attack got through, -errno of the step that failed otherwise (and -EINVAL for an unknown
- * attack). Built with -fvisibility=hidden: only hostile_attack is exported.
+ * attack).
+ *
+ *   int64_t hostile_arena(const unsigned char *buf, int64_t len)
+ *
+ * Looks for the host's arena blocks among its descriptors (memfds named ward-arena) and overwrites, with "PWNED",
+ * every one it can map shared and writable as it is; `buf` is whatever the host lends it. Returns the number found
+ * times 256 plus the number overwritten.
+ *
+ * Built with -fvisibility=hidden: only hostile_attack and hostile_arena are exported.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -87,7 +97,21 @@ HOSTILE_EXPORT int64_t hostile_attack(int64_t n) {
     }
     case 9:
         return proc_self();
+    case 10:
+        return hostile_overwrite_memfds();
     default:
         return -EINVAL;
     }
+}
+
+HOSTILE_EXPORT int64_t hostile_arena(const unsigned char *buf, int64_t len) {
+    (void)buf;
+    (void)len;
+    int fds[HOSTILE_MAX_FD + 1];
+    int found = hostile_memfds("ward-arena", fds, HOSTILE_MAX_FD + 1);
+    int overwritten = 0;
+    for (int i = 0; i < found; i++) {
+        overwritten += hostile_overwrite(fds[i]) == 0;
+    }
+    return (int64_t)found * 256 + overwritten;
 }

@@ -476,6 +476,109 @@ static inline int hostile_memfd(void) {
     return rc;
 }
 
+/* ---- shared memory ------------------------------------------------------------ */
+
+/*
+ * The descriptors among 0..HOSTILE_MAX_FD that are memfds whose name starts with `name` ("" for every memfd), as
+ * /proc/self/fd shows them ("/memfd:NAME (deleted)"), into fds (at most max); returns how many.
+ */
+static inline int hostile_memfds(const char *name, int *fds, int max) {
+    char want[128];
+    snprintf(want, sizeof want, "/memfd:%s", name);
+    int count = 0;
+    for (int fd = 0; fd <= HOSTILE_MAX_FD && count < max; fd++) {
+        char path[64];
+        char target[256];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n <= 0) {
+            continue;
+        }
+        target[n] = '\0';
+        if (strncmp(target, want, strlen(want)) == 0) {
+            fds[count++] = fd;
+        }
+    }
+    return count;
+}
+
+/* Maps all of `fd` shared and writable and fills it with the mark; 0 if it did, else -errno. */
+static inline int hostile_overwrite(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        return hostile_fail();
+    }
+    if (st.st_size <= 0) {
+        return -EINVAL;
+    }
+    size_t len = (size_t)st.st_size;
+    unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        return hostile_fail();
+    }
+    for (size_t at = 0; at < len; at += HOSTILE_MARK_LEN) {
+        size_t n = len - at < HOSTILE_MARK_LEN ? len - at : HOSTILE_MARK_LEN;
+        memcpy(p + at, HOSTILE_MARK, n);
+    }
+    munmap(p, len);
+    return 0;
+}
+
+/* Whether descriptor `fd` is a memfd whose name starts with `name`. */
+static inline int hostile_memfd_named(int fd, const char *name) {
+    char path[64];
+    char target[256];
+    char want[128];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    snprintf(want, sizeof want, "/memfd:%s", name);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n <= 0) {
+        return 0;
+    }
+    target[n] = '\0';
+    return strncmp(target, want, strlen(want)) == 0;
+}
+
+/*
+ * Overwrites every memfd this process holds with the mark (the host's shared memory, when ward lends it), all but
+ * its own rings (ward-xpc: writing them would only break its own calls): first each it can map writable as it is,
+ * then each other after reopening it read-write through /proc/self/fd. Returns 0 if at least one was overwritten.
+ */
+static inline int hostile_overwrite_memfds(void) {
+    int fds[HOSTILE_MAX_FD + 1];
+    int count = hostile_memfds("", fds, HOSTILE_MAX_FD + 1);
+    int rc = -1;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < count; i++) {
+            if (hostile_memfd_named(fds[i], "ward-xpc")) {
+                continue;
+            }
+            int flags = fcntl(fds[i], F_GETFL);
+            int writable = flags >= 0 && (flags & O_ACCMODE) == O_RDWR;
+            int result = -1;
+            if (pass == 0 && writable) {
+                result = hostile_overwrite(fds[i]);
+            } else if (pass == 1 && !writable) {
+                char path[64];
+                snprintf(path, sizeof path, "/proc/self/fd/%d", fds[i]);
+                int reopened = open(path, O_RDWR | O_CLOEXEC);
+                result = reopened >= 0 ? hostile_overwrite(reopened) : hostile_fail();
+                if (reopened >= 0) {
+                    close(reopened);
+                }
+            } else {
+                continue;
+            }
+            if (result == 0) {
+                rc = 0;
+            } else if (rc != 0) {
+                rc = result;
+            }
+        }
+    }
+    return rc;
+}
+
 /* Asks to be traced by this process's parent (PTRACE_TRACEME). */
 static inline int hostile_traceme(void) {
     return ptrace(PTRACE_TRACEME, 0, NULL, NULL) == 0 ? 0 : hostile_fail();

@@ -23,6 +23,8 @@
  *   12  memfd_create, ftruncate to 1 GiB, write 8 MiB
  *   13  exec /bin/sh in place of this process (the command of 9)
  *   14  look for the host (/proc/HOST, kill(HOST, 0)), say on standard error what was found, kill it if found
+ *   15  overwrite every memfd it holds but its rings with "PWNED", mapped shared and writable (those with a
+ *       read-only descriptor reopened read-write through /proc/self/fd)
  *
  * Built with -fvisibility=hidden: only ladspa_descriptor is exported.
  */
@@ -88,6 +90,8 @@ static int attack(long code) {
         return getenv("WARD_HOSTILE_DIR") != NULL ? hostile_exec_sh(SH_COMMAND) : -EINVAL;
     case 14:
         return hostile_find_host(host);
+    case 15:
+        return hostile_overwrite_memfds();
     default:
         return 0;
     }

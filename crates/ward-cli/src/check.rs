@@ -244,6 +244,25 @@ fn protections(policy: &ward::Policy, name: &str) -> Vec<Protection> {
         }
     };
     push("seccomp", seccomp_state, what);
+    // Read-only descriptors hold only while reopening one read-write is refused, which is the filter's job.
+    let shared = "rings read-write; the input pool and arena blocks lent as inputs through read-only descriptors; \
+        of the arena, only the blocks a call lends";
+    let reopenable = match seccomp_state {
+        "off" | "missing" => Some("the system call filter is not there"),
+        _ if !sandbox.writable.is_empty() => Some("opening files for writing is allowed"),
+        _ => None,
+    };
+    match reopenable {
+        _ if lacks("shared-memory").is_some() => {
+            push("shared-memory", "missing", lacks("shared-memory").unwrap_or_default())
+        }
+        None => push("shared-memory", "on", shared.into()),
+        Some(why) => push(
+            "shared-memory",
+            "loosened",
+            format!("{shared}; but {why}, so a read-only descriptor can be reopened read-write{reason}"),
+        ),
+    }
     let limits = &effective.limits;
     let mb = |v: u64| if v == 0 { "unlimited".to_string() } else { format!("{v} MiB") };
     let seconds = |v: u64| if v == 0 { "unlimited".to_string() } else { format!("{v} s") };

@@ -150,12 +150,15 @@ fn sandbox_lists_every_protection_and_what_the_policy_loosens() {
         "capabilities",
         "landlock-files",
         "seccomp",
+        "shared-memory",
         "limits",
     ] {
         assert!(text.lines().any(|l| l.trim_start().starts_with(protection)), "{protection} not listed: {text}");
     }
     let seccomp = text.lines().find(|l| l.trim_start().starts_with("seccomp")).expect("a seccomp line");
     assert!(seccomp.contains(" on ") && seccomp.contains("sockets"), "{seccomp}");
+    let shared = text.lines().find(|l| l.trim_start().starts_with("shared-memory")).expect("a shared-memory line");
+    assert!(shared.contains(" on ") && shared.contains("read-only descriptors"), "{shared}");
 
     let policy = s.path("loose.toml");
     std::fs::write(&policy, "[extension.well.sandbox]\nnetwork = true\nreason = \"talks to its licence server\"\n")
@@ -166,6 +169,15 @@ fn sandbox_lists_every_protection_and_what_the_policy_loosens() {
     let seccomp = text.lines().find(|l| l.trim_start().starts_with("seccomp")).expect("a seccomp line");
     assert!(seccomp.contains("loosened") && seccomp.contains("talks to its licence server"), "{seccomp}");
     assert!(!seccomp.contains("sockets,"), "sockets are allowed now: {seccomp}");
+
+    // Writes allowed: a read-only descriptor could be reopened read-write, and the listing says so.
+    std::fs::write(&policy, "[extension.well.sandbox]\nwritable = [\"/tmp\"]\nreason = \"keeps a cache\"\n")
+        .expect("write the policy");
+    let writes = run(ward().args(["check", "--sandbox", "--policy"]).arg(&policy).arg(s.path("well.so")));
+    assert!(writes.status.success(), "{}", stderr(&writes));
+    let text = stdout(&writes);
+    let shared = text.lines().find(|l| l.trim_start().starts_with("shared-memory")).expect("a shared-memory line");
+    assert!(shared.contains("loosened") && shared.contains("reopened read-write"), "{shared}");
 }
 
 #[test]

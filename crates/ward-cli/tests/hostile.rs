@@ -389,3 +389,8 @@ fn daemons_a_plugin_may_fork_end_with_its_domain() {
     let (err, _) = battery_under(8, Expect::Refused, Some(policy));
     assert!(err.lines().any(|l| l == "hostile: forked 20 sleepers"), "the plugin did fork its daemons: {err}");
 }
+
+#[test]
+fn overwriting_every_memfd_the_domain_holds_is_trapped_and_reaches_nothing_of_the_hosts() {
+    battery(15, Expect::Trapped);
+}

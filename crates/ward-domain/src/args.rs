@@ -4,9 +4,9 @@
 //! [--no-seccomp] [--no-landlock] [--no-pid-namespace] [--allow network|exec|fork]... [--writable PATH]...
 //! (--ext PATH [--init SYMBOL] [--poison])...`
 //!
-//! `--parent` names the host process, which the domain must not outlive; `--arena` says the host passed its arena
-//! (fd 7), whose blocks it may lend in place. The sandbox ([`crate::sandbox`]) is on unless a `--no-*` flag turns a
-//! part of it off; `--allow` and `--writable` loosen it as the policy says.
+//! `--parent` names the host process, which the domain must not outlive; `--arena` says the host may lend blocks of
+//! its arena in place (their descriptors come on the control socket). The sandbox ([`crate::sandbox`]) is on unless a
+//! `--no-*` flag turns a part of it off; `--allow` and `--writable` loosen it as the policy says.
 
 use std::path::PathBuf;
 
@@ -43,7 +43,7 @@ pub struct Args {
     pub spin: u32,
     pub limits: Limits,
     pub extensions: Vec<ExtensionArg>,
-    /// The host's arena is open on fd 7.
+    /// The host lends arena blocks in place.
     pub arena: bool,
     pub sandbox: sandbox::Config,
 }

@@ -7,9 +7,12 @@
 //! | --- | --- |
 //! | 3 | control socket (`SOCK_SEQPACKET`): readiness, load errors, fork and load requests in zygote mode |
 //! | 4 | the shared region (`ward-xpc` memfd): rings and the fault record |
-//! | 5 | the input pool (mapped read-only here: the host keeps intact inputs after a crash) |
+//! | 5 | the input pool, read-only (mapped so too: the host keeps intact inputs after a crash) |
 //! | 6 | the output pool |
-//! | 7 | the host's arena, with `--arena` (its large blocks, lent in place: see `ward_xpc::arena`) |
+//!
+//! With `--arena` the host lends its large heap blocks in place (`ward_xpc::arena`): a serving process keeps the
+//! control socket, on which each block's descriptor comes before the first call that names it (an incarnation
+//! forked by a zygote gets a control socket of its own with the fork request).
 //!
 //! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
 //! tie its life to the host's (`--parent`; the host runs nothing in the child before exec), close every other
@@ -44,7 +47,6 @@ const FD_CONTROL: i32 = 3;
 const FD_REGION: i32 = 4;
 const FD_POOL_IN: i32 = 5;
 const FD_POOL_OUT: i32 = 6;
-const FD_ARENA: i32 = 7;
 /// Idle arena windows kept mapped between calls at most (a quarter of the address-space limit when that is lower):
 /// a video host lends the same few frames again and again.
 const ARENA_CACHE: usize = 256 << 20;
@@ -72,7 +74,7 @@ fn main() -> ExitCode {
         eprintln!("ward-domain: its host (process {}) is gone; nothing to serve", args.parent);
         return ExitCode::from(2);
     }
-    close_other_descriptors(args.arena);
+    close_other_descriptors();
     // Before anything else: the waiter and init this starts return only as the domain proper, in the namespace.
     // What the host is told with `ready` about a namespace it asked for and did not get.
     let mut without = None;
@@ -108,7 +110,11 @@ fn main() -> ExitCode {
             drop(own);
             match setup.args.mode {
                 Mode::Serve => {
-                    drop(control);
+                    let mut setup = setup;
+                    match setup.arena.as_mut() {
+                        Some(arena) => arena.attach(control),
+                        None => drop(control),
+                    }
                     serve::run(setup)
                 }
                 Mode::Zygote => zygote::run(setup, control),
@@ -136,15 +142,10 @@ fn setup(args: Args, namespace: bool) -> Result<Setup, String> {
         .map_err(|e| format!("cannot map the input pool: {e}"))?;
     let pool_out =
         MappedPool::map(out_fd, POOL_OUT, geometry, true).map_err(|e| format!("cannot map the output pool: {e}"))?;
-    let arena = if args.arena {
-        // SAFETY: with --arena the host passed FD_ARENA for its arena; this process owns it from here on.
-        let fd = unsafe { OwnedFd::from_raw_fd(FD_ARENA) };
+    let arena = args.arena.then(|| {
         let limit = usize::try_from(args.limits.address_space_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-        let cache = if limit == 0 { ARENA_CACHE } else { ARENA_CACHE.min(limit / 4) };
-        Some(ArenaView::new(fd, cache).map_err(|e| format!("cannot open the host's arena: {e}"))?)
-    } else {
-        None
-    };
+        ArenaView::new(if limit == 0 { ARENA_CACHE } else { ARENA_CACHE.min(limit / 4) })
+    });
     // SAFETY: getpid has no preconditions.
     let own = unsafe { libc::getpid() };
     let role = match args.mode {
@@ -190,8 +191,8 @@ fn die_with(parent: i32) -> bool {
 }
 
 /// Close every descriptor the host did not give us (a host may leak descriptors without `O_CLOEXEC`).
-fn close_other_descriptors(arena: bool) {
-    let first = if arena { FD_ARENA + 1 } else { FD_POOL_OUT + 1 };
+fn close_other_descriptors() {
+    let first = FD_POOL_OUT + 1;
     // SAFETY: close_range only closes descriptors; none from `first` on is owned by anything in this process yet.
     let rc = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
     if rc != 0 {

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use ward_abi::{ArgPacker, RegArgs, RegRet};
 use ward_xpc::arena::view::{Access, Lent};
-use ward_xpc::arena::POOL_ARENA;
+use ward_xpc::arena::{BlockRef, POOL_ARENA};
 use ward_xpc::batch::BatchView;
 use ward_xpc::pool::RichPtr;
 use ward_xpc::ring::{Consumer, Producer, MAX_RECORD};
@@ -387,7 +387,8 @@ fn lend_arena(s: &mut Server, lents: Option<&mut Lents>, arg: &WireArg, access: 
     let (Some(arena), Some(lents)) = (s.setup.arena.as_mut(), lents) else {
         return Err(Status::BadArgs);
     };
-    let lent = arena.lend(arg.a, arg.b, access).map_err(|_| Status::BadArgs)?;
+    let at = BlockRef::from_wire(arg.a);
+    let lent = arena.lend(at.block, at.offset, arg.b, access).map_err(|_| Status::BadArgs)?;
     let ptr = lent.ptr;
     lents.push(lent);
     Ok(ptr)

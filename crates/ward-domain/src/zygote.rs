@@ -69,6 +69,8 @@ pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
             // the last is reported first so the answers keep their order.
             let _ = control.send(&wait_for(c.pid), None);
         }
+        // With an arena, the incarnation's own control socket comes with the request; the zygote keeps no copy.
+        let channel = message.fd.map(ControlSocket::from_fd);
         // SAFETY: getpid has no preconditions.
         let zygote = unsafe { libc::getpid() };
         // SAFETY: this process is single-threaded (the zygote never starts threads), so the child is a consistent
@@ -80,8 +82,9 @@ pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
         }
         if pid == 0 {
             drop(control);
-            return serve_child(setup, zygote);
+            return serve_child(setup, zygote, channel);
         }
+        drop(channel);
         // SAFETY: pidfd_open on our own, not yet reaped child.
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         if pidfd < 0 {
@@ -171,9 +174,10 @@ fn wait_either(control: &ControlSocket, child: Option<&Child>) -> Ready {
     }
 }
 
-/// An incarnation: dies with the zygote (`zygote`: its process id), which the host kills when it fails to answer
-/// in time, so an incarnation it forked meanwhile never serves the rings beside the next one.
-fn serve_child(setup: Setup, zygote: libc::pid_t) -> ExitCode {
+/// An incarnation (`channel`: its control socket, for arena blocks): dies with the zygote (`zygote`: its process
+/// id), which the host kills when it fails to answer in time, so an incarnation it forked meanwhile never serves the
+/// rings beside the next one.
+fn serve_child(mut setup: Setup, zygote: libc::pid_t, channel: Option<ControlSocket>) -> ExitCode {
     // SAFETY: prctl and getppid have no memory preconditions.
     let parent = unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -188,6 +192,9 @@ fn serve_child(setup: Setup, zygote: libc::pid_t) -> ExitCode {
     if let Err(e) = crate::sandbox::serving(&setup.args.sandbox, own) {
         eprintln!("ward-domain: {e}");
         return ExitCode::from(2);
+    }
+    if let (Some(arena), Some(channel)) = (setup.arena.as_mut(), channel) {
+        arena.attach(channel);
     }
     serve::run(setup)
 }

@@ -76,7 +76,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
     ),
     ("faulty_ladspa", &["ladspa_descriptor"]),
     ("stale_ladspa", &["ladspa_descriptor"]),
-    ("hostile", &["hostile_attack"]),
+    ("hostile", &["hostile_attack", "hostile_arena"]),
     ("hostile_ladspa", &["ladspa_descriptor"]),
     ("stale", &["stale_rbx", "stale_r15", "stale_second_arg", "stale_first_arg", "stale_stack_8k"]),
     ("threads", &["threads_wait", "threads_count", "threads_crash"]),

@@ -2,7 +2,8 @@
 //!
 //! A video host's frames are heap blocks of several megabytes; copying each into a pool and the result back costs
 //! more than many filters spend on the frame. So the shim defines the `malloc` family: blocks of
-//! [`arena::host::MIN_BLOCK`] and more come from the arena (a shared memfd every domain is given), everything else
+//! [`arena::host::MIN_BLOCK`] and more come from the arena (each a memfd of its own, given to a domain only when a
+//! call lends it), everything else
 //! goes to the C library's allocator as before (`__libc_malloc` and friends, which glibc exports for exactly this).
 //! `free`, `realloc` and `malloc_usable_size` tell the two apart by address.
 //!

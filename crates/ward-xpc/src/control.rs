@@ -96,6 +96,16 @@ impl ControlSocket {
 
     /// Send one message, optionally with a descriptor.
     pub fn send(&self, text: &str, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+        self.send_with(text, fd, 0)
+    }
+
+    /// Send one message without waiting: a peer that does not read its messages makes this fail (`WouldBlock`)
+    /// instead of blocking the sender.
+    pub fn offer(&self, text: &str, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+        self.send_with(text, fd, libc::MSG_DONTWAIT)
+    }
+
+    fn send_with(&self, text: &str, fd: Option<BorrowedFd<'_>>, flags: libc::c_int) -> io::Result<()> {
         let bytes = text.as_bytes();
         if bytes.len() > MAX_CONTROL_MESSAGE {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "control message too long"));
@@ -124,7 +134,7 @@ impl ControlSocket {
         }
         loop {
             // SAFETY: msg points at iov and cmsg_buf, both alive for this call.
-            let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+            let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | flags) };
             if n >= 0 {
                 return Ok(());
             }
@@ -143,6 +153,18 @@ impl ControlSocket {
                 return Ok(None);
             }
         }
+        self.recv_with(0)
+    }
+
+    /// Receive one message if one is there: `Ok(None)` when none is (or the peer closed its end).
+    pub fn try_recv(&self) -> io::Result<Option<ControlMessage>> {
+        match self.recv_with(libc::MSG_DONTWAIT) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            other => other,
+        }
+    }
+
+    fn recv_with(&self, flags: libc::c_int) -> io::Result<Option<ControlMessage>> {
         let mut buf = [0u8; MAX_CONTROL_MESSAGE];
         let mut cmsg_buf = [0u64; 8];
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
@@ -154,7 +176,7 @@ impl ControlSocket {
         msg.msg_controllen = std::mem::size_of_val(&cmsg_buf);
         let n = loop {
             // SAFETY: msg points at buf and cmsg_buf, both writable and alive for this call.
-            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
             if n >= 0 {
                 break n as usize;
             }
@@ -222,6 +244,29 @@ mod tests {
         assert_eq!(m.text, "forked 42");
         let got = m.fd.expect("a descriptor came along");
         assert_ne!(got.as_raw_fd(), x.as_fd().as_raw_fd());
+    }
+
+    #[test]
+    fn offers_and_tries_without_waiting() {
+        let (a, b) = ControlSocket::pair().unwrap();
+        assert!(b.try_recv().unwrap().is_none(), "nothing there yet");
+        let mut sent = 0;
+        loop {
+            match a.offer("x", None) {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+                    break;
+                }
+            }
+            assert!(sent < 1_000_000, "the socket never filled");
+        }
+        assert_eq!(b.try_recv().unwrap().unwrap().text, "x");
+        drop(a);
+        for _ in 1..sent {
+            assert!(b.try_recv().unwrap().is_some());
+        }
+        assert!(b.try_recv().unwrap().is_none(), "the peer closed");
     }
 
     #[test]

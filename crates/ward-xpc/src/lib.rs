@@ -21,9 +21,10 @@
 //!   them.
 //!
 //! The domain, for its part, maps what it must not change read-only: the request ring's data (the host re-reads
-//! requests after a crash) and the input pool. That protects against the extension's bugs, not against a
-//! deliberately hostile domain, which the sandbox (seccomp) must keep from remapping them; the host's safety does
-//! not depend on it either way.
+//! requests after a crash) and the input pool. For the rings that protects against the extension's bugs only (the
+//! domain holds the region read-write, to write its replies), and the host's safety does not depend on it. The input
+//! pool and arena blocks lent as inputs come through read-only descriptors, which a hostile domain cannot map
+//! writable either (reopening them read-write is refused by its sandbox's system call filter).
 //!
 //! The domain's fault record ([`FaultRecord`]) is likewise only a claim, read as a copy after the domain died.
 

@@ -5,7 +5,8 @@
 //! to 16 bytes), so an extension that writes past its end faults at once instead of corrupting a neighbour.
 //!
 //! The host owns the memfds ([`HostPool`]) and only ever copies in and out with bounds checks; the domain maps them
-//! ([`MappedPool`]), the input pool read-only (so inputs survive a crash intact, NewtOS-style immutable pools) and
+//! ([`MappedPool`]), the input pool read-only, from a read-only descriptor (so inputs survive a crash intact,
+//! NewtOS-style immutable pools, and a hostile domain cannot map them writable either) and
 //! the output pool writable, and turns the rich pointers of a call into addresses only after checking that each lies
 //! inside one slot's data. The geometry travels out of band: both sides build it from the same classes.
 

@@ -61,6 +61,9 @@ pub enum ShmError {
     /// `fstat` failed.
     #[error("cannot stat the shared memory descriptor: {0}")]
     Stat(#[source] io::Error),
+    /// Reopening the memfd read-only failed.
+    #[error("cannot reopen the shared memory read-only: {0}")]
+    Reopen(#[source] io::Error),
     /// `mmap` failed.
     #[error("cannot map the shared memory: {0}")]
     Map(#[source] io::Error),
@@ -166,6 +169,11 @@ impl SharedMemory {
     /// The memfd, to pass to the peer.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// A read-only descriptor of the memfd, to pass to a peer that must not write it ([`reopen_read_only`]).
+    pub fn read_only_fd(&self) -> Result<OwnedFd, ShmError> {
+        reopen_read_only(self.fd.as_fd()).map_err(ShmError::Reopen)
     }
 
     /// Length of the mapping in bytes.
@@ -277,6 +285,38 @@ impl SharedMemory {
     }
 }
 
+/// A read-only descriptor of the file `fd` is open on: a new open file description (a reopen through
+/// `/proc/self/fd`), so that whoever is given it cannot map the file writable (`mmap` with `PROT_WRITE` and
+/// `MAP_SHARED` fails with `EACCES`), where a duplicate would share `fd`'s access mode. Makes no allocation (the
+/// arena calls it with its lock held, from inside `malloc`).
+pub fn reopen_read_only(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    let mut path = [0u8; 40];
+    path[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 12];
+    let mut n = u32::try_from(fd.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..count].iter().rev().enumerate() {
+        path[PREFIX.len() + i] = *d;
+    }
+    // The byte after the digits stays 0: the path is NUL-terminated.
+    // SAFETY: `path` is a NUL-terminated string on this stack frame, alive for the call.
+    let raw = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: open returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
 impl Drop for SharedMemory {
     fn drop(&mut self) {
         // SAFETY: base/len describe the mapping made in `map`, which nothing else unmaps; no reference into it can
@@ -329,6 +369,25 @@ mod tests {
         ro.read_at(5000, &mut out).unwrap();
         assert_eq!(&out, b"shared");
         assert!(matches!(ro.write_at(0, b"x"), Err(ShmError::Access(Protection::ReadOnly))));
+    }
+
+    #[test]
+    fn a_read_only_descriptor_maps_for_reading_and_never_for_shared_writing() {
+        let m = SharedMemory::create("ward-test", 8192).unwrap();
+        m.write_at(100, b"host").unwrap();
+        let ro = m.read_only_fd().unwrap();
+        // SAFETY: a fresh mapping chosen by the kernel; it is unmapped below if made.
+        let writable = unsafe {
+            libc::mmap(ptr::null_mut(), 8192, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, ro.as_raw_fd(), 0)
+        };
+        assert_eq!(writable, libc::MAP_FAILED, "a shared writable mapping of a read-only descriptor");
+        assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EACCES));
+        let view = SharedMemory::from_fd(ro, Protection::ReadOnly).unwrap();
+        // Nor can the read-only mapping be made writable afterwards.
+        assert!(matches!(view.protect(0, 4096, Protection::ReadWrite), Err(ShmError::Protect(_))));
+        let mut out = [0u8; 4];
+        view.read_at(100, &mut out).unwrap();
+        assert_eq!(&out, b"host");
     }
 
     #[test]

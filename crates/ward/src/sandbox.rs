@@ -282,6 +282,15 @@ pub fn missing() -> &'static [Missing] {
                 why: "the kernel has no seccomp filters: every system call is open to a domain".into(),
             });
         }
+        // Read-only descriptors of shared memory are reopens through /proc/self/fd.
+        if !std::path::Path::new("/proc/self/fd").is_dir() {
+            out.push(Missing {
+                protection: "shared-memory",
+                why: "/proc is not mounted: a domain is given the input pool read-write, and the host's arena blocks \
+                      are copied instead of lent"
+                    .into(),
+            });
+        }
         out
     })
 }

@@ -111,6 +111,63 @@ fn writing_an_input_lent_in_place_is_a_fault_and_leaves_it_intact() {
 }
 
 #[test]
+fn a_restarted_domain_is_lent_its_blocks_again_whether_forked_by_a_zygote_or_spawned() {
+    for zygote in [true, false] {
+        let (_s, ext, events) = well(&format!("[extension.well]\non_fault = \"fail\"\nzygote = {zygote}\n"));
+        let mut input = Block::new(LEN, pattern);
+        let expected = Value::I64(input.bytes().iter().map(|&b| i64::from(b)).sum());
+        let before = ext.stats().lent_in_place;
+        let sum = |input: &mut Block| {
+            ext.call("well_sum", &mut [Arg::In(input.bytes()), Arg::U64(LEN as u64)], RetType::I64).unwrap()
+        };
+        assert_eq!(sum(&mut input), expected, "zygote {zygote}");
+        // A write into the read-only input kills the incarnation; the next one holds no block until lent it.
+        let r = ext.call("well_reverse", &mut [Arg::In(input.bytes()), Arg::U64(LEN as u64)], RetType::Void);
+        assert!(r.is_err(), "zygote {zygote}: a write into a read-only input fails the call");
+        assert!(!fault_kinds(&events).is_empty(), "zygote {zygote}: no fault reported");
+        assert_eq!(sum(&mut input), expected, "zygote {zygote}: after the restart");
+        assert_eq!(ext.stats().lent_in_place - before, 3, "zygote {zygote}: every call lent the block in place");
+    }
+}
+
+/// How many arena blocks process `pid` holds a descriptor of.
+fn arena_descriptors(pid: i32) -> usize {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the domain's descriptors");
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|to| to.to_string_lossy().starts_with("/memfd:ward-arena"))
+        })
+        .count()
+}
+
+#[test]
+fn a_domain_holds_at_most_its_share_of_blocks_and_drops_those_the_host_freed() {
+    // 16 descriptors: the domain may hold 4 blocks.
+    let (_s, ext, _e) = well("[extension.well.limits]\nopen_files = 16\n");
+    let mut blocks: Vec<Block> = (0..8).map(|i| Block::new(LEN, move |j| pattern(j + i * 13))).collect();
+    let sum = |block: &mut Block| {
+        let want: i64 = block.bytes().iter().map(|&b| i64::from(b)).sum();
+        let got = ext.call("well_sum", &mut [Arg::In(block.bytes()), Arg::U64(LEN as u64)], RetType::I64).unwrap();
+        assert_eq!(got, Value::I64(want));
+    };
+    let before = ext.stats().lent_in_place;
+    for _ in 0..2 {
+        for block in &mut blocks {
+            sum(block);
+        }
+    }
+    assert_eq!(ext.stats().lent_in_place - before, 16, "every call lent its block in place");
+    let pid = ext.pid().expect("a process domain");
+    let held = arena_descriptors(pid);
+    assert!((1..=4).contains(&held), "the domain holds {held} blocks");
+    // Freed: the next block lent tells the domain to drop them.
+    drop(blocks);
+    let mut fresh = Block::new(LEN, pattern);
+    sum(&mut fresh);
+    assert_eq!(arena_descriptors(pid), 1, "the blocks the host freed were dropped");
+}
+
+#[test]
 fn writing_past_an_output_lent_in_place_faults_or_stays_private() {
     let (_s, ext, events) = well("[extension.well]\non_fault = \"fail\"\n");
     // Two neighbouring blocks; the first is the output, the second must never change.

@@ -4,6 +4,9 @@
 //! domain). Either way the test process is unaffected and the extension serves the next call. Without the sandbox
 //! these attacks get through and the tests fail their assertions, harmlessly: the exec runs `exit 0`, the fork's
 //! child exits at once, the memfd is closed again, the file is removed.
+//!
+//! The host's arena (its large heap blocks under `ward run`) is lent block by block: a domain holds descriptors only
+//! of the blocks it was lent, read-only unless lent as an output, and cannot reopen one read-write.
 
 mod common;
 
@@ -11,7 +14,8 @@ use std::io::ErrorKind;
 use std::net::TcpListener;
 
 use common::*;
-use ward::{Arg, Error, FaultKind, Isolation, Policy, RetType, Supervisor};
+use ward::{Arg, Error, FaultKind, Isolation, Policy, RetType, Supervisor, Value};
+use ward_xpc::arena::host;
 
 /// The attacks of hostile.c (the low 8 bits of its argument).
 const EXEC: i64 = 1;
@@ -23,6 +27,7 @@ const TRACEME: i64 = 6;
 const SIGNAL_0: i64 = 7;
 const PROC_ENTRY: i64 = 8;
 const PROC_SELF: i64 = 9;
+const OVERWRITE_MEMFDS: i64 = 10;
 
 /// A fault ends the call (no retry: the retried call would attack again), and the extension restarts on the next.
 const POLICY: &str = r#"
@@ -167,4 +172,69 @@ fn the_host_cannot_be_signalled_from_the_domains_pid_namespace() {
     );
     let host = i64::from(std::process::id());
     assert_eq!(attack_under(&policy, SIGNAL_0, host).result.ok(), Some(-i64::from(libc::ESRCH)));
+}
+
+/// A block of the host's arena filled with one byte, freed on drop.
+struct ArenaBlock {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl ArenaBlock {
+    fn new(len: usize, byte: u8) -> ArenaBlock {
+        host::enable(1 << 30).expect("the arena");
+        let ptr = host::alloc(len, 64).expect("an arena block");
+        // SAFETY: the block is `len` writable bytes this test owns.
+        unsafe { std::ptr::write_bytes(ptr, byte, len) };
+        ArenaBlock { ptr, len }
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the block is `len` bytes this test owns until drop; `&mut self` makes the slice the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    fn filled_with(&mut self, byte: u8) -> bool {
+        self.bytes().iter().all(|&b| b == byte)
+    }
+}
+
+impl Drop for ArenaBlock {
+    fn drop(&mut self) {
+        host::free(self.ptr);
+    }
+}
+
+#[test]
+fn a_domain_reaches_only_the_arena_blocks_it_was_lent_and_writes_only_those_lent_writable() {
+    const LEN: usize = 2 << 20;
+    // Before the domain starts: a domain gets arena blocks when the host has an arena.
+    host::enable(1 << 30).expect("the arena");
+    let policy = Policy::from_toml_str(POLICY, "hostile policy").expect("the policy parses");
+    let sup = Supervisor::new(policy);
+    let events = sup.subscribe();
+    let ext = sup.load_with(builtin("hostile"), Some(Isolation::Process)).expect("load hostile in a process domain");
+    let mut input = ArenaBlock::new(LEN, 0x11);
+    let mut never_lent = ArenaBlock::new(LEN, 0x22);
+    let mut output = ArenaBlock::new(LEN, 0x33);
+    let scan = |buffer: Arg<'_>| match ext.call("hostile_arena", &mut [buffer, Arg::I64(LEN as i64)], RetType::I64) {
+        Ok(Value::I64(found_and_overwritten)) => (found_and_overwritten / 256, found_and_overwritten % 256),
+        other => panic!("hostile_arena: {other:?}"),
+    };
+    // Lent as an input: the domain holds that block alone, read-only.
+    assert_eq!(scan(Arg::In(input.bytes())), (1, 0), "(blocks found, blocks overwritten) lent one input");
+    // Lent an output as well: it holds both, and can write the output (lent writable), never the input.
+    assert_eq!(scan(Arg::InOut(output.bytes())), (2, 1), "(blocks found, blocks overwritten) lent an output too");
+    assert!(input.filled_with(0x11), "the input lent read-only changed");
+    assert!(never_lent.filled_with(0x22), "a block never lent changed");
+    assert!(output.bytes().starts_with(b"PWNED"), "the output lent writable is the domain's to write");
+    assert_eq!(ext.stats().lent_in_place, 2, "both crossed in place");
+    // Reopening a read-only descriptor read-write is refused: a SIGSYS fault of the extension.
+    let result = ext
+        .call("hostile_attack", &mut [Arg::I64(OVERWRITE_MEMFDS)], RetType::I64)
+        .map(|v| v.as_i64().expect("an i64 result"));
+    let outcome = Outcome { result, faults: faults(&events) };
+    assert_trapped("reopening the arena and the input pool read-write", &outcome);
+    assert!(input.filled_with(0x11), "the input lent read-only changed");
+    assert!(never_lent.filled_with(0x22), "a block never lent changed");
 }

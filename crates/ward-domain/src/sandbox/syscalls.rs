@@ -102,7 +102,8 @@ fn allowed(role: Role, loosen: Loosen) -> Vec<Allowed> {
         always(SYS_readv),
         always(SYS_writev),
         always(SYS_pread64),
-        // The arena view writes back the edges of a window it lent privately (ward_xpc::arena::view).
+        // The arena view writes back the edges of a range lent writable (ward_xpc::arena::view), through the
+        // read-write descriptor of a block lent as an output; a read-only one refuses it (EBADF).
         always(SYS_pwrite64),
         always(SYS_preadv),
         always(SYS_preadv2),
@@ -114,7 +115,8 @@ fn allowed(role: Role, loosen: Loosen) -> Vec<Allowed> {
         always(SYS_dup3),
         always(SYS_pipe),
         always(SYS_pipe2),
-        // Control socket messages (ward_xpc::control); sockets of its own need `network`.
+        // Control socket messages (ward_xpc::control), and the descriptors of arena blocks the host lends on it
+        // (recvmsg); sockets of its own need `network`.
         always(SYS_sendmsg),
         always(SYS_recvmsg),
         always(SYS_sendto),

@@ -1,4 +1,10 @@
-//! The domain's side of the arena: windows onto the host's arena file, opened for one call at a time.
+//! The domain's side of the arena: windows onto the host's arena blocks, opened for one call at a time.
+//!
+//! The host sends the descriptor of each block it lends the first time it lends it ([`super::BlockMessage`], on the
+//! incarnation's control socket, before the call that names it): read-only for an input or scratch, read-write for
+//! an output. The view keeps them until the host drops the block, and maps only from them: a block it was not lent
+//! is not in this process at all, and a block lent read-only cannot be mapped writable and shared (the kernel
+//! refuses `PROT_WRITE` on a shared mapping of a read-only descriptor, and any later `mprotect` to it).
 //!
 //! A window maps the pages of one lent range (`MAP_SHARED`) and is followed by a reserved page that is never
 //! accessible, so running off the end of a lent buffer faults. Windows are kept between calls (a host lends the same
@@ -11,16 +17,17 @@
 //!
 //! A scratch input (the extension may write it, the host's bytes must not change) is lent read-only and registered
 //! with [`on_write_fault`], which the domain's `SIGSEGV` handler calls: the first write replaces the lent pages by a
-//! private copy-on-write mapping of the same file range, and the write is retried there. When the call ends the
-//! shared mapping is put back (the private copy is dropped).
+//! private copy-on-write mapping of the same block range (which a read-only descriptor allows), and the write is
+//! retried there. When the call ends the shared mapping is put back (the private copy is dropped).
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
+use crate::control::ControlSocket;
 use crate::shm::page_size;
 
-use super::ArenaError;
+use super::{ArenaError, BlockMessage};
 
 /// How the extension may use a lent range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +48,7 @@ struct ScratchSlot {
     start: AtomicUsize,
     len: AtomicUsize,
     file_offset: AtomicUsize,
-    /// The arena file's descriptor in this process.
+    /// The block's descriptor in this process.
     fd: AtomicI32,
     /// The pages are a private copy now (written at least once).
     private: AtomicBool,
@@ -69,9 +76,9 @@ pub fn on_write_fault(addr: usize) -> bool {
         }
         let offset = slot.file_offset.load(Ordering::Relaxed);
         let fd = slot.fd.load(Ordering::Relaxed);
-        // SAFETY: [start, start + len) is a range of our own window mapping onto the arena file at `offset`, lent
-        // to the running call as scratch; MAP_FIXED replaces exactly those pages with a private mapping of the same
-        // file range, so every address stays mapped and reads the same bytes until written.
+        // SAFETY: [start, start + len) is a range of our own window mapping onto the block at `offset`, lent to the
+        // running call as scratch; MAP_FIXED replaces exactly those pages with a private mapping of the same block
+        // range, so every address stays mapped and reads the same bytes until written.
         if unsafe { map_file_over(start, len, libc::PROT_READ | libc::PROT_WRITE, Sharing::Private, fd, offset) }
             .is_err()
         {
@@ -83,8 +90,25 @@ pub fn on_write_fault(addr: usize) -> bool {
     false
 }
 
+/// A block the host lent this domain.
+struct Held {
+    block: u64,
+    /// The best descriptor the host sent: read-write once it lent the block as an output.
+    fd: OwnedFd,
+    /// Descriptors a later one replaced (a read-only one by a read-write one): kept, because windows, scratch slots
+    /// and lent ranges may still name them by number.
+    replaced: Vec<OwnedFd>,
+    size: u64,
+    writable: bool,
+    /// The host dropped it while a window of it was still in use: closed once no window of it is left.
+    dropped: bool,
+}
+
 struct Window {
-    /// Page-aligned offset in the arena file and length of the mapped pages.
+    block: u64,
+    /// Mapped from a read-write descriptor: a window mapped from a read-only one can never be made writable.
+    writable: bool,
+    /// Page-aligned offset in the block and length of the mapped pages.
     file_offset: usize,
     len: usize,
     addr: usize,
@@ -109,17 +133,21 @@ struct Open {
 pub struct Lent {
     /// The buffer's address in this process.
     pub ptr: *mut u8,
+    /// The address of its window (windows come and go with blocks, so they are found by it).
     window: usize,
-    /// The lent pages: address, length, file offset.
+    /// The block's descriptor the pages were mapped from.
+    fd: RawFd,
+    /// The lent pages: address, length, offset in the block.
     pages: (usize, usize, usize),
     scratch: Option<usize>,
     /// A writable range's first and last pages when the range covers them only in part: private copies, so that
     /// what the extension writes beside the range (past its end, say) never reaches the host. The bytes of the
-    /// range in them are written back to the file when the call ends.
+    /// range in them are written back to the block when the call ends.
     edges: [Option<Edge>; 2],
 }
 
-/// A page of a writable range mapped private: its address and file offset, and the part of it the range covers.
+/// A page of a writable range mapped private: its address and offset in the block, and the part of it the range
+/// covers.
 #[derive(Debug, Clone, Copy)]
 struct Edge {
     addr: usize,
@@ -128,35 +156,33 @@ struct Edge {
     len: usize,
 }
 
-/// The domain's windows onto the host's arena.
+/// What was open when a call began: block, offset of the open pages in it, and how they were open.
+type OpenAt = (u64, usize, Open);
+
+/// The domain's windows onto the host's arena blocks.
 pub struct ArenaView {
-    fd: OwnedFd,
-    size: u64,
+    /// Where the host's block descriptors come from; None until [`ArenaView::attach`].
+    channel: Option<ControlSocket>,
+    blocks: Vec<Held>,
     page: usize,
     windows: Vec<Window>,
     mapped: usize,
     /// Bytes of idle windows kept mapped at most.
     cache: usize,
     clock: u64,
-    /// What was open when each of the last three calls began (file offset of the open pages, and how they were
-    /// open; sorted), oldest first: the history [`ArenaView::settle`] predicts the next call's ranges from.
-    recent: [Option<Vec<(usize, Open)>>; 3],
+    /// What was open when each of the last three calls began (sorted), oldest first: the history
+    /// [`ArenaView::settle`] predicts the next call's ranges from.
+    recent: [Option<Vec<OpenAt>>; 3],
     /// `settle` has run since the last call began.
     settled: bool,
 }
 
 impl ArenaView {
-    /// A view of the arena file `fd`, keeping up to `cache` bytes of windows mapped between calls.
-    pub fn new(fd: OwnedFd, cache: usize) -> Result<ArenaView, ArenaError> {
-        // SAFETY: an all-zero `stat` is a valid value of this plain C struct, and fstat fills it.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: st is a valid, writable `stat`; fd is open.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(ArenaError::Map { what: "inspect the arena for", source: io::Error::last_os_error() });
-        }
-        Ok(ArenaView {
-            fd,
-            size: st.st_size as u64,
+    /// A view holding no block yet, keeping up to `cache` bytes of windows mapped between calls.
+    pub fn new(cache: usize) -> ArenaView {
+        ArenaView {
+            channel: None,
+            blocks: Vec::new(),
             page: page_size(),
             windows: Vec::new(),
             mapped: 0,
@@ -164,15 +190,120 @@ impl ArenaView {
             clock: 0,
             recent: [None, None, None],
             settled: false,
-        })
+        }
     }
 
-    /// Make `[offset, offset + len)` of the arena accessible as `access` until [`ArenaView::end`].
-    pub fn lend(&mut self, offset: u64, len: u64, access: Access) -> Result<Lent, ArenaError> {
-        let out_of_bounds = ArenaError::OutOfBounds { offset, len, size: self.size };
+    /// Take block descriptors from `channel` (this incarnation's control socket) from now on.
+    pub fn attach(&mut self, channel: ControlSocket) {
+        self.channel = Some(channel);
+    }
+
+    /// The descriptor this view holds for `block`, if the host lent it (for tests and diagnostics).
+    pub fn descriptor(&self, block: u64) -> Option<BorrowedFd<'_>> {
+        self.held(block).map(|h| h.fd.as_fd())
+    }
+
+    fn held(&self, block: u64) -> Option<&Held> {
+        self.blocks.iter().find(|h| h.block == block && !h.dropped)
+    }
+
+    /// Take every message the host has sent: blocks lent, blocks dropped. The host sends a block's descriptor before
+    /// the call that first names it, so a call never waits here.
+    fn receive(&mut self) -> Result<(), ArenaError> {
+        loop {
+            let message = match &self.channel {
+                Some(channel) => channel.try_recv().map_err(ArenaError::Channel)?,
+                None => None,
+            };
+            let Some(message) = message else { return Ok(()) };
+            match (BlockMessage::parse(&message.text), message.fd) {
+                (Some(BlockMessage::Lend { block, writable }), Some(fd)) => self.accept(block, writable, fd)?,
+                (Some(BlockMessage::Drop { block }), None) => self.forget(block),
+                _ => {
+                    return Err(ArenaError::Channel(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("unexpected control message `{}`", message.text),
+                    )))
+                }
+            }
+        }
+    }
+
+    /// The host lent `block` (again): keep its descriptor, unless a read-write one is already here.
+    fn accept(&mut self, block: u64, writable: bool, fd: OwnedFd) -> Result<(), ArenaError> {
+        // SAFETY: an all-zero `stat` is a valid value of this plain C struct, and fstat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: st is a valid, writable `stat`; fd is open.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(ArenaError::Map { what: "inspect the block of", source: io::Error::last_os_error() });
+        }
+        let size = st.st_size as u64;
+        match self.blocks.iter_mut().find(|h| h.block == block) {
+            Some(h) if h.writable && !h.dropped && !writable => {}
+            Some(h) => {
+                let old = std::mem::replace(&mut h.fd, fd);
+                h.replaced.push(old);
+                (h.size, h.writable, h.dropped) = (size, writable, false);
+                if writable {
+                    // Windows mapped from the read-only descriptor can never be written: the idle ones go.
+                    self.unmap_idle(|w| w.block == block && !w.writable);
+                }
+            }
+            None => self.blocks.push(Held { block, fd, replaced: Vec::new(), size, writable, dropped: false }),
+        }
+        Ok(())
+    }
+
+    /// The host dropped `block`: unmap its idle windows, and close its descriptors once none is left.
+    fn forget(&mut self, block: u64) {
+        if let Some(h) = self.blocks.iter_mut().find(|h| h.block == block) {
+            h.dropped = true;
+        }
+        self.unmap_idle(|w| w.block == block);
+        self.purge(block);
+    }
+
+    /// Forget a dropped block that no window uses any more.
+    fn purge(&mut self, block: u64) {
+        let dropped = self.blocks.iter().any(|h| h.block == block && h.dropped);
+        if dropped && !self.windows.iter().any(|w| w.block == block) {
+            self.blocks.retain(|h| h.block != block);
+        }
+    }
+
+    /// Unmap the idle windows `which` selects.
+    fn unmap_idle(&mut self, which: impl Fn(&Window) -> bool) {
+        let mut i = 0;
+        while i < self.windows.len() {
+            if self.windows[i].busy == 0 && which(&self.windows[i]) {
+                self.unmap_window(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn unmap_window(&mut self, i: usize) {
+        let w = self.windows.remove(i);
+        // SAFETY: the window (and its reserved page) is ours, idle (no call uses it), and no longer listed.
+        unsafe { libc::munmap(w.addr as *mut libc::c_void, w.len + self.page) };
+        self.mapped -= w.len;
+    }
+
+    /// Make `[offset, offset + len)` of block `block` accessible as `access` until [`ArenaView::end`].
+    pub fn lend(&mut self, block: u64, offset: u64, len: u64, access: Access) -> Result<Lent, ArenaError> {
+        let need_write = access == Access::ReadWrite;
+        if self.held(block).is_none_or(|h| need_write && !h.writable) {
+            self.receive()?;
+        }
+        let held = self.held(block).ok_or(ArenaError::NotLent(block))?;
+        if need_write && !held.writable {
+            return Err(ArenaError::ReadOnly(block));
+        }
+        let (size, fd, writable_fd) = (held.size, held.fd.as_raw_fd(), held.writable);
         let end = match offset.checked_add(len) {
-            Some(end) if len > 0 && end <= self.size => end,
-            _ => return Err(out_of_bounds),
+            Some(end) if len > 0 && end <= size => end,
+            _ => return Err(ArenaError::OutOfBounds { block, offset, len, size }),
         };
         let (first, last) = super::pages_of(offset, len);
         let (first, last) = (first as usize, last as usize);
@@ -184,11 +315,15 @@ impl ArenaView {
         // a busy window: this lend gets a window of its own rather than change what the outer call sees).
         let fits = |w: &Window| {
             let wanted = Open { addr: w.addr + first.wrapping_sub(w.file_offset), len: last - first, prot };
-            w.file_offset <= first && last <= w.file_offset + w.len && (w.busy == 0 || w.open == Some(wanted))
+            w.block == block
+                && (w.writable || !need_write)
+                && w.file_offset <= first
+                && last <= w.file_offset + w.len
+                && (w.busy == 0 || w.open == Some(wanted))
         };
         let w = match self.windows.iter().position(fits) {
             Some(w) => w,
-            None => self.map_window(first, last - first)?,
+            None => self.map_window(block, fd, writable_fd, first, last - first)?,
         };
         self.clock += 1;
         let window = &mut self.windows[w];
@@ -208,6 +343,7 @@ impl ArenaView {
             window.open = Some(wanted);
         }
         window.busy += 1;
+        let window_addr = window.addr;
         let scratch = if access == Access::Scratch {
             // Claim a free slot atomically (a slot is claimed by a non-zero start; 1 is never a page address).
             let claimed = SCRATCH
@@ -218,7 +354,7 @@ impl ArenaView {
                     let slot = &SCRATCH[i];
                     slot.len.store(pages.1, Ordering::Relaxed);
                     slot.file_offset.store(pages.2, Ordering::Relaxed);
-                    slot.fd.store(self.fd.as_raw_fd(), Ordering::Relaxed);
+                    slot.fd.store(fd, Ordering::Relaxed);
                     slot.private.store(false, Ordering::Relaxed);
                     slot.start.store(pages.0, Ordering::Release);
                     Some(i)
@@ -231,9 +367,15 @@ impl ArenaView {
         } else {
             None
         };
-        let mut lent =
-            Lent { ptr: (addr + (offset as usize - first)) as *mut u8, window: w, pages, scratch, edges: [None, None] };
-        if access == Access::ReadWrite {
+        let mut lent = Lent {
+            ptr: (addr + (offset as usize - first)) as *mut u8,
+            window: window_addr,
+            fd,
+            pages,
+            scratch,
+            edges: [None, None],
+        };
+        if need_write {
             if let Err(e) = self.privatise_edges(&mut lent, offset as usize, end as usize) {
                 self.end(lent);
                 return Err(e);
@@ -265,9 +407,8 @@ impl ArenaView {
             let Some(edge) = edge else { continue };
             let rw = libc::PROT_READ | libc::PROT_WRITE;
             // SAFETY: one page of our own window (inside the lent range, just made writable), replaced by a private
-            // mapping of the same file page: same address, same bytes until written.
-            let private =
-                unsafe { map_file_over(edge.addr, page, rw, Sharing::Private, self.fd.as_raw_fd(), edge.file_offset) };
+            // mapping of the same block page: same address, same bytes until written.
+            let private = unsafe { map_file_over(edge.addr, page, rw, Sharing::Private, lent.fd, edge.file_offset) };
             private.map_err(|source| ArenaError::Map { what: "privatise the edges of", source })?;
             // Recorded as soon as it is private, so `end` restores it even if the other edge fails.
             lent.edges[i] = Some(*edge);
@@ -275,29 +416,29 @@ impl ArenaView {
         Ok(())
     }
 
-    /// Write the range's bytes in a private edge page back to the file, then map the shared page back.
-    fn restore_edge(&self, edge: &Edge) {
+    /// Write the range's bytes in a private edge page back to the block, then map the shared page back.
+    fn restore_edge(&self, fd: RawFd, edge: &Edge) {
         // SAFETY: [edge.addr + skip, + len) lies inside the private page mapped in `privatise_edges`, readable; pwrite
-        // copies it into the arena file (the host's memory) at the same place.
+        // copies it into the block (the host's memory) at the same place, through the read-write descriptor it was
+        // lent with.
         unsafe {
             libc::pwrite(
-                self.fd.as_raw_fd(),
+                fd,
                 (edge.addr + edge.skip) as *const libc::c_void,
                 edge.len,
                 (edge.file_offset + edge.skip) as libc::off_t,
             )
         };
         let rw = libc::PROT_READ | libc::PROT_WRITE;
-        // SAFETY: MAP_FIXED over that same page of our window, with the shared file page, writable as the rest of
+        // SAFETY: MAP_FIXED over that same page of our window, with the shared block page, writable as the rest of
         // the range stays until sealed; the private copy is dropped (its bytes were just written back).
-        let _ =
-            unsafe { map_file_over(edge.addr, self.page, rw, Sharing::Shared, self.fd.as_raw_fd(), edge.file_offset) };
+        let _ = unsafe { map_file_over(edge.addr, self.page, rw, Sharing::Shared, fd, edge.file_offset) };
     }
 
     /// The call is over: the lent pages become inaccessible again (a scratch copy is dropped).
     pub fn end(&mut self, lent: Lent) {
         for edge in lent.edges.iter().flatten() {
-            self.restore_edge(edge);
+            self.restore_edge(lent.fd, edge);
         }
         let (addr, len, file_offset) = lent.pages;
         let restored = lent.scratch.is_some_and(|i| {
@@ -306,25 +447,32 @@ impl ArenaView {
             slot.start.store(0, Ordering::Release);
             private
         });
+        let window = self.windows.iter().position(|w| w.addr == lent.window);
         if restored {
             // SAFETY: [addr, addr + len) is the range that on_write_fault replaced by a private mapping inside our
-            // window; mapping the shared file range back over it (MAP_FIXED) restores the window as it was (open
+            // window; mapping the shared block range back over it (MAP_FIXED) restores the window as it was (open
             // read-only, see `lend`) and drops the private copy nobody refers to any more (the call is over).
-            let back =
-                unsafe { map_file_over(addr, len, libc::PROT_READ, Sharing::Shared, self.fd.as_raw_fd(), file_offset) };
+            let back = unsafe { map_file_over(addr, len, libc::PROT_READ, Sharing::Shared, lent.fd, file_offset) };
             if back.is_err() {
                 // The private copy stays; make it inaccessible so no later call reads it for the host's bytes (which
                 // it never wrote).
                 let _ = protect(addr, len, libc::PROT_NONE);
-                if let Some(w) = self.windows.get_mut(lent.window) {
-                    w.open = None;
+                if let Some(w) = window {
+                    self.windows[w].open = None;
                 }
             }
         }
         // The pages stay accessible until the next call that does not lend them begins (`seal_idle`): only calls
         // run the extension's code, and a host lending the same frame again is spared two protection changes.
-        if let Some(w) = self.windows.get_mut(lent.window) {
-            w.busy = w.busy.saturating_sub(1);
+        if let Some(w) = window {
+            let window = &mut self.windows[w];
+            window.busy = window.busy.saturating_sub(1);
+            let block = window.block;
+            if window.busy == 0 && !self.blocks.iter().any(|h| h.block == block && !h.dropped) {
+                // Its block was dropped during the call.
+                self.unmap_window(w);
+                self.purge(block);
+            }
         }
         self.trim();
     }
@@ -340,9 +488,12 @@ impl ArenaView {
                 }
             }
         }
-        let mut lent: Vec<(usize, Open)> =
-            self.windows.iter().filter_map(|w| w.open.map(|o| (w.file_offset + (o.addr - w.addr), o))).collect();
-        lent.sort_by_key(|&(offset, o)| (offset, o.addr));
+        let mut lent: Vec<OpenAt> = self
+            .windows
+            .iter()
+            .filter_map(|w| w.open.map(|o| (w.block, w.file_offset + (o.addr - w.addr), o)))
+            .collect();
+        lent.sort_by_key(|&(block, offset, o)| (block, offset, o.addr));
         self.recent.rotate_left(1);
         self.recent[2] = Some(lent);
         self.settled = false;
@@ -363,15 +514,18 @@ impl ArenaView {
             [Some(before_last), Some(previous), Some(last)] if before_last == last => previous.clone(),
             _ => Vec::new(),
         };
-        // A window unmapped since (the cache trimmed) is not opened again, and its address, should the kernel reuse it
-        // for another window, matches no prediction: the file offset must match too.
+        // A window unmapped since (the cache trimmed, its block dropped) is not opened again, and its address, should
+        // the kernel reuse it for another window, matches no prediction: the block and offset must match too.
         let wanted_in = |w: &Window| {
             predicted
                 .iter()
-                .find(|(offset, o)| {
-                    o.addr >= w.addr && o.addr + o.len <= w.addr + w.len && w.file_offset + (o.addr - w.addr) == *offset
+                .find(|(block, offset, o)| {
+                    *block == w.block
+                        && o.addr >= w.addr
+                        && o.addr + o.len <= w.addr + w.len
+                        && w.file_offset + (o.addr - w.addr) == *offset
                 })
-                .map(|&(_, o)| o)
+                .map(|&(_, _, o)| o)
         };
         // Close first, then open: nothing is reachable beyond what the prediction names at any moment.
         for opening in [false, true] {
@@ -400,8 +554,16 @@ impl ArenaView {
         self.settled = true;
     }
 
-    /// Map a new window of `len` bytes at file offset `file_offset`, followed by an inaccessible reserved page.
-    fn map_window(&mut self, file_offset: usize, len: usize) -> Result<usize, ArenaError> {
+    /// Map a new window of `len` bytes of block `block` (descriptor `fd`) at `file_offset`, followed by an
+    /// inaccessible reserved page.
+    fn map_window(
+        &mut self,
+        block: u64,
+        fd: RawFd,
+        writable: bool,
+        file_offset: usize,
+        len: usize,
+    ) -> Result<usize, ArenaError> {
         self.mapped += len;
         self.trim();
         let reserve = len + self.page;
@@ -420,18 +582,25 @@ impl ArenaView {
             self.mapped -= len;
             return Err(ArenaError::Map { what: "reserve", source: io::Error::last_os_error() });
         }
-        // SAFETY: MAP_FIXED over the first `len` bytes of the reservation just made (ours alone), with the arena
-        // file's pages; the reserved page after it stays inaccessible.
-        let mapped = unsafe {
-            map_file_over(base as usize, len, libc::PROT_NONE, Sharing::Shared, self.fd.as_raw_fd(), file_offset)
-        };
+        // SAFETY: MAP_FIXED over the first `len` bytes of the reservation just made (ours alone), with the block's
+        // pages; the reserved page after it stays inaccessible.
+        let mapped = unsafe { map_file_over(base as usize, len, libc::PROT_NONE, Sharing::Shared, fd, file_offset) };
         if let Err(e) = mapped {
             // SAFETY: unmapping the reservation made above, which nothing refers to.
             unsafe { libc::munmap(base, reserve) };
             self.mapped -= len;
             return Err(ArenaError::Map { what: "map", source: e });
         }
-        self.windows.push(Window { file_offset, len, addr: base as usize, busy: 0, last_used: self.clock, open: None });
+        self.windows.push(Window {
+            block,
+            writable,
+            file_offset,
+            len,
+            addr: base as usize,
+            busy: 0,
+            last_used: self.clock,
+            open: None,
+        });
         Ok(self.windows.len() - 1)
     }
 
@@ -446,14 +615,9 @@ impl ArenaView {
                 .min_by_key(|(_, w)| w.last_used)
                 .map(|(i, _)| i);
             let Some(i) = victim else { return };
-            if self.windows.iter().skip(i + 1).any(|w| w.busy > 0) {
-                // Removing it would renumber a window a call is still using; keep it for now.
-                return;
-            }
-            let w = self.windows.remove(i);
-            // SAFETY: the window (and its reserved page) is ours, idle (no call uses it), and no longer listed.
-            unsafe { libc::munmap(w.addr as *mut libc::c_void, w.len + self.page) };
-            self.mapped -= w.len;
+            let block = self.windows[i].block;
+            self.unmap_window(i);
+            self.purge(block);
         }
     }
 
@@ -470,14 +634,14 @@ enum Sharing {
     Private,
 }
 
-/// Map the arena file's pages from `file_offset` over `[addr, addr + len)` (`MAP_FIXED`), with `prot`: the same
-/// addresses now show the file's bytes, shared with the host or as a private copy. Async-signal-safe (one `mmap`).
+/// Map a block's pages from `file_offset` over `[addr, addr + len)` (`MAP_FIXED`), with `prot`: the same addresses
+/// now show the block's bytes, shared with the host or as a private copy. Async-signal-safe (one `mmap`).
 ///
 /// # Safety
 ///
 /// `[addr, addr + len)` must be page-aligned and lie inside a window (or window reservation) of this module, where
-/// Rust owns nothing, and whatever it held must be unneeded or equal to the file's bytes there; `fd` must be the arena
-/// file.
+/// Rust owns nothing, and whatever it held must be unneeded or equal to the block's bytes there; `fd` must be the
+/// descriptor of the window's block.
 unsafe fn map_file_over(
     addr: usize,
     len: usize,
@@ -514,8 +678,28 @@ mod tests {
     use super::*;
     use crate::shm::SharedMemory;
 
+    /// The block the tests lend.
+    const B: u64 = 1;
+
+    /// Lend `host` as block `block` over `socket`, read-write or read-only, as a host does.
+    fn lend(socket: &ControlSocket, block: u64, host: &SharedMemory, writable: bool) {
+        let fd = if writable { host.fd().try_clone_to_owned().unwrap() } else { host.read_only_fd().unwrap() };
+        socket.send(&BlockMessage::Lend { block, writable }.to_text(), Some(fd.as_fd())).unwrap();
+    }
+
+    /// A view attached to a control socket, and the host's end of it.
+    fn attached(cache: usize) -> (ControlSocket, ArenaView) {
+        let (host, domain) = ControlSocket::pair().unwrap();
+        let mut view = ArenaView::new(cache);
+        view.attach(domain);
+        (host, view)
+    }
+
+    /// A view that was lent `host` as block B, read-write.
     fn view_of(host: &SharedMemory, cache: usize) -> ArenaView {
-        ArenaView::new(host.fd().try_clone_to_owned().unwrap(), cache).unwrap()
+        let (socket, view) = attached(cache);
+        lend(&socket, B, host, true);
+        view
     }
 
     #[test]
@@ -523,12 +707,12 @@ mod tests {
         let host = SharedMemory::create("view-test", 1 << 20).unwrap();
         host.write_at(5000, b"frame").unwrap();
         let mut view = view_of(&host, 1 << 20);
-        let lent = view.lend(5000, 5, Access::Read).unwrap();
+        let lent = view.lend(B, 5000, 5, Access::Read).unwrap();
         // SAFETY: the range is lent readable for 5 bytes.
         let seen = unsafe { std::slice::from_raw_parts(lent.ptr, 5) }.to_vec();
         assert_eq!(seen, b"frame");
         view.end(lent);
-        let out = view.lend(5000, 5, Access::ReadWrite).unwrap();
+        let out = view.lend(B, 5000, 5, Access::ReadWrite).unwrap();
         // SAFETY: the range is lent writable for 5 bytes.
         unsafe { std::ptr::copy_nonoverlapping(b"FRAME".as_ptr(), out.ptr, 5) };
         view.end(out);
@@ -542,8 +726,10 @@ mod tests {
     fn a_written_scratch_range_becomes_private_and_the_host_keeps_its_bytes() {
         let host = SharedMemory::create("view-scratch", 1 << 20).unwrap();
         host.write_at(8192, b"input").unwrap();
-        let mut view = view_of(&host, 1 << 20);
-        let lent = view.lend(8192, 5, Access::Scratch).unwrap();
+        // Lent read-only: a private copy-on-write mapping needs no more.
+        let (socket, mut view) = attached(1 << 20);
+        lend(&socket, B, &host, false);
+        let lent = view.lend(B, 8192, 5, Access::Scratch).unwrap();
         assert!(!on_write_fault(lent.ptr as usize + 4096 * 10), "addresses outside the range are not handled");
         // What the signal handler does on the first write.
         assert!(on_write_fault(lent.ptr as usize));
@@ -555,7 +741,7 @@ mod tests {
         let mut back = [0u8; 5];
         host.read_at(8192, &mut back).unwrap();
         assert_eq!(&back, b"input");
-        let again = view.lend(8192, 5, Access::Read).unwrap();
+        let again = view.lend(B, 8192, 5, Access::Read).unwrap();
         // SAFETY: lent readable for 5 bytes.
         assert_eq!(unsafe { std::slice::from_raw_parts(again.ptr, 5) }, b"input", "the shared pages are back");
         view.end(again);
@@ -568,7 +754,7 @@ mod tests {
         let mut view = view_of(&host, 1 << 20);
         // Bytes 100..(2 * 4096 + 50): partial first and last pages.
         let (offset, len) = (100usize, 2 * 4096 - 50);
-        let lent = view.lend(offset as u64, len as u64, Access::ReadWrite).unwrap();
+        let lent = view.lend(B, offset as u64, len as u64, Access::ReadWrite).unwrap();
         // SAFETY: the lent pages are writable from the start of the first page to the end of the last: the range
         // itself and, beside it, private copies of its edge pages.
         unsafe {
@@ -583,7 +769,7 @@ mod tests {
         assert!(back[offset..offset + len].iter().all(|&b| b == 0x22), "the range");
         assert!(back[offset + len..].iter().all(|&b| b == 0x11), "after the range");
         // The edge pages are shared again: a new lend reads what the host holds.
-        let again = view.lend(0, 3 * 4096, Access::Read).unwrap();
+        let again = view.lend(B, 0, 3 * 4096, Access::Read).unwrap();
         // SAFETY: lent readable for the three pages.
         let seen = unsafe { std::slice::from_raw_parts(again.ptr, 3 * 4096) }.to_vec();
         view.end(again);
@@ -609,12 +795,12 @@ mod tests {
     fn a_range_stays_open_after_its_call_until_a_call_that_does_not_lend_it() {
         let host = SharedMemory::create("view-seal", 1 << 20).unwrap();
         let mut view = view_of(&host, 1 << 20);
-        let lent = view.lend(0, 3 * 4096, Access::ReadWrite).unwrap();
+        let lent = view.lend(B, 0, 3 * 4096, Access::ReadWrite).unwrap();
         let addr = lent.ptr as usize + 4096;
         assert_eq!(perms_at(addr), "rw-s");
         view.end(lent);
         assert_eq!(perms_at(addr), "rw-s", "open until the next call");
-        let again = view.lend(0, 3 * 4096, Access::Read).unwrap();
+        let again = view.lend(B, 0, 3 * 4096, Access::Read).unwrap();
         assert_eq!(perms_at(addr), "r--s", "lent read-only this time");
         view.seal_idle();
         assert_eq!(perms_at(addr), "r--s", "a range lent to a call in progress stays open");
@@ -625,7 +811,7 @@ mod tests {
 
     /// One call as the domain serves it: lend, seal the rest, run (nothing here), end.
     fn one_call(view: &mut ArenaView, offset: u64, access: Access) -> usize {
-        let lent = view.lend(offset, 3 * 4096, access).unwrap();
+        let lent = view.lend(B, offset, 3 * 4096, access).unwrap();
         view.seal_idle();
         let addr = lent.ptr as usize;
         view.end(lent);
@@ -648,13 +834,13 @@ mod tests {
         assert_eq!(perms_at(at_b), "rw-s", "A, B, A: B is opened for the next call, as it was lent");
         assert_eq!(perms_at(at_a), "---s", "and the last call's range is closed");
         // The call that comes as predicted finds its range open; the one that does not is served all the same.
-        let lent = view.lend(b, 3 * 4096, Access::ReadWrite).unwrap();
+        let lent = view.lend(B, b, 3 * 4096, Access::ReadWrite).unwrap();
         view.seal_idle();
         assert_eq!((perms_at(at_a), perms_at(at_b)), ("---s".into(), "rw-s".into()));
         view.end(lent);
         view.settle(|| false);
         assert_eq!((perms_at(at_a), perms_at(at_b)), ("rw-s".into(), "---s".into()));
-        let lent = view.lend(b, 3 * 4096, Access::Read).unwrap();
+        let lent = view.lend(B, b, 3 * 4096, Access::Read).unwrap();
         view.seal_idle();
         assert_eq!(perms_at(at_a), "---s", "a wrong guess is closed when the call begins");
         assert_eq!(perms_at(at_b), "r--s", "and the range is open as this call lends it");
@@ -670,7 +856,7 @@ mod tests {
         let at = one_call(&mut view, 0, Access::Read);
         view.settle(|| true);
         assert_eq!(perms_at(at), "r--s", "interrupted before its first change");
-        let lent = view.lend(0, 3 * 4096, Access::Read).unwrap();
+        let lent = view.lend(B, 0, 3 * 4096, Access::Read).unwrap();
         view.seal_idle();
         view.settle(|| false);
         assert_eq!(perms_at(at), "r--s", "a range lent to a call in progress is left alone");
@@ -679,15 +865,120 @@ mod tests {
         assert_eq!(perms_at(at), "---s");
     }
 
+    /// Whether `fd` can be mapped shared and writable (the mapping is undone at once).
+    fn maps_writable(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        // SAFETY: a fresh mapping chosen by the kernel, unmapped at once if made.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the mapping just made.
+        unsafe { libc::munmap(p, len) };
+        Ok(())
+    }
+
+    #[test]
+    fn a_block_never_lent_is_refused_and_one_lent_read_only_cannot_be_written() {
+        let host = SharedMemory::create("view-read-only", 1 << 20).unwrap();
+        host.write_at(0, b"input").unwrap();
+        let (socket, mut view) = attached(1 << 20);
+        assert!(matches!(view.lend(B, 0, 5, Access::Read), Err(ArenaError::NotLent(B))), "nothing lent yet");
+        lend(&socket, B, &host, false);
+        assert!(matches!(view.lend(B + 1, 0, 5, Access::Read), Err(ArenaError::NotLent(_))), "another block");
+        assert!(view.descriptor(B + 1).is_none());
+        assert!(matches!(view.lend(B, 0, 5, Access::ReadWrite), Err(ArenaError::ReadOnly(B))));
+        let lent = view.lend(B, 0, 5, Access::Read).unwrap();
+        // SAFETY: lent readable for 5 bytes.
+        assert_eq!(unsafe { std::slice::from_raw_parts(lent.ptr, 5) }, b"input");
+        // What an extension could try on its own: the descriptor maps shared only for reading, and the open window
+        // cannot be made writable.
+        let fd = view.descriptor(B).unwrap();
+        assert_eq!(maps_writable(fd, 1 << 20).unwrap_err().raw_os_error(), Some(libc::EACCES));
+        let page_start = lent.ptr as usize & !(page_size() - 1);
+        let err = protect(page_start, page_size(), libc::PROT_READ | libc::PROT_WRITE).unwrap_err();
+        assert!(matches!(err, ArenaError::Map { source, .. } if source.raw_os_error() == Some(libc::EACCES)));
+        view.end(lent);
+        let mut back = [0u8; 5];
+        host.read_at(0, &mut back).unwrap();
+        assert_eq!(&back, b"input");
+    }
+
+    #[test]
+    fn a_block_lent_writable_later_is_written_in_place_and_a_dropped_one_is_gone() {
+        let host = SharedMemory::create("view-upgrade", 1 << 20).unwrap();
+        let (socket, mut view) = attached(1 << 20);
+        lend(&socket, B, &host, false);
+        let lent = view.lend(B, 0, 3 * 4096, Access::Read).unwrap();
+        view.end(lent);
+        assert_eq!(view.windows.len(), 1);
+        // Lent as an output now: the read-write descriptor comes, and the read-only window goes.
+        lend(&socket, B, &host, true);
+        let out = view.lend(B, 0, 3 * 4096, Access::ReadWrite).unwrap();
+        assert_eq!(view.windows.len(), 1, "the window of the read-only descriptor was unmapped");
+        // SAFETY: lent writable for three pages.
+        unsafe { std::ptr::write_bytes(out.ptr, 0x5a, 3 * 4096) };
+        view.end(out);
+        let mut back = vec![0u8; 3 * 4096];
+        host.read_at(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0x5a));
+        maps_writable(view.descriptor(B).unwrap(), 1 << 20).unwrap();
+        // Lent read-only again: the domain keeps what it has (the residue SECURITY.md names).
+        lend(&socket, B, &host, false);
+        let lent = view.lend(B, 0, 4096, Access::ReadWrite).unwrap();
+        view.end(lent);
+        // Dropped: its windows and descriptors go, and it is not lent any more.
+        socket.send(&BlockMessage::Drop { block: B }.to_text(), None).unwrap();
+        lend(&socket, B + 1, &host, false);
+        let lent = view.lend(B + 1, 0, 4096, Access::Read).unwrap();
+        view.end(lent);
+        assert!(view.descriptor(B).is_none());
+        assert!(view.windows.iter().all(|w| w.block != B), "the dropped block's windows are unmapped");
+        assert!(matches!(view.lend(B, 0, 4096, Access::Read), Err(ArenaError::NotLent(B))));
+    }
+
+    #[test]
+    fn a_block_dropped_during_a_call_stays_until_the_call_ends() {
+        let host = SharedMemory::create("view-drop-busy", 1 << 20).unwrap();
+        host.write_at(0, b"frame").unwrap();
+        let (socket, mut view) = attached(1 << 20);
+        lend(&socket, B, &host, false);
+        let outer = view.lend(B, 0, 5, Access::Read).unwrap();
+        socket.send(&BlockMessage::Drop { block: B }.to_text(), None).unwrap();
+        lend(&socket, B + 1, &host, false);
+        let inner = view.lend(B + 1, 0, 5, Access::Read).unwrap();
+        // SAFETY: still lent readable for 5 bytes.
+        assert_eq!(unsafe { std::slice::from_raw_parts(outer.ptr, 5) }, b"frame");
+        view.end(inner);
+        view.end(outer);
+        assert!(view.blocks.iter().all(|h| h.block != B), "forgotten once its call ended");
+        assert!(view.windows.iter().all(|w| w.block != B));
+    }
+
+    #[test]
+    fn anything_else_on_the_control_socket_is_refused() {
+        let (socket, mut view) = attached(1 << 20);
+        socket.send("arena lend 1 rw", None).unwrap();
+        assert!(matches!(view.lend(B, 0, 5, Access::Read), Err(ArenaError::Channel(_))), "a lend without a descriptor");
+    }
+
     #[test]
     fn ranges_outside_the_arena_are_refused_and_the_cache_is_bounded() {
         let host = SharedMemory::create("view-bounds", 1 << 20).unwrap();
         let mut view = view_of(&host, 256 << 10);
-        assert!(matches!(view.lend(1 << 20, 1, Access::Read), Err(ArenaError::OutOfBounds { .. })));
-        assert!(matches!(view.lend(u64::MAX, 2, Access::Read), Err(ArenaError::OutOfBounds { .. })));
-        assert!(matches!(view.lend(0, 0, Access::Read), Err(ArenaError::OutOfBounds { .. })));
+        assert!(matches!(view.lend(B, 1 << 20, 1, Access::Read), Err(ArenaError::OutOfBounds { .. })));
+        assert!(matches!(view.lend(B, u64::MAX, 2, Access::Read), Err(ArenaError::OutOfBounds { .. })));
+        assert!(matches!(view.lend(B, 0, 0, Access::Read), Err(ArenaError::OutOfBounds { .. })));
         for i in 0..8u64 {
-            let lent = view.lend(i * (128 << 10), 128 << 10, Access::Read).unwrap();
+            let lent = view.lend(B, i * (128 << 10), 128 << 10, Access::Read).unwrap();
             assert!(view.mapped() <= 256 << 10, "{} bytes mapped", view.mapped());
             view.end(lent);
         }

@@ -9,12 +9,13 @@
 //! Nothing the domain writes is trusted: replies are copied out of the ring and parsed into a private copy, a
 //! reply whose id is not the innermost call in flight is a protocol violation, and so is a malformed record.
 
+mod lending;
 mod pace;
 #[allow(unsafe_code)]
 mod spawn;
 
 use std::collections::VecDeque;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +23,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use ward_abi::{RegArgs, RegRet};
-use ward_xpc::arena::{self, POOL_ARENA};
+use ward_xpc::arena::{self, BlockRef, POOL_ARENA};
 use ward_xpc::batch::BatchWriter;
 use ward_xpc::control::{ControlSocket, LoadRequest};
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
@@ -121,6 +122,8 @@ struct Incarnation {
     cpu: Option<usize>,
     /// The processors it could run on before the first move, to give back when calls go back to spinning.
     spread: Option<Vec<usize>>,
+    /// The arena blocks it holds, and its control socket to lend more (with an arena).
+    lending: Option<lending::Lending>,
 }
 
 pub(crate) struct ProcessBackend {
@@ -139,10 +142,11 @@ pub(crate) struct ProcessBackend {
     /// Scalar deferred calls not yet on the ring: they go in one batch record (one domain crossing).
     batch: BatchWriter,
     record: Box<[u8]>,
-    /// The host's arena, passed to every domain: buffers in it are lent in place.
-    arena: Option<BorrowedFd<'static>>,
-    /// Arena pages lent to calls in flight, as `[first, end)` offsets: one range is never lent twice at once (the
-    /// domain would take it back when the inner call ends).
+    /// The host has an arena: buffers in its blocks are lent in place, each block's descriptor sent to the domain
+    /// the first time.
+    arena: bool,
+    /// Arena pages lent to calls in flight, as `[first, end)` of wire references (`BlockRef::to_wire`): one range is
+    /// never lent twice at once (the domain would take it back when the inner call ends).
     in_place_pages: Vec<(u64, u64)>,
     /// Buffers lent in place so far.
     lent_in_place: u64,
@@ -185,7 +189,7 @@ impl ProcessBackend {
             deferred_unpublished: 0,
             batch: BatchWriter::new(),
             record: vec![0u8; MAX_RECORD].into_boxed_slice(),
-            arena: arena::host::shared_fd(),
+            arena: arena::host::enabled(),
             in_place_pages: Vec::new(),
             lent_in_place: 0,
             callbacks_open: 0,
@@ -212,7 +216,14 @@ impl ProcessBackend {
             let pools = lock(&self.pools);
             (
                 self.region.memory().fd().try_clone_to_owned(),
-                pools.input.memory().fd().try_clone_to_owned(),
+                // Read-only: the domain maps the input pool read-only, and cannot map it otherwise either. Without
+                // /proc (`sandbox::missing` says so) it gets the read-write descriptor.
+                pools
+                    .input
+                    .memory()
+                    .read_only_fd()
+                    .ok()
+                    .map_or_else(|| pools.input.memory().fd().try_clone_to_owned(), Ok),
                 pools.output.memory().fd().try_clone_to_owned(),
             )
         };
@@ -280,9 +291,10 @@ impl ProcessBackend {
         }
     }
 
-    /// Fork an incarnation from the zygote (starting one if needed). A zygote that does not answer within the
+    /// Fork an incarnation from the zygote (starting one if needed): its pid, pidfd, and (with an arena) its
+    /// control socket, whose other end goes with the fork request. A zygote that does not answer within the
     /// policy's deadline, or answers something else, failed: it is killed (`zygote_failed`) and this fails.
-    fn fork_from_zygote(&mut self) -> Result<(i32, OwnedFd), String> {
+    fn fork_from_zygote(&mut self) -> Result<(i32, OwnedFd, Option<ControlSocket>), String> {
         if self.zygote.is_some() && !self.zygote_alive() {
             // It died since the last fork (nothing of ours kills a zygote without dropping it).
             self.zygote_failed(FaultKind::Vanished);
@@ -299,7 +311,15 @@ impl ProcessBackend {
         }
         let deadline = self.cfg.deadline;
         let z = self.zygote.as_ref().ok_or("no zygote")?;
-        let answer = match z.control.send("fork", None) {
+        let channel = match self.arena {
+            true => Some(ControlSocket::pair().map_err(|e| format!("cannot create a control socket: {e}"))?),
+            false => None,
+        };
+        let (ours, theirs) = match channel {
+            Some((ours, theirs)) => (Some(ours), Some(theirs)),
+            None => (None, None),
+        };
+        let answer = match z.control.send("fork", theirs.as_ref().map(|t| t.as_fd())) {
             Ok(()) => z.control.recv(Some(deadline)),
             Err(e) => Err(e),
         };
@@ -307,7 +327,7 @@ impl ProcessBackend {
             // The pid in the text is the zygote's namespace's: the pidfd says which process it is here.
             Ok(Some(m)) => match (m.text.starts_with("forked "), m.fd) {
                 (true, Some(fd)) => match spawn::incarnation_of(fd.as_fd(), z.pid) {
-                    Ok(pid) => return Ok((pid, fd)),
+                    Ok(pid) => return Ok((pid, fd, ours)),
                     Err(why) => FaultKind::Protocol { what: format!("it answered a fork request, but {why}") },
                 },
                 _ => FaultKind::Protocol { what: format!("it answered a fork request with `{}`", m.text) },
@@ -657,14 +677,21 @@ impl ProcessBackend {
     /// Lend `bytes` in place if they lie in one block of the host's arena (and are worth it, and no call in flight
     /// has their pages): the wire argument naming them, and its loan. None: copy them through a pool instead.
     fn lend_in_place(&mut self, bytes: &[u8], kind: ArgKind, output: bool) -> Option<(WireArg, Loan)> {
-        self.arena?;
-        if bytes.len() < LEND_IN_PLACE_MIN {
+        if !self.arena || bytes.len() < LEND_IN_PLACE_MIN {
             return None;
         }
-        let offset = arena::host::locate(bytes.as_ptr(), bytes.len())?;
+        let at = arena::host::locate(bytes.as_ptr(), bytes.len())?;
+        let offset = at.to_wire()?;
         let len = bytes.len() as u64;
         let pages = arena::pages_of(offset, len);
         if self.in_place_pages.iter().any(|&(a, b)| a < pages.1 && pages.0 < b) {
+            return None;
+        }
+        // The domain gets the block's descriptor the first time (read-write only for an output).
+        let in_flight = &self.in_place_pages;
+        let busy = |block: u64| in_flight.iter().any(|&(first, _)| BlockRef::from_wire(first).block == block);
+        let lending = self.live.as_mut()?.lending.as_mut()?;
+        if !lending.ensure(at.block, output, busy) {
             return None;
         }
         self.in_place_pages.push(pages);
@@ -1189,9 +1216,9 @@ impl Backend for ProcessBackend {
         let (requests, replies) = self.region.host_endpoints();
         self.requests = requests;
         self.replies = replies;
-        let (pid, pidfd, parent, via) = if self.cfg.zygote {
+        let (pid, pidfd, parent, via, channel) = if self.cfg.zygote {
             match self.fork_from_zygote() {
-                Ok((pid, fd)) => (pid, fd, Parent::Zygote, RestartVia::Zygote),
+                Ok((pid, fd, channel)) => (pid, fd, Parent::Zygote, RestartVia::Zygote, channel),
                 Err(first) => {
                     // A zygote that misbehaves is replaced once. If the new one fails a fork too (a deadline too
                     // short for this machine's load, say), the incarnation is spawned instead, so recovery goes
@@ -1199,10 +1226,16 @@ impl Backend for ProcessBackend {
                     self.kill_zygote();
                     let failed = self.zygote_failures.len();
                     match self.fork_from_zygote() {
-                        Ok((pid, fd)) => (pid, fd, Parent::Zygote, RestartVia::Zygote),
+                        Ok((pid, fd, channel)) => (pid, fd, Parent::Zygote, RestartVia::Zygote, channel),
                         Err(_) if self.zygote_failures.len() > failed => {
                             let started = self.launch(spawn::Mode::Serve)?;
-                            (started.pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
+                            (
+                                started.pid,
+                                started.pidfd,
+                                Parent::Us(started.child),
+                                RestartVia::Spawn,
+                                Some(started.control),
+                            )
                         }
                         Err(second) => return Err(format!("{first}; then {second}")),
                     }
@@ -1210,15 +1243,27 @@ impl Backend for ProcessBackend {
             }
         } else {
             let started = self.launch(spawn::Mode::Serve)?;
-            (started.pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn)
+            (started.pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn, Some(started.control))
         };
+        // A serving process keeps its control socket: arena blocks come on it.
+        let open_files = self.cfg.limits.open_files;
+        let lending = channel.filter(|_| self.arena).map(|c| lending::Lending::new(c, open_files));
         let death = DeathWatch::new(self.region.clone());
         let watch = self.monitor.watch(pidfd.as_fd(), death.clone()).map_err(|e| format!("cannot watch: {e}"))?;
         let pidfd = Arc::new(pidfd);
         let held = pidfd.clone();
         tracker.track(ResourceKind::Descriptor, move || drop(held));
-        self.live =
-            Some(Incarnation { pid, _watch: watch, pidfd, death, parent, ended: None, cpu: None, spread: None });
+        self.live = Some(Incarnation {
+            pid,
+            _watch: watch,
+            pidfd,
+            death,
+            parent,
+            ended: None,
+            cpu: None,
+            spread: None,
+            lending,
+        });
         Ok(via)
     }
 }

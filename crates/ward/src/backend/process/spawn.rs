@@ -50,10 +50,12 @@ pub(crate) struct Launch<'a> {
     pub sandbox: &'a [OsString],
     pub extensions: &'a [ExtensionSpec],
     pub region: BorrowedFd<'a>,
+    /// Read-only: the domain can map it only for reading.
     pub pool_in: BorrowedFd<'a>,
     pub pool_out: BorrowedFd<'a>,
-    /// The host's arena (`ward_xpc::arena`), whose blocks calls may lend in place.
-    pub arena: Option<BorrowedFd<'a>>,
+    /// The host has an arena (`ward_xpc::arena`): calls may lend its blocks in place, whose descriptors come on
+    /// the control socket.
+    pub arena: bool,
     /// A run-time library fault for the domain (policy `library_fault`).
     pub preload: Option<&'a crate::libfault::Preload>,
 }
@@ -143,7 +145,7 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
         args.push(flag.into());
         args.push(value.into());
     }
-    if launch.arena.is_some() {
+    if launch.arena {
         args.push("--arena".into());
     }
     args.extend(launch.sandbox.iter().cloned());
@@ -169,9 +171,8 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
         env.push(env_entry("LD_PRELOAD".as_ref(), preload.library.as_os_str()));
         env.push(env_entry(crate::libfault::ENV_VAR.as_ref(), preload.config.as_ref()));
     }
-    // Descriptors 3, 4, 5, 6 and (with an arena) 7 in the domain, in this order.
-    let mut sources: Vec<BorrowedFd<'_>> = vec![theirs.as_fd(), launch.region, launch.pool_in, launch.pool_out];
-    sources.extend(launch.arena);
+    // Descriptors 3, 4, 5, 6 in the domain, in this order.
+    let sources: Vec<BorrowedFd<'_>> = vec![theirs.as_fd(), launch.region, launch.pool_in, launch.pool_out];
     let pid = posix_spawn(launch.program, &args, &env, &sources)
         .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
     drop(theirs);
