@@ -12,8 +12,9 @@
 //! | 7 | the host's arena, with `--arena` (its large blocks, lent in place: see `ward_xpc::arena`) |
 //!
 //! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
-//! tie its life to the host's (`--parent`; the host runs nothing in the child before exec), close every other
-//! descriptor, map the region, install the fault recorders, map the pools, enter the sandbox (see [`sandbox`]: from
+//! tie its life to the host's (`--parent`; the host runs nothing in the child before exec), join the domain's
+//! cgroup (`--cgroup`: its memory, process and CPU limits hold from here on), close every other descriptor, map the
+//! region, install the fault recorders, map the pools, enter the sandbox (see [`sandbox`]: from
 //! here on a hostile extension is contained), load the extensions, run their init functions, apply the resource
 //! limits. Then, in `serve` mode, it serves calls; in `zygote` mode it waits for `fork` requests and forks a fresh,
 //! already-initialised incarnation for each, which narrows its system call filter before serving (see [`zygote`]).
@@ -68,9 +69,14 @@ fn main() -> ExitCode {
         eprintln!("ward-domain: its host (process {}) is gone; nothing to serve", args.parent);
         return ExitCode::from(2);
     }
+    let joined = join_cgroups(&args.cgroups);
     close_other_descriptors(args.arena);
     // SAFETY: the host passed fd 3 as the control socket; nothing else in this process owns it.
     let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(FD_CONTROL) });
+    if let Err(message) = joined {
+        report_error(&control, &message);
+        return ExitCode::from(2);
+    }
     match setup(args) {
         Ok(setup) => match setup.args.mode {
             Mode::Serve => {
@@ -123,6 +129,22 @@ fn setup(args: Args) -> Result<Setup, String> {
     // dynamic linker's start-up.
     faults::apply_limits(&args.limits).map_err(|e| format!("cannot apply resource limits: {e}"))?;
     Ok(Setup { region, pool_in, pool_out, arena, library, args })
+}
+
+/// Move this process into the domain's cgroup, one directory per hierarchy. First, before the sandbox forbids
+/// writing files and before any extension code runs; the zygote's forks inherit it.
+fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), String> {
+    use std::io::Write;
+    let own = std::process::id().to_string();
+    for dir in dirs {
+        let procs = dir.join("cgroup.procs");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&procs)
+            .and_then(|mut f| f.write_all(own.as_bytes()))
+            .map_err(|e| format!("cannot join the domain's cgroup ({}): {e}", procs.display()))?;
+    }
+    Ok(())
 }
 
 /// Best effort: if the host is gone there is nobody to tell.
