@@ -276,6 +276,52 @@ fn protections(policy: &ward::Policy, name: &str) -> Vec<Protection> {
             limits.open_files
         ),
     );
+    // The domain's cgroup: each limit is off when the policy sets 0, missing where the machine gives no cgroup.
+    let cgroup = |part: &str| lacks(part).or_else(|| lacks("cgroup"));
+    let limit = |part: &str, value: u64, on: String, off: &str| -> (&'static str, String) {
+        match cgroup(part) {
+            Some(why) => ("missing", why),
+            None if value == 0 => ("off", off.to_string()),
+            None => ("on", on),
+        }
+    };
+    let (state, what) = limit(
+        "cgroup-memory",
+        limits.memory_mb,
+        format!(
+            "cgroup of the zygote and its incarnations: memory {}, shared memory and memfd pages included; over it \
+             the kernel kills the domain, a fault of the extension",
+            mb(limits.memory_mb)
+        ),
+        "cgroup: memory unlimited (policy memory_mb = 0)",
+    );
+    push("cgroup-memory", state, what);
+    let (state, what) = limit(
+        "cgroup-pids",
+        limits.pids,
+        format!("cgroup: at most {} processes and threads, the zygote's included", limits.pids),
+        "cgroup: processes and threads unlimited (policy pids = 0)",
+    );
+    push("cgroup-pids", state, what);
+    let (state, what) = limit(
+        "cgroup-cpu",
+        limits.cpu_percent,
+        format!("cgroup: CPU quota {}% of one processor", limits.cpu_percent),
+        "cgroup: no CPU quota (policy cpu_percent = 0); CPU is accounted",
+    );
+    push("cgroup-cpu", state, what);
+    let (state, what) = if limits.idle_cpu_ms == 0 {
+        ("off", "CPU used between calls: not checked (policy)".to_string())
+    } else {
+        (
+            "on",
+            format!(
+                "CPU used between calls by threads other than the serving one: over {} ms per second, a fault",
+                limits.idle_cpu_ms
+            ),
+        )
+    };
+    push("idle-cpu", state, what);
     out
 }
 

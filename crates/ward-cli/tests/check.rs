@@ -152,6 +152,10 @@ fn sandbox_lists_every_protection_and_what_the_policy_loosens() {
         "seccomp",
         "shared-memory",
         "limits",
+        "cgroup-memory",
+        "cgroup-pids",
+        "cgroup-cpu",
+        "idle-cpu",
     ] {
         assert!(text.lines().any(|l| l.trim_start().starts_with(protection)), "{protection} not listed: {text}");
     }
@@ -178,6 +182,40 @@ fn sandbox_lists_every_protection_and_what_the_policy_loosens() {
     let text = stdout(&writes);
     let shared = text.lines().find(|l| l.trim_start().starts_with("shared-memory")).expect("a shared-memory line");
     assert!(shared.contains("loosened") && shared.contains("reopened read-write"), "{shared}");
+}
+
+#[test]
+fn sandbox_lists_the_cgroup_limits_and_the_cpu_check_as_the_policy_sets_them() {
+    let s = Scratch::new("sandbox-limits");
+    let line = |text: &str, name: &str| -> String {
+        text.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string()
+    };
+    let strict = run(ward().args(["check", "--sandbox"]).arg(s.path("well.so")));
+    assert!(strict.status.success(), "{}", stderr(&strict));
+    let text = stdout(&strict);
+    let memory = line(&text, "cgroup-memory");
+    assert!(memory.contains(" on ") || memory.contains(" missing "), "{memory}");
+    if memory.contains(" on ") {
+        assert!(memory.contains("1024 MiB") && memory.contains("memfd"), "{memory}");
+    }
+    assert!(line(&text, "idle-cpu").contains(" on ") && line(&text, "idle-cpu").contains("100 ms"), "{text}");
+
+    let policy = s.path("limits.toml");
+    std::fs::write(&policy, "[extension.well.limits]\nmemory_mb = 0\npids = 32\nidle_cpu_ms = 0\n")
+        .expect("write the policy");
+    let set = run(ward().args(["check", "--sandbox", "--policy"]).arg(&policy).arg(s.path("well.so")));
+    assert!(set.status.success(), "{}", stderr(&set));
+    let text = stdout(&set);
+    let memory = line(&text, "cgroup-memory");
+    assert!(memory.contains(" off ") || memory.contains(" missing "), "{memory}");
+    let pids = line(&text, "cgroup-pids");
+    assert!(pids.contains("at most 32") || pids.contains(" missing "), "{pids}");
+    assert!(line(&text, "idle-cpu").contains(" off "), "{text}");
+
+    std::fs::write(&policy, "[extension.well.limits]\npids = 2\n").expect("write the policy");
+    let bad = run(ward().args(["check", "--sandbox", "--policy"]).arg(&policy).arg(s.path("well.so")));
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("pids"), "{}", stderr(&bad));
 }
 
 #[test]

@@ -2,11 +2,12 @@
 //!
 //! `ward-domain --mode serve|zygote --parent PID --spin N [--as-mb N] [--cpu-s N] [--nofile N] [--arena]
 //! [--no-seccomp] [--no-landlock] [--no-pid-namespace] [--allow network|exec|fork]... [--writable PATH]...
-//! (--ext PATH [--init SYMBOL] [--poison])...`
+//! [--cgroup DIR]... (--ext PATH [--init SYMBOL] [--poison])...`
 //!
 //! `--parent` names the host process, which the domain must not outlive; `--arena` says the host may lend blocks of
 //! its arena in place (their descriptors come on the control socket). The sandbox ([`crate::sandbox`]) is on unless a
-//! `--no-*` flag turns a part of it off; `--allow` and `--writable` loosen it as the policy says.
+//! `--no-*` flag turns a part of it off; `--allow` and `--writable` loosen it as the policy says. `--cgroup` names a
+//! directory of the domain's cgroup (one per hierarchy) that the process joins before anything else.
 
 use std::path::PathBuf;
 
@@ -46,6 +47,8 @@ pub struct Args {
     /// The host lends arena blocks in place.
     pub arena: bool,
     pub sandbox: sandbox::Config,
+    /// Directories of the cgroup to join (`cgroup.procs` in each).
+    pub cgroups: Vec<PathBuf>,
 }
 
 impl Args {
@@ -57,6 +60,7 @@ impl Args {
         let mut extensions: Vec<ExtensionArg> = Vec::new();
         let mut arena = false;
         let mut sandbox = sandbox::Config::strict();
+        let mut cgroups = Vec::new();
         while let Some(flag) = it.next() {
             let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
             match flag.as_str() {
@@ -84,6 +88,7 @@ impl Args {
                     other => return Err(format!("--allow takes network, exec, fork or writes, got `{other}`")),
                 },
                 "--writable" => sandbox.writable.push(PathBuf::from(value()?)),
+                "--cgroup" => cgroups.push(PathBuf::from(value()?)),
                 "--ext" => extensions.push(ExtensionArg { path: PathBuf::from(value()?), init: None, poison: false }),
                 "--poison" => {
                     let last = extensions.last_mut().ok_or("--poison must follow an --ext")?;
@@ -102,7 +107,7 @@ impl Args {
         if extensions.is_empty() {
             return Err("no --ext given".into());
         }
-        Ok(Args { mode, parent, spin, limits, extensions, arena, sandbox })
+        Ok(Args { mode, parent, spin, limits, extensions, arena, sandbox, cgroups })
     }
 }
 
@@ -147,6 +152,8 @@ mod tests {
         assert!(a.sandbox.seccomp && !a.sandbox.landlock);
         assert!(a.sandbox.loosen.network && a.sandbox.loosen.fork && !a.sandbox.loosen.exec);
         assert_eq!(a.sandbox.writable, vec![PathBuf::from("/var/x")]);
+        let c = parse("--mode serve --parent 1 --cgroup /cg/memory/w --cgroup /cg/pids/w --ext /a.so").unwrap();
+        assert_eq!(c.cgroups, [PathBuf::from("/cg/memory/w"), PathBuf::from("/cg/pids/w")]);
         assert!(parse("--mode serve --parent 1 --allow everything --ext /a.so").is_err());
         assert!(!parse("--mode serve --parent 1 --no-seccomp --ext /a.so").unwrap().sandbox.seccomp);
         assert!(!parse("--mode serve --parent 1 --no-pid-namespace --ext /a.so").unwrap().sandbox.pid_namespace);

@@ -15,8 +15,8 @@
 //! forked by a zygote gets a control socket of its own with the fork request).
 //!
 //! Start-up runs these steps in order, each with its own error (reported on the control socket, exit status 2):
-//! tie its life to the host's (`--parent`; the host runs nothing in the child before exec), close every other
-//! descriptor, enter a PID namespace of its own (the process the host started stays outside as a waiter that ends
+//! tie its life to the host's (`--parent`; the host runs nothing in the child before exec), join the domain's
+//! cgroup (`--cgroup`: its memory, process and CPU limits hold from here on), close every other descriptor, enter a PID namespace of its own (the process the host started stays outside as a waiter that ends
 //! as the domain ends: see [`sandbox::namespace`]), map the region, install the fault recorders, map the pools,
 //! enter the sandbox (see [`sandbox`]: from here on a hostile extension is contained), load the extensions, run
 //! their init functions, apply the resource limits. It answers `ready` with a pidfd of itself (the host's handle on
@@ -74,6 +74,8 @@ fn main() -> ExitCode {
         eprintln!("ward-domain: its host (process {}) is gone; nothing to serve", args.parent);
         return ExitCode::from(2);
     }
+    // First of all, so that the waiter, init and the domain (and a zygote's incarnations) are all in it.
+    let joined = join_cgroups(&args.cgroups);
     close_other_descriptors();
     // Before anything else: the waiter and init this starts return only as the domain proper, in the namespace.
     // What the host is told with `ready` about a namespace it asked for and did not get.
@@ -91,6 +93,10 @@ fn main() -> ExitCode {
         };
     // SAFETY: the host passed fd 3 as the control socket; nothing else in this process owns it.
     let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(FD_CONTROL) });
+    if let Err(message) = joined {
+        report_error(&control, &message);
+        return ExitCode::from(2);
+    }
     // The host knows this process by the pidfd it sends with `ready`: the pid it would say is its namespace's.
     let own = match own_pidfd() {
         Ok(fd) => fd,
@@ -169,6 +175,22 @@ fn own_pidfd() -> std::io::Result<OwnedFd> {
     }
     // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Move this process into the domain's cgroup, one directory per hierarchy. First, before the sandbox forbids
+/// writing files and before any extension code runs; the zygote's forks inherit it.
+fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), String> {
+    use std::io::Write;
+    let own = std::process::id().to_string();
+    for dir in dirs {
+        let procs = dir.join("cgroup.procs");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&procs)
+            .and_then(|mut f| f.write_all(own.as_bytes()))
+            .map_err(|e| format!("cannot join the domain's cgroup ({}): {e}", procs.display()))?;
+    }
+    Ok(())
 }
 
 /// Best effort: if the host is gone there is nobody to tell.

@@ -78,6 +78,10 @@ const EXPORTS: &[(&str, &[&str])] = &[
     ("stale_ladspa", &["ladspa_descriptor"]),
     ("hostile", &["hostile_attack", "hostile_arena"]),
     ("hostile_ladspa", &["ladspa_descriptor"]),
+    (
+        "resources",
+        &["resources_anon", "resources_memfd", "resources_shm", "resources_fork", "resources_burn", "resources_ping"],
+    ),
     ("stale", &["stale_rbx", "stale_r15", "stale_second_arg", "stale_first_arg", "stale_stack_8k"]),
     ("threads", &["threads_wait", "threads_count", "threads_crash"]),
     (

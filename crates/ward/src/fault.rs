@@ -26,6 +26,13 @@ pub enum FaultKind {
     /// callback did not return within the call's deadline: a callback that waits for such a call would never
     /// return. The call was not made; the domain itself is fine and keeps serving the call it is in.
     BusyInCallback { deadline: Duration },
+    /// The domain's cgroup reached its memory limit (the policy's `memory_mb`; memory of its processes, and the
+    /// shared memory and memfd pages they touched) and the kernel's OOM killer killed the process (SIGKILL).
+    MemoryLimit { limit_mb: u64 },
+    /// While no call was in flight, threads of the domain other than the one serving calls used more CPU than the
+    /// policy allows (`idle_cpu_ms` per second): `used` over `over` of time between calls, where `allowed` was the
+    /// budget for that time. The monitor killed the domain.
+    IdleCpu { used: Duration, over: Duration, allowed: Duration },
 }
 
 /// What the domain's signal handler saw as it died: a claim of the failed process, used only when its record
@@ -120,7 +127,7 @@ pub struct Fault {
 
 impl Fault {
     /// A short machine-friendly name of the kind: `signal`, `exit`, `timeout`, `heartbeat`, `protocol`,
-    /// `bad-output`, `vanished`, `busy`.
+    /// `bad-output`, `vanished`, `busy`, `memory`, `idle-cpu`.
     pub fn kind_name(&self) -> &'static str {
         match self.kind {
             FaultKind::Signal { .. } => "signal",
@@ -131,6 +138,8 @@ impl Fault {
             FaultKind::BadOutput { .. } => "bad-output",
             FaultKind::Vanished => "vanished",
             FaultKind::BusyInCallback { .. } => "busy",
+            FaultKind::MemoryLimit { .. } => "memory",
+            FaultKind::IdleCpu { .. } => "idle-cpu",
         }
     }
 
@@ -169,6 +178,15 @@ impl FaultKind {
                 "no turn within {}: the domain was busy in a host callback of another thread's call all that time \
                  (a callback that waits for a call into the same domain from another thread would never return)",
                 fmt_duration(*deadline)
+            ),
+            FaultKind::MemoryLimit { limit_mb } => {
+                format!("memory limit of {limit_mb} MiB reached (killed by the kernel's OOM killer, SIGKILL)")
+            }
+            FaultKind::IdleCpu { used, over, allowed } => format!(
+                "used {} ms of CPU in {} between calls (policy allows {} ms)",
+                used.as_millis(),
+                fmt_duration(*over),
+                allowed.as_millis()
             ),
         }
     }

@@ -4,6 +4,9 @@
 //! When one fires, the domain's [`DeathWatch`] is marked and the host thread waiting on that domain's reply ring is
 //! woken, so a crash is seen within microseconds whatever the waiting thread was doing.
 //!
+//! Jobs that look at domains at intervals ([`Monitor::every`]: the CPU a domain uses between calls) run on this
+//! thread too, every [`PERIOD`] while there are any: the thread then waits for events at most that long.
+//!
 //! Domain processes are spawned on this thread too: `PR_SET_PDEATHSIG` fires when the *thread* that forked a child
 //! exits, and this thread lives as long as the supervisor, while the host thread that happened to load an extension
 //! may not.
@@ -14,22 +17,38 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use ward_xpc::Region;
+
+/// How often periodic jobs run.
+pub(crate) const PERIOD: Duration = Duration::from_millis(100);
 
 /// Set when a domain process has ended.
 pub(crate) struct DeathWatch {
     dead: AtomicBool,
     region: Region,
+    /// Why ward killed the process, when ward did (a job of this thread): the fault to report for its death.
+    killed_for: Mutex<Option<crate::fault::FaultKind>>,
 }
 
 impl DeathWatch {
     pub fn new(region: Region) -> Arc<DeathWatch> {
-        Arc::new(DeathWatch { dead: AtomicBool::new(false), region })
+        Arc::new(DeathWatch { dead: AtomicBool::new(false), region, killed_for: Mutex::new(None) })
     }
 
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
+    }
+
+    /// Say why ward is about to kill the process: its death is then reported as `kind`.
+    pub fn blame(&self, kind: crate::fault::FaultKind) {
+        *self.killed_for.lock().unwrap_or_else(|e| e.into_inner()) = Some(kind);
+    }
+
+    /// Why ward killed the process, if it did.
+    pub fn blamed(&self) -> Option<crate::fault::FaultKind> {
+        self.killed_for.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn mark_dead(&self) {
@@ -39,12 +58,15 @@ impl DeathWatch {
 }
 
 type Job = Box<dyn FnOnce() + Send>;
+/// A job run every [`PERIOD`], given the time.
+type Periodic = Box<dyn FnMut(Instant) + Send>;
 
 struct Shared {
     epoll: OwnedFd,
     wake: OwnedFd,
     watches: Mutex<HashMap<u64, Arc<DeathWatch>>>,
     jobs: Mutex<Vec<Job>>,
+    periodic: Mutex<HashMap<u64, Periodic>>,
     stop: AtomicBool,
 }
 
@@ -73,6 +95,18 @@ impl Drop for WatchGuard {
     }
 }
 
+/// Removes its periodic job from the monitor when dropped (waiting for a run in progress to end).
+pub(crate) struct PeriodicGuard {
+    shared: Arc<Shared>,
+    token: u64,
+}
+
+impl Drop for PeriodicGuard {
+    fn drop(&mut self) {
+        self.shared.periodic.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.token);
+    }
+}
+
 impl Monitor {
     pub fn start() -> std::io::Result<Arc<Monitor>> {
         // SAFETY: epoll_create1 and eventfd take no pointers; results are checked and owned below.
@@ -95,6 +129,7 @@ impl Monitor {
             wake,
             watches: Mutex::new(HashMap::new()),
             jobs: Mutex::new(Vec::new()),
+            periodic: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
         });
         let thread_shared = shared.clone();
@@ -109,6 +144,16 @@ impl Monitor {
         let guard = WatchGuard { shared: self.shared.clone(), token, fd: pidfd.as_raw_fd() };
         add(self.shared.epoll.as_raw_fd(), pidfd.as_raw_fd(), token, (libc::EPOLLIN | libc::EPOLLONESHOT) as u32)?;
         Ok(guard)
+    }
+
+    /// Run `job` on the monitor thread every [`PERIOD`] (or a little later, when spawning a domain keeps the thread
+    /// busy) until the guard is dropped. A job must not drop a guard of this monitor.
+    pub fn every(&self, job: impl FnMut(Instant) + Send + 'static) -> PeriodicGuard {
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        self.shared.periodic.lock().unwrap_or_else(|e| e.into_inner()).insert(token, Box::new(job));
+        // Wake the thread so that it starts waiting with a timeout.
+        kick(&self.shared.wake);
+        PeriodicGuard { shared: self.shared.clone(), token }
     }
 
     /// Run `f` on the monitor thread and return its result.
@@ -149,9 +194,23 @@ fn kick(eventfd: &OwnedFd) {
 
 fn run(shared: &Shared) {
     let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut next_periodic = Instant::now() + PERIOD;
     while !shared.stop.load(Ordering::Acquire) {
+        let timeout = if shared.periodic.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+            -1
+        } else {
+            next_periodic.saturating_duration_since(Instant::now()).as_millis().min(i32::MAX as u128) as i32
+        };
         // SAFETY: events is a valid array of the length given.
-        let n = unsafe { libc::epoll_wait(shared.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, -1) };
+        let n =
+            unsafe { libc::epoll_wait(shared.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout) };
+        let now = Instant::now();
+        if now >= next_periodic {
+            next_periodic = now + PERIOD;
+            for job in shared.periodic.lock().unwrap_or_else(|e| e.into_inner()).values_mut() {
+                job(now);
+            }
+        }
         if n < 0 {
             continue; // EINTR
         }

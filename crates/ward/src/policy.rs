@@ -47,6 +47,10 @@
 //! address_space_mb = 1024    # 0 = unlimited, else at least 16
 //! cpu_s = 0                  # 0 = unlimited
 //! open_files = 256
+//! memory_mb = 1024           # the domain's cgroup: memory, shared memory included (0 = unlimited, else >= 16)
+//! pids = 128                 # the domain's cgroup: processes and threads (0 = unlimited, else >= 8)
+//! cpu_percent = 0            # the domain's cgroup: CPU quota in % of one processor (0 = none)
+//! idle_cpu_ms = 100          # CPU a domain may use per second between calls before it is a fault (0 = no check)
 //!
 //! [extension.faulty]
 //! group = "demo"
@@ -87,8 +91,10 @@
 //!   100 years; `deadline_ms` and `restart_period_s` must be positive;
 //! - `backoff_factor`: at least 1.0; `max_retries`: at most 100; `spin`: at
 //!   most 10 000 000; `limits.open_files`: at least 1;
-//!   `limits.address_space_mb`: 0 (unlimited) or at least 16 (less cannot
-//!   hold a domain);
+//!   `limits.address_space_mb` and `limits.memory_mb`: 0 (unlimited) or at
+//!   least 16 (less cannot hold a domain); `limits.pids`: 0 (unlimited) or at
+//!   least 8; `limits.cpu_percent`: at most 100 000; `limits.idle_cpu_ms`: at
+//!   most 1000;
 //! - extension and group names: non-empty, of `[A-Za-z0-9_.-]`; function
 //!   names and `init`: C function names.
 //!
@@ -254,11 +260,28 @@ pub struct Limits {
     pub cpu_s: u64,
     /// Open file descriptors; at least 1.
     pub open_files: u64,
+    /// Memory of the domain's cgroup in MiB (its processes' memory, and the shared memory and memfd pages they
+    /// touch); 0 = unlimited. Without a usable cgroup only `address_space_mb` holds.
+    pub memory_mb: u64,
+    /// Processes and threads in the domain's cgroup (the zygote and its incarnations together); 0 = unlimited.
+    pub pids: u64,
+    /// CPU quota of the domain's cgroup, in percent of one processor; 0 = none.
+    pub cpu_percent: u64,
+    /// CPU the domain may use per second between calls, in ms, before that is a fault; 0 = not checked.
+    pub idle_cpu_ms: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { address_space_mb: 1024, cpu_s: 0, open_files: 256 }
+        Limits {
+            address_space_mb: 1024,
+            cpu_s: 0,
+            open_files: 256,
+            memory_mb: 1024,
+            pids: 128,
+            cpu_percent: 0,
+            idle_cpu_ms: 100,
+        }
     }
 }
 
@@ -468,6 +491,14 @@ pub struct LimitsOverride {
     pub cpu_s: Option<u64>,
     /// See [`Limits::open_files`].
     pub open_files: Option<u64>,
+    /// See [`Limits::memory_mb`].
+    pub memory_mb: Option<u64>,
+    /// See [`Limits::pids`].
+    pub pids: Option<u64>,
+    /// See [`Limits::cpu_percent`].
+    pub cpu_percent: Option<u64>,
+    /// See [`Limits::idle_cpu_ms`].
+    pub idle_cpu_ms: Option<u64>,
 }
 
 /// The policy of one function as set by one section; every field optional.
@@ -576,7 +607,17 @@ impl ExtensionOverride {
         if let Some(path) = &self.restart_from {
             policy.restart_from = Some(path.clone());
         }
-        overlay!(policy.limits, self.limits, address_space_mb, cpu_s, open_files);
+        overlay!(
+            policy.limits,
+            self.limits,
+            address_space_mb,
+            cpu_s,
+            open_files,
+            memory_mb,
+            pids,
+            cpu_percent,
+            idle_cpu_ms
+        );
         self.sandbox.apply(&mut policy.sandbox);
         for (name, section) in &self.functions {
             let function = policy.functions.entry(name.clone()).or_default();
@@ -1025,11 +1066,27 @@ struct RawLimits {
     cpu_s: Option<u64>,
     #[serde(default, deserialize_with = "de_open_files")]
     open_files: Option<u64>,
+    #[serde(default, deserialize_with = "de_memory_mb")]
+    memory_mb: Option<u64>,
+    #[serde(default, deserialize_with = "de_pids")]
+    pids: Option<u64>,
+    #[serde(default, deserialize_with = "de_cpu_percent")]
+    cpu_percent: Option<u64>,
+    #[serde(default, deserialize_with = "de_idle_cpu_ms")]
+    idle_cpu_ms: Option<u64>,
 }
 
 impl RawLimits {
     fn into_override(self) -> LimitsOverride {
-        LimitsOverride { address_space_mb: self.address_space_mb, cpu_s: self.cpu_s, open_files: self.open_files }
+        LimitsOverride {
+            address_space_mb: self.address_space_mb,
+            cpu_s: self.cpu_s,
+            open_files: self.open_files,
+            memory_mb: self.memory_mb,
+            pids: self.pids,
+            cpu_percent: self.cpu_percent,
+            idle_cpu_ms: self.idle_cpu_ms,
+        }
     }
 }
 
@@ -1471,6 +1528,44 @@ fn de_open_files<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Erro
     checked(d, |v| whole("open_files", 1, u64::MAX, "a whole number of at least 1", v))
 }
 
+/// Smallest pids limit: the zygote, an incarnation, a trial load and their threads.
+pub const MIN_PIDS: u64 = 8;
+
+fn de_memory_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    checked(d, |v| {
+        let expected = format!(
+            "0 (unlimited) or a whole number of MiB from {MIN_ADDRESS_SPACE_MB} (less cannot hold a domain) to \
+             {MAX_ADDRESS_SPACE_MB}"
+        );
+        match whole("memory_mb", 0, MAX_ADDRESS_SPACE_MB, &expected, v)? {
+            mb @ 1..MIN_ADDRESS_SPACE_MB => Err(format!("memory_mb must be {expected}, got {mb}")),
+            mb => Ok(mb),
+        }
+    })
+}
+
+fn de_pids<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    checked(d, |v| {
+        let expected = format!(
+            "0 (unlimited) or a whole number of at least {MIN_PIDS} (the zygote, an incarnation and their threads)"
+        );
+        match whole("pids", 0, u64::from(u32::MAX), &expected, v)? {
+            n @ 1..MIN_PIDS => Err(format!("pids must be {expected}, got {n}")),
+            n => Ok(n),
+        }
+    })
+}
+
+fn de_cpu_percent<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    checked(d, |v| {
+        whole("cpu_percent", 0, 100_000, "0 (no quota) or a whole percentage of one processor, at most 100000", v)
+    })
+}
+
+fn de_idle_cpu_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    checked(d, |v| whole("idle_cpu_ms", 0, 1000, "0 (not checked) or whole ms of CPU per second, at most 1000", v))
+}
+
 // ---------------------------------------------------------------------------
 
 #[cfg(test)]
@@ -1560,7 +1655,7 @@ zygote = false
         assert_eq!(p.wait, WaitMode::Adaptive);
         assert_eq!(p.spin, 2000);
         assert_eq!(p.init, None);
-        assert_eq!(p.limits, Limits { address_space_mb: 1024, cpu_s: 0, open_files: 256 });
+        assert_eq!(p.limits, Limits { address_space_mb: 1024, cpu_s: 0, open_files: 256, ..Limits::default() });
         assert!(p.functions.is_empty());
     }
 
@@ -1583,7 +1678,15 @@ zygote = false
         assert_eq!(d.wait, Some(WaitMode::Adaptive));
         assert_eq!(d.spin, Some(2000));
         assert_eq!(d.init.as_deref(), Some("well_init"));
-        assert_eq!(d.limits, LimitsOverride { address_space_mb: Some(1024), cpu_s: Some(0), open_files: Some(256) });
+        assert_eq!(
+            d.limits,
+            LimitsOverride {
+                address_space_mb: Some(1024),
+                cpu_s: Some(0),
+                open_files: Some(256),
+                ..LimitsOverride::default()
+            }
+        );
 
         let faulty = policy.for_extension("faulty");
         assert_eq!(faulty.group.as_deref(), Some("demo"));
@@ -2032,6 +2135,34 @@ address_space_mb = 0
             let policy = parse(&format!("[defaults.limits]\naddress_space_mb = {mb}\n"));
             assert_eq!(policy.for_extension("x").limits.address_space_mb, mb);
         }
+    }
+
+    #[test]
+    fn cgroup_limits_and_the_idle_cpu_budget_are_checked_and_inherited() {
+        let defaults = Limits::default();
+        assert_eq!(
+            (defaults.memory_mb, defaults.pids, defaults.cpu_percent, defaults.idle_cpu_ms),
+            (1024, 128, 0, 100)
+        );
+        for (key, bad, says) in [
+            ("memory_mb", 8, "less cannot hold a domain"),
+            ("pids", 3, "at least 8"),
+            ("cpu_percent", 100_001, "at most 100000"),
+            ("idle_cpu_ms", 1001, "at most 1000"),
+        ] {
+            let (line, _, reason) = refused(&format!("[defaults.limits]\n{key} = {bad}\n"));
+            assert_eq!(line, 2);
+            assert!(reason.contains(key) && reason.contains(says), "{reason}");
+        }
+        let policy = parse(
+            "[defaults.limits]\nmemory_mb = 0\npids = 16\n[extension.x.limits]\ncpu_percent = 50\nidle_cpu_ms = 0\n\
+             [group.g.limits]\nmemory_mb = 64\n",
+        );
+        let x = policy.for_extension("x").limits;
+        assert_eq!((x.memory_mb, x.pids, x.cpu_percent, x.idle_cpu_ms), (0, 16, 50, 0));
+        let y = policy.for_extension("y").limits;
+        assert_eq!((y.memory_mb, y.pids, y.cpu_percent, y.idle_cpu_ms), (0, 16, 0, 100));
+        assert_eq!(policy.for_group("g").limits.memory_mb, 64);
     }
 
     #[test]

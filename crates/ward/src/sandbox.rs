@@ -276,6 +276,21 @@ pub fn missing() -> &'static [Missing] {
                 ),
             });
         }
+        for (controller, why) in crate::backend::process::cgroup::probe() {
+            out.push(Missing {
+                protection: match *controller {
+                    "memory" => "cgroup-memory",
+                    "pids" => "cgroup-pids",
+                    "cpu" => "cgroup-cpu",
+                    _ => "cgroup",
+                },
+                why: format!(
+                    "{why}: a domain's memory is limited by its address space only (not the shared memory and memfd \
+                     pages it touches), its processes and threads by nothing but the system call filter, its CPU by \
+                     cpu_s; CPU used between calls is still a fault"
+                ),
+            });
+        }
         if !seccomp_available() {
             out.push(Missing {
                 protection: "seccomp",

@@ -9,6 +9,8 @@
 //! Nothing the domain writes is trusted: replies are copied out of the ring and parsed into a private copy, a
 //! reply whose id is not the innermost call in flight is a protocol violation, and so is a malformed record.
 
+pub(crate) mod cgroup;
+mod idle_cpu;
 mod lending;
 mod pace;
 #[allow(unsafe_code)]
@@ -40,7 +42,7 @@ use super::{Added, Backend, BackendError, ExtensionSpec, Frame, Loan, Refused, S
 use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::fault::{DomainHint, FaultKind, SignalCause};
-use crate::monitor::{DeathWatch, Monitor, WatchGuard};
+use crate::monitor::{DeathWatch, Monitor, PeriodicGuard, WatchGuard};
 use crate::placement;
 use crate::policy::Limits;
 use crate::tracker::{ResourceKind, Tracker};
@@ -113,6 +115,8 @@ struct Incarnation {
     pid: i32,
     // Field order matters: the watch must be removed before the pidfd closes.
     _watch: WatchGuard,
+    /// The check of the CPU it uses between calls (policy `idle_cpu_ms`), if on.
+    _idle_cpu: Option<PeriodicGuard>,
     pidfd: Arc<OwnedFd>,
     death: Arc<DeathWatch>,
     parent: Parent,
@@ -164,6 +168,10 @@ pub(crate) struct ProcessBackend {
     stashed: VecDeque<(u64, usize, RegArgs)>,
     /// Zygotes that failed and were killed, with how, for the core to report (`take_zygote_failures`).
     zygote_failures: Vec<FaultKind>,
+    /// Whether a call is in the domain, for the check of the CPU it uses between calls.
+    activity: Arc<idle_cpu::Activity>,
+    /// The domain's cgroup (zygote and incarnations), where the machine gives one; dropped after the processes.
+    cgroup: Option<cgroup::Cgroup>,
 }
 
 impl ProcessBackend {
@@ -175,6 +183,15 @@ impl ProcessBackend {
         let output = HostPool::create(POOL_OUT, geometry).map_err(|e| format!("cannot create the output pool: {e}"))?;
         let (requests, replies) = region.host_endpoints();
         let pacing = cfg.pacing;
+        let cgroup = match cgroup::Cgroup::create(&cfg.limits) {
+            Ok(group) => Some(group),
+            // Said once as a missing protection (`sandbox::missing`); the rlimits still hold.
+            Err(e) if cgroup::probe().iter().any(|(what, _)| *what == "cgroup") => {
+                tracing::debug!(error = %e, "the domain runs without a cgroup");
+                None
+            }
+            Err(e) => return Err(format!("cannot create the domain's cgroup: {e}")),
+        };
         let mut b = ProcessBackend {
             cfg,
             monitor,
@@ -198,6 +215,8 @@ impl ProcessBackend {
             stay: pace::Stay::default(),
             stashed: VecDeque::new(),
             zygote_failures: Vec::new(),
+            activity: Arc::new(idle_cpu::Activity::default()),
+            cgroup,
         };
         b.restart(tracker)?;
         Ok(b)
@@ -207,7 +226,8 @@ impl ProcessBackend {
     fn launch(&self, mode: spawn::Mode) -> Result<spawn::Started, String> {
         let program = self.cfg.program.clone();
         let limits = self.cfg.limits.clone();
-        let sandbox = self.cfg.sandbox.clone();
+        let mut sandbox = self.cfg.sandbox.clone();
+        sandbox.extend(self.cgroup.iter().flat_map(cgroup::Cgroup::domain_args));
         let extensions = self.cfg.extensions.clone();
         let spin = self.cfg.spin;
         let preload = self.cfg.preload.clone();
@@ -494,6 +514,8 @@ impl ProcessBackend {
         reason: ward_xpc::RichPtr,
     ) -> Result<(Status, RegRet), BackendError> {
         let load = |id| Message::Load { id, poison, path, init, reason: (reason.offset, reason.len) };
+        // Loading runs the extension's constructors.
+        self.activity.began();
         let (id, status, ret) = self.request(load, &mut Deadline::after(spawn::START_TIMEOUT))?;
         if status == Status::LoadFailed {
             // Answered, and not a status check_reply knows: pop it here.
@@ -501,6 +523,9 @@ impl ProcessBackend {
                 return Err(protocol(format!("reply for call {id:#x}, which is not in flight")));
             }
             self.in_flight.pop();
+            if self.in_flight.is_empty() {
+                self.activity.settled();
+            }
             return Ok((status, ret));
         }
         self.check_reply(id, status)?;
@@ -548,6 +573,18 @@ impl ProcessBackend {
             }
             Some(Ended::Code(code)) => FaultKind::Exited { status: code },
             None => FaultKind::Vanished,
+        };
+        // SIGKILL comes from outside: the monitor (CPU between calls), or the kernel's OOM killer (the cgroup's
+        // memory limit), each of which says so. The OOM killer may pick the zygote instead (memfd pages written
+        // without a mapping count towards no process), and then nothing says how the incarnation ended.
+        let killed = matches!(kind, FaultKind::Signal { signo: libc::SIGKILL, .. });
+        let oom = self.cgroup.as_mut().and_then(cgroup::Cgroup::oom_killed);
+        let blamed = self.live.as_ref().and_then(|l| l.death.blamed());
+        let kind = match (killed, blamed, oom) {
+            (true, Some(blamed), _) => blamed,
+            (true, None, Some(limit_mb)) => FaultKind::MemoryLimit { limit_mb },
+            (false, _, Some(limit_mb)) if kind == FaultKind::Vanished => FaultKind::MemoryLimit { limit_mb },
+            _ => kind,
         };
         if let Some(live) = self.live.as_mut() {
             live.ended = Some(kind.clone());
@@ -883,6 +920,9 @@ impl ProcessBackend {
         match self.in_flight.last() {
             Some(&expected) if expected == id => {
                 self.in_flight.pop();
+                if self.in_flight.is_empty() {
+                    self.activity.settled();
+                }
             }
             _ => return Err(protocol(format!("reply for call {id:#x}, which is not in flight"))),
         }
@@ -1018,6 +1058,7 @@ impl Backend for ProcessBackend {
         ret: RetType,
     ) -> Result<Frame, BackendError> {
         self.fault_if_dead()?;
+        self.activity.began();
         let mut loans = Vec::new();
         let list = match self.wire_args(tracker, args, &mut loans) {
             Ok(l) => l,
@@ -1117,6 +1158,7 @@ impl Backend for ProcessBackend {
 
     fn defer(&mut self, func: u32, args: &[WireValue<'_>]) -> Result<(), BackendError> {
         self.fault_if_dead()?;
+        self.activity.began();
         // The common case, scalars only: into the batch, which goes to the domain as one record when it is full,
         // at a flush, or before any other request.
         if args.iter().all(|a| scalar_wire(a).is_some()) {
@@ -1200,6 +1242,7 @@ impl Backend for ProcessBackend {
             self.collect_death();
         }
         self.live = None;
+        self.activity.settled();
         self.in_flight.clear();
         self.callbacks_open = 0;
         self.stashed.clear();
@@ -1253,9 +1296,11 @@ impl Backend for ProcessBackend {
         let pidfd = Arc::new(pidfd);
         let held = pidfd.clone();
         tracker.track(ResourceKind::Descriptor, move || drop(held));
+        let idle_cpu = self.watch_idle_cpu(pid, &pidfd, &death);
         self.live = Some(Incarnation {
             pid,
             _watch: watch,
+            _idle_cpu: idle_cpu,
             pidfd,
             death,
             parent,
@@ -1265,6 +1310,30 @@ impl Backend for ProcessBackend {
             lending,
         });
         Ok(via)
+    }
+}
+
+impl ProcessBackend {
+    /// Check, on the monitor thread, the CPU incarnation `pid` uses between calls (`idle_cpu`): past the policy's
+    /// budget it is killed, and its death reported as that fault.
+    fn watch_idle_cpu(&self, pid: i32, pidfd: &Arc<OwnedFd>, death: &Arc<DeathWatch>) -> Option<PeriodicGuard> {
+        let budget = self.cfg.limits.idle_cpu_ms;
+        if budget == 0 {
+            return None;
+        }
+        let mut check = idle_cpu::IdleCpu::new(pid, budget);
+        let activity = self.activity.clone();
+        let (pidfd, death) = (pidfd.clone(), death.clone());
+        Some(self.monitor.every(move |now| {
+            if death.is_dead() || death.blamed().is_some() {
+                return;
+            }
+            if let Some(fault) = check.sample(now, &activity) {
+                tracing::warn!(pid, "{}: killing the domain", fault.cause());
+                death.blame(fault);
+                spawn::kill(pidfd.as_fd());
+            }
+        }))
     }
 }
 
