@@ -307,7 +307,7 @@ fn protections(policy: &ward::Policy, name: &str) -> Vec<Protection> {
         "cgroup-cpu",
         limits.cpu_percent,
         format!("cgroup: CPU quota {}% of one processor", limits.cpu_percent),
-        "cgroup: no CPU quota (policy cpu_percent = 0); CPU is accounted",
+        "cgroup: no CPU quota (policy cpu_percent = 0), so no CPU group: scheduled with its host",
     );
     push("cgroup-cpu", state, what);
     let (state, what) = if limits.idle_cpu_ms == 0 {

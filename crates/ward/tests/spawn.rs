@@ -119,23 +119,23 @@ fn a_domain_whose_host_is_gone_before_it_starts_does_not_run() {
     assert!(stderr.contains("its host (process 1) is gone"), "stderr: {stderr}");
 }
 
-/// The session of process `pid`.
-fn session_of(pid: i32) -> i32 {
-    stat_field(pid, 6)
+/// The process group of process `pid`.
+fn process_group_of(pid: i32) -> i32 {
+    stat_field(pid, 5)
 }
 
 #[test]
-fn a_domain_runs_as_pid_2_of_a_namespace_of_its_own_in_a_session_of_its_own() {
+fn a_domain_runs_as_pid_2_of_a_namespace_of_its_own_in_a_process_group_of_its_own() {
     let (_sup, ext, _events) = faulty(Isolation::Process, "");
     let incarnation = ext.pid().expect("a process domain has a process");
     let zygote = parent_of(incarnation);
     let started = started_for(zygote);
-    // SAFETY: getsid(0) asks for this process's own session; no pointers.
-    let own_session = unsafe { libc::getsid(0) };
-    assert_eq!(session_of(started), started, "the process started for the domain leads a session of its own");
-    assert_ne!(session_of(started), own_session, "the domain is outside the host's session");
-    assert_eq!(session_of(incarnation), started, "the incarnation stays in that session");
-    if !pid_namespace_or_say("a_domain_runs_as_pid_2_of_a_namespace_of_its_own_in_a_session_of_its_own") {
+    // SAFETY: getpgid(0) asks for this process's own process group; no pointers.
+    let own_group = unsafe { libc::getpgid(0) };
+    assert_eq!(process_group_of(started), started, "the process started for the domain leads a group of its own");
+    assert_ne!(process_group_of(started), own_group, "the domain is outside the host's process group");
+    assert_eq!(process_group_of(incarnation), started, "the incarnation stays in that group");
+    if !pid_namespace_or_say("a_domain_runs_as_pid_2_of_a_namespace_of_its_own_in_a_process_group_of_its_own") {
         return;
     }
     let depth = ns_pids(std::process::id() as i32).len();
