@@ -9,10 +9,13 @@
 //! `mmap`), made outside the lock.
 //!
 //! A block is lent to a domain by descriptor ([`descriptor`]): a read-only reopen of its memfd, made once and kept,
-//! or the read-write memfd itself. A block that was ever lent is never handed out again once freed: its pages are
-//! unmapped and its memfd closed, so what a domain still holds of it is memory nobody else uses, and [`retired`]
-//! tells the lenders to have their domains drop it. Freed blocks never lent are kept for reuse up to [`RETAIN`]
-//! bytes (a video host frees and reallocates frames of one size); beyond that they are released too.
+//! or the read-write memfd itself. A block that was ever lent writable is never handed out again once freed: its
+//! pages are unmapped and its memfd closed, so what a domain still holds of it is memory nobody else uses, and
+//! [`retired`] tells the lenders to have their domains drop it. Other freed blocks are kept for reuse up to
+//! [`RETAIN`] bytes, under the same id and descriptors (a video host frees and reallocates frames of one size, and
+//! fresh pages for every frame cost more than the filter: ffmpeg's invert0r took 5x its native time); beyond that
+//! they are released too. The price: a domain once lent a kept block read-only can read what the host puts in it
+//! when it is handed out again (never write it).
 //!
 //! The blocks are `MAP_SHARED`, which `fork` would share with the child: a child writing its copy of a heap buffer
 //! would write the parent's. A fork handler therefore gives the child private copies of the live blocks, closes the
@@ -31,7 +34,7 @@ use super::{ArenaError, BlockRef, MAX_BLOCK_ID, MAX_BLOCK_LEN};
 pub const MIN_BLOCK: usize = 1 << 20;
 /// Address space the arena reserves (only pages of live and kept blocks take memory).
 pub const DEFAULT_RESERVE: usize = 16 << 30;
-/// Bytes of freed blocks (never lent) kept for reuse before blocks are released.
+/// Bytes of freed blocks (never lent writable) kept for reuse before blocks are released.
 pub const RETAIN: usize = 256 << 20;
 const MAX_BLOCKS: usize = 1024;
 const MAX_FREE: usize = 1024;
@@ -72,8 +75,11 @@ struct Block {
     fd: RawFd,
     /// A read-only reopen of the memfd, made the first time the block is lent read-only; -1 until then.
     read_only: RawFd,
-    /// Lent to a domain at least once: released, never kept, when freed.
+    /// Lent to a domain at least once.
     lent: bool,
+    /// Lent writable at least once: released, never kept, when freed (a domain may still write through its
+    /// descriptor; what the host put there next would not be the host's alone).
+    lent_writable: bool,
 }
 
 impl Block {
@@ -83,12 +89,15 @@ impl Block {
     }
 }
 
-/// A freed block never lent, still mapped, kept for reuse.
+/// A freed block never lent writable, still mapped, kept for reuse (with its id and descriptors: a domain it was
+/// lent to read-only keeps its descriptor, so the block is lent again without sending another).
 #[derive(Clone, Copy, Debug)]
 struct Kept {
     span: Span,
     id: u64,
     fd: RawFd,
+    read_only: RawFd,
+    lent: bool,
 }
 
 /// What is left to do outside the lock: unmap a block's pages and close its descriptors.
@@ -119,9 +128,10 @@ const NO_SPAN: Span = Span { start: 0, len: 0 };
 
 impl State {
     const EMPTY: State = State {
-        blocks: [Block { ptr: 0, span: NO_SPAN, id: 0, fd: -1, read_only: -1, lent: false }; MAX_BLOCKS],
+        blocks: [Block { ptr: 0, span: NO_SPAN, id: 0, fd: -1, read_only: -1, lent: false, lent_writable: false };
+            MAX_BLOCKS],
         nblocks: 0,
-        kept: [Kept { span: NO_SPAN, id: 0, fd: -1 }; MAX_KEPT],
+        kept: [Kept { span: NO_SPAN, id: 0, fd: -1, read_only: -1, lent: false }; MAX_KEPT],
         nkept: 0,
         kept_bytes: 0,
         free: [NO_SPAN; MAX_FREE],
@@ -370,7 +380,15 @@ pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
         if let Some(i) = fits {
             let k = st.remove_kept(i);
             let ptr = place(base, k.span, size, align);
-            st.blocks[st.nblocks] = Block { ptr, span: k.span, id: k.id, fd: k.fd, read_only: -1, lent: false };
+            st.blocks[st.nblocks] = Block {
+                ptr,
+                span: k.span,
+                id: k.id,
+                fd: k.fd,
+                read_only: k.read_only,
+                lent: k.lent,
+                lent_writable: false,
+            };
             st.nblocks += 1;
             return Some(Plan::Reused(ptr));
         }
@@ -382,13 +400,16 @@ pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
         // Within the budget of descriptors: the oldest kept block makes room.
         let evicted = over_budget.then(|| {
             let k = st.remove_kept(0);
-            Release { span: k.span, fd: k.fd, read_only: -1 }
+            if k.lent {
+                RETIRED.fetch_add(1, Ordering::Release);
+            }
+            Release { span: k.span, fd: k.fd, read_only: k.read_only }
         });
         let id = st.next_id;
         st.next_id += 1;
         let ptr = place(base, span, size, align);
         // Listed while it is created (fd -1), so its slot is taken; nobody knows its address or id yet.
-        st.blocks[st.nblocks] = Block { ptr, span, id, fd: -1, read_only: -1, lent: false };
+        st.blocks[st.nblocks] = Block { ptr, span, id, fd: -1, read_only: -1, lent: false, lent_writable: false };
         st.nblocks += 1;
         Some(Plan::Create { ptr, id, span, evicted })
     })?;
@@ -500,13 +521,14 @@ pub fn free(ptr: *mut u8) -> bool {
             // A forked child: the block is a private copy outside the arena's bookkeeping; it stays mapped.
             return None;
         }
-        if b.lent {
-            RETIRED.fetch_add(1, Ordering::Release);
-        } else if st.kept_bytes + b.span.len <= RETAIN && st.nkept < MAX_KEPT {
-            st.kept[st.nkept] = Kept { span: b.span, id: b.id, fd: b.fd };
+        if !b.lent_writable && st.kept_bytes + b.span.len <= RETAIN && st.nkept < MAX_KEPT {
+            st.kept[st.nkept] = Kept { span: b.span, id: b.id, fd: b.fd, read_only: b.read_only, lent: b.lent };
             st.nkept += 1;
             st.kept_bytes += b.span.len;
             return None;
+        }
+        if b.lent {
+            RETIRED.fetch_add(1, Ordering::Release);
         }
         Some(Release { span: b.span, fd: b.fd, read_only: b.read_only })
     });
@@ -562,6 +584,7 @@ pub fn descriptor(block: u64, writable: bool) -> Option<OwnedFd> {
             b.read_only = std::os::fd::IntoRawFd::into_raw_fd(reopened);
         }
         b.lent = true;
+        b.lent_writable |= writable;
         let source = if writable { b.fd } else { b.read_only };
         // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor the block owns (open while the lock is held); the copy is
         // new and the caller's alone.
@@ -571,9 +594,10 @@ pub fn descriptor(block: u64, writable: bool) -> Option<OwnedFd> {
     })
 }
 
-/// Whether block `block` is live (allocated and not freed).
+/// Whether block `block` is live (allocated, or freed and kept for reuse under the same id): a domain that holds
+/// it may keep holding it.
 pub fn is_live(block: u64) -> bool {
-    STATE.with(|st| st.find_id(block).is_some())
+    STATE.with(|st| st.find_id(block).is_some() || st.kept[..st.nkept].iter().any(|k| k.id == block))
 }
 
 /// How many lent blocks have been freed so far: when it changes, the blocks a lender's domain holds may include
@@ -629,9 +653,14 @@ fn privatise() {
         }
     }
     for k in &mut st.kept[..st.nkept] {
-        // SAFETY: as above; kept blocks are never handed out in the child.
-        unsafe { libc::close(k.fd) };
+        for fd in [k.fd, k.read_only] {
+            if fd >= 0 {
+                // SAFETY: as above; kept blocks are never handed out in the child.
+                unsafe { libc::close(fd) };
+            }
+        }
         k.fd = -1;
+        k.read_only = -1;
     }
 }
 
@@ -652,7 +681,7 @@ mod tests {
 
     // The arena is process-wide: one test exercises it end to end so nothing races on the statics.
     #[test]
-    fn blocks_are_page_aligned_at_the_end_lent_by_descriptor_reused_only_if_never_lent() {
+    fn blocks_are_page_aligned_at_the_end_lent_by_descriptor_reused_only_if_never_lent_writable() {
         enable(1 << 30).unwrap();
         assert!(enabled());
         assert_eq!(alloc(4096, 16), None, "small blocks are not the arena's");
@@ -722,7 +751,31 @@ mod tests {
         assert_eq!(locate(c, size).map(|r| r.block), Some(b_at.block), "a block never lent is reused");
         let d = alloc(2 << 20, 4096).unwrap();
         assert_eq!(d as usize % 4096, 0);
-        assert!(free(c) && free(d));
+
+        // Lent read-only only: kept when freed, live under its id, not retired, and handed out again as the same
+        // block, whose read-only descriptor (still the domain's) sees what the host writes next, and never writes.
+        let c_at = locate(c, size).unwrap();
+        let held = descriptor(c_at.block, false).unwrap();
+        assert!(free(c));
+        assert!(is_live(c_at.block), "a block lent read-only only is kept under its id");
+        assert_eq!(retired(), retired_before + 1, "a block lent read-only only is not retired");
+        let e = alloc(size, 64).unwrap();
+        assert_eq!(locate(e, size).map(|r| r.block), Some(c_at.block), "a block lent read-only only is reused");
+        // SAFETY: the reused block's first byte, this test's.
+        unsafe { *e = 0x5a };
+        let file_len = c_at.offset as usize + size;
+        let seen = map(&held, file_len, libc::PROT_READ).unwrap();
+        // SAFETY: the mapping is file_len readable bytes.
+        assert_eq!(unsafe { *seen.add(c_at.offset as usize) }, 0x5a);
+        // SAFETY: unmapping the test mapping.
+        unsafe { libc::munmap(seen.cast(), file_len) };
+        assert!(map(&held, file_len, libc::PROT_READ | libc::PROT_WRITE).is_err(), "and never writable");
+        // Lent writable once: retired when freed, never kept.
+        drop(descriptor(c_at.block, true).unwrap());
+        assert!(free(e));
+        assert!(!is_live(c_at.block), "a block once lent writable is not kept");
+        assert_eq!(retired(), retired_before + 2);
+        assert!(free(d));
         assert!(!free(std::ptr::null_mut()));
         let mut on_heap = vec![0u8; 16];
         assert!(!free(on_heap.as_mut_ptr()), "pointers outside the arena are not its");
