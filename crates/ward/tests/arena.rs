@@ -160,7 +160,16 @@ fn a_domain_holds_at_most_its_share_of_blocks_and_drops_those_the_host_freed() {
     let pid = ext.pid().expect("a process domain");
     let held = arena_descriptors(pid);
     assert!((1..=4).contains(&held), "the domain holds {held} blocks");
-    // Freed: the next block lent tells the domain to drop them.
+    // Lent writable as well (in-out buffers: outputs are copied): freed, they are retired, never handed out again, and the next block lent
+    // tells the domain to drop them. (Blocks lent read-only only are kept for reuse, and a domain may keep them.)
+    let source = vec![0x42u8; LEN];
+    let before = ext.stats().lent_in_place;
+    for block in &mut blocks {
+        let args = &mut [Arg::In(&source), Arg::InOut(block.bytes()), Arg::U64(LEN as u64)];
+        ext.call("well_copy", args, RetType::Void).unwrap();
+        assert!(block.bytes().iter().all(|&b| b == 0x42), "the output was written");
+    }
+    assert_eq!(ext.stats().lent_in_place - before, 8, "every output was lent in place");
     drop(blocks);
     let mut fresh = Block::new(LEN, pattern);
     sum(&mut fresh);
