@@ -49,9 +49,12 @@ impl Domain {
                 while st.restart_times.front().is_some_and(|t| now.duration_since(*t) > period) {
                     st.restart_times.pop_front();
                 }
+                // A domain about to move to a process domain gets that chance first: the failures in a row were
+                // its isolation's, not yet the extension's for good (counted again from the move).
+                let escalating = self.escalation_due(st.stats.faults);
                 let why = if st.restart_times.len() >= self.policy.max_restarts as usize {
                     Some(Disablement::RestartLimit)
-                } else if limit > 0 && in_row >= limit {
+                } else if limit > 0 && in_row >= limit && !escalating {
                     let call = fault.call.clone().unwrap_or_else(|| "a call".into());
                     Some(Disablement::FailedInRow { call, times: in_row })
                 } else if limit > 0 && restarts_failed >= limit {
@@ -112,22 +115,29 @@ impl Domain {
         }
     }
 
+    /// Whether this domain, having had `faults` faults, moves to a process domain at its next restart.
+    fn escalation_due(&self, faults: u64) -> bool {
+        let after = u64::from(self.policy.escalate_after);
+        self.escalation.is_some() && self.isolation() == Isolation::Mpk && after > 0 && faults >= after
+    }
+
     /// Past `escalate_after` faults, an mpk domain moves to a process domain (UMDF moves a failing driver into a
     /// host process of its own the same way). The restart that follows starts it; the shadow log replays into it.
     fn escalate_if_due(&self, g: &Guard<'_>) {
-        let from = self.isolation();
-        let Some(escalation) = &self.escalation else { return };
         let faults = g.borrow().stats.faults;
-        let after = u64::from(self.policy.escalate_after);
-        if from != Isolation::Mpk || after == 0 || faults < after {
-            return;
-        }
+        let Some(escalation) = self.escalation.as_ref().filter(|_| self.escalation_due(faults)) else { return };
+        let from = self.isolation();
         let mut st = g.borrow_mut();
         let st = &mut *st;
         let specs = st.backend.extensions();
         match escalation(specs, &mut st.tracker) {
             Ok(backend) => {
                 st.backend = backend;
+                // A new isolation: what failed in a row under the old one starts again from nothing.
+                for s in &mut st.symbols {
+                    s.failures_in_row = 0;
+                    s.ok_since_failure = 0;
+                }
                 *self.isolation.lock().unwrap_or_else(|e| e.into_inner()) = Isolation::Process;
                 self.events.emit(Event::Escalated { domain: self.name.clone(), faults, from, to: Isolation::Process });
             }

@@ -35,6 +35,8 @@ fn builtin(name: &str) -> std::path::PathBuf {
 const POLICY: &str = r#"
 [extension.faulty_mpk]
 deadline_ms = 5000
+# These tests provoke the same fault call after call: never disabled for failing in a row.
+max_failures_in_row = 0
 max_restarts = 1000
 restart_period_s = 1
 backoff_initial_ms = 0.001
