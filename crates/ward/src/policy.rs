@@ -1508,16 +1508,19 @@ const MAX_ADDRESS_SPACE_MB: u64 = u64::MAX >> 20;
 pub const MIN_ADDRESS_SPACE_MB: u64 = 16;
 
 fn de_address_space_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    checked(d, |v| {
-        let expected = format!(
-            "0 (unlimited) or a whole number of MiB from {MIN_ADDRESS_SPACE_MB} (less cannot hold a domain) to \
-             {MAX_ADDRESS_SPACE_MB}"
-        );
-        match whole("address_space_mb", 0, MAX_ADDRESS_SPACE_MB, &expected, v)? {
-            mb @ 1..MIN_ADDRESS_SPACE_MB => Err(format!("address_space_mb must be {expected}, got {mb}")),
-            mb => Ok(mb),
-        }
-    })
+    checked(d, |v| domain_megabytes("address_space_mb", v))
+}
+
+/// A memory limit `key` in MiB: 0 for none, else at least what an empty domain needs.
+fn domain_megabytes(key: &str, v: &Scalar) -> Result<u64, String> {
+    let expected = format!(
+        "0 (unlimited) or a whole number of MiB from {MIN_ADDRESS_SPACE_MB} (less cannot hold a domain) to \
+         {MAX_ADDRESS_SPACE_MB}"
+    );
+    match whole(key, 0, MAX_ADDRESS_SPACE_MB, &expected, v)? {
+        mb @ 1..MIN_ADDRESS_SPACE_MB => Err(format!("{key} must be {expected}, got {mb}")),
+        mb => Ok(mb),
+    }
 }
 
 fn de_cpu_s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -1532,16 +1535,7 @@ fn de_open_files<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Erro
 pub const MIN_PIDS: u64 = 8;
 
 fn de_memory_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    checked(d, |v| {
-        let expected = format!(
-            "0 (unlimited) or a whole number of MiB from {MIN_ADDRESS_SPACE_MB} (less cannot hold a domain) to \
-             {MAX_ADDRESS_SPACE_MB}"
-        );
-        match whole("memory_mb", 0, MAX_ADDRESS_SPACE_MB, &expected, v)? {
-            mb @ 1..MIN_ADDRESS_SPACE_MB => Err(format!("memory_mb must be {expected}, got {mb}")),
-            mb => Ok(mb),
-        }
-    })
+    checked(d, |v| domain_megabytes("memory_mb", v))
 }
 
 fn de_pids<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
