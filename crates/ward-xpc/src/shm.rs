@@ -101,6 +101,26 @@ unsafe impl Send for SharedMemory {}
 unsafe impl Sync for SharedMemory {}
 
 /// The system page size.
+/// Reserve `len` bytes of address space, inaccessible and backed by nothing (`PROT_NONE`, `MAP_NORESERVE`), for
+/// mappings placed inside it later with `MAP_FIXED`. The caller unmaps it.
+pub(crate) fn reserve(len: usize) -> io::Result<*mut libc::c_void> {
+    // SAFETY: a fresh inaccessible anonymous reservation chosen by the kernel overlaps nothing.
+    let base = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(base)
+}
+
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

@@ -282,20 +282,8 @@ pub fn enable(reserve: usize) -> Result<(), ArenaError> {
     }
     let page = page_size();
     let reserve = reserve.div_ceil(page) * page;
-    // SAFETY: a fresh inaccessible anonymous reservation chosen by the kernel overlaps nothing.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            reserve,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(ArenaError::Map { what: "reserve address space for", source: std::io::Error::last_os_error() });
-    }
+    let base =
+        crate::shm::reserve(reserve).map_err(|source| ArenaError::Map { what: "reserve address space for", source })?;
     // SAFETY: the handlers only touch this module's statics and make system calls; they stay valid for the life of
     // the process (this is a static function set, never unregistered).
     let rc = unsafe { pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child)) };

@@ -567,21 +567,10 @@ impl ArenaView {
         self.mapped += len;
         self.trim();
         let reserve = len + self.page;
-        // SAFETY: a fresh anonymous reservation chosen by the kernel overlaps nothing.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                reserve,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
+        let base = crate::shm::reserve(reserve).map_err(|source| {
             self.mapped -= len;
-            return Err(ArenaError::Map { what: "reserve", source: io::Error::last_os_error() });
-        }
+            ArenaError::Map { what: "reserve", source }
+        })?;
         // SAFETY: MAP_FIXED over the first `len` bytes of the reservation just made (ours alone), with the block's
         // pages; the reserved page after it stays inaccessible.
         let mapped = unsafe { map_file_over(base as usize, len, libc::PROT_NONE, Sharing::Shared, fd, file_offset) };
