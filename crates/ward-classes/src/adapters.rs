@@ -41,6 +41,8 @@ pub(crate) struct OpenSpec<'a> {
     /// The adapter's open function: `library *open(const char *path, unsigned char *why, uint64_t why_cap)`,
     /// which writes why it failed (a u32-prefixed string) into `why` when it returns NULL.
     pub open: &'static str,
+    /// The plugin's call the open makes, as faults name it (the adapter's open loads the plugin and calls it).
+    pub open_call: &'static str,
 }
 
 /// Room for the reason an open failed.
@@ -76,11 +78,9 @@ pub(crate) fn open_library(
     let c_path = CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| not_a_plugin("the path contains a NUL byte".into()))?;
     let mut why = vec![0u8; REASON_BYTES];
-    let library = ext.call(
-        spec.open,
-        &mut [Arg::Str(&c_path), Arg::Out(&mut why), Arg::U64(REASON_BYTES as u64)],
-        RetType::Handle,
-    )?;
+    let library = ext
+        .function_as(spec.open, spec.open_call)?
+        .call(&mut [Arg::Str(&c_path), Arg::Out(&mut why), Arg::U64(REASON_BYTES as u64)], RetType::Handle)?;
     match library.as_handle() {
         Some(library) if library != 0 => Ok(Opened { path, ext, library }),
         _ => Err(not_a_plugin(reason(&why))),

@@ -377,9 +377,10 @@ impl Library {
             functions: &policies,
             when_disabled: WHEN_DISABLED,
             open: "ward_frei0r_open",
+            open_call: "f0r_init",
         };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
-        let describe = ext.function("ward_frei0r_describe")?;
+        let describe = ext.function_as("ward_frei0r_describe", "f0r_get_plugin_info")?;
         let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.clone(), reason };
         // Err(Ok(reason)): the plugin described itself badly; Err(Err(e)): the call failed (ward recovered it).
         let describe_info = || -> Result<PluginInfo, Result<String, ward::Error>> {
@@ -402,12 +403,12 @@ impl Library {
             }
         };
         let functions = Functions {
-            construct: ext.function("ward_frei0r_construct")?,
-            destruct: ext.function("ward_frei0r_destruct")?,
-            set_param: ext.function("ward_frei0r_set_param")?,
-            get_param: ext.function("ward_frei0r_get_param")?,
-            update: ext.function("ward_frei0r_update")?,
-            update2: ext.function("ward_frei0r_update2")?,
+            construct: ext.function_as("ward_frei0r_construct", "f0r_construct")?,
+            destruct: ext.function_as("ward_frei0r_destruct", "f0r_destruct")?,
+            set_param: ext.function_as("ward_frei0r_set_param", "f0r_set_param_value")?,
+            get_param: ext.function_as("ward_frei0r_get_param", "f0r_get_param_value")?,
+            update: ext.function_as("ward_frei0r_update", "f0r_update")?,
+            update2: ext.function_as("ward_frei0r_update2", "f0r_update2")?,
         };
         Ok(Library { inner: Arc::new(LibraryInner { path, ext, info, library, functions }) })
     }

@@ -286,7 +286,8 @@ impl std::fmt::Debug for Library {
 
 /// Every plugin descriptor of the opened library `library`.
 fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
-    let count = ext.call("ward_ladspa_count", &mut [Arg::Handle(library)], RetType::I64)?;
+    let count =
+        ext.function_as("ward_ladspa_count", "ladspa_descriptor")?.call(&mut [Arg::Handle(library)], RetType::I64)?;
     let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
     if count == 0 {
         return Err(ClassError::NotAPlugin {
@@ -295,7 +296,7 @@ fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<De
             reason: "ladspa_descriptor(0) returned NULL: the library has no plugins".into(),
         });
     }
-    let describe = ext.function("ward_ladspa_describe")?;
+    let describe = ext.function_as("ward_ladspa_describe", "ladspa_descriptor")?;
     let mut plugins = Vec::with_capacity(count);
     for index in 0..count {
         let bytes = describe_one(&describe, library, index)
@@ -320,6 +321,7 @@ impl Library {
             functions: &policies,
             when_disabled: WHEN_DISABLED,
             open: "ward_ladspa_open",
+            open_call: "ladspa_descriptor",
         };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
         // A library that describes itself badly is a bad call, as much as a crash is: recovered once (the restart
@@ -336,13 +338,13 @@ impl Library {
             Err(e) => return Err(e),
         };
         let functions = Functions {
-            instantiate: ext.function("ward_ladspa_instantiate")?,
-            activate: ext.function("ward_ladspa_activate")?,
-            deactivate: ext.function("ward_ladspa_deactivate")?,
-            set_gain: ext.function("ward_ladspa_set_run_adding_gain")?,
-            run: ext.function("ward_ladspa_run")?,
-            run_adding: ext.function("ward_ladspa_run_adding")?,
-            cleanup: ext.function("ward_ladspa_cleanup")?,
+            instantiate: ext.function_as("ward_ladspa_instantiate", "instantiate")?,
+            activate: ext.function_as("ward_ladspa_activate", "activate")?,
+            deactivate: ext.function_as("ward_ladspa_deactivate", "deactivate")?,
+            set_gain: ext.function_as("ward_ladspa_set_run_adding_gain", "set_run_adding_gain")?,
+            run: ext.function_as("ward_ladspa_run", "run")?,
+            run_adding: ext.function_as("ward_ladspa_run_adding", "run_adding")?,
+            cleanup: ext.function_as("ward_ladspa_cleanup", "cleanup")?,
         };
         let check_output = ext.policy().check_output;
         Ok(Library { inner: Arc::new(LibraryInner { path, ext, plugins, library, functions, check_output }) })

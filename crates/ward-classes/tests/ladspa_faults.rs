@@ -26,8 +26,9 @@ const GAIN: f32 = 0.5;
 const SENTINEL: f32 = -777.0;
 /// Extra host output samples past the block: never written.
 const TAIL: usize = 16;
-/// The adapter functions a block is run through.
-const RUN: &str = "ward_ladspa_run";
+/// The call a block's faults name: the plugin's `run`, which the host made, not the adapter function
+/// (`ward_ladspa_run`) that makes it.
+const RUN: &str = "run";
 
 const NULL_DEREF: f32 = 1.0;
 const ABORT: f32 = 3.0;
@@ -492,7 +493,7 @@ fn run_adding_mixes_with_its_gain_across_a_crash() {
     // The overrun mixes into the domain's copy of the output before it crashes: the retry must mix into the
     // host's original output once, with the run-adding gain replayed into the new instance.
     let seen = run_adding_over_three_blocks("", arm(OVERRUN, 3));
-    assert_eq!(faults(&seen)[0].call.as_deref(), Some("ward_ladspa_run_adding"));
+    assert_eq!(faults(&seen)[0].call.as_deref(), Some("run_adding"));
     assert_eq!(replayed(&seen), [4], "open, instantiate, activate and set_run_adding_gain: {seen:?}");
 }
 

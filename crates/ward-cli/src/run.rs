@@ -88,6 +88,8 @@ pub fn run(args: RunArgs) -> Result<bool> {
         Some(p) => cmd.env("WARD_POLICY", std::path::absolute(p).unwrap_or_else(|_| p.clone())),
         None => cmd.env_remove("WARD_POLICY"),
     };
+    // Each `ward run` says once how the host's heap is served, in whichever of its processes comes first.
+    cmd.env_remove("WARD_ARENA_SAID");
     if args.verbose {
         cmd.env("WARD_VERBOSE", "1");
     } else {

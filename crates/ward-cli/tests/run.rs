@@ -352,6 +352,9 @@ fn ffmpeg_real_frei0r_filter_is_bit_identical_under_ward() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("invert0r.so: frei0r plugin under ward (isolation process, domain process"), "{err}");
+    // ffmpeg tries each directory of frei0r's search path in turn: where there is no such file, nothing is loaded
+    // with ward or without, and ward says nothing about it.
+    assert!(!err.contains("loaded without ward"), "{err}");
     assert!(read(&s.path("native.rgba")) == read(&s.path("ward.rgba")), "frames differ");
 }
 
@@ -984,14 +987,18 @@ fn sigint_to_the_hosts_process_group_reaches_no_domain_and_the_host_ends_as_nati
 /// measurement: with the default policy each of these hosts finishes in seconds.
 const GIVE_UP_NET: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The host finished, its plugin's hangs were reported, and the plugin was disabled (the same call failing three
-/// times in a row, whatever the restart limit allows) with a message saying what the host gets instead.
-fn assert_given_up(out: &Output, plugin: &str, host_gets: &str) {
+/// The host finished, its plugin's hangs in `call` (the plugin's call, as the host made it) were reported, and the
+/// plugin was disabled (the same call failing three times in a row, whatever the restart limit allows) with a
+/// message saying what the host gets instead.
+fn assert_given_up(out: &Output, plugin: &str, call: &str, host_gets: &str) {
     let err = stderr(out);
     assert!(out.status.success(), "the host finishes: {:?}\n{err}", out.status);
     assert!(err.contains(&format!("ward: {plugin}: fault: hang (no reply within")), "{err}");
     let disabled = err.lines().find(|l| l.starts_with(&format!("ward: {plugin}: disabled "))).unwrap_or_default();
-    assert!(disabled.contains("failed 3 times in a row, each time again after its recovery"), "{err}");
+    assert!(
+        disabled.contains(&format!("after {call} failed 3 times in a row, each time again after its recovery")),
+        "{err}"
+    );
     assert!(disabled.ends_with(&format!("from now on {host_gets}")), "{err}");
 }
 
@@ -1007,7 +1014,7 @@ fn sox_with_a_plugin_hanging_on_every_block_from_the_tenth_finishes_with_it_disa
     let args = sox_faulty(&s, "out.wav", "0.5", "5", "10", "1");
     let out =
         output_within(ward().args(["run", "--", "sox"]).args(&args).env("LADSPA_PATH", builtin_dir()), GIVE_UP_NET);
-    assert_given_up(&out, "faulty_ladspa", AUDIO_BYPASS);
+    assert_given_up(&out, "faulty_ladspa", "run", AUDIO_BYPASS);
     // Every block came out, processed or passed through: as long as the output of a run without the fault.
     let clean = sox_faulty(&s, "clean.wav", "0.5", "0", "0", "0");
     let reference = output(Command::new("sox").args(&clean).env("LADSPA_PATH", builtin_dir()));
@@ -1031,7 +1038,7 @@ fn applyplugin_with_a_plugin_hanging_on_every_block_from_the_tenth_finishes_with
             .args(controls),
         GIVE_UP_NET,
     );
-    assert_given_up(&out, "faulty_ladspa", AUDIO_BYPASS);
+    assert_given_up(&out, "faulty_ladspa", "run", AUDIO_BYPASS);
 }
 
 #[test]
@@ -1048,7 +1055,7 @@ fn ffmpeg_with_a_ladspa_plugin_hanging_on_every_block_from_the_tenth_finishes_wi
             .env("LADSPA_PATH", builtin_dir()),
         GIVE_UP_NET,
     );
-    assert_given_up(&out, "faulty_ladspa", AUDIO_BYPASS);
+    assert_given_up(&out, "faulty_ladspa", "run", AUDIO_BYPASS);
 }
 
 #[test]
@@ -1060,7 +1067,7 @@ fn ffmpeg_with_a_frei0r_filter_hanging_on_every_frame_from_the_tenth_finishes_wi
     let args = ffmpeg_pattern_args(source, "frei0r=faulty_frei0r:5|10|y", &s.path("out.rgba"));
     let out =
         output_within(ward().args(["run", "--", "ffmpeg"]).args(&args).env("FREI0R_PATH", builtin_dir()), GIVE_UP_NET);
-    assert_given_up(&out, "faulty_frei0r", FRAME_BYPASS);
+    assert_given_up(&out, "faulty_frei0r", "f0r_update", FRAME_BYPASS);
     assert_eq!(read(&s.path("out.rgba")).len(), 75 * 160 * 120 * 4, "every frame came out");
 }
 
@@ -1071,9 +1078,56 @@ fn ffmpeg_with_debians_curves_which_hangs_on_its_first_frame_finishes_with_the_f
     let s = Scratch::new("run", "ffmpeg-curves");
     let args = ffmpeg_args("frei0r=curves", &s.path("out.rgba"));
     let out = output_within(ward().args(["run", "--", host("ffmpeg")]).args(&args), GIVE_UP_NET);
-    assert_given_up(&out, "curves", FRAME_BYPASS);
+    assert_given_up(&out, "curves", "f0r_update", FRAME_BYPASS);
     let plain = ffmpeg_args("null", &s.path("plain.rgba"));
     let reference = output(Command::new("ffmpeg").args(&plain));
     assert!(reference.status.success(), "{}", stderr(&reference));
     assert!(read(&s.path("out.rgba")) == read(&s.path("plain.rgba")), "the frames passed through unchanged");
+}
+
+/// A fault names the plugin's call as the host made it (LADSPA's `run`, frei0r's `f0r_update`), never the adapter
+/// function of ward's that makes it for the host (`ward_ladspa_run`, `ward_frei0r_update`).
+#[test]
+fn a_faults_message_names_the_plugins_call_not_wards_adapter() {
+    let s = Scratch::new("run", "fault-names");
+    sine_wav(&s.path("in.wav"), 1);
+    let sox = output(
+        ward()
+            .args(["run", "--", "sox"])
+            .args(sox_faulty(&s, "out.wav", "0.5", "1", "3", "0"))
+            .env("LADSPA_PATH", builtin_dir()),
+    );
+    let ffmpeg = output(
+        ward()
+            .args(["run", "--", "ffmpeg"])
+            .args(ffmpeg_args("frei0r=faulty_frei0r:1|5", &s.path("out.rgba")))
+            .env("FREI0R_PATH", builtin_dir()),
+    );
+    for (out, plugin, call) in [(&sox, "faulty_ladspa", "run"), (&ffmpeg, "faulty_frei0r", "f0r_update")] {
+        let err = stderr(out);
+        assert!(out.status.success(), "{plugin}: {:?}\n{err}", out.status);
+        let fault = err.lines().find(|l| l.starts_with(&format!("ward: {plugin}: fault: "))).unwrap_or_default();
+        assert!(fault.contains(&format!(" in call {call} (domain {plugin}, incarnation 1)")), "{err}");
+        assert!(err.contains(&format!("ward: {plugin}: {call} retried: succeeded")), "{err}");
+        assert!(!err.contains("ward_"), "no adapter function is named: {err}");
+    }
+}
+
+/// `-v` says once per `ward run` that the host's large heap blocks come from ward's arena, not once in every
+/// process of the host's: a shell that runs another shell that runs a program is one host.
+#[test]
+fn verbose_says_where_the_heap_comes_from_once_however_many_programs_the_host_runs() {
+    let arena_line = "ward: heap blocks of 1 MiB and more come from ward's arena";
+    let count = |out: &Output| stderr(out).lines().filter(|l| l.starts_with(arena_line)).count();
+    let single = output(ward().args(["run", "-v", "--isolation", "process", "--", "true"]));
+    assert!(single.status.success(), "{}", stderr(&single));
+    assert_eq!(count(&single), 1, "a host of one process says it: {}", stderr(&single));
+    // sh, a second sh (forked and exec'd), and true exec'd by each: four processes with the shim.
+    let script = "sh -c 'true; true'; true";
+    let tree = output(ward().args(["run", "-v", "--isolation", "process", "--", "sh", "-c", script]));
+    assert!(tree.status.success(), "{}", stderr(&tree));
+    assert_eq!(count(&tree), 1, "{}", stderr(&tree));
+    // A mark left in the environment by an earlier `ward run` does not silence this one.
+    let marked = output(ward().args(["run", "-v", "--isolation", "process", "--", "true"]).env("WARD_ARENA_SAID", "1"));
+    assert_eq!(count(&marked), 1, "{}", stderr(&marked));
 }

@@ -310,8 +310,11 @@ unsafe fn input(frame: *const u32, bytes: usize, out: *mut u32, scratch: &mut Ve
     }
 }
 
+/// The host's `f0r_update`: the plugin gets its own `f0r_update` too (not `f0r_update2`, which a plugin may
+/// implement differently), and a fault names the call the host made.
+///
 /// # Safety
-/// `in_frame` and `out_frame` point to width × height pixels (frei0r contract).
+/// `in_frame` (null for a source) and `out_frame` point to width × height pixels (frei0r contract).
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_update(
     instance_ptr: *mut c_void,
@@ -319,8 +322,23 @@ pub unsafe extern "C" fn ward_preload_f0r_update(
     in_frame: *const u32,
     out_frame: *mut u32,
 ) {
-    // SAFETY: forwarded under the same contract.
-    unsafe { ward_preload_f0r_update2(instance_ptr, time, in_frame, std::ptr::null(), std::ptr::null(), out_frame) }
+    // SAFETY: the host passes an instance of ours (frei0r contract).
+    let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
+    if out_frame.is_null() {
+        return;
+    }
+    let bytes = inst.pixels * 4;
+    let [scratch, ..] = &mut inst.scratch;
+    // SAFETY: per the contract.
+    let frame_in = unsafe { input(in_frame, bytes, out_frame, scratch) };
+    // SAFETY: the output frame has `bytes` bytes (contract) and the input slice does not alias it (copied if it did).
+    let out = unsafe { std::slice::from_raw_parts_mut(out_frame as *mut u8, bytes) };
+    let instance = &mut inst.instance;
+    let result = inside_ward(|| instance.update_bytes(time, frame_in.unwrap_or_default(), out));
+    if let Err(e) = result {
+        eprintln!("ward: {e}");
+    }
+    report();
 }
 
 /// # Safety

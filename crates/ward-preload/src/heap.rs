@@ -38,15 +38,25 @@ extern "C" fn set_up_arena() {
     {
         return;
     }
-    match arena::host::enable(arena::host::DEFAULT_RESERVE) {
+    let said = std::env::var_os(ARENA_SAID).is_some();
+    let line = match arena::host::enable(arena::host::DEFAULT_RESERVE) {
         Ok(()) if std::env::var_os("WARD_VERBOSE").is_some_and(|v| v == "1") => {
-            eprintln!("ward: heap blocks of 1 MiB and more come from ward's arena (lent to process domains in place)");
+            "ward: heap blocks of 1 MiB and more come from ward's arena (lent to process domains in place)".to_string()
         }
-        Ok(()) => {}
+        Ok(()) => return,
         // Not fatal: large buffers are then copied through the pools, as for any host.
-        Err(e) => eprintln!("ward: {e}; large buffers will be copied to the domains"),
+        Err(e) => format!("ward: {e}; large buffers will be copied to the domains"),
+    };
+    if !said {
+        eprintln!("{line}");
+        // Said once per `ward run`: the processes the host execs inherit the mark with the environment. This
+        // constructor runs before `main`, while the process has one thread, so changing the environment is safe.
+        std::env::set_var(ARENA_SAID, "1");
     }
 }
+
+/// In the environment once a process of this `ward run` has said how its heap is served (`ward run` clears it).
+const ARENA_SAID: &str = "WARD_ARENA_SAID";
 
 fn set_errno(code: i32) {
     // SAFETY: __errno_location returns this thread's errno, always valid to write.

@@ -9,7 +9,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ward::{Event, Isolation, Policy, Supervisor};
-use ward_classes::{inspect, Class, Classification};
+use ward_classes::{inspect, Class, Classification, ClassifyError};
 
 use crate::{frei0r, ladspa, proxy};
 
@@ -136,6 +136,13 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
         Ok((Classification::NotAPlugin, _)) => return Opened::Native,
         Ok((Classification::OtherPlugin { abi }, _)) => {
             return unless_fallback(path, &key, &format!("a {abi} plugin, which ward has no class for"))
+        }
+        // No file there (hosts try each directory of a search path in turn): nothing is loaded, with ward or
+        // without, and the real dlopen fails as it would natively. Nothing to say.
+        Err(ClassifyError::Io { source, .. })
+            if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) =>
+        {
+            return Opened::Native
         }
         Err(e) => return unless_fallback(path, &key, &format!("ward cannot tell what it is ({e})")),
     };

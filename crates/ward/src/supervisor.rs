@@ -453,10 +453,23 @@ impl Extension {
         self.domain.isolation()
     }
 
-    /// Resolve a function once, for repeated calls.
+    /// Resolve a function once, for repeated calls. Its calls are named for its symbol in faults, events and
+    /// messages (unless [`Extension::function_as`] named them otherwise).
     pub fn function(&self, symbol: &str) -> Result<Function, Error> {
-        let sym = self.domain.symbol(self.ext, symbol)?;
-        Ok(Function { domain: self.domain.clone(), sym, name: symbol.to_string() })
+        self.resolve(symbol, None)
+    }
+
+    /// Resolve a function once, for repeated calls, naming its calls `call` in faults, events and messages: a class
+    /// wrapper resolves its adapter's `ward_ladspa_run` as `run`, the plugin's call the host made. The name is only
+    /// shown; the symbol still keys the function's policy.
+    pub fn function_as(&self, symbol: &str, call: &str) -> Result<Function, Error> {
+        self.resolve(symbol, Some(call))
+    }
+
+    fn resolve(&self, symbol: &str, call: Option<&str>) -> Result<Function, Error> {
+        let sym = self.domain.symbol(self.ext, symbol, call)?;
+        let call = call.unwrap_or(symbol).to_string();
+        Ok(Function { domain: self.domain.clone(), sym, name: symbol.to_string(), call })
     }
 
     /// Call `symbol` with `args`, reading the result as `ret`.
@@ -491,10 +504,11 @@ impl Extension {
         self.domain.extension_policy(self.ext)
     }
 
-    /// A class wrapper found the result of `call` wrong (see [`crate::FaultKind::BadOutput`]): the domain is
-    /// recovered as after any fault. Fails when the domain is, or now becomes, disabled.
-    pub fn declare_fault(&self, call: &str, kind: FaultKind) -> Result<(), Error> {
-        self.domain.declare_fault(call, kind)
+    /// A class wrapper found the result of a call of `symbol` wrong (see [`crate::FaultKind::BadOutput`]): the
+    /// domain is recovered as after any fault, which names the call as the function was resolved. Fails when the
+    /// domain is, or now becomes, disabled.
+    pub fn declare_fault(&self, symbol: &str, kind: FaultKind) -> Result<(), Error> {
+        self.domain.declare_fault(self.ext, symbol, kind)
     }
 
     /// The process id of the domain's running incarnation (process isolation only).
@@ -508,7 +522,10 @@ impl Extension {
 pub struct Function {
     domain: Arc<Domain>,
     sym: usize,
+    /// Its symbol.
     name: String,
+    /// Its calls' name in faults, events and messages.
+    call: String,
 }
 
 impl std::fmt::Debug for Function {
@@ -518,16 +535,22 @@ impl std::fmt::Debug for Function {
 }
 
 impl Function {
+    /// Its symbol.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// What faults, events and messages call its calls (see [`Extension::function_as`]).
+    pub fn call_name(&self) -> &str {
+        &self.call
+    }
+
     pub fn call(&self, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
-        self.domain.call(self.sym, &self.name, args, ret)
+        self.domain.call(self.sym, &self.name, &self.call, args, ret)
     }
 
     pub fn defer(&self, args: &[Arg<'_>]) -> Result<(), Error> {
-        self.domain.defer(self.sym, &self.name, args)
+        self.domain.defer(self.sym, &self.name, &self.call, args)
     }
 }
 

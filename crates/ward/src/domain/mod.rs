@@ -67,7 +67,11 @@ pub struct DomainStats {
 
 struct Symbol {
     ext: usize,
+    /// The symbol the backend resolves, and the key of the function's policy.
     name: Arc<str>,
+    /// The call as faults, events and messages name it: what whoever resolved the function called it (a class
+    /// adapter's function is named for the plugin's call it makes, `run`, not `ward_ladspa_run`), else the symbol.
+    call: Arc<str>,
     /// The backend's id for this incarnation; None until resolved.
     func: Option<u32>,
     policy: FunctionPolicy,
@@ -239,22 +243,22 @@ impl Domain {
         }
     }
 
-    /// Take the domain's lock for `call` (a function's name, for its deadline and the fault). At once when it is
-    /// free or this thread holds it already (a nested call). Otherwise this thread waits its turn, for as long as
-    /// the holder's call takes, except that a holder found in one host callback for the whole of `call`'s deadline
-    /// ends the wait: the callback may itself be waiting for this thread's call, which could then never run. That
-    /// ends as a [`FaultKind::BusyInCallback`] fault of this call, reported; the domain is not recovered (nothing
-    /// is wrong with it) and the holder's call goes on.
-    fn lock_for(&self, call: &str) -> Result<Guard<'_>, Error> {
+    /// Take the domain's lock for a call of the function `symbol` (for its deadline), shown as `call` (for the
+    /// fault). At once when it is free or this thread holds it already (a nested call). Otherwise this thread waits
+    /// its turn, for as long as the holder's call takes, except that a holder found in one host callback for the
+    /// whole of the call's deadline ends the wait: the callback may itself be waiting for this thread's call, which
+    /// could then never run. That ends as a [`FaultKind::BusyInCallback`] fault of this call, reported; the domain
+    /// is not recovered (nothing is wrong with it) and the holder's call goes on.
+    fn lock_for(&self, symbol: &str, call: &str) -> Result<Guard<'_>, Error> {
         if let Some(g) = self.lock.try_lock() {
             return Ok(g);
         }
-        self.lock_contended(call)
+        self.lock_contended(symbol, call)
     }
 
     #[cold]
-    fn lock_contended(&self, call: &str) -> Result<Guard<'_>, Error> {
-        let deadline = self.policy.deadline_for(call);
+    fn lock_contended(&self, symbol: &str, call: &str) -> Result<Guard<'_>, Error> {
+        let deadline = self.policy.deadline_for(symbol);
         // The holder's callback this thread has seen, and since when.
         let mut seen: Option<(u64, Instant)> = None;
         loop {
@@ -366,11 +370,16 @@ impl Domain {
         st.extensions.get(ext).map(|e| e.1.clone()).unwrap_or_else(|| self.policy.clone())
     }
 
-    /// Find or resolve a symbol; returns its index in the symbol table.
-    pub fn symbol(&self, ext: usize, name: &str) -> Result<usize, Error> {
-        let mut g = self.lock_for(name)?;
+    /// Find or resolve a symbol; returns its index in the symbol table. `call` names its calls in faults, events
+    /// and messages (a class adapter's function is named for the plugin's call, see [`Symbol::call`]); `None`
+    /// keeps the name it has, the symbol at first. The core only stores the name: it knows no class.
+    pub fn symbol(&self, ext: usize, name: &str, call: Option<&str>) -> Result<usize, Error> {
+        let mut g = self.lock_for(name, call.unwrap_or(name))?;
         let existing = g.borrow().symbol_index.get(ext).and_then(|m| m.get(name)).copied();
         if let Some(i) = existing {
+            if let Some(call) = call.filter(|c| *g.borrow().symbols[i].call != **c) {
+                g.borrow_mut().symbols[i].call = call.into();
+            }
             return Ok(i);
         }
         let index = {
@@ -382,6 +391,7 @@ impl Domain {
             st.symbols.push(Symbol {
                 ext,
                 name: name.into(),
+                call: call.unwrap_or(name).into(),
                 func: None,
                 policy,
                 times: learn::CallTimes::default(),
@@ -437,8 +447,8 @@ impl Domain {
         if let Some(f) = st.symbols.get(sym).and_then(|s| s.func) {
             return Ok(f);
         }
-        let (ext, name, func) = match st.symbols.get(sym) {
-            Some(s) => (s.ext, s.name.clone(), s.func),
+        let (ext, name, call, func) = match st.symbols.get(sym) {
+            Some(s) => (s.ext, s.name.clone(), s.call.clone(), s.func),
             None => return Err(Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() }),
         };
         if let Some(f) = func {
@@ -453,11 +463,11 @@ impl Domain {
                 let extension = st.extensions.get(ext).map(|e| e.0.clone()).unwrap_or_default();
                 Err(Error::UnknownSymbol { extension, symbol: name.to_string() })
             }
-            Err(BackendError::Usage(reason)) => Err(Error::BadArguments { call: name.to_string(), reason }),
+            Err(BackendError::Usage(reason)) => Err(Error::BadArguments { call: call.to_string(), reason }),
             Err(BackendError::TimedOut | BackendError::Closed) => {
-                Err(self.fault_error(&st, FaultKind::Vanished, Some(name.to_string())))
+                Err(self.fault_error(&st, FaultKind::Vanished, Some(call.to_string())))
             }
-            Err(BackendError::Fault(kind)) => Err(self.fault_error(&st, kind, Some(name.to_string()))),
+            Err(BackendError::Fault(kind)) => Err(self.fault_error(&st, kind, Some(call.to_string()))),
         }
     }
 
@@ -480,9 +490,10 @@ impl Domain {
         })
     }
 
-    /// Call a function (`name`: its name): the whole protocol of DESIGN.md §3 and §4.
-    pub fn call(&self, sym: usize, name: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
-        let mut g = self.lock_for(name)?;
+    /// Call a function (`name`: its symbol, `call`: what its calls are called, see [`Domain::symbol`]): the whole
+    /// protocol of DESIGN.md §3 and §4.
+    pub fn call(&self, sym: usize, name: &str, call: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
+        let mut g = self.lock_for(name, call)?;
         let (fpolicy, mut timeout, mut source) = {
             let st = g.borrow();
             if let Some(e) = self.disabled_error(&st) {
@@ -513,7 +524,7 @@ impl Domain {
                     if retries > 0 {
                         self.events.emit(Event::Retried {
                             domain: self.name.clone(),
-                            call: symbol_name(&g, sym),
+                            call: call_name(&g, sym),
                             ok: true,
                         });
                     }
@@ -541,7 +552,7 @@ impl Domain {
             }
             let fault = {
                 let st = g.borrow();
-                Fault { kind, domain: self.name.clone(), call: Some(symbol_name(&g, sym)), incarnation: st.incarnation }
+                Fault { kind, domain: self.name.clone(), call: Some(call_name(&g, sym)), incarnation: st.incarnation }
             };
             // A stale call's domain was already recovered by the call that saw the fault (a nested one, or another
             // thread's).
@@ -557,7 +568,7 @@ impl Domain {
                     if retries > 0 {
                         self.events.emit(Event::Retried {
                             domain: self.name.clone(),
-                            call: symbol_name(&g, sym),
+                            call: call_name(&g, sym),
                             ok: false,
                         });
                     }
@@ -569,17 +580,18 @@ impl Domain {
                 continue;
             }
             if retries > 0 {
-                self.events.emit(Event::Retried { domain: self.name.clone(), call: symbol_name(&g, sym), ok: false });
+                self.events.emit(Event::Retried { domain: self.name.clone(), call: call_name(&g, sym), ok: false });
             }
             return Err(Error::Fault(fault));
         }
     }
 
-    /// A class wrapper found a call's result wrong: recover the domain as if the call had faulted. The caller
-    /// retries the call itself if it wants to (the recovered domain is ready for it) and gets an error when the
-    /// domain is or becomes disabled.
-    pub fn declare_fault(&self, call: &str, kind: FaultKind) -> Result<(), Error> {
-        let mut g = self.lock_for(call)?;
+    /// A class wrapper found the result of a call of `symbol` (of extension `ext`) wrong: recover the domain as if
+    /// the call had faulted. The fault names the call as the function was named when resolved. The caller retries
+    /// the call itself if it wants to (the recovered domain is ready for it) and gets an error when the domain is
+    /// or becomes disabled.
+    pub fn declare_fault(&self, ext: usize, symbol: &str, kind: FaultKind) -> Result<(), Error> {
+        let mut g = self.lock_for(symbol, symbol)?;
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
@@ -587,9 +599,10 @@ impl Domain {
             let mut st = g.borrow_mut();
             // The call's wrong result must not be replayed as history: the caller retries the call itself.
             let st = &mut *st;
-            let symbols = &st.symbols;
-            st.shadow.drop_last_history(|s| symbols.get(s).is_some_and(|s| &*s.name == call));
-            Fault { kind, domain: self.name.clone(), call: Some(call.to_string()), incarnation: st.incarnation }
+            let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
+            st.shadow.drop_last_history(|s| Some(s) == index);
+            let call = index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string());
+            Fault { kind, domain: self.name.clone(), call: Some(call), incarnation: st.incarnation }
         };
         self.recover(&mut g, fault)
     }
@@ -696,7 +709,7 @@ impl Domain {
             let st = &mut *st;
             match st.backend.begin(&mut st.tracker, func, &wire, ret) {
                 Ok(f) => f,
-                Err(e) => return backend_outcome(e, &st.symbols[sym].name),
+                Err(e) => return backend_outcome(e, st.symbols.get(sym)),
             }
         };
         // The deadline bounds the domain's own time in this call: time the host spends serving a callback (which
@@ -753,7 +766,7 @@ impl Domain {
                     };
                     if let Err(e) = st.backend.answer_callback(token, answer) {
                         st.backend.abandon(frame);
-                        return backend_outcome(e, &st.symbols[sym].name);
+                        return backend_outcome(e, st.symbols.get(sym));
                     }
                 }
                 Err(e) => {
@@ -790,7 +803,7 @@ impl Domain {
             };
             match call.prepare(&wire) {
                 Ok(p) => p,
-                Err(e) => return backend_outcome(e, &st.symbols[sym].name),
+                Err(e) => return backend_outcome(e, st.symbols.get(sym)),
             }
         };
         let (regs, frame) = prepared;
@@ -838,7 +851,7 @@ impl Domain {
         let mut copies = Vec::new();
         let (function, regs) = {
             let st = g.borrow();
-            let name = &*st.symbols[sym].name;
+            let name = &*st.symbols[sym].call;
             let Some(function) = st.backend.direct_function(func) else {
                 return Outcome::Error(Error::BadArguments { call: name.into(), reason: "not resolved".into() });
             };
@@ -880,7 +893,7 @@ impl Domain {
         replaying: bool,
         rewrite: Option<(&CStr, &'a [u8])>,
     ) -> Result<SmallVec<[WireValue<'a>; 6]>, Error> {
-        let name = |st: &State| st.symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default();
+        let name = |st: &State| st.symbols.get(sym).map(|s| s.call.to_string()).unwrap_or_default();
         if let Err(reason) = check_registers(args) {
             return Err(Error::BadArguments { call: name(st), reason });
         }
@@ -931,8 +944,8 @@ impl Domain {
     }
 
     /// Queue a call (of function `name`) with no reply awaited.
-    pub fn defer(&self, sym: usize, name: &str, args: &[Arg<'_>]) -> Result<(), Error> {
-        let mut g = self.lock_for(name)?;
+    pub fn defer(&self, sym: usize, name: &str, call: &str, args: &[Arg<'_>]) -> Result<(), Error> {
+        let mut g = self.lock_for(name, call)?;
         // The hot path, in one borrow: a healthy isolated domain, a resolved function, plain scalar arguments.
         // Anything else (and any failure here, which queues nothing) takes the general path below.
         {
@@ -976,25 +989,25 @@ impl Domain {
             match result {
                 Ok(()) => return Ok(()),
                 Err(BackendError::Usage(reason)) => {
-                    return Err(Error::BadArguments { call: symbol_name(&g, sym), reason })
+                    return Err(Error::BadArguments { call: call_name(&g, sym), reason })
                 }
                 Err(e) => {
                     let kind = match backend_outcome_timeout(e, self.policy.deadline) {
                         Outcome::Failed(k) => k,
                         _ => FaultKind::Vanished,
                     };
-                    let fault = self.make_fault(&g, kind, Some(symbol_name(&g, sym)));
+                    let fault = self.make_fault(&g, kind, Some(call_name(&g, sym)));
                     // The call had not been queued: queue it again on the new incarnation.
                     self.recover(&mut g, fault)?;
                 }
             }
         }
-        Err(Error::BadArguments { call: symbol_name(&g, sym), reason: "the domain failed twice while queueing".into() })
+        Err(Error::BadArguments { call: call_name(&g, sym), reason: "the domain failed twice while queueing".into() })
     }
 
     /// Send queued deferred calls.
     pub fn flush(&self) -> Result<(), Error> {
-        let mut g = self.lock_for("flush")?;
+        let mut g = self.lock_for("flush", "flush")?;
         let r = g.borrow_mut().backend.flush();
         match r {
             Ok(()) => Ok(()),
@@ -1043,8 +1056,9 @@ impl Domain {
 }
 
 /// The name of function `sym` (for messages and events).
-fn symbol_name(g: &Guard<'_>, sym: usize) -> String {
-    g.borrow().symbols.get(sym).map(|s| s.name.to_string()).unwrap_or_default()
+/// The call of function `sym` as faults, events and messages name it.
+fn call_name(g: &Guard<'_>, sym: usize) -> String {
+    g.borrow().symbols.get(sym).map(|s| s.call.to_string()).unwrap_or_default()
 }
 
 /// The wire form of an argument that needs no translation (numbers and raw addresses); None for the rest.
@@ -1077,23 +1091,23 @@ fn check_registers(args: &[Arg<'_>]) -> Result<(), String> {
     Ok(())
 }
 
-fn backend_outcome(e: BackendError, name: &str) -> Outcome {
+/// What a backend's error means for a call of `function` (None: a call whose function does not matter here).
+fn backend_outcome(e: BackendError, function: Option<&Symbol>) -> Outcome {
+    let (symbol, call) = function.map_or_else(Default::default, |f| (f.name.to_string(), f.call.to_string()));
     match e {
         BackendError::Fault(k) => Outcome::Failed(k),
         BackendError::TimedOut => Outcome::Failed(FaultKind::Vanished),
         // Another call's failure closed the domain under this one, and recovers it.
         BackendError::Closed => Outcome::Stale,
-        BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call: name.into(), reason }),
-        BackendError::UnknownSymbol => {
-            Outcome::Error(Error::UnknownSymbol { extension: String::new(), symbol: name.into() })
-        }
+        BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call, reason }),
+        BackendError::UnknownSymbol => Outcome::Error(Error::UnknownSymbol { extension: String::new(), symbol }),
     }
 }
 
 fn backend_outcome_timeout(e: BackendError, timeout: Duration) -> Outcome {
     match e {
         BackendError::TimedOut => Outcome::Failed(FaultKind::Timeout { deadline: timeout }),
-        other => backend_outcome(other, ""),
+        other => backend_outcome(other, None),
     }
 }
 

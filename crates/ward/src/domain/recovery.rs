@@ -246,7 +246,7 @@ impl Domain {
             match st.symbols.get(entry.symbol) {
                 Some(s) => {
                     let policy = st.extensions.get(s.ext).map_or(&self.policy, |e| &e.1);
-                    (s.name.clone(), super::learn::deadline(&s.policy, policy, &s.times).0)
+                    (s.call.clone(), super::learn::deadline(&s.policy, policy, &s.times).0)
                 }
                 None => (Default::default(), self.policy.deadline),
             }
