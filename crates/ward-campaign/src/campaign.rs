@@ -30,7 +30,9 @@ pub struct Options {
     pub faults_per_trial: u32,
     pub isolations: Vec<Mode>,
     pub seed: u64,
-    pub deadline: Duration,
+    /// Every call's deadline under ward, with the workload's policy for campaigns; `None`: ward's default policy
+    /// only (see [`CampaignConfig::deadline_ms`]).
+    pub deadline: Option<Duration>,
     pub host_timeout: Duration,
     pub fault_model: FaultModel,
     /// Under ward, call the extension with poison in every register and stack slot it is not given (policy
@@ -109,6 +111,17 @@ impl Campaign {
         if options.isolations.contains(&Mode::Mpk) && !ward::mpk_available() {
             return Err(Error::MpkUnavailable);
         }
+        if options.deadline.is_none() {
+            // Under the default policy a call whose deadline is not learned yet (the workloads make few calls of
+            // each function) runs up to the ceiling; a hang, and its retry's hang, must fit under the host's bound.
+            let ceiling = ward::policy::ExtensionPolicy::default().deadline_ceiling;
+            if options.host_timeout <= 2 * ceiling {
+                return Err(Error::HostBoundTooShort {
+                    bound_s: options.host_timeout.as_secs(),
+                    ceiling_s: ceiling.as_secs(),
+                });
+            }
+        }
         let config = CampaignConfig {
             extension,
             workload: workload.name().to_string(),
@@ -118,7 +131,7 @@ impl Campaign {
             faults_per_trial: options.faults_per_trial,
             isolations: options.isolations,
             seed: options.seed,
-            deadline_ms: options.deadline.as_millis() as u64,
+            deadline_ms: options.deadline.map(|d| d.as_millis() as u64),
             host_timeout_ms: options.host_timeout.as_millis() as u64,
             fault_model: options.fault_model,
             poison: options.poison,

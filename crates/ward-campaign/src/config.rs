@@ -129,8 +129,13 @@ pub struct CampaignConfig {
     /// Isolation kinds each trial also runs under (the native run always comes first).
     pub isolations: Vec<Mode>,
     pub seed: u64,
-    /// Deadline of every call under ward.
-    pub deadline_ms: u64,
+    /// Deadline of every call under ward, which then runs the extension with the workload's policy for campaigns
+    /// (this deadline, a restart budget, short backoffs, history for plugins); `None`: with ward's default policy
+    /// only (deadlines learned from each function's calls, the default restart limits, backoff and history), as a
+    /// user who never tuned it runs plugins. The trial's own settings (the fault model's `restart_from`, a library
+    /// fault, `poison`) are added either way. Campaigns recorded before the default policy could be asked for all
+    /// had a deadline.
+    pub deadline_ms: Option<u64>,
     /// A host still running after this long is hung: it is killed.
     pub host_timeout_ms: u64,
     /// Where the faults live. Campaigns recorded before this field were all persistent.
@@ -164,7 +169,7 @@ impl CampaignConfig {
         check("faults per trial", self.faults_per_trial.to_string(), asked.faults_per_trial.to_string());
         check("isolation", mode_list(&self.isolations), mode_list(&asked.isolations));
         check("seed", self.seed.to_string(), asked.seed.to_string());
-        check("deadline", format!("{} ms", self.deadline_ms), format!("{} ms", asked.deadline_ms));
+        check("policy", policy_name(self.deadline_ms), policy_name(asked.deadline_ms));
         check("host timeout", format!("{} ms", self.host_timeout_ms), format!("{} ms", asked.host_timeout_ms));
         check("fault model", self.fault_model.to_string(), asked.fault_model.to_string());
         check("poisoned calls", self.poison.to_string(), asked.poison.to_string());
@@ -174,6 +179,14 @@ impl CampaignConfig {
 
 fn well() -> String {
     "well".into()
+}
+
+/// The policy runs under ward get, for messages: "a 500 ms deadline", "the default policy".
+fn policy_name(deadline_ms: Option<u64>) -> String {
+    match deadline_ms {
+        Some(ms) => format!("a {ms} ms deadline"),
+        None => "the default policy".into(),
+    }
 }
 
 /// Fault type names separated by commas: code fault types (`nop`), library fault kinds (`alloc`), and the
@@ -286,7 +299,7 @@ mod tests {
             faults_per_trial: 5,
             isolations: vec![Mode::Process],
             seed: 1,
-            deadline_ms: 2000,
+            deadline_ms: Some(2000),
             host_timeout_ms: 20_000,
             fault_model: FaultModel::Persistent,
             poison: false,
@@ -296,6 +309,11 @@ mod tests {
         assert_eq!(a.differences(&b).as_deref(), Some("seed 1 recorded, 2 asked"));
         let c = CampaignConfig { fault_model: FaultModel::Transient, ..a.clone() };
         assert_eq!(a.differences(&c).as_deref(), Some("fault model persistent recorded, transient asked"));
+        let d = CampaignConfig { deadline_ms: None, ..a.clone() };
+        assert_eq!(a.differences(&d).as_deref(), Some("policy a 2000 ms deadline recorded, the default policy asked"));
+        let json_default = serde_json::to_string(&d).unwrap();
+        assert!(json_default.contains(r#""deadline_ms":null"#), "{json_default}");
+        assert_eq!(serde_json::from_str::<CampaignConfig>(&json_default).unwrap(), d);
         let json = serde_json::to_string(&a).unwrap();
         assert!(json.contains(r#""fault_types":["nop"]"#), "{json}");
         assert_eq!(serde_json::from_str::<CampaignConfig>(&json).unwrap(), a);

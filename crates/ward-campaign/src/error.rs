@@ -28,6 +28,13 @@ pub enum Error {
         "isolation mpk needs memory protection keys, and this machine has none (no PKU); drop mpk from --isolation"
     )]
     MpkUnavailable,
+    #[error(
+        "a host bound of {bound_s} s is too short for the default policy: a call it has not learned the deadline of \
+         may run {ceiling_s} s before ward stops it, and its retry as long again, so such a hang would count as the \
+         host's; give --host-timeout-s more than {} (30, say)",
+        2 * ceiling_s
+    )]
+    HostBoundTooShort { bound_s: u64, ceiling_s: u64 },
     #[error("unknown isolation `{given}`; valid: mpk, process, none{hint}")]
     UnknownIsolation { given: String, hint: &'static str },
     #[error("unknown fault model `{given}`; valid: persistent, transient")]
@@ -99,6 +106,7 @@ impl Error {
                 | Error::LibraryFaultNeedsDomain { .. }
                 | Error::PoisonNeedsProcess { .. }
                 | Error::MpkUnavailable
+                | Error::HostBoundTooShort { .. }
                 | Error::Imports { .. }
                 | Error::UnknownIsolation { .. }
                 | Error::UnknownFaultModel { .. }

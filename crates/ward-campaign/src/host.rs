@@ -65,7 +65,8 @@ pub fn run_native(workload: &dyn Workload, symbols: &dyn Symbols) -> HostReport 
     HostReport { output: out.into_entries(), ..HostReport::default() }
 }
 
-/// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline`; after a
+/// Run `workload` on the extension at `path` under ward with `isolation` and every call's deadline `deadline` (none:
+/// ward's default policy, see [`Workload::policy`]); after a
 /// failure the extension restarts from `restart_from` when given; with `library_fault`, the extension's domain runs
 /// with that run-time library fault (policy `library_fault`: it needs isolation `process` or `mpk`, and hits the calls
 /// of the file at `path`, so a restart from another file runs without it). Fails only if this host cannot set itself
@@ -78,7 +79,7 @@ pub fn run_ward(
     workload: &dyn Workload,
     path: &Path,
     isolation: Isolation,
-    deadline: Duration,
+    deadline: Option<Duration>,
     restart_from: Option<&Path>,
     library_fault: Option<LibraryFault>,
     poison: bool,

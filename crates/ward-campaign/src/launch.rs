@@ -26,8 +26,9 @@ pub struct HostRequest<'a> {
     /// ([`ward::libfault::env_for`] of `path`: the launcher starts it so), a host under ward through the
     /// extension's policy (`library_fault`; [`crate::host::run_ward`]).
     pub library_fault: Option<LibraryFault>,
-    /// Deadline of every call under ward.
-    pub deadline: Duration,
+    /// Deadline of every call under ward, with the workload's policy for campaigns; `None`: ward's default policy
+    /// only.
+    pub deadline: Option<Duration>,
     /// Under ward, the extension's calls are poisoned (policy `poison`); ignored natively.
     pub poison: bool,
 }

@@ -209,7 +209,7 @@ mod tests {
             faults_per_trial: 5,
             isolations: vec![Mode::Process],
             seed,
-            deadline_ms: 2000,
+            deadline_ms: Some(2000),
             host_timeout_ms: 20_000,
             fault_model: crate::FaultModel::Persistent,
             poison: false,

@@ -2,15 +2,16 @@
 //!
 //! - **survival**: of the trials whose native host crashed or hung, the share whose isolated host did neither
 //!   (target 100%, 99.5% under mpk, where the extension shares the host's process; Nooks: 99%);
-//! - **transparency**: of those, the share whose isolated host saw exactly the reference output (target 90%);
-//! - **hangs**: every trial whose native host hung had its hang detected under isolation, no later than the
-//!   deadline plus [`hang_slack`].
+//! - **transparency**: of those, the share whose isolated host saw exactly the reference output (target 90% with
+//!   persistent faults, 95% with transient ones: [`transparency_target`]);
+//! - **hangs**: no isolated host hung, and each hang ward detected was detected no later than the deadline that
+//!   call had (fixed by the campaign, or learned under the default policy) plus [`hang_slack`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::classify::Outcome;
-use crate::config::{CampaignConfig, Mode};
+use crate::config::{CampaignConfig, FaultModel, Mode};
 use crate::fault::TrialFault;
 use crate::plan::TrialId;
 use crate::record::RunRecord;
@@ -25,8 +26,15 @@ pub fn survival_target(mode: Mode) -> f64 {
         Mode::Native | Mode::Process | Mode::None => 1.0,
     }
 }
-/// Share of survived failures that must be fully transparent.
-pub const TRANSPARENCY_TARGET: f64 = 0.9;
+/// Share of survived failures that must be fully transparent: 90% (issue 5) where the fault is in the file, so a
+/// restart runs the same faulty code again; 95% (issue 33) where it strikes once, so that the restarted extension,
+/// its state replayed, can give exactly what the fault-free run gives.
+pub fn transparency_target(model: FaultModel) -> f64 {
+    match model {
+        FaultModel::Persistent => 0.9,
+        FaultModel::Transient => 0.95,
+    }
+}
 
 /// How late past its deadline a hang may be noticed and still count as "within the deadline": the supervisor's
 /// wake-up and the time to stop the domain, at least 50 ms and 10% of the deadline.
@@ -154,15 +162,19 @@ pub struct Targets {
     pub survival: Option<f64>,
     /// `transparent / survived`; `None` when nothing survived.
     pub transparency: Option<f64>,
+    /// The share [`Targets::transparency`] must reach ([`transparency_target`]).
+    pub transparency_target: f64,
     pub survival_met: bool,
     pub transparency_met: bool,
     pub hangs: HangTargets,
 }
 
 /// Whether every injected hang was detected within its deadline: no isolated host hung (every hang was caught by
-/// ward, so none ran into the campaign's bound), and no detection came later than deadline + slack. A mutated
-/// extension whose native host hung may not hang under ward at all (it crashes instead, or runs through: the code
-/// around it differs), so native hangs are counted for the report, not required to hang again.
+/// ward, so none ran into the campaign's bound), and no detection came later than the deadline that call had plus
+/// [`hang_slack`] of it (the campaign's fixed deadline, or under the default policy the one ward learned or gave
+/// it first, as its timeout fault says). A mutated extension whose native host hung may not hang under ward at all
+/// (it crashes instead, or runs through: the code around it differs), so native hangs are counted for the report,
+/// not required to hang again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HangTargets {
     /// Trials whose native host hung.
@@ -172,12 +184,19 @@ pub struct HangTargets {
     /// Isolated hosts that hung (ran into the campaign's bound): hangs ward did not catch.
     #[serde(default)]
     pub isolated_hung: u32,
-    /// Hangs detected in all isolated runs of this kind, and how many of them came later than deadline + slack.
+    /// Hangs detected in all isolated runs of this kind, and how many of them came later than their deadline +
+    /// slack.
     pub detections: u32,
     pub late: u32,
+    /// The longest time to a detection, and the deadline that call had.
     pub slowest_us: Option<u64>,
-    pub deadline_us: u64,
-    pub slack_us: u64,
+    pub slowest_deadline_us: Option<u64>,
+    /// The most a detection came after its own deadline (0 when none came after it).
+    pub most_past_deadline_us: Option<u64>,
+    /// The campaign's fixed deadline, and the slack it allows; `None` under the default policy, where each call
+    /// had its own deadline.
+    pub deadline_us: Option<u64>,
+    pub slack_us: Option<u64>,
     pub met: bool,
 }
 
@@ -211,12 +230,20 @@ pub fn summarize(config: &CampaignConfig, records: &[RunRecord]) -> Summary {
     for row in rows.values() {
         total.absorb(row);
     }
-    let deadline = Duration::from_millis(config.deadline_ms);
-    let targets = config.isolations.iter().map(|&mode| targets(mode, &total, &trials, deadline)).collect();
+    let deadline = config.deadline_ms.map(Duration::from_millis);
+    let transparency = transparency_target(config.fault_model);
+    let targets =
+        config.isolations.iter().map(|&mode| targets(mode, &total, &trials, deadline, transparency)).collect();
     Summary { extension: config.extension.clone(), rows: rows.into_values().collect(), total, targets }
 }
 
-fn targets(mode: Mode, total: &Row, trials: &Trials<'_>, deadline: Duration) -> Targets {
+fn targets(
+    mode: Mode,
+    total: &Row,
+    trials: &Trials<'_>,
+    deadline: Option<Duration>,
+    transparency_target: f64,
+) -> Targets {
     let survived = total.survived.get(&mode).copied().unwrap_or(0);
     let transparent = total.transparent.get(&mode).copied().unwrap_or(0);
     let clean = total.clean.get(&mode).copied().unwrap_or(0);
@@ -224,8 +251,6 @@ fn targets(mode: Mode, total: &Row, trials: &Trials<'_>, deadline: Duration) -> 
     let survival = ratio(survived, total.native_lost);
     let transparency = ratio(transparent, survived);
 
-    let slack = hang_slack(deadline);
-    let limit = (deadline + slack).as_micros() as u64;
     let mut hangs = HangTargets {
         injected: 0,
         detected: 0,
@@ -233,16 +258,26 @@ fn targets(mode: Mode, total: &Row, trials: &Trials<'_>, deadline: Duration) -> 
         detections: 0,
         late: 0,
         slowest_us: None,
-        deadline_us: deadline.as_micros() as u64,
-        slack_us: slack.as_micros() as u64,
+        slowest_deadline_us: None,
+        most_past_deadline_us: None,
+        deadline_us: deadline.map(|d| d.as_micros() as u64),
+        slack_us: deadline.map(|d| hang_slack(d).as_micros() as u64),
         met: false,
     };
     for runs in trials.values() {
         let Some(run) = runs.get(&mode) else { continue };
         for h in &run.hangs {
+            // Each detection against the deadline its call had: the timeout fault says which.
+            let own = Duration::from_micros(h.deadline_us);
+            let limit = (own + hang_slack(own)).as_micros() as u64;
             hangs.detections += 1;
             hangs.late += u32::from(h.detected_after_us > limit);
-            hangs.slowest_us = hangs.slowest_us.max(Some(h.detected_after_us));
+            if hangs.slowest_us.is_none_or(|slowest| h.detected_after_us > slowest) {
+                hangs.slowest_us = Some(h.detected_after_us);
+                hangs.slowest_deadline_us = Some(h.deadline_us);
+            }
+            let past = h.detected_after_us.saturating_sub(h.deadline_us);
+            hangs.most_past_deadline_us = hangs.most_past_deadline_us.max(Some(past));
         }
         hangs.isolated_hung += u32::from(run.outcome == Outcome::HostHung);
         if runs.get(&Mode::Native).is_some_and(|r| r.outcome == Outcome::HostHung) {
@@ -261,7 +296,8 @@ fn targets(mode: Mode, total: &Row, trials: &Trials<'_>, deadline: Duration) -> 
         survival,
         transparency,
         survival_met: !matches!(survival, Some(s) if s < survival_target(mode)),
-        transparency_met: !matches!(transparency, Some(t) if t < TRANSPARENCY_TARGET),
+        transparency_target,
+        transparency_met: !matches!(transparency, Some(t) if t < transparency_target),
         hangs,
     }
 }
@@ -283,14 +319,27 @@ mod tests {
             faults_per_trial: 5,
             isolations: vec![Mode::Process],
             seed: 0,
-            deadline_ms: 200,
+            deadline_ms: Some(200),
             host_timeout_ms: 5000,
             fault_model: crate::FaultModel::Persistent,
             poison: false,
         }
     }
 
+    /// A record whose hang (if any) was detected `hang_us` into its attempt, with the campaign's 200 ms deadline.
     fn run(fault_type: FaultType, trial: u32, isolation: Mode, outcome: Outcome, hang_us: Option<u64>) -> RunRecord {
+        let hang = hang_us.map(|us| (200_000, us));
+        run_with_deadline(fault_type, trial, isolation, outcome, hang)
+    }
+
+    /// A record whose hang (if any) is `(deadline_us, detected_after_us)`.
+    fn run_with_deadline(
+        fault_type: FaultType,
+        trial: u32,
+        isolation: Mode,
+        outcome: Outcome,
+        hang: Option<(u64, u64)>,
+    ) -> RunRecord {
         RunRecord {
             extension: "well".into(),
             fault_type: fault_type.into(),
@@ -305,8 +354,8 @@ mod tests {
             faults: Vec::new(),
             library_fault: None,
             detected: Vec::new(),
-            hangs: hang_us
-                .map(|us| HangDetection { call: None, deadline_us: 200_000, detected_after_us: us })
+            hangs: hang
+                .map(|(deadline_us, us)| HangDetection { call: None, deadline_us, detected_after_us: us })
                 .into_iter()
                 .collect(),
             bypassed: 0,
@@ -389,5 +438,54 @@ mod tests {
         let t = &summarize(&config(), &records).targets[0];
         assert_eq!((t.hangs.injected, t.hangs.detected, t.hangs.isolated_hung, t.hangs.late), (2, 1, 0, 0));
         assert!(t.hangs.met);
+    }
+
+    #[test]
+    fn under_the_default_policy_each_hang_is_judged_by_the_deadline_its_call_had() {
+        use Outcome::*;
+        let default_policy = CampaignConfig { deadline_ms: None, ..config() };
+        let ms = |n: u64| n * 1000;
+        let records = [
+            // A block's first deadline (1 s), detected 1.08 s in: within 1 s + 100 ms.
+            run_with_deadline(FaultType::Loop, 0, Mode::Native, HostHung, None),
+            run_with_deadline(FaultType::Loop, 0, Mode::Process, Recovered, Some((ms(1000), ms(1080)))),
+            // A learned deadline of 200 ms, detected 300 ms in: 50 ms of slack past it would be 250 ms.
+            run_with_deadline(FaultType::Loop, 1, Mode::Native, HostHung, None),
+            run_with_deadline(FaultType::Loop, 1, Mode::Process, Recovered, Some((ms(200), ms(300)))),
+        ];
+        let t = &summarize(&default_policy, &records[..2]).targets[0];
+        assert_eq!((t.hangs.detections, t.hangs.late), (1, 0));
+        assert_eq!((t.hangs.deadline_us, t.hangs.slack_us), (None, None), "no one deadline for the campaign");
+        assert_eq!((t.hangs.slowest_us, t.hangs.slowest_deadline_us), (Some(ms(1080)), Some(ms(1000))));
+        assert!(t.hangs.met, "within its own deadline plus slack");
+        // With the campaign's fixed 200 ms the first detection's own deadline still decides: it is recorded.
+        assert!(summarize(&config(), &records[..2]).targets[0].hangs.met);
+        let t = &summarize(&default_policy, &records).targets[0];
+        assert_eq!((t.hangs.detections, t.hangs.late), (2, 1));
+        assert_eq!(t.hangs.most_past_deadline_us, Some(ms(100)));
+        assert!(!t.hangs.met, "300 ms is late for a 200 ms deadline");
+    }
+
+    #[test]
+    fn transient_faults_must_be_recovered_transparently_in_95_percent_of_survivals() {
+        use Outcome::*;
+        // 19 of 20 native crashes recovered transparently: 95%.
+        let mut records = Vec::new();
+        for trial in 0..20 {
+            records.push(run(FaultType::Nop, trial, Mode::Native, HostCrashed, None));
+            let outcome = if trial == 0 { RecoveredWrongOutput } else { Recovered };
+            records.push(run(FaultType::Nop, trial, Mode::Process, outcome, None));
+        }
+        let transient = CampaignConfig { fault_model: FaultModel::Transient, ..config() };
+        let t = &summarize(&transient, &records).targets[0];
+        assert_eq!((t.transparent, t.survived, t.transparency_target), (19, 20, 0.95));
+        assert!(t.transparency_met);
+        // One more wrong output: 18 of 20 is 90%, enough for persistent faults, not for transient ones.
+        records[3].outcome = RecoveredWrongOutput;
+        let t = &summarize(&transient, &records).targets[0];
+        assert!(!t.transparency_met, "{:?}", t.transparency);
+        let t = &summarize(&config(), &records).targets[0];
+        assert_eq!(t.transparency_target, 0.9);
+        assert!(t.transparency_met);
     }
 }

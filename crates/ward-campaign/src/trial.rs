@@ -130,7 +130,7 @@ pub(crate) fn run_and_judge(
         restart_from: run.restart_from.filter(|_| run.mode != Mode::Native),
         mode: run.mode,
         library_fault: run.library_fault,
-        deadline: Duration::from_millis(config.deadline_ms),
+        deadline: config.deadline_ms.map(Duration::from_millis),
         poison: config.poison && run.mode != Mode::Native,
     };
     let started = Instant::now();

@@ -119,7 +119,7 @@ fn options(out: &Path, seed: u64) -> Options {
         faults_per_trial: 5,
         isolations: vec![Mode::Process],
         seed,
-        deadline: Duration::from_millis(200),
+        deadline: Some(Duration::from_millis(200)),
         host_timeout: Duration::from_secs(3),
         fault_model: FaultModel::Persistent,
         poison: false,

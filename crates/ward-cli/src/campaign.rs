@@ -57,9 +57,16 @@ pub struct CampaignArgs {
     /// Print every run's record as a JSON line (and no summary).
     #[arg(long)]
     json: bool,
-    /// Deadline of every call under ward, in milliseconds.
+    /// Deadline of every call under ward, in milliseconds, with the campaign's own policy (a restart budget, short
+    /// backoffs, history for plugins).
     #[arg(long, default_value_t = 2000, value_name = "MS", value_parser = value_parser!(u64).range(1..=3_600_000))]
     deadline_ms: u64,
+    /// Run under ward with ward's default policy only, as a user who never tuned it does: deadlines learned per
+    /// function, the default restart limits, backoff and history (the fault model's restart file, a library fault
+    /// and --poison are still added). Takes no --deadline-ms, and a --host-timeout-s above twice the default
+    /// deadline ceiling.
+    #[arg(long, conflicts_with = "deadline_ms")]
+    default_policy: bool,
     /// A host still running after this many seconds is hung and killed.
     #[arg(long, default_value_t = 20, value_name = "S", value_parser = value_parser!(u64).range(1..=86_400))]
     host_timeout_s: u64,
@@ -102,7 +109,7 @@ pub fn run(args: CampaignArgs) -> Result<bool> {
             faults_per_trial: args.faults_per_trial,
             isolations: isolations.clone(),
             seed: args.seed,
-            deadline: Duration::from_millis(args.deadline_ms),
+            deadline: (!args.default_policy).then(|| Duration::from_millis(args.deadline_ms)),
             host_timeout: Duration::from_secs(args.host_timeout_s),
             fault_model,
             poison: args.poison,
@@ -184,9 +191,11 @@ impl Launcher for ChildHosts {
             request.workload.into(),
             "--mode".into(),
             request.mode.as_str().into(),
-            "--deadline-ms".into(),
-            request.deadline.as_millis().to_string().into(),
         ];
+        // Without a deadline the host runs ward's default policy.
+        if let Some(deadline) = request.deadline {
+            args.extend(["--deadline-ms".into(), deadline.as_millis().to_string().into()]);
+        }
         if let Some(good) = request.restart_from {
             args.extend(["--restart-from".into(), good.as_os_str().to_owned()]);
         }

@@ -28,9 +28,10 @@ pub struct CampaignHostArgs {
     /// `native`, `mpk`, `process` or `none`.
     #[arg(long)]
     mode: String,
-    /// Deadline of every call under ward.
+    /// Deadline of every call under ward, with the workload's policy for campaigns; without it, ward's default
+    /// policy.
     #[arg(long)]
-    deadline_ms: u64,
+    deadline_ms: Option<u64>,
     /// Under ward, the file a restart loads (the unmutated extension, for a transient fault).
     #[arg(long)]
     restart_from: Option<PathBuf>,
@@ -77,7 +78,7 @@ fn run(args: &CampaignHostArgs) -> Result<HostReport> {
             workload,
             &args.path,
             isolation,
-            Duration::from_millis(args.deadline_ms),
+            args.deadline_ms.map(Duration::from_millis),
             args.restart_from.as_deref(),
             args.library_fault,
             args.poison,

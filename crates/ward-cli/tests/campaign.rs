@@ -160,7 +160,7 @@ fn no_host_crash_escapes_under_process_isolation() {
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json")).expect("JSON");
     assert_eq!(report["summary"]["targets"][0]["survival"], 1.0, "{:#}", report["summary"]["targets"]);
     let markdown = std::fs::read_to_string(out.join("report.md")).expect("report.md");
-    assert!(markdown.contains("## Targets (issue 5)"), "{markdown}");
+    assert!(markdown.contains("## Targets (issues 5 and 33)"), "{markdown}");
     let _ = std::fs::remove_dir_all(&out);
 }
 
@@ -207,7 +207,7 @@ fn a_campaign_resumes_and_refuses_another_configuration() {
 #[test]
 fn bad_input_exits_2_with_one_message() {
     let out = scratch("bad");
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--types", "nop,bogus"], "unknown fault type `bogus`; valid types: source, destination, pointer"),
         (
             &["--types", "nop,alloc", "--isolation", "process,none"],
@@ -222,6 +222,8 @@ fn bad_input_exits_2_with_one_message() {
         ),
         (&["--trials-per-type", "0"], "0 is not in 1..=100000"),
         (&["--extension", "well,well"], "extension well is given twice"),
+        (&["--default-policy", "--deadline-ms", "500"], "'--default-policy' cannot be used with '--deadline-ms <MS>'"),
+        (&["--default-policy", "--host-timeout-s", "10"], "a host bound of 10 s is too short for the default policy"),
     ];
     for (args, message) in cases {
         let run = ward().arg("campaign").args(args).arg("--out").arg(&out).output().expect("cannot run ward");
@@ -460,6 +462,63 @@ fn with_transient_faults_a_restart_runs_the_unmutated_plugin() {
     )
     .expect("campaign.json is JSON");
     assert_eq!(config["fault_model"], "transient", "{config:#}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `--default-policy`: the isolated runs get ward's default policy only (no deadline, restart budget, backoff or
+/// history of the campaign's), as the acceptance of issue 33 asks. Hosts still survive, the configuration and the
+/// report say which policy ran, and each hang is judged by the deadline its call had, not by a campaign deadline.
+#[test]
+fn a_default_policy_campaign_keeps_every_host_alive_and_judges_each_hang_by_its_own_deadline() {
+    require_domain();
+    require_plugins();
+    let out = scratch("default-policy");
+    let extensions = format!("{AMP},{INVERT}");
+    let args = [
+        "--default-policy",
+        "--host-timeout-s",
+        "30",
+        "--jobs",
+        "2",
+        "--json",
+        "--extension",
+        &extensions,
+        "--types",
+        "pointer,interface,text",
+        "--trials-per-type",
+        "3",
+        "--seed",
+        "4",
+        "--fault-model",
+        "transient",
+    ];
+    let run = ward().arg("campaign").args(args).arg("--out").arg(&out).output().expect("cannot run ward");
+    let lines = records(&run);
+    let process: Vec<&Value> = lines.iter().filter(|l| l["isolation"] == "process").collect();
+    assert!(!process.is_empty());
+    for l in &process {
+        let outcome = l["outcome"].as_str().unwrap_or_default();
+        assert!(outcome != "host_crashed" && outcome != "host_hung", "a host failure escaped: {l}");
+    }
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("amp_1181").join("campaign.json")).expect("campaign.json"),
+    )
+    .expect("campaign.json is JSON");
+    assert_eq!(config["deadline_ms"], Value::Null, "no campaign deadline: {config:#}");
+    let markdown = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(markdown.contains("with ward's default policy only"), "{markdown}");
+    assert!(markdown.contains("recovered fully transparently (at least 95%)"), "transient faults: {markdown}");
+    assert!(markdown.contains("within its deadline (the deadline each call had, learned or first"), "{markdown}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json")).expect("JSON");
+    let hangs = &report["summary"]["targets"][0]["hangs"];
+    assert_eq!(hangs["deadline_us"], Value::Null, "{hangs:#}");
+    assert_eq!(hangs["late"], 0, "{hangs:#}");
+    // The same plugins and faults with a campaign deadline: resuming under the default policy is refused.
+    let other = campaign(&out.join("amp_1181"), &["--extension", AMP, "--fault-model", "transient"]);
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("policy the default policy recorded, a 200 ms deadline asked"), "{stderr}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -44,7 +44,7 @@ impl Workload for Frei0r {
          fixed test image (gradients, a moving square, noise) sent through it; every output frame compared"
     }
 
-    fn policy(&self, deadline: Duration) -> Policy {
+    fn policy(&self, deadline: Option<Duration>) -> Policy {
         class_policy(deadline)
     }
 

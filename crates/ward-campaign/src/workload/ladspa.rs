@@ -48,7 +48,7 @@ impl Workload for Ladspa {
          of every block compared"
     }
 
-    fn policy(&self, deadline: Duration) -> Policy {
+    fn policy(&self, deadline: Option<Duration>) -> Policy {
         class_policy(deadline)
     }
 

@@ -37,10 +37,11 @@ pub trait Workload: Sync {
     /// One sentence on what it does, for reports.
     fn describe(&self) -> &'static str;
 
-    /// The policy the extension runs under in ward: its restart budget, `deadline` for every call, and for a
-    /// built-in extension which calls establish state and which destroy instances (a class wrapper says that of
-    /// its own adapter's functions).
-    fn policy(&self, deadline: Duration) -> Policy;
+    /// The policy the extension runs under in ward. With a `deadline`, the campaign's: a restart budget,
+    /// `deadline` for every call, short backoffs (and history for plugins); with none, ward's default policy
+    /// only. Either way, for a built-in extension, which calls establish state and which destroy instances (what a
+    /// class wrapper says of its own adapter's functions).
+    fn policy(&self, deadline: Option<Duration>) -> Policy;
 
     /// Run natively: the extension is loaded into this process; `symbols` finds its functions.
     fn run_native(&self, symbols: &dyn Symbols, out: &mut Recorder);
@@ -117,9 +118,11 @@ pub(crate) fn trial_policy(deadline: Duration, max_restarts: u32) -> Policy {
 /// The history a plugin's domain keeps (`history_mb`): more than any workload's stream of blocks or frames.
 const PLUGIN_HISTORY_MB: u64 = 64;
 
-/// The policy of a plugin class's workload: [`trial_policy`] with the plugins' restart budget, and history kept.
-/// Which adapter calls establish state, destroy instances or may be retried is the class's business.
-pub(crate) fn class_policy(deadline: Duration) -> Policy {
+/// The policy of a plugin class's workload: with a `deadline`, [`trial_policy`] with the plugins' restart budget,
+/// and history kept; without, ward's default policy, history and all (what a user who never tuned it gets). Which
+/// adapter calls establish state, destroy instances or may be retried is the class's business.
+pub(crate) fn class_policy(deadline: Option<Duration>) -> Policy {
+    let Some(deadline) = deadline else { return Policy::default() };
     let mut policy = trial_policy(deadline, PLUGIN_MAX_RESTARTS);
     let d = policy.defaults_mut();
     // Blocks and frames are kept for replay (the workloads' streams are a few MiB at most), so a plugin restarted

@@ -32,8 +32,11 @@ impl Workload for Well {
          process-wide counter, and an instance behind a handle"
     }
 
-    fn policy(&self, deadline: Duration) -> Policy {
-        let mut policy = super::trial_policy(deadline, MAX_RESTARTS);
+    fn policy(&self, deadline: Option<Duration>) -> Policy {
+        let mut policy = match deadline {
+            Some(deadline) => super::trial_policy(deadline, MAX_RESTARTS),
+            None => Policy::default(),
+        };
         let d = policy.defaults_mut();
         for state in ["counter_add", "acc_new", "acc_add"] {
             d.functions.insert(state.into(), FunctionOverride { state: Some(true), ..FunctionOverride::default() });
