@@ -36,7 +36,7 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
 use ward_xpc::arena::view::ArenaView;
-use ward_xpc::pool::{MappedPool, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
+use ward_xpc::pool::{MappedPool, PoolGeometry, POOL_IN, POOL_OUT};
 use ward_xpc::Region;
 
 use crate::args::{Args, Mode};
@@ -143,7 +143,7 @@ fn setup(args: Args, namespace: bool) -> Result<Setup, String> {
     let region = Region::open_domain(region_fd).map_err(|e| format!("cannot map the shared region: {e}"))?;
     // Before the pools: finding the main thread's stack reads /proc/self/maps, longer with every mapping.
     faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
-    let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
+    let geometry = PoolGeometry::standard().map_err(|e| format!("bad pool geometry: {e}"))?;
     let pool_in = MappedPool::map(in_fd, POOL_IN, geometry.clone(), false)
         .map_err(|e| format!("cannot map the input pool: {e}"))?;
     let pool_out =

@@ -29,7 +29,7 @@ use ward_xpc::arena::{self, BlockRef, POOL_ARENA};
 use ward_xpc::batch::BatchWriter;
 use ward_xpc::control::{ControlSocket, LoadRequest};
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
-use ward_xpc::pool::{HostPool, Lease, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
+use ward_xpc::pool::{HostPool, Lease, PoolGeometry, POOL_IN, POOL_OUT};
 use ward_xpc::ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};
 use ward_xpc::wire::{emit_call, ArgKind, ArgList, Message, RetKind, Status, WireArg};
 use ward_xpc::{Deadline, Region};
@@ -177,7 +177,7 @@ pub(crate) struct ProcessBackend {
 impl ProcessBackend {
     pub fn start(cfg: ProcessConfig, monitor: Arc<Monitor>, tracker: &mut Tracker) -> Result<ProcessBackend, String> {
         let region = Region::create(DEFAULT_RING_CAPACITY).map_err(|e| format!("cannot create the rings: {e}"))?;
-        let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
+        let geometry = PoolGeometry::standard().map_err(|e| format!("bad pool geometry: {e}"))?;
         let input =
             HostPool::create(POOL_IN, geometry.clone()).map_err(|e| format!("cannot create the input pool: {e}"))?;
         let output = HostPool::create(POOL_OUT, geometry).map_err(|e| format!("cannot create the output pool: {e}"))?;
