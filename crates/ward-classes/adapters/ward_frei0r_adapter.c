@@ -28,7 +28,9 @@
  *   real plugins write into their input frames despite the const (Debian's cairogradient premultiplies its input in
  *   place): in a process domain, where the inputs lie in ward's read-only input pool, every frame of theirs would
  *   fault, and in isolation `none` they would scribble on the host's own frame. The copies are writable and
- *   private to the instance; reading past one faults at its guard page. A host that sends the first input frame
+ *   private to the instance; reading a little past one reads zeros (WARD_READ_PAST_INPUT bytes, as natively a
+ *   plugin reads whatever follows the host's frame: UV Map reads up to a row and a pixel past its second frame),
+ *   writing past one or reading further faults at its guard page. A host that sends the first input frame
  *   as a private, writable buffer ending at a guard page already (a process domain's scratch buffer) says so when
  *   it constructs the instance (WARD_FREI0R_PRIVATE_INPUT), and that frame is handed over as it is. */
 #define _GNU_SOURCE
@@ -372,12 +374,13 @@ static int fits_guard(const unsigned char *buf) {
     return ((uintptr_t)buf & (FRAME_ALIGN - 1)) == 0;
 }
 
-/* Input frame `k` as the plugin gets it: a private, writable copy ending at a guard page (the caller's own first
- * frame when the host said it is one); NULL when out of memory. */
+/* Input frame `k` as the plugin gets it: a private, writable copy followed by WARD_READ_PAST_INPUT bytes of
+ * read-only zeros and a guard page (the caller's own first frame when the host said it is a private copy ending at a
+ * guard page); NULL when out of memory. */
 static const uint32_t *input_frame(struct instance *inst, int k, const unsigned char *frame) {
     if (k == 0 && inst->private_input && fits_guard(frame))
         return (const uint32_t *)(const void *)frame;
-    uint32_t *copy = guarded_get(&inst->in[k], inst->frame_bytes, FRAME_ALIGN);
+    uint32_t *copy = guarded_get_input(&inst->in[k], inst->frame_bytes, FRAME_ALIGN);
     if (copy != NULL)
         memcpy(copy, frame, inst->frame_bytes);
     return copy;

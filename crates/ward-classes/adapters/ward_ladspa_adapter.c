@@ -233,8 +233,11 @@ static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned
     for (unsigned long p = 0; p < inst->port_count; p++) {
         int pd = d->PortDescriptors[p];
         size_t bytes = port_floats(pd, samples) * sizeof(LADSPA_Data);
-        /* Audio ports 16-byte aligned for vector code; a control port ends exactly at its guard. */
-        LADSPA_Data *buf = guarded_get(&inst->buffers[p], bytes, (pd & LADSPA_PORT_AUDIO) ? 16 : 4);
+        /* Audio ports 16-byte aligned for vector code; a control port ends exactly at its guard (an output) or at
+         * the read-only zeros a plugin may read past an input (WARD_READ_PAST_INPUT), which end at the guard. */
+        size_t align = (pd & LADSPA_PORT_AUDIO) ? 16 : 4;
+        LADSPA_Data *buf = (pd & LADSPA_PORT_INPUT) ? guarded_get_input(&inst->buffers[p], bytes, align)
+                                                    : guarded_get(&inst->buffers[p], bytes, align);
         if (buf == NULL)
             return WARD_ADAPTER_E_NOMEM;
         if (pd & LADSPA_PORT_INPUT) {
