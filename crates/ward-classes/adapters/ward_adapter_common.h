@@ -22,15 +22,14 @@
 #define WARD_ADAPTER_E_INSTANCE (-0x100000000LL - 7) /* the plugin refused to create an instance */
 #define WARD_ADAPTER_E_INIT (-0x100000000LL - 8)     /* the plugin's init failed */
 
-/* Bytes after a copy of an input that read as zeros before its guard page: a plugin that reads a little past an
- * input (frei0r's UV Map reads up to a row and a pixel past its second frame) reads zeros instead of faulting, as it
- * would read whatever follows the host's buffer natively. Writing there faults. The same amount as ward-xpc's
- * READ_PAST_INPUT, which the input pool of a process domain leaves after every slot. */
-#define WARD_READ_PAST_INPUT (16u * 1024u)
+/* Most bytes after a copy of an input that read as zeros before its guard page (the policy's read_past_input_kb,
+ * which the host passes to each instance, is at most 1024). */
+#define WARD_READ_PAST_INPUT_MAX (1024u * 1024u)
 
 /* A buffer that ends exactly at a PROT_NONE guard page, so writing past its end faults instead of corrupting
- * whatever follows (Nooks' rule for buffers lent to an extension); for an input, the guard page follows
- * WARD_READ_PAST_INPUT bytes of read-only zeros. */
+ * whatever follows (Nooks' rule for buffers lent to an extension); for a copy of an input, the guard page may follow
+ * read-only zeros: a plugin that reads a little past an input (frei0r's UV Map reads up to a row and a pixel past its
+ * second frame) reads zeros instead of faulting, as natively it reads whatever follows the host's buffer. */
 struct guarded {
     unsigned char *map; /* start of the mapping, 0 when none */
     size_t map_len;     /* bytes mapped, guard page included */
@@ -88,11 +87,13 @@ static inline void *guarded_get(struct guarded *g, size_t len, size_t align) {
 }
 
 /* A buffer for a copy of an input of `len` bytes: what the plugin reads past it is zeros, the few bytes the
- * alignment leaves before the page end (cleared here, they may hold an earlier copy) and WARD_READ_PAST_INPUT
- * read-only bytes, then the guard page. NULL when out of memory. */
-static inline void *guarded_get_input(struct guarded *g, size_t len, size_t align) {
+ * alignment leaves before the page end (cleared here, they may hold an earlier copy) and `read_past` read-only bytes
+ * (rounded up to whole pages, at most WARD_READ_PAST_INPUT_MAX), then the guard page. NULL when out of memory. */
+static inline void *guarded_get_input(struct guarded *g, size_t len, size_t align, size_t read_past) {
     size_t page = ward_page_size();
-    size_t zeros = (WARD_READ_PAST_INPUT + page - 1) / page * page;
+    if (read_past > WARD_READ_PAST_INPUT_MAX)
+        read_past = WARD_READ_PAST_INPUT_MAX;
+    size_t zeros = (read_past + page - 1) / page * page;
     unsigned char *p = guarded_get_before(g, len, align, zeros);
     if (p != NULL)
         memset(p + len, 0, (size_t)(g->map + g->cap - (p + len)));

@@ -604,3 +604,20 @@ fn in_an_mpk_domain_uv_map_reading_past_the_allowance_faults() {
         uv_map_reading_past_the_allowance_faults(Isolation::Mpk);
     }
 }
+
+/// With `read_past_input_kb = 0` nothing follows a copy of an input but its guard page: UV Map faults as it did
+/// before issue 33, and its frame is bypassed.
+#[test]
+fn without_an_allowance_uv_map_faults_on_its_source_frames_guard_page() {
+    let policy = Policy::from_toml_str("[extension.uvmap]\nread_past_input_kb = 0\n", "test").unwrap();
+    let sup = Supervisor::new(policy);
+    let lib = Library::open(&sup, &plugin("uvmap"), Some(Isolation::Process)).unwrap();
+    let pixels = PIXELS;
+    let map = uv_map(pixels);
+    let src = image(14, pixels);
+    let mut inst = lib.construct(W, H).unwrap();
+    let mut out = vec![0u32; pixels];
+    let outcome = inst.update2(0.0, Some(&map), Some(&src), None, &mut out).unwrap();
+    let Processed::Bypassed { reason } = outcome else { panic!("no allowance, yet: {outcome:?}") };
+    assert!(reason.contains("SIGSEGV"), "{reason}");
+}

@@ -16,7 +16,7 @@
 
 use std::os::fd::OwnedFd;
 
-use crate::layout::{PAGE, READ_PAST_INPUT};
+use crate::layout::PAGE;
 use crate::ring::RECORD_ALIGN;
 use crate::shm::{Protection, SharedMemory, ShmError};
 
@@ -99,10 +99,10 @@ impl PoolGeometry {
         Self::with_read_past(classes, 0)
     }
 
-    /// The geometry both sides of a process domain use: [`DEFAULT_CLASSES`], [`READ_PAST_INPUT`] bytes after each
-    /// slot's data.
-    pub fn standard() -> Result<Self, PoolError> {
-        Self::with_read_past(DEFAULT_CLASSES, READ_PAST_INPUT)
+    /// The geometry both sides of a process domain use: [`DEFAULT_CLASSES`], `read_past` bytes (a multiple of the
+    /// page: [`crate::layout::read_past_bytes`]) after each slot's data.
+    pub fn standard(read_past: usize) -> Result<Self, PoolError> {
+        Self::with_read_past(DEFAULT_CLASSES, read_past)
     }
 
     /// Lay out `classes` as [`PoolGeometry::new`] does, with `read_past` bytes (a multiple of the page) between each
@@ -372,6 +372,7 @@ impl MappedPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::READ_PAST_INPUT;
     use std::os::fd::AsFd;
 
     fn small() -> PoolGeometry {
@@ -483,8 +484,10 @@ mod tests {
             PoolGeometry::with_read_past(&[SlotClass { size: 4096, count: 1 }], 100),
             Err(PoolError::BadGeometry)
         ));
-        let standard = PoolGeometry::standard().unwrap();
+        let standard = PoolGeometry::standard(READ_PAST_INPUT).unwrap();
         assert_eq!(standard.read_past(), READ_PAST_INPUT);
+        assert_eq!(crate::layout::read_past_bytes(5), 8192);
+        assert_eq!(crate::layout::read_past_bytes(0), 0);
         let mut host = HostPool::create(POOL_IN, g.clone()).unwrap();
         let fd = host.memory().read_only_fd().unwrap();
         let m = MappedPool::map(fd, POOL_IN, g, false).unwrap();

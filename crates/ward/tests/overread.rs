@@ -14,7 +14,13 @@ use ward_xpc::arena::host;
 use ward_xpc::layout::{PAGE, READ_PAST_INPUT};
 
 fn overread() -> (Supervisor, ward::Extension, std::sync::mpsc::Receiver<Event>) {
-    let policy = Policy::from_toml_str("[extension.overread]\non_fault = \"fail\"\n", "test").unwrap();
+    overread_with("")
+}
+
+/// The extension with `keys` in its policy section, a failed call not retried.
+fn overread_with(keys: &str) -> (Supervisor, ward::Extension, std::sync::mpsc::Receiver<Event>) {
+    let text = format!("[extension.overread]\non_fault = \"fail\"\n{keys}\n");
+    let policy = Policy::from_toml_str(&text, "test").unwrap();
     let sup = Supervisor::new(policy);
     let events = sup.subscribe();
     let ext = sup.load_with(builtin("overread"), Some(Isolation::Process)).unwrap();
@@ -124,4 +130,27 @@ fn reading_past_an_input_lent_in_place_from_the_arena_reads_zeros_not_the_rest_o
     assert!(r.is_err(), "reading past the allowance succeeded: {r:?}");
     assert!(segv(&events), "reading past the allowance is a SIGSEGV fault");
     assert!(block.bytes().iter().all(|&b| b == 0xff), "the host's block changed");
+}
+
+/// `read_past_input_kb` sets the allowance: 0 faults at the first byte past an input that ends its slot, 64 reads
+/// 64 KiB of zeros (and a page more faults), in the pool and in the arena alike.
+#[test]
+fn the_policy_sets_how_far_past_an_input_reads_zeros() {
+    host::enable(1 << 30).expect("the arena");
+    let mut block = Block::new(3 << 20, 0xff);
+    let (_s, ext, events) = overread_with("read_past_input_kb = 0");
+    let pooled = vec![0x11u8; 4096];
+    assert!(sum_past(&ext, &pooled, 1).is_err(), "no allowance: one byte past the slot faults");
+    assert!(segv(&events));
+    let input = &block.bytes()[..2 << 20];
+    assert!(sum_past(&ext, input, 1).is_err(), "no allowance: one byte past the arena input faults");
+    assert!(segv(&events));
+
+    let (_s, ext, events) = overread_with("read_past_input_kb = 64");
+    assert_eq!(sum_past(&ext, &pooled, 64 << 10).unwrap(), Value::I64(64 << 10));
+    let input = &block.bytes()[..2 << 20];
+    assert_eq!(sum_past(&ext, input, 64 << 10).unwrap(), Value::I64(64 << 10));
+    assert!(!segv(&events), "reading within the allowance faulted");
+    assert!(sum_past(&ext, &pooled, (64 << 10) + PAGE).is_err(), "past the allowance");
+    assert!(segv(&events));
 }

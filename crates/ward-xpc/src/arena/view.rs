@@ -187,8 +187,8 @@ pub struct ArenaView {
     channel: Option<ControlSocket>,
     blocks: Vec<Held>,
     page: usize,
-    /// Bytes after an input that read as zeros ([`READ_PAST_INPUT`] in whole pages); each window's reservation
-    /// holds them, then an inaccessible page.
+    /// Bytes after an input that read as zeros (whole pages; 0: none); each window's reservation holds them, then an
+    /// inaccessible page.
     read_past: usize,
     windows: Vec<Window>,
     mapped: usize,
@@ -203,13 +203,20 @@ pub struct ArenaView {
 }
 
 impl ArenaView {
-    /// A view holding no block yet, keeping up to `cache` bytes of windows mapped between calls.
+    /// A view holding no block yet, keeping up to `cache` bytes of windows mapped between calls, with
+    /// [`READ_PAST_INPUT`] bytes of zeros after an input.
     pub fn new(cache: usize) -> ArenaView {
+        Self::with_read_past(cache, READ_PAST_INPUT)
+    }
+
+    /// As [`ArenaView::new`], with `read_past` bytes of zeros after an input (rounded up to whole pages; 0: reading
+    /// past an input reaches the rest of its last page, then faults).
+    pub fn with_read_past(cache: usize, read_past: usize) -> ArenaView {
         ArenaView {
             channel: None,
             blocks: Vec::new(),
             page: page_size(),
-            read_past: READ_PAST_INPUT.div_ceil(page_size()) * page_size(),
+            read_past: read_past.div_ceil(page_size()).saturating_mul(page_size()),
             windows: Vec::new(),
             mapped: 0,
             cache,
@@ -406,7 +413,7 @@ impl ArenaView {
             edges: [None, None],
             tail: None,
         };
-        if access == Access::Read && first_user {
+        if access == Access::Read && first_user && self.read_past > 0 {
             if let Err(e) = self.zero_tail(&mut lent, end as usize, window_end) {
                 self.end(lent);
                 return Err(e);
