@@ -22,12 +22,19 @@
 #define WARD_ADAPTER_E_INSTANCE (-0x100000000LL - 7) /* the plugin refused to create an instance */
 #define WARD_ADAPTER_E_INIT (-0x100000000LL - 8)     /* the plugin's init failed */
 
+/* Most bytes after a copy of an input that read as zeros before its guard page (the policy's read_past_input_kb,
+ * which the host passes to each instance, is at most 1024). */
+#define WARD_READ_PAST_INPUT_MAX (1024u * 1024u)
+
 /* A buffer that ends exactly at a PROT_NONE guard page, so writing past its end faults instead of corrupting
- * whatever follows (Nooks' rule for buffers lent to an extension). */
+ * whatever follows (Nooks' rule for buffers lent to an extension); for a copy of an input, the guard page may follow
+ * read-only zeros: a plugin that reads a little past an input (frei0r's UV Map reads up to a row and a pixel past its
+ * second frame) reads zeros instead of faulting, as natively it reads whatever follows the host's buffer. */
 struct guarded {
     unsigned char *map; /* start of the mapping, 0 when none */
     size_t map_len;     /* bytes mapped, guard page included */
-    size_t cap;         /* usable bytes before the guard */
+    size_t cap;         /* usable bytes before the guard (or before the zeros) */
+    size_t zeros;       /* read-only zero bytes between the usable bytes and the guard */
 };
 
 static inline size_t ward_page_size(void) {
@@ -43,32 +50,54 @@ static inline void guarded_free(struct guarded *g) {
     g->map = NULL;
     g->map_len = 0;
     g->cap = 0;
+    g->zeros = 0;
 }
 
-/* A pointer to `len` bytes ending at the guard page (start rounded down to `align`, a power of two, so a plugin
- * using aligned vector loads is served; the end then lies less than `align` bytes before the guard). NULL when
- * out of memory. The mapping is reused while it is large enough. */
-static inline void *guarded_get(struct guarded *g, size_t len, size_t align) {
+/* A pointer to `len` bytes ending `zeros` bytes (a multiple of the page) before the guard page, with the start
+ * rounded down to `align`, a power of two, so a plugin using aligned vector loads is served (the end then lies less
+ * than `align` bytes before the zeros). NULL when out of memory. The mapping is reused while it fits. */
+static inline void *guarded_get_before(struct guarded *g, size_t len, size_t align, size_t zeros) {
     size_t page = ward_page_size();
     size_t need = len + align;
-    if (g->map == NULL || g->cap < need) {
+    if (g->map == NULL || g->cap < need || g->zeros != zeros) {
         guarded_free(g);
         size_t usable = (need + page - 1) / page * page;
         if (usable == 0)
             usable = page;
-        void *m = mmap(NULL, usable + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *m = mmap(NULL, usable + zeros + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED)
             return NULL;
-        if (mprotect((unsigned char *)m + usable, page, PROT_NONE) != 0) {
-            munmap(m, usable + page);
+        unsigned char *after = (unsigned char *)m + usable;
+        if ((zeros != 0 && mprotect(after, zeros, PROT_READ) != 0) || mprotect(after + zeros, page, PROT_NONE) != 0) {
+            munmap(m, usable + zeros + page);
             return NULL;
         }
         g->map = m;
-        g->map_len = usable + page;
+        g->map_len = usable + zeros + page;
         g->cap = usable;
+        g->zeros = zeros;
     }
     uintptr_t end = (uintptr_t)(g->map + g->cap);
     return (void *)((end - len) & ~(uintptr_t)(align - 1));
+}
+
+/* A buffer for an output: `len` bytes ending at the guard page (less the alignment). */
+static inline void *guarded_get(struct guarded *g, size_t len, size_t align) {
+    return guarded_get_before(g, len, align, 0);
+}
+
+/* A buffer for a copy of an input of `len` bytes: what the plugin reads past it is zeros, the few bytes the
+ * alignment leaves before the page end (cleared here, they may hold an earlier copy) and `read_past` read-only bytes
+ * (rounded up to whole pages, at most WARD_READ_PAST_INPUT_MAX), then the guard page. NULL when out of memory. */
+static inline void *guarded_get_input(struct guarded *g, size_t len, size_t align, size_t read_past) {
+    size_t page = ward_page_size();
+    if (read_past > WARD_READ_PAST_INPUT_MAX)
+        read_past = WARD_READ_PAST_INPUT_MAX;
+    size_t zeros = (read_past + page - 1) / page * page;
+    unsigned char *p = guarded_get_before(g, len, align, zeros);
+    if (p != NULL)
+        memset(p + len, 0, (size_t)(g->map + g->cap - (p + len)));
+    return p;
 }
 
 /* Serialisation into a caller's buffer: little-endian scalars, strings as u32 length + bytes. Writing past the

@@ -6,6 +6,8 @@
  *                                                              `why` holds the reason, a u32-prefixed string)
  *   ward_frei0r_describe(lib, out, cap)                     -> the plugin's info and parameter infos, serialised
  *   ward_frei0r_construct(lib, width, height, flags)        -> instance handle, NULL when the plugin refuses
+ *                                                              (flags: the two below, and from bit 8 up the KiB a
+ *                                                              plugin may read past an input, reading zeros)
  *   ward_frei0r_destruct(inst)
  *   ward_frei0r_set_param(inst, index, value, len)          value encoded by the parameter's type (see below)
  *   ward_frei0r_get_param(inst, index, out, cap)            encoded likewise
@@ -28,7 +30,9 @@
  *   real plugins write into their input frames despite the const (Debian's cairogradient premultiplies its input in
  *   place): in a process domain, where the inputs lie in ward's read-only input pool, every frame of theirs would
  *   fault, and in isolation `none` they would scribble on the host's own frame. The copies are writable and
- *   private to the instance; reading past one faults at its guard page. A host that sends the first input frame
+ *   private to the instance; reading a little past one reads zeros (as many KiB as the construct flags say, the
+ *   policy's read_past_input_kb: natively a plugin reads whatever follows the host's frame, and UV Map reads up to
+ *   a row and a pixel past its second frame), writing past one or reading further faults at its guard page. A host that sends the first input frame
  *   as a private, writable buffer ending at a guard page already (a process domain's scratch buffer) says so when
  *   it constructs the instance (WARD_FREI0R_PRIVATE_INPUT), and that frame is handed over as it is. */
 #define _GNU_SOURCE
@@ -53,6 +57,8 @@
 /* ... and the first input frame is a private, writable copy ending at a guard page (a process domain's scratch
  * buffer), so the plugin may have it as it is. */
 #define WARD_FREI0R_PRIVATE_INPUT 0x2
+/* ... and bits 8 up: the KiB of zeros after a copy of an input frame. */
+#define WARD_FREI0R_READ_PAST_SHIFT 8
 
 /* Which optional functions the plugin has (the describe flags). */
 #define HAS_UPDATE 0x1
@@ -97,6 +103,7 @@ struct instance {
     size_t frame_bytes;
     int direct_output;       /* WARD_FREI0R_DIRECT_OUTPUT was given */
     int private_input;       /* WARD_FREI0R_PRIVATE_INPUT was given */
+    size_t read_past;        /* bytes of zeros after a copy of an input frame */
     struct guarded out;      /* the output frame the plugin writes */
     struct guarded in[3];    /* copies of the input frames */
     struct guarded param;    /* a parameter value, exactly as large as its type */
@@ -243,7 +250,8 @@ static void instance_free(struct instance *inst) {
 }
 
 /* Create an instance for frames of width x height pixels; NULL when the size is impossible or the plugin
- * refuses. `flags`: WARD_FREI0R_DIRECT_OUTPUT and WARD_FREI0R_PRIVATE_INPUT, or 0. */
+ * refuses. `flags`: WARD_FREI0R_DIRECT_OUTPUT and WARD_FREI0R_PRIVATE_INPUT, or 0, and the KiB a plugin may read
+ * past a copy of an input frame shifted by WARD_FREI0R_READ_PAST_SHIFT. */
 WARD_ADAPTER_EXPORT struct instance *ward_frei0r_construct(const struct library *lib, uint64_t width,
                                                            uint64_t height, uint64_t flags) {
     if (lib == NULL || width == 0 || height == 0 || width > UINT_MAX || height > UINT_MAX ||
@@ -258,6 +266,8 @@ WARD_ADAPTER_EXPORT struct instance *ward_frei0r_construct(const struct library 
     inst->frame_bytes = (size_t)width * (size_t)height * 4;
     inst->direct_output = (flags & WARD_FREI0R_DIRECT_OUTPUT) != 0;
     inst->private_input = (flags & WARD_FREI0R_PRIVATE_INPUT) != 0;
+    uint64_t read_past_kb = flags >> WARD_FREI0R_READ_PAST_SHIFT;
+    inst->read_past = read_past_kb > WARD_READ_PAST_INPUT_MAX / 1024 ? WARD_READ_PAST_INPUT_MAX : (size_t)read_past_kb * 1024;
     inst->strings = calloc((size_t)lib->param_count + 1, sizeof *inst->strings);
     if (inst->strings == NULL) {
         instance_free(inst);
@@ -372,12 +382,13 @@ static int fits_guard(const unsigned char *buf) {
     return ((uintptr_t)buf & (FRAME_ALIGN - 1)) == 0;
 }
 
-/* Input frame `k` as the plugin gets it: a private, writable copy ending at a guard page (the caller's own first
- * frame when the host said it is one); NULL when out of memory. */
+/* Input frame `k` as the plugin gets it: a private, writable copy followed by the instance's read_past bytes of
+ * read-only zeros and a guard page (the caller's own first frame when the host said it is a private copy ending at a
+ * guard page); NULL when out of memory. */
 static const uint32_t *input_frame(struct instance *inst, int k, const unsigned char *frame) {
     if (k == 0 && inst->private_input && fits_guard(frame))
         return (const uint32_t *)(const void *)frame;
-    uint32_t *copy = guarded_get(&inst->in[k], inst->frame_bytes, FRAME_ALIGN);
+    uint32_t *copy = guarded_get_input(&inst->in[k], inst->frame_bytes, FRAME_ALIGN, inst->read_past);
     if (copy != NULL)
         memcpy(copy, frame, inst->frame_bytes);
     return copy;

@@ -37,6 +37,7 @@ struct instance {
     LADSPA_Handle handle;
     unsigned long port_count;
     struct guarded *buffers; /* one per port */
+    size_t read_past;        /* bytes of zeros after a copy of an input port */
     LADSPA_Data **connected; /* what each port is connected to now */
     int activate_pending;    /* activated by the host before any port was connected: done at the first block */
 };
@@ -129,9 +130,10 @@ static void instance_free(struct instance *inst) {
     free(inst);
 }
 
-/* Create an instance of plugin `index`; NULL when the plugin refuses. */
+/* Create an instance of plugin `index`; NULL when the plugin refuses. A plugin reading past one of its input ports
+ * reads `read_past_kb` KiB of zeros before a guard page (the policy's read_past_input_kb). */
 WARD_ADAPTER_EXPORT struct instance *ward_ladspa_instantiate(const struct library *lib, uint64_t index,
-                                                            uint64_t sample_rate) {
+                                                            uint64_t sample_rate, uint64_t read_past_kb) {
     const LADSPA_Descriptor *d = descriptor(lib, index);
     if (d == NULL || d->instantiate == NULL)
         return NULL;
@@ -140,6 +142,7 @@ WARD_ADAPTER_EXPORT struct instance *ward_ladspa_instantiate(const struct librar
         return NULL;
     inst->desc = d;
     inst->port_count = d->PortCount;
+    inst->read_past = read_past_kb > WARD_READ_PAST_INPUT_MAX / 1024 ? WARD_READ_PAST_INPUT_MAX : (size_t)read_past_kb * 1024;
     inst->buffers = calloc(d->PortCount + 1, sizeof *inst->buffers);
     inst->connected = calloc(d->PortCount + 1, sizeof *inst->connected);
     if (inst->buffers == NULL || inst->connected == NULL) {
@@ -233,8 +236,11 @@ static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned
     for (unsigned long p = 0; p < inst->port_count; p++) {
         int pd = d->PortDescriptors[p];
         size_t bytes = port_floats(pd, samples) * sizeof(LADSPA_Data);
-        /* Audio ports 16-byte aligned for vector code; a control port ends exactly at its guard. */
-        LADSPA_Data *buf = guarded_get(&inst->buffers[p], bytes, (pd & LADSPA_PORT_AUDIO) ? 16 : 4);
+        /* Audio ports 16-byte aligned for vector code; a control port ends exactly at its guard (an output) or at
+         * the read-only zeros a plugin may read past an input (the instance's read_past), which end at the guard. */
+        size_t align = (pd & LADSPA_PORT_AUDIO) ? 16 : 4;
+        LADSPA_Data *buf = (pd & LADSPA_PORT_INPUT) ? guarded_get_input(&inst->buffers[p], bytes, align, inst->read_past)
+                                                    : guarded_get(&inst->buffers[p], bytes, align);
         if (buf == NULL)
             return WARD_ADAPTER_E_NOMEM;
         if (pd & LADSPA_PORT_INPUT) {

@@ -64,6 +64,9 @@ const DIRECT_OUTPUT: u64 = 0x1;
 /// Flag of the adapter's construct: the first input frame of an update is a private, writable buffer ending at a
 /// guard page (an [`Arg::Scratch`] in a process domain), so the plugin may have it without the adapter's copy.
 const PRIVATE_INPUT: u64 = 0x2;
+/// Where the adapter's construct flags carry the KiB a plugin may read past a copy of an input frame, reading zeros
+/// (the policy's `read_past_input_kb`).
+const READ_PAST_SHIFT: u32 = 8;
 
 /// Flags of the adapter's description: which optional functions the plugin has.
 const HAS_UPDATE: u32 = 0x1;
@@ -438,7 +441,8 @@ impl Library {
             .checked_mul(height as usize)
             .filter(|p| p.checked_mul(4).is_some_and(|b| b <= isize::MAX as usize))
             .ok_or_else(|| bad(format!("a frame of {width}x{height} pixels is too large")))?;
-        let flags = if self.inner.ext.lends_guarded_buffers() { DIRECT_OUTPUT | PRIVATE_INPUT } else { 0 };
+        let guarded = if self.inner.ext.lends_guarded_buffers() { DIRECT_OUTPUT | PRIVATE_INPUT } else { 0 };
+        let flags = guarded | u64::from(self.inner.ext.policy().read_past_input_kb) << READ_PAST_SHIFT;
         let value = self.inner.functions.construct.call(
             &mut [
                 Arg::Handle(self.inner.library),

@@ -388,7 +388,12 @@ impl Library {
             labels: self.labels(),
         })?;
         let value = self.inner.functions.instantiate.call(
-            &mut [Arg::Handle(self.inner.library), Arg::U64(index as u64), Arg::U64(sample_rate)],
+            &mut [
+                Arg::Handle(self.inner.library),
+                Arg::U64(index as u64),
+                Arg::U64(sample_rate),
+                Arg::U64(u64::from(self.inner.ext.policy().read_past_input_kb)),
+            ],
             RetType::Handle,
         )?;
         let handle = match value.as_handle() {

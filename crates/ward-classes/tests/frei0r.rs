@@ -494,3 +494,130 @@ fn in_an_mpk_domain_a_plugin_faulting_only_there_escalates_and_every_frame_is_ri
     assert_eq!(inst.get_param(KIND).unwrap(), ParamValue::Double(HOST_WRITE), "the parameters moved along");
     assert_eq!(inst.get_param(REPEAT).unwrap(), ParamValue::Bool(1.0));
 }
+
+// ---- reading past an input (issue 33) -----------------------------------------------------------------------------
+
+/// A map frame for UV Map: red and green from a few values (0 and 255 among them, which send the pixel to the far
+/// edge), blue above or below 128 (whether the pixel is taken at all). The first pixel reads furthest: a row and a
+/// pixel past the end of the source frame.
+fn uv_map(pixels: usize) -> Vec<u32> {
+    const LEVELS: [u32; 5] = [0, 64, 128, 200, 255];
+    let mut map: Vec<u32> = image(11, pixels)
+        .iter()
+        .map(|&x| {
+            let (r, g) = (LEVELS[(x % 5) as usize], LEVELS[((x >> 8) % 5) as usize]);
+            let b = if (x >> 16) & 1 == 1 { 255 } else { 0 };
+            r | g << 8 | b << 16
+        })
+        .collect();
+    map[0] = 255 | 255 << 16;
+    map
+}
+
+/// What UV Map gives natively when the memory after its source frame holds zeros: for each map pixel with blue above
+/// 128, `src[px + w * py]` with `px = lrintf(w * red / 255)`, `py = lrintf(h * (1 - green / 255))` (in the plugin's
+/// float arithmetic), and zero past the frame.
+fn uv_mapped(map: &[u32], src: &[u32], w: u32, h: u32) -> Vec<u32> {
+    map.iter()
+        .map(|&m| {
+            let (r, g, b) = (m & 0xff, (m >> 8) & 0xff, (m >> 16) & 0xff);
+            let fx = (f64::from(r as f32) / 255.0) as f32;
+            let fy = (1.0 - f64::from((f64::from(g as f32) / 255.0) as f32)) as f32;
+            let px = (w as f32 * fx).round_ties_even() as usize;
+            let py = (h as f32 * fy).round_ties_even() as usize;
+            if b > 128 {
+                src.get(px + w as usize * py).copied().unwrap_or(0)
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// Debian's UV Map reads up to a row and a pixel past its second input frame (`src[px + w * py]`, px up to w, py up
+/// to h). Natively that reads whatever follows the host's frame; under ward it reads zeros (the adapter's copy of the
+/// frame is followed by READ_PAST_INPUT bytes of them), so the update runs, is not bypassed, and gives what it gives
+/// natively on a frame followed by zeros.
+fn uv_map_reads_zeros_past_its_source(isolation: Isolation) {
+    let sup = Supervisor::new(Policy::default());
+    let lib = Library::open(&sup, &plugin("uvmap"), Some(isolation)).unwrap();
+    assert_eq!(lib.extension().isolation(), isolation);
+    // Up to 4000 pixels a row: 16004 bytes read past the frame, within the 16 KiB allowance.
+    for (w, h) in [(W, H), (1920, 1080), (4000, 3)] {
+        let pixels = (w * h) as usize;
+        let map = uv_map(pixels);
+        let src = image(12, pixels);
+        let expected = uv_mapped(&map, &src, w, h);
+        let mut inst = lib.construct(w, h).unwrap();
+        let mut out = vec![0u32; pixels];
+        let outcome = inst.update2(0.0, Some(&map), Some(&src), None, &mut out).unwrap();
+        assert_eq!(outcome, Processed::Ran, "{isolation:?} {w}x{h}");
+        assert_eq!(out[0], 0, "{isolation:?} {w}x{h}: the pixel read past the frame is not zero");
+        assert!(out == expected, "{isolation:?} {w}x{h}: the output differs from the zero-padded native one");
+        // Again: the copy's tail is still zeros.
+        let outcome = inst.update2(0.04, Some(&map), Some(&src), None, &mut out).unwrap();
+        assert_eq!(outcome, Processed::Ran, "{isolation:?} {w}x{h}");
+        assert!(out == expected, "{isolation:?} {w}x{h}: the second update");
+    }
+    assert_eq!(lib.extension().stats().faults, 0, "{isolation:?}");
+}
+
+#[test]
+fn uv_map_reads_zeros_past_its_source_frame_under_none_and_process() {
+    for iso in [Isolation::None, Isolation::Process] {
+        uv_map_reads_zeros_past_its_source(iso);
+    }
+}
+
+#[test]
+fn in_an_mpk_domain_uv_map_reads_zeros_past_its_source_frame() {
+    if pku() {
+        uv_map_reads_zeros_past_its_source(Isolation::Mpk);
+    }
+}
+
+/// At 4200 pixels a row UV Map reads 16804 bytes past its source frame, further than the allowance: that still faults
+/// (the frame is bypassed), in a process domain and in an mpk one.
+fn uv_map_reading_past_the_allowance_faults(isolation: Isolation) {
+    let sup = Supervisor::new(Policy::default());
+    let lib = Library::open(&sup, &plugin("uvmap"), Some(isolation)).unwrap();
+    let (w, h) = (4200, 2);
+    let pixels = (w * h) as usize;
+    let map = uv_map(pixels);
+    let src = image(13, pixels);
+    let mut inst = lib.construct(w, h).unwrap();
+    let mut out = vec![0u32; pixels];
+    let outcome = inst.update2(0.0, Some(&map), Some(&src), None, &mut out).unwrap();
+    let Processed::Bypassed { reason } = outcome else { panic!("{isolation:?}: read past the allowance: {outcome:?}") };
+    assert!(reason.contains("SIGSEGV"), "{isolation:?}: {reason}");
+    assert!(lib.extension().stats().faults >= 1, "{isolation:?}");
+}
+
+#[test]
+fn uv_map_reading_past_the_allowance_faults_in_a_process_domain() {
+    uv_map_reading_past_the_allowance_faults(Isolation::Process);
+}
+
+#[test]
+fn in_an_mpk_domain_uv_map_reading_past_the_allowance_faults() {
+    if pku() {
+        uv_map_reading_past_the_allowance_faults(Isolation::Mpk);
+    }
+}
+
+/// With `read_past_input_kb = 0` nothing follows a copy of an input but its guard page: UV Map faults as it did
+/// before issue 33, and its frame is bypassed.
+#[test]
+fn without_an_allowance_uv_map_faults_on_its_source_frames_guard_page() {
+    let policy = Policy::from_toml_str("[extension.uvmap]\nread_past_input_kb = 0\n", "test").unwrap();
+    let sup = Supervisor::new(policy);
+    let lib = Library::open(&sup, &plugin("uvmap"), Some(Isolation::Process)).unwrap();
+    let pixels = PIXELS;
+    let map = uv_map(pixels);
+    let src = image(14, pixels);
+    let mut inst = lib.construct(W, H).unwrap();
+    let mut out = vec![0u32; pixels];
+    let outcome = inst.update2(0.0, Some(&map), Some(&src), None, &mut out).unwrap();
+    let Processed::Bypassed { reason } = outcome else { panic!("no allowance, yet: {outcome:?}") };
+    assert!(reason.contains("SIGSEGV"), "{reason}");
+}

@@ -263,6 +263,15 @@ fn protections(policy: &ward::Policy, name: &str) -> Vec<Protection> {
             format!("{shared}; but {why}, so a read-only descriptor can be reopened read-write{reason}"),
         ),
     }
+    // Past the end of a buffer: outputs always end at a guard page; inputs may be followed by zeros (issue 33).
+    let past = match effective.read_past_input_kb {
+        0 => "writing past an output or reading past an input faults".to_string(),
+        kb => format!(
+            "writing past an output faults; reading past an input reads {kb} KiB of zeros, never the host's bytes, \
+             then faults (policy read_past_input_kb)"
+        ),
+    };
+    push("past-buffers", "on", past);
     let limits = &effective.limits;
     let mb = |v: u64| if v == 0 { "unlimited".to_string() } else { format!("{v} MiB") };
     let seconds = |v: u64| if v == 0 { "unlimited".to_string() } else { format!("{v} s") };

@@ -151,6 +151,7 @@ fn sandbox_lists_every_protection_and_what_the_policy_loosens() {
         "landlock-files",
         "seccomp",
         "shared-memory",
+        "past-buffers",
         "limits",
         "cgroup-memory",
         "cgroup-pids",
@@ -199,10 +200,14 @@ fn sandbox_lists_the_cgroup_limits_and_the_cpu_check_as_the_policy_sets_them() {
         assert!(memory.contains("1024 MiB") && memory.contains("memfd"), "{memory}");
     }
     assert!(line(&text, "idle-cpu").contains(" on ") && line(&text, "idle-cpu").contains("100 ms"), "{text}");
+    assert!(line(&text, "past-buffers").contains("16 KiB of zeros"), "{text}");
 
     let policy = s.path("limits.toml");
-    std::fs::write(&policy, "[extension.well.limits]\nmemory_mb = 0\npids = 32\nidle_cpu_ms = 0\n")
-        .expect("write the policy");
+    std::fs::write(
+        &policy,
+        "[extension.well]\nread_past_input_kb = 0\n[extension.well.limits]\nmemory_mb = 0\npids = 32\nidle_cpu_ms = 0\n",
+    )
+    .expect("write the policy");
     let set = run(ward().args(["check", "--sandbox", "--policy"]).arg(&policy).arg(s.path("well.so")));
     assert!(set.status.success(), "{}", stderr(&set));
     let text = stdout(&set);
@@ -211,6 +216,7 @@ fn sandbox_lists_the_cgroup_limits_and_the_cpu_check_as_the_policy_sets_them() {
     let pids = line(&text, "cgroup-pids");
     assert!(pids.contains("at most 32") || pids.contains(" missing "), "{pids}");
     assert!(line(&text, "idle-cpu").contains(" off "), "{text}");
+    assert!(line(&text, "past-buffers").contains("reading past an input faults"), "{text}");
 
     std::fs::write(&policy, "[extension.well.limits]\npids = 2\n").expect("write the policy");
     let bad = run(ward().args(["check", "--sandbox", "--policy"]).arg(&policy).arg(s.path("well.so")));

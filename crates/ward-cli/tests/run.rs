@@ -891,6 +891,80 @@ int main(int argc, char **argv) {
     assert_eq!(String::from_utf8_lossy(&under.stdout), text, "{}", stderr(&under));
 }
 
+/// Issue 33: a host mixing two frames through Debian's UV Map (a mixer2, which reads up to a row and a pixel past its
+/// second input frame), natively with that frame followed by zeros (so its result is deterministic) and under
+/// `ward run`: the plugin is neither faulted nor bypassed, and every frame comes out as natively. Frames of 64x36
+/// (copied through the pools) and 1920x1080 (8 MB, served from the shim's arena and lent in place).
+#[test]
+fn uv_map_mixing_two_frames_reads_zeros_past_its_input_and_gives_the_native_output() {
+    let s = Scratch::new("run", "uvmap-overread");
+    let source = s.path("mix.c");
+    std::fs::write(
+        &source,
+        r#"#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+typedef int (*init_fn)(void);
+typedef void *(*construct_fn)(unsigned, unsigned);
+typedef void (*update2_fn)(void *, double, const uint32_t *, const uint32_t *, const uint32_t *, uint32_t *);
+static uint32_t next(uint32_t *x) { *x ^= *x << 13; *x ^= *x >> 17; *x ^= *x << 5; return *x; }
+int main(int argc, char **argv) {
+    void *h = dlopen(argv[1], RTLD_NOW);
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    init_fn init = (init_fn)dlsym(h, "f0r_init");
+    construct_fn construct = (construct_fn)dlsym(h, "f0r_construct");
+    update2_fn update2 = (update2_fn)dlsym(h, "f0r_update2");
+    if (!init || !construct || !update2 || !init()) return 1;
+    unsigned sizes[2][2] = {{64, 36}, {1920, 1080}};
+    for (int k = 0; k < 2; k++) {
+        unsigned w = sizes[k][0], hh = sizes[k][1];
+        size_t n = (size_t)w * hh;
+        void *inst = construct(w, hh);
+        uint32_t *map = malloc(n * 4), *out = malloc(n * 4);
+        /* Natively UV Map reads what follows its source frame: zeros here, for a result that does not depend on
+         * the heap. */
+        uint32_t *src = calloc(n + w + 1024, 4);
+        if (!inst || !map || !out || !src) return 1;
+        uint32_t x = 12345;
+        for (int frame = 0; frame < 3; frame++) {
+            for (size_t i = 0; i < n; i++) {
+                uint32_t r = next(&x);
+                map[i] = r & 0x80ffffffu;
+                src[i] = next(&x);
+            }
+            map[0] = 0x00ff00ffu; /* red 255, green 0, blue 255: reads a row and a pixel past the source */
+            update2(inst, frame / 25.0, map, src, NULL, out);
+            uint64_t hash = 1469598103934665603ull;
+            for (size_t i = 0; i < n; i++) { hash ^= out[i]; hash *= 1099511628211ull; }
+            printf("%ux%u frame %d: %016llx first %08x\n", w, hh, frame, (unsigned long long)hash, out[0]);
+        }
+    }
+    return 0;
+}
+"#,
+    )
+    .expect("write the host");
+    let host_path = s.path("mix");
+    let cc = output(Command::new("cc").arg("-O2").arg("-o").arg(&host_path).arg(&source).arg("-ldl"));
+    assert!(cc.status.success(), "cc: {}", stderr(&cc));
+    let plugin = "/usr/lib/frei0r-1/uvmap.so";
+    assert!(Path::new(plugin).is_file(), "{plugin} is not installed: run scripts/deps (it installs frei0r-plugins)");
+    let native = output(Command::new(&host_path).arg(plugin));
+    assert!(native.status.success(), "{}", stderr(&native));
+    let text = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert_eq!(text.lines().count(), 6, "{text}");
+    assert!(text.lines().all(|l| l.ends_with("first 00000000")), "the pixel read past the frame: {text}");
+    for isolation in ["process", "none"] {
+        let under = output(ward().args(["run", "-v", "--isolation", isolation, "--"]).arg(&host_path).arg(plugin));
+        let err = stderr(&under);
+        assert!(under.status.success(), "{isolation}: {err}");
+        assert!(err.contains("uvmap.so: frei0r plugin under ward"), "{isolation}: {err}");
+        assert!(!err.contains("fault") && !err.contains("bypass") && !err.contains("disabled"), "{isolation}: {err}");
+        assert_eq!(String::from_utf8_lossy(&under.stdout), text, "{isolation}: {err}");
+    }
+}
+
 /// sox reading raw audio from a pipe through Debian's amp and writing WAV to its standard output, in a process group
 /// of its own (as a shell's foreground job is), natively or under `ward run`: once its flow runs (its plugin loaded)
 /// and it waits for more input, SIGINT to its process group, as Ctrl-C in a terminal sends it, and then the end of

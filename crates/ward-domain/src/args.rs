@@ -46,6 +46,8 @@ pub struct Args {
     pub extensions: Vec<ExtensionArg>,
     /// The host lends arena blocks in place.
     pub arena: bool,
+    /// Bytes of zeros after every input (a multiple of the page): the pools' geometry and the arena's.
+    pub read_past: usize,
     pub sandbox: sandbox::Config,
     /// Directories of the cgroup to join (`cgroup.procs` in each).
     pub cgroups: Vec<PathBuf>,
@@ -59,6 +61,7 @@ impl Args {
         let mut limits = Limits::default();
         let mut extensions: Vec<ExtensionArg> = Vec::new();
         let mut arena = false;
+        let mut read_past = ward_xpc::layout::READ_PAST_INPUT;
         let mut sandbox = sandbox::Config::strict();
         let mut cgroups = Vec::new();
         while let Some(flag) = it.next() {
@@ -77,6 +80,7 @@ impl Args {
                 "--cpu-s" => limits.cpu_s = number(&flag, &value()?)?,
                 "--nofile" => limits.open_files = number(&flag, &value()?)?,
                 "--arena" => arena = true,
+                "--read-past" => read_past = number(&flag, &value()?)?,
                 "--no-seccomp" => sandbox.seccomp = false,
                 "--no-landlock" => sandbox.landlock = false,
                 "--no-pid-namespace" => sandbox.pid_namespace = false,
@@ -107,7 +111,7 @@ impl Args {
         if extensions.is_empty() {
             return Err("no --ext given".into());
         }
-        Ok(Args { mode, parent, spin, limits, extensions, arena, sandbox, cgroups })
+        Ok(Args { mode, parent, spin, limits, extensions, arena, read_past, sandbox, cgroups })
     }
 }
 

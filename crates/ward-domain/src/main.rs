@@ -36,7 +36,7 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
 use ward_xpc::arena::view::ArenaView;
-use ward_xpc::pool::{MappedPool, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
+use ward_xpc::pool::{MappedPool, PoolGeometry, POOL_IN, POOL_OUT};
 use ward_xpc::Region;
 
 use crate::args::{Args, Mode};
@@ -143,14 +143,14 @@ fn setup(args: Args, namespace: bool) -> Result<Setup, String> {
     let region = Region::open_domain(region_fd).map_err(|e| format!("cannot map the shared region: {e}"))?;
     // Before the pools: finding the main thread's stack reads /proc/self/maps, longer with every mapping.
     faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
-    let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
+    let geometry = PoolGeometry::standard(args.read_past).map_err(|e| format!("bad pool geometry: {e}"))?;
     let pool_in = MappedPool::map(in_fd, POOL_IN, geometry.clone(), false)
         .map_err(|e| format!("cannot map the input pool: {e}"))?;
     let pool_out =
         MappedPool::map(out_fd, POOL_OUT, geometry, true).map_err(|e| format!("cannot map the output pool: {e}"))?;
     let arena = args.arena.then(|| {
         let limit = usize::try_from(args.limits.address_space_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-        ArenaView::new(if limit == 0 { ARENA_CACHE } else { ARENA_CACHE.min(limit / 4) })
+        ArenaView::with_read_past(if limit == 0 { ARENA_CACHE } else { ARENA_CACHE.min(limit / 4) }, args.read_past)
     });
     // SAFETY: getpid has no preconditions.
     let own = unsafe { libc::getpid() };

@@ -20,6 +20,8 @@
 //!   /tmp, `PTRACE_TRACEME`): what a process domain's sandbox must refuse.
 //! * `hostile_ladspa` – a LADSPA plugin (an identity) that attacks its host, its sibling domains and the machine on
 //!   command: the hostile-plugin battery of `ward run`.
+//! * `overread` – generic functions that read past their input (the sum of the bytes there) or write past their
+//!   output: what must read zeros (a little past an input) or fault.
 //! * `resources` – generic functions that take more than a process domain's cgroup allows (anonymous memory, a
 //!   memfd, a file in /dev/shm, forks) or burn CPU in a thread between calls.
 //! * `bad_ladspa_*` – LADSPA libraries broken before any plugin call, one way each: a constructor that crashes
@@ -52,6 +54,7 @@ pub const ALL: &[Builtin] = &[
     embedded!("faulty_ladspa", "LADSPA plugins that fail on command: crash, hang, overrun, NaN"),
     embedded!("hostile", "attacks on the machine (exec, fork, loopback connect, memfd, /tmp, ptrace): for sandboxes"),
     embedded!("hostile_ladspa", "a LADSPA plugin that attacks its host, its sibling domains and the machine"),
+    embedded!("overread", "reads past its input or writes past its output: zeros to read, or a fault"),
     embedded!("resources", "takes more than a domain's limits allow: memory, shared memory, processes, idle CPU"),
     embedded!("calls", "C library calls (allocations, copies) for run-time library faults"),
     embedded!("calls_plugin", "calls without its dlopen: a plugin a stand-in adapter opens, which mpk can hold"),

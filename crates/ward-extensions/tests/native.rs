@@ -78,6 +78,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
     ("stale_ladspa", &["ladspa_descriptor"]),
     ("hostile", &["hostile_attack", "hostile_arena"]),
     ("hostile_ladspa", &["ladspa_descriptor"]),
+    ("overread", &["overread_sum", "overread_write_past"]),
     (
         "resources",
         &["resources_anon", "resources_memfd", "resources_shm", "resources_fork", "resources_burn", "resources_ping"],

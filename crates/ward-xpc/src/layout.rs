@@ -29,6 +29,17 @@ pub const PAGE: usize = 4096;
 pub const MAGIC: u64 = 0x3143_5058_4452_4157;
 /// Version of this layout and of the records in [`crate::wire`].
 pub const VERSION: u32 = 1;
+/// Bytes after an input that an extension may read as zeros before a guard page, unless told otherwise (the policy's
+/// `read_past_input_kb`): after every slot of a process domain's input pool and after its arena inputs lent in
+/// place. A plugin that reads a little past an input works natively, reading whatever follows the host's buffer
+/// (frei0r's UV Map reads up to a row and a pixel past its second frame: 15 KiB at 3840 pixels a row); under ward it
+/// reads zeros, never the host's bytes, and faults further on.
+pub const READ_PAST_INPUT: usize = 16 << 10;
+
+/// `kb` KiB of zeros after an input, in whole pages, as both sides of a process domain lay them out.
+pub fn read_past_bytes(kb: u32) -> usize {
+    (kb as usize).saturating_mul(1024).div_ceil(PAGE).saturating_mul(PAGE)
+}
 /// Ring capacity the host uses unless told otherwise.
 pub const DEFAULT_RING_CAPACITY: usize = 1 << 20;
 /// Smallest ring capacity: room for a largest record behind the largest padding.

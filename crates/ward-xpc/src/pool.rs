@@ -1,8 +1,12 @@
 //! Buffers the host lends to the domain, named by rich pointers.
 //!
 //! A pool is one memfd cut into slots of a few size classes, laid out class after class; every slot's data is
-//! followed by one guard page, inaccessible in the domain ([`SharedMemory::guard`]). A buffer is placed at the *end* of its slot's data (rounded
-//! to 16 bytes), so an extension that writes past its end faults at once instead of corrupting a neighbour.
+//! followed by [`PoolGeometry::read_past`] bytes and one guard page, inaccessible in the domain
+//! ([`SharedMemory::guard`]). A buffer is placed at the *end* of its slot's data (rounded to 16 bytes), so an
+//! extension that writes past its end faults at once instead of corrupting a neighbour. In the input pool the bytes
+//! after a slot's data read as zeros (the host never writes them, and the domain cannot), so an extension that reads
+//! a little past an input reads zeros instead of faulting, as natively it would read whatever follows the host's
+//! buffer; it never reaches the next slot. In the output pool they are inaccessible like the guard page.
 //!
 //! The host owns the memfds ([`HostPool`]) and only ever copies in and out with bounds checks; the domain maps them
 //! ([`MappedPool`]), the input pool read-only, from a read-only descriptor (so inputs survive a crash intact,
@@ -83,13 +87,28 @@ struct Slot {
 pub struct PoolGeometry {
     classes: Vec<SlotClass>,
     slots: Vec<Slot>,
+    /// Bytes between each slot's data and its guard page (a multiple of the page).
+    read_past: usize,
     total_len: usize,
 }
 
 impl PoolGeometry {
-    /// Lay out `classes`: sizes non-zero multiples of the page and strictly increasing, counts non-zero.
+    /// Lay out `classes`: sizes non-zero multiples of the page and strictly increasing, counts non-zero; each slot's
+    /// data is followed by its guard page.
     pub fn new(classes: &[SlotClass]) -> Result<Self, PoolError> {
-        if classes.is_empty() {
+        Self::with_read_past(classes, 0)
+    }
+
+    /// The geometry both sides of a process domain use: [`DEFAULT_CLASSES`], `read_past` bytes (a multiple of the
+    /// page: [`crate::layout::read_past_bytes`]) after each slot's data.
+    pub fn standard(read_past: usize) -> Result<Self, PoolError> {
+        Self::with_read_past(DEFAULT_CLASSES, read_past)
+    }
+
+    /// Lay out `classes` as [`PoolGeometry::new`] does, with `read_past` bytes (a multiple of the page) between each
+    /// slot's data and its guard page: zeros an extension may read past an input.
+    pub fn with_read_past(classes: &[SlotClass], read_past: usize) -> Result<Self, PoolError> {
+        if classes.is_empty() || !read_past.is_multiple_of(PAGE) {
             return Err(PoolError::BadGeometry);
         }
         let mut slots = Vec::new();
@@ -100,7 +119,8 @@ impl PoolGeometry {
                 return Err(PoolError::BadGeometry);
             }
             last = c.size;
-            let stride = c.size.checked_add(PAGE).ok_or(PoolError::BadGeometry)?;
+            let stride =
+                c.size.checked_add(read_past).and_then(|n| n.checked_add(PAGE)).ok_or(PoolError::BadGeometry)?;
             for _ in 0..c.count {
                 slots.push(Slot { offset, size: c.size, class });
                 offset = offset.checked_add(stride).ok_or(PoolError::BadGeometry)?;
@@ -110,7 +130,12 @@ impl PoolGeometry {
         if i64::try_from(offset).is_err() {
             return Err(PoolError::BadGeometry);
         }
-        Ok(PoolGeometry { classes: classes.to_vec(), slots, total_len: offset })
+        Ok(PoolGeometry { classes: classes.to_vec(), slots, read_past, total_len: offset })
+    }
+
+    /// Bytes after each slot's data before its guard page: zeros in the input pool, inaccessible in the output pool.
+    pub fn read_past(&self) -> usize {
+        self.read_past
     }
 
     /// Bytes of the whole pool, guard pages included.
@@ -128,7 +153,7 @@ impl PoolGeometry {
         self.slots.len()
     }
 
-    /// `(offset, size)` of slot `slot`'s data; its guard page follows it.
+    /// `(offset, size)` of slot `slot`'s data; [`PoolGeometry::read_past`] bytes and its guard page follow it.
     pub fn slot_range(&self, slot: usize) -> Option<(usize, usize)> {
         self.slots.get(slot).map(|s| (s.offset, s.size))
     }
@@ -218,6 +243,9 @@ impl HostPool {
         let slot = self.free[class].pop().ok_or(PoolError::NoFreeSlot { len })?;
         let s = &self.geometry.slots[slot];
         let offset = s.offset + s.size - need;
+        // The rounding between the buffer's end and the slot's data end may hold an earlier buffer's bytes: zeros,
+        // like what follows it, for an extension that reads a little past.
+        self.mem.write_at(offset + len, &[0u8; RECORD_ALIGN][..need - len])?;
         let generation = self.next_generation;
         self.next_generation += 1;
         self.leased[slot] = Some(generation);
@@ -293,7 +321,10 @@ pub struct MappedPool {
 }
 
 impl MappedPool {
-    /// Map the pool `fd` (read-write if `writable`, else read-only) and make every guard page inaccessible.
+    /// Map the pool `fd` (read-write if `writable`, else read-only) and make every guard page inaccessible. The bytes
+    /// between a slot's data and its guard page stay readable in a read-only pool (zeros an extension may read past
+    /// an input: the host never writes them) and become inaccessible in a writable one (writing past an output must
+    /// fault).
     pub fn map(fd: OwnedFd, id: u32, geometry: PoolGeometry, writable: bool) -> Result<Self, PoolError> {
         let prot = if writable { Protection::ReadWrite } else { Protection::ReadOnly };
         let mem = SharedMemory::from_fd(fd, prot)?;
@@ -301,7 +332,12 @@ impl MappedPool {
             return Err(PoolError::BadGeometry);
         }
         for s in &geometry.slots {
-            mem.guard(s.offset + s.size, PAGE)?;
+            let end = s.offset + s.size;
+            if writable {
+                mem.guard(end, geometry.read_past + PAGE)?;
+            } else {
+                mem.guard(end + geometry.read_past, PAGE)?;
+            }
         }
         Ok(MappedPool { id, geometry, mem, writable })
     }
@@ -336,6 +372,7 @@ impl MappedPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::READ_PAST_INPUT;
     use std::os::fd::AsFd;
 
     fn small() -> PoolGeometry {
@@ -436,6 +473,34 @@ mod tests {
         let theirs = other.alloc(10).unwrap();
         p.free(theirs);
         assert_eq!(p.in_use(), 1);
+    }
+
+    #[test]
+    fn an_input_pool_reads_zeros_past_its_slots_and_rounding() {
+        let g = PoolGeometry::with_read_past(&[SlotClass { size: 4096, count: 2 }], 8192).unwrap();
+        assert_eq!(g.slot_range(1), Some((4096 + 8192 + 4096, 4096)));
+        assert_eq!(g.total_len(), 2 * (4096 + 8192 + 4096));
+        assert!(matches!(
+            PoolGeometry::with_read_past(&[SlotClass { size: 4096, count: 1 }], 100),
+            Err(PoolError::BadGeometry)
+        ));
+        let standard = PoolGeometry::standard(READ_PAST_INPUT).unwrap();
+        assert_eq!(standard.read_past(), READ_PAST_INPUT);
+        assert_eq!(crate::layout::read_past_bytes(5), 8192);
+        assert_eq!(crate::layout::read_past_bytes(0), 0);
+        let mut host = HostPool::create(POOL_IN, g.clone()).unwrap();
+        let fd = host.memory().read_only_fd().unwrap();
+        let m = MappedPool::map(fd, POOL_IN, g, false).unwrap();
+        let long = host.alloc(4096).unwrap();
+        host.write(&long, &[0xff; 4096]).unwrap();
+        host.free(long);
+        // A shorter buffer in the same slot: the rounding after it held the longer one's bytes.
+        let short = host.alloc(4090).unwrap();
+        host.write(&short, &[0xee; 4090]).unwrap();
+        m.resolve(&short.rich).unwrap();
+        let mut past = vec![0xaau8; 6 + 8192];
+        m.memory().read_at(short.rich.offset as usize + 4090, &mut past).unwrap();
+        assert!(past.iter().all(|&b| b == 0), "what follows an input reads as zeros");
     }
 
     #[test]

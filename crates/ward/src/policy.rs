@@ -9,7 +9,7 @@
 //!   single functions.
 //! - `[group.NAME]`: domain-level settings of a group of extensions that
 //!   share one protection domain (isolation, deadline, heartbeat, restart
-//!   intensity, backoff, `on_limit`, `zygote`, `wait`, `spin`, `limits`).
+//!   intensity, backoff, `on_limit`, `zygote`, `wait`, `spin`, `read_past_input_kb`, `limits`).
 //!
 //! The effective policy of an extension is the built-in default, overridden
 //! by `[defaults]`, overridden by `[extension.NAME]`
@@ -41,6 +41,7 @@
 //! check_output = false       # class output checks (audio with NaN or infinity is a fault)
 //! poison = false             # call with poison in every register and stack slot not given (process only)
 //! history_mb = 0             # replay up to this many MiB of data calls after a restart (0 = off)
+//! read_past_input_kb = 16    # an extension reading this far past an input reads zeros (0 = faults at once; <= 1024)
 //! library_fault = "none"     # fault testing: see below
 //! native_fallback = true     # `ward run`: a file that looks like a plugin ward cannot take loads without ward
 //! [defaults.limits]
@@ -388,6 +389,11 @@ pub struct ExtensionPolicy {
     /// How many MiB of data calls' inputs ([`FunctionPolicy::history`]) the shadow log keeps for replay; 0: none.
     /// A longer history is dropped whole and the extension is recovered with its configuration only.
     pub history_mb: u64,
+    /// How many KiB past an input an extension may read, reading zeros, before a guard page faults (rounded up to
+    /// whole pages): after the inputs of a process domain (its input pool, arena inputs lent in place; the domain's
+    /// value) and after the class adapters' copies of input frames and ports (the extension's). 0: a read past an
+    /// input faults at once. Writing past an output faults whatever this says.
+    pub read_past_input_kb: u32,
     /// A run-time library fault injected into the extension's own calls to its C library (fault testing; process
     /// isolation only); `None`: off.
     pub library_fault: Option<LibraryFault>,
@@ -435,6 +441,7 @@ impl Default for ExtensionPolicy {
             check_output: false,
             poison: false,
             history_mb: 0,
+            read_past_input_kb: DEFAULT_READ_PAST_INPUT_KB,
             library_fault: None,
             restart_from: None,
             native_fallback: true,
@@ -545,6 +552,7 @@ pub struct ExtensionOverride {
     pub check_output: Option<bool>,
     pub poison: Option<bool>,
     pub history_mb: Option<u64>,
+    pub read_past_input_kb: Option<u32>,
     /// `Some(None)`: library faults explicitly off.
     pub library_fault: Option<Option<LibraryFault>>,
     pub restart_from: Option<PathBuf>,
@@ -593,6 +601,7 @@ impl ExtensionOverride {
             poison,
             library_fault,
             history_mb,
+            read_past_input_kb,
             native_fallback,
         );
         if self.deadline.is_some() {
@@ -942,6 +951,8 @@ struct RawExtension {
     poison: Option<bool>,
     #[serde(default, deserialize_with = "de_history_mb")]
     history_mb: Option<u64>,
+    #[serde(default, deserialize_with = "de_read_past_input_kb")]
+    read_past_input_kb: Option<u32>,
     #[serde(default, deserialize_with = "crate::libfault::de_library_fault")]
     library_fault: Option<Option<LibraryFault>>,
     #[serde(default, deserialize_with = "de_restart_from")]
@@ -982,6 +993,7 @@ impl RawExtension {
             check_output: self.check_output,
             poison: self.poison,
             history_mb: self.history_mb,
+            read_past_input_kb: self.read_past_input_kb,
             library_fault: self.library_fault,
             restart_from: self.restart_from,
             native_fallback: self.native_fallback,
@@ -1026,6 +1038,8 @@ struct RawGroup {
     wait: Option<WaitMode>,
     #[serde(default, deserialize_with = "de_spin")]
     spin: Option<u32>,
+    #[serde(default, deserialize_with = "de_read_past_input_kb")]
+    read_past_input_kb: Option<u32>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -1050,6 +1064,7 @@ impl RawGroup {
             zygote: self.zygote,
             wait: self.wait,
             spin: self.spin,
+            read_past_input_kb: self.read_past_input_kb,
             limits: self.limits.into_override(),
             sandbox: self.sandbox.into_override(),
             ..ExtensionOverride::default()
@@ -1462,6 +1477,20 @@ fn de_history<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error>
     checked(d, |v| boolean("history", v))
 }
 
+/// What an extension may read past an input by default: UV Map reads up to a row and a pixel past its second frame,
+/// 15 KiB at 3840 pixels a row.
+pub const DEFAULT_READ_PAST_INPUT_KB: u32 = 16;
+/// The most `read_past_input_kb` allows.
+pub const MAX_READ_PAST_INPUT_KB: u32 = 1024;
+
+fn de_read_past_input_kb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    checked(d, |v| {
+        let expected = "a whole number of KiB from 0 to 1024";
+        let kb = whole("read_past_input_kb", 0, u64::from(MAX_READ_PAST_INPUT_KB), expected, v)?;
+        u32::try_from(kb).map_err(|_| refuse("read_past_input_kb", expected, v))
+    })
+}
+
 fn de_history_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     checked(d, |v| whole("history_mb", 0, 1 << 20, "a whole number of MiB from 0 to 1048576", v))
 }
@@ -1619,6 +1648,22 @@ zygote = false
                 (line, column, reason)
             }
             other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn read_past_input_kb_is_set_per_extension_or_group_and_bounded() {
+        assert_eq!(ExtensionPolicy::default().read_past_input_kb, 16);
+        let policy = parse(
+            "[defaults]\nread_past_input_kb = 4\n[extension.a]\nread_past_input_kb = 0\n[group.g]\nread_past_input_kb = 1024\n",
+        );
+        assert_eq!(policy.for_extension("a").read_past_input_kb, 0);
+        assert_eq!(policy.for_extension("b").read_past_input_kb, 4);
+        assert_eq!(policy.for_group("g").read_past_input_kb, 1024);
+        for bad in ["1025", "-1", "4.5", "\"4\""] {
+            let (line, _, reason) = refused(&format!("[defaults]\nread_past_input_kb = {bad}\n"));
+            assert_eq!(line, 2, "{bad}");
+            assert!(reason.contains("read_past_input_kb") && reason.contains("0 to 1024"), "{bad}: {reason}");
         }
     }
 

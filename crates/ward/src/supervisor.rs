@@ -367,6 +367,7 @@ fn start_process(
         zygote: policy.zygote,
         deadline: policy.deadline,
         preload,
+        read_past: ward_xpc::layout::read_past_bytes(policy.read_past_input_kb),
     };
     ProcessBackend::start(cfg, monitor, tracker)
 }

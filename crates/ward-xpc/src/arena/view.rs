@@ -6,14 +6,20 @@
 //! is not in this process at all, and a block lent read-only cannot be mapped writable and shared (the kernel
 //! refuses `PROT_WRITE` on a shared mapping of a read-only descriptor, and any later `mprotect` to it).
 //!
-//! A window maps the pages of one lent range (`MAP_SHARED`) and is followed by a reserved page that is never
-//! accessible, so running off the end of a lent buffer faults. Windows are kept between calls (a host lends the same
-//! frames again and again, and mapping 8 MB afresh costs thousands of page faults). When a call begins, exactly the
-//! ranges lent to the calls in progress are accessible ([`ArenaView::seal_idle`] closes the others). Protection
-//! changes walk the page table of every page (over half a millisecond per 8 MB frame on a virtual machine), so they
-//! are kept off the host's critical path where possible: a range lent again the same way needs none, and between
-//! calls [`ArenaView::settle`] opens what the next call is predicted to lend and closes the rest while the host is
-//! busy with other work. The cache is bounded; the least recently used idle windows are unmapped when it is full.
+//! A window maps the pages of one lent range (`MAP_SHARED`) and is followed by reserved pages: [`READ_PAST_INPUT`]
+//! bytes and then a page that is never accessible, so running off the end of a lent buffer faults. While a range is
+//! lent read-only (an input), what follows it reads as zeros for [`READ_PAST_INPUT`] bytes, never as the rest of its
+//! block (the host's bytes, not lent): the rest of its last page is a private copy, zeroed past the range, and the
+//! pages after it (the window's other pages, or the reservation) are anonymous zeros, read-only, until the call
+//! ends; an extension that reads a little past an input works, as it does natively.
+//!
+//! Windows are kept between calls (a host lends the same frames again and again, and mapping 8 MB afresh costs
+//! thousands of page faults). When a call begins, exactly the ranges lent to the calls in progress are accessible
+//! ([`ArenaView::seal_idle`] closes the others). Protection changes walk the page table of every page (over half a
+//! millisecond per 8 MB frame on a virtual machine), so they are kept off the host's critical path where possible: a
+//! range lent again the same way needs none, and between calls [`ArenaView::settle`] opens what the next call is
+//! predicted to lend and closes the rest while the host is busy with other work. The cache is bounded; the least
+//! recently used idle windows are unmapped when it is full.
 //!
 //! A scratch input (the extension may write it, the host's bytes must not change) is lent read-only and registered
 //! with [`on_write_fault`], which the domain's `SIGSEGV` handler calls: the first write replaces the lent pages by a
@@ -25,6 +31,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use crate::control::ControlSocket;
+use crate::layout::READ_PAST_INPUT;
 use crate::shm::page_size;
 
 use super::{ArenaError, BlockMessage};
@@ -144,6 +151,21 @@ pub struct Lent {
     /// what the extension writes beside the range (past its end, say) never reaches the host. The bytes of the
     /// range in them are written back to the block when the call ends.
     edges: [Option<Edge>; 2],
+    /// A read-only range: what was made to read as zeros after it, put back when the call ends.
+    tail: Option<Tail>,
+}
+
+/// What follows a read-only range while it is lent: the rest of its last page, when the range ends inside it, is a
+/// private copy zeroed past the range (`last_page`: its address and offset in the block), and `zeros` bytes of
+/// anonymous zero pages follow the range's pages, of which the first `over_window` replaced pages of the window
+/// (mapped from the block at `window_offset`) and the rest lie in the window's reservation.
+#[derive(Debug, Clone, Copy)]
+struct Tail {
+    last_page: Option<(usize, usize)>,
+    zeros_at: usize,
+    zeros: usize,
+    over_window: usize,
+    window_offset: usize,
 }
 
 /// A page of a writable range mapped private: its address and offset in the block, and the part of it the range
@@ -165,6 +187,9 @@ pub struct ArenaView {
     channel: Option<ControlSocket>,
     blocks: Vec<Held>,
     page: usize,
+    /// Bytes after an input that read as zeros (whole pages; 0: none); each window's reservation holds them, then an
+    /// inaccessible page.
+    read_past: usize,
     windows: Vec<Window>,
     mapped: usize,
     /// Bytes of idle windows kept mapped at most.
@@ -178,12 +203,20 @@ pub struct ArenaView {
 }
 
 impl ArenaView {
-    /// A view holding no block yet, keeping up to `cache` bytes of windows mapped between calls.
+    /// A view holding no block yet, keeping up to `cache` bytes of windows mapped between calls, with
+    /// [`READ_PAST_INPUT`] bytes of zeros after an input.
     pub fn new(cache: usize) -> ArenaView {
+        Self::with_read_past(cache, READ_PAST_INPUT)
+    }
+
+    /// As [`ArenaView::new`], with `read_past` bytes of zeros after an input (rounded up to whole pages; 0: reading
+    /// past an input reaches the rest of its last page, then faults).
+    pub fn with_read_past(cache: usize, read_past: usize) -> ArenaView {
         ArenaView {
             channel: None,
             blocks: Vec::new(),
             page: page_size(),
+            read_past: read_past.div_ceil(page_size()).saturating_mul(page_size()),
             windows: Vec::new(),
             mapped: 0,
             cache,
@@ -285,8 +318,8 @@ impl ArenaView {
 
     fn unmap_window(&mut self, i: usize) {
         let w = self.windows.remove(i);
-        // SAFETY: the window (and its reserved page) is ours, idle (no call uses it), and no longer listed.
-        unsafe { libc::munmap(w.addr as *mut libc::c_void, w.len + self.page) };
+        // SAFETY: the window (and its reserved pages) is ours, idle (no call uses it), and no longer listed.
+        unsafe { libc::munmap(w.addr as *mut libc::c_void, w.len + self.read_past + self.page) };
         self.mapped -= w.len;
     }
 
@@ -342,8 +375,12 @@ impl ArenaView {
             protect(addr, pages.1, prot)?;
             window.open = Some(wanted);
         }
+        // The first call to use the window makes what follows an input read as zeros (a nested call lending the
+        // same range sees the outer call's zeros).
+        let first_user = window.busy == 0;
         window.busy += 1;
         let window_addr = window.addr;
+        let window_end = window.addr + window.len;
         let scratch = if access == Access::Scratch {
             // Claim a free slot atomically (a slot is claimed by a non-zero start; 1 is never a page address).
             let claimed = SCRATCH
@@ -374,7 +411,14 @@ impl ArenaView {
             pages,
             scratch,
             edges: [None, None],
+            tail: None,
         };
+        if access == Access::Read && first_user && self.read_past > 0 {
+            if let Err(e) = self.zero_tail(&mut lent, end as usize, window_end) {
+                self.end(lent);
+                return Err(e);
+            }
+        }
         if need_write {
             if let Err(e) = self.privatise_edges(&mut lent, offset as usize, end as usize) {
                 self.end(lent);
@@ -416,6 +460,78 @@ impl ArenaView {
         Ok(())
     }
 
+    /// Make the [`READ_PAST_INPUT`] bytes after a read-only range `[.., end)` read as zeros (see [`Tail`]); its
+    /// window ends at `window_end`.
+    fn zero_tail(&self, lent: &mut Lent, end: usize, window_end: usize) -> Result<(), ArenaError> {
+        let page = self.page;
+        let (addr, len, file_offset) = lent.pages;
+        let pages_end = addr + len;
+        // The window's pages after the range, as many as the zeros cover; the block offset of the first is the range
+        // pages' end.
+        let over_window = (window_end - pages_end).min(self.read_past);
+        let mut tail = Tail {
+            last_page: None,
+            zeros_at: pages_end,
+            zeros: self.read_past,
+            over_window,
+            window_offset: file_offset + len,
+        };
+        // SAFETY: [pages_end, + read_past) lies in our window and its reservation (which holds read_past bytes
+        // after the window, then a page): pages of the block no call in progress uses (this call is the window's
+        // only user) or reserved, inaccessible pages. Anonymous zero pages replace them until `end` puts them back.
+        let p = unsafe {
+            libc::mmap(
+                pages_end as *mut libc::c_void,
+                self.read_past,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ArenaError::Map { what: "map zeros after", source: io::Error::last_os_error() });
+        }
+        lent.tail = Some(tail);
+        let covered = end - file_offset;
+        if covered < len {
+            let last = pages_end - page;
+            let last_offset = file_offset + len - page;
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
+            // SAFETY: the range's last page in our window, open read-only for this call: a private copy of the same
+            // block page replaces it (the same bytes until written).
+            let private = unsafe { map_file_over(last, page, rw, Sharing::Private, lent.fd, last_offset) };
+            private.map_err(|source| ArenaError::Map { what: "copy the last page of", source })?;
+            tail.last_page = Some((last, last_offset));
+            lent.tail = Some(tail);
+            // SAFETY: [addr + covered, pages_end) is the part of the private page past the range, writable, ours.
+            unsafe { std::ptr::write_bytes((addr + covered) as *mut u8, 0, len - covered) };
+            protect(last, page, libc::PROT_READ)?;
+        }
+        Ok(())
+    }
+
+    /// Put back what [`ArenaView::zero_tail`] changed: the shared last page, open read-only as the range is; the
+    /// window's pages, shared and inaccessible; the reservation, inaccessible.
+    fn restore_tail(&self, fd: RawFd, tail: &Tail) {
+        if let Some((addr, offset)) = tail.last_page {
+            // SAFETY: the range's last page in our window (a private copy nobody needs once the call is over), mapped
+            // back shared from the block, read-only as the range stays open until sealed.
+            let _ = unsafe { map_file_over(addr, self.page, libc::PROT_READ, Sharing::Shared, fd, offset) };
+        }
+        if tail.over_window > 0 {
+            // SAFETY: window pages that zero_tail replaced by zeros: the block's pages again, inaccessible as the
+            // window's pages outside an open range are.
+            let _ = unsafe {
+                map_file_over(tail.zeros_at, tail.over_window, libc::PROT_NONE, Sharing::Shared, fd, tail.window_offset)
+            };
+        }
+        let reserved = tail.zeros - tail.over_window;
+        if reserved > 0 {
+            let _ = protect(tail.zeros_at + tail.over_window, reserved, libc::PROT_NONE);
+        }
+    }
+
     /// Write the range's bytes in a private edge page back to the block, then map the shared page back.
     fn restore_edge(&self, fd: RawFd, edge: &Edge) {
         // SAFETY: [edge.addr + skip, + len) lies inside the private page mapped in `privatise_edges`, readable; pwrite
@@ -439,6 +555,9 @@ impl ArenaView {
     pub fn end(&mut self, lent: Lent) {
         for edge in lent.edges.iter().flatten() {
             self.restore_edge(lent.fd, edge);
+        }
+        if let Some(tail) = &lent.tail {
+            self.restore_tail(lent.fd, tail);
         }
         let (addr, len, file_offset) = lent.pages;
         let restored = lent.scratch.is_some_and(|i| {
@@ -554,8 +673,8 @@ impl ArenaView {
         self.settled = true;
     }
 
-    /// Map a new window of `len` bytes of block `block` (descriptor `fd`) at `file_offset`, followed by an
-    /// inaccessible reserved page.
+    /// Map a new window of `len` bytes of block `block` (descriptor `fd`) at `file_offset`, followed by
+    /// inaccessible reserved pages (room for the zeros after an input, then a page that stays so).
     fn map_window(
         &mut self,
         block: u64,
@@ -566,13 +685,13 @@ impl ArenaView {
     ) -> Result<usize, ArenaError> {
         self.mapped += len;
         self.trim();
-        let reserve = len + self.page;
+        let reserve = len + self.read_past + self.page;
         let base = crate::shm::reserve(reserve).map_err(|source| {
             self.mapped -= len;
             ArenaError::Map { what: "reserve", source }
         })?;
         // SAFETY: MAP_FIXED over the first `len` bytes of the reservation just made (ours alone), with the block's
-        // pages; the reserved page after it stays inaccessible.
+        // pages; the reserved pages after it stay inaccessible.
         let mapped = unsafe { map_file_over(base as usize, len, libc::PROT_NONE, Sharing::Shared, fd, file_offset) };
         if let Err(e) = mapped {
             // SAFETY: unmapping the reservation made above, which nothing refers to.
@@ -689,6 +808,44 @@ mod tests {
         let (socket, view) = attached(cache);
         lend(&socket, B, host, true);
         view
+    }
+
+    #[test]
+    fn what_follows_an_input_reads_as_zeros_while_it_is_lent_and_the_block_is_untouched() {
+        let host = SharedMemory::create("view-zeros", 1 << 20).unwrap();
+        host.write_at(0, &vec![0xffu8; 1 << 20]).unwrap();
+        let mut view = view_of(&host, 1 << 20);
+        // Ending inside a page, on a page, and in a window that holds more of the block after the range.
+        for (offset, len) in [(5000usize, 10_000usize), (8192, 8192), (0, 65536), (4096, 4096 * 3 + 7)] {
+            let lent = view.lend(B, offset as u64, len as u64, Access::Read).unwrap();
+            // SAFETY: the range is lent readable, and READ_PAST_INPUT bytes after it read as zeros while it is.
+            let (range, past) = unsafe {
+                (
+                    std::slice::from_raw_parts(lent.ptr, len).to_vec(),
+                    std::slice::from_raw_parts(lent.ptr.add(len), READ_PAST_INPUT).to_vec(),
+                )
+            };
+            assert!(range.iter().all(|&b| b == 0xff), "{offset} {len}: the range");
+            assert!(past.iter().all(|&b| b == 0), "{offset} {len}: what follows the range");
+            view.end(lent);
+        }
+        // The whole block first, then a part of it in the same window: the window's pages after the part read
+        // as zeros too, and as the block again when lent.
+        let whole = view.lend(B, 0, 1 << 20, Access::Read).unwrap();
+        view.end(whole);
+        let part = view.lend(B, 100, 5000, Access::Read).unwrap();
+        // SAFETY: lent readable, zeros after.
+        let past = unsafe { std::slice::from_raw_parts(part.ptr.add(5000), READ_PAST_INPUT).to_vec() };
+        assert!(past.iter().all(|&b| b == 0));
+        view.end(part);
+        let whole = view.lend(B, 0, 1 << 20, Access::Read).unwrap();
+        // SAFETY: lent readable for the whole block.
+        let seen = unsafe { std::slice::from_raw_parts(whole.ptr, 1 << 20).to_vec() };
+        assert!(seen.iter().all(|&b| b == 0xff), "the window shows the block again");
+        view.end(whole);
+        let mut back = vec![0u8; 1 << 20];
+        host.read_at(0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0xff), "the host's block changed");
     }
 
     #[test]
@@ -888,8 +1045,11 @@ mod tests {
         let lent = view.lend(B, 0, 5, Access::Read).unwrap();
         // SAFETY: lent readable for 5 bytes.
         assert_eq!(unsafe { std::slice::from_raw_parts(lent.ptr, 5) }, b"input");
+        view.end(lent);
         // What an extension could try on its own: the descriptor maps shared only for reading, and the open window
-        // cannot be made writable.
+        // cannot be made writable. (A range that ends inside a page has a private copy of that page, zeroed past
+        // the range: that one may be made writable, but it is nobody's but the domain's.)
+        let lent = view.lend(B, 0, page_size() as u64, Access::Read).unwrap();
         let fd = view.descriptor(B).unwrap();
         assert_eq!(maps_writable(fd, 1 << 20).unwrap_err().raw_os_error(), Some(libc::EACCES));
         let page_start = lent.ptr as usize & !(page_size() - 1);

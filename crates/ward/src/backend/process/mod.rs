@@ -29,7 +29,7 @@ use ward_xpc::arena::{self, BlockRef, POOL_ARENA};
 use ward_xpc::batch::BatchWriter;
 use ward_xpc::control::{ControlSocket, LoadRequest};
 use ward_xpc::layout::{fault_hint, DEFAULT_RING_CAPACITY};
-use ward_xpc::pool::{HostPool, Lease, PoolGeometry, DEFAULT_CLASSES, POOL_IN, POOL_OUT};
+use ward_xpc::pool::{HostPool, Lease, PoolGeometry, POOL_IN, POOL_OUT};
 use ward_xpc::ring::{Consumer, Producer, RingError, WaitOutcome, MAX_RECORD};
 use ward_xpc::wire::{emit_call, ArgKind, ArgList, Message, RetKind, Status, WireArg};
 use ward_xpc::{Deadline, Region};
@@ -78,6 +78,8 @@ pub(crate) struct ProcessConfig {
     pub deadline: Duration,
     /// A run-time library fault to preload into every incarnation (policy `library_fault`).
     pub preload: Option<crate::libfault::Preload>,
+    /// Bytes of zeros after every input in the domain (policy `read_past_input_kb`, in whole pages).
+    pub read_past: usize,
 }
 
 struct Pools {
@@ -177,7 +179,7 @@ pub(crate) struct ProcessBackend {
 impl ProcessBackend {
     pub fn start(cfg: ProcessConfig, monitor: Arc<Monitor>, tracker: &mut Tracker) -> Result<ProcessBackend, String> {
         let region = Region::create(DEFAULT_RING_CAPACITY).map_err(|e| format!("cannot create the rings: {e}"))?;
-        let geometry = PoolGeometry::new(DEFAULT_CLASSES).map_err(|e| format!("bad pool geometry: {e}"))?;
+        let geometry = PoolGeometry::standard(cfg.read_past).map_err(|e| format!("bad pool geometry: {e}"))?;
         let input =
             HostPool::create(POOL_IN, geometry.clone()).map_err(|e| format!("cannot create the input pool: {e}"))?;
         let output = HostPool::create(POOL_OUT, geometry).map_err(|e| format!("cannot create the output pool: {e}"))?;
@@ -231,6 +233,7 @@ impl ProcessBackend {
         let extensions = self.cfg.extensions.clone();
         let spin = self.cfg.spin;
         let preload = self.cfg.preload.clone();
+        let read_past = self.cfg.read_past;
         let arena = self.arena;
         let fds = {
             let pools = lock(&self.pools);
@@ -265,6 +268,7 @@ impl ProcessBackend {
                     pool_in: pool_in.as_fd(),
                     pool_out: pool_out.as_fd(),
                     arena,
+                    read_past,
                     preload: preload.as_ref(),
                 })
             })

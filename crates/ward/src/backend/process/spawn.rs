@@ -56,6 +56,8 @@ pub(crate) struct Launch<'a> {
     /// The host has an arena (`ward_xpc::arena`): calls may lend its blocks in place, whose descriptors come on
     /// the control socket.
     pub arena: bool,
+    /// Bytes of zeros after every input (a multiple of the page).
+    pub read_past: usize,
     /// A run-time library fault for the domain (policy `library_fault`).
     pub preload: Option<&'a crate::libfault::Preload>,
 }
@@ -141,6 +143,7 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
         ("--as-mb", launch.limits.address_space_mb.to_string()),
         ("--cpu-s", launch.limits.cpu_s.to_string()),
         ("--nofile", launch.limits.open_files.to_string()),
+        ("--read-past", launch.read_past.to_string()),
     ] {
         args.push(flag.into());
         args.push(value.into());
