@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 mod common;
 
-use common::{image, pku};
+use common::{image, require_pku};
 
 use ward::{Isolation, Policy, Supervisor};
 use ward_classes::frei0r::{ColorModel, Instance, Library, ParamKind, ParamValue, PluginType};
@@ -450,27 +450,26 @@ fn a_library_that_is_no_frei0r_plugin_is_refused_by_name() {
 // ---- the same in an mpk domain -----------------------------------------------------------------------------------
 
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_a_crash_is_recovered_transparently_with_the_parameters_replayed() {
-    if pku() {
-        crash_recovered(Isolation::Mpk);
-    }
+    require_pku();
+    crash_recovered(Isolation::Mpk);
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_an_overrun_faults_at_the_adapters_guard_page() {
-    if pku() {
-        overrun_caught(Isolation::Mpk);
-    }
+    require_pku();
+    overrun_caught(Isolation::Mpk);
 }
 
 /// A plugin that faults only in an mpk domain (it writes host memory that a process of its own would own) moves to a
 /// process domain after `escalate_after` faults, and the update in flight is retried there: the host gets every frame
 /// right, with the parameters it set, as from a plugin that never failed.
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_a_plugin_faulting_only_there_escalates_and_every_frame_is_right() {
-    if !pku() {
-        return;
-    }
+    require_pku();
     let sup = supervisor("escalate_after = 2\nmax_retries = 2");
     let (lib, mut inst) = armed_in(&sup, HOST_WRITE, 2.0, true, Isolation::Mpk);
     let mut out = vec![0u32; PIXELS];

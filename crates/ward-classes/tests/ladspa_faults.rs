@@ -12,7 +12,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::pku;
+use common::require_pku;
 
 use ward::{Event, FaultKind, Isolation, Policy, SignalCause, Supervisor};
 use ward_classes::ladspa::{Instance, Library, PortBuffer};
@@ -620,10 +620,9 @@ fn with_history_a_restarted_plugin_resumes_in_the_state_it_had() {
 // ---- the same in an mpk domain -----------------------------------------------------------------------------------
 
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_every_crash_kind_at_block_3_is_recovered_transparently() {
-    if !pku() {
-        return;
-    }
+    require_pku();
     let f = transparent_at_block_3_in(NULL_DEREF, "", Isolation::Mpk);
     assert_eq!(signal_cause(&f), ("SIGSEGV".into(), SignalCause::NullDereference));
     let f = transparent_at_block_3_in(ABORT, "", Isolation::Mpk);
@@ -639,18 +638,16 @@ fn in_an_mpk_domain_every_crash_kind_at_block_3_is_recovered_transparently() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_an_output_overrun_faults_at_the_adapters_guard_page() {
-    if !pku() {
-        return;
-    }
+    require_pku();
     overrun_caught(Isolation::Mpk);
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_a_hang_at_block_3_is_stopped_at_the_deadline_and_recovered_transparently() {
-    if !pku() {
-        return;
-    }
+    require_pku();
     let f = transparent_at_block_3_in(INFINITE_LOOP, "deadline_ms = 2000", Isolation::Mpk);
     assert_eq!(f.kind, FaultKind::Timeout { deadline: Duration::from_millis(2000) });
 }

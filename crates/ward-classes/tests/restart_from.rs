@@ -8,7 +8,7 @@ use std::sync::mpsc::Receiver;
 
 mod common;
 
-use common::{pku, switched_to};
+use common::{require_pku, switched_to};
 use ward::{Event, Isolation, Policy, Supervisor};
 use ward_classes::ladspa::{Library, PortBuffer};
 use ward_classes::Processed;
@@ -97,10 +97,9 @@ fn without_restart_from_the_broken_plugin_is_bypassed() {
 // must load the good file for the rewritten open to find it.
 
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_a_library_that_crashes_when_opened_is_reopened_from_the_good_file() {
-    if !pku() {
-        return;
-    }
+    require_pku();
     let path = broken("mpk-open", "ladspa_descriptor");
     let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Mpk);
     assert_eq!(amp_block(&lib), (Processed::Ran, expected()));
@@ -110,10 +109,9 @@ fn in_an_mpk_domain_a_library_that_crashes_when_opened_is_reopened_from_the_good
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_a_plugin_that_crashes_in_run_is_restarted_from_the_good_file() {
-    if !pku() {
-        return;
-    }
+    require_pku();
     let path = broken("mpk-run", "amp_run");
     let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Mpk);
     assert_eq!(amp_block(&lib), (Processed::Ran, expected()), "retried on the good build: the plugin's own output");
@@ -134,10 +132,9 @@ fn a_plugin_whose_initialiser_crashes_is_reopened_from_the_good_file() {
 // An mpk domain loads the plugin with its adapter, initialisers included: a crash there happens while the domain
 // is made, and with `restart_from` the domain starts from the good file instead.
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_a_plugin_whose_initialiser_crashes_starts_from_the_good_file() {
-    if !pku() {
-        return;
-    }
+    require_pku();
     let path = broken("mpk-init", "faulty_ladspa_loaded");
     let (_sup, lib, events) = open(&path, Some(&good()), Isolation::Mpk);
     assert_eq!(amp_block(&lib), (Processed::Ran, expected()));
@@ -152,10 +149,9 @@ fn in_an_mpk_domain_a_plugin_whose_initialiser_crashes_starts_from_the_good_file
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn in_an_mpk_domain_without_restart_from_a_crashing_initialiser_fails_the_load_and_says_so() {
-    if !pku() {
-        return;
-    }
+    require_pku();
     let path = broken("mpk-init-alone", "faulty_ladspa_loaded");
     let sup = Supervisor::new(Policy::default());
     let Err(e) = Library::open(&sup, &path, Some(Isolation::Mpk)) else { panic!("the load must fail") };

@@ -9,6 +9,10 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod common;
+
+use common::require_pku;
+
 fn ward() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ward"))
 }
@@ -95,15 +99,44 @@ fn check_mpk_part(lines: &[Value]) {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn demo_under_mpk_contains_every_fault_an_mpk_domain_can_hold() {
+    require_pku();
     let out = run(ward().args(["demo", "--isolation", "mpk", "--json"]));
     let lines = json_lines(&out);
     assert!(out.status.success(), "exit status {:?}; stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
     check_mpk_part(&lines);
+    let well: Vec<&Value> = lines.iter().filter(|l| l["type"] == "well").collect();
+    assert_eq!(well.len(), 3, "{lines:#?}");
+    assert!(well.iter().all(|w| w["ok"] == true && w["isolation"] == "mpk"), "{well:#?}");
+}
+
+#[test]
+fn demo_under_mpk_without_protection_keys_says_the_part_did_not_run() {
     if ward::mpk_available() {
-        let well: Vec<&Value> = lines.iter().filter(|l| l["type"] == "well").collect();
-        assert_eq!(well.len(), 3, "{lines:#?}");
-        assert!(well.iter().all(|w| w["ok"] == true && w["isolation"] == "mpk"), "{well:#?}");
+        eprintln!("this machine has PKU: the test of its absence did not run here");
+        return;
+    }
+    let out = run(ward().args(["demo", "--isolation", "mpk", "--json"]));
+    assert!(out.status.success(), "exit status {:?}; stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    check_mpk_part(&json_lines(&out));
+}
+
+/// Where there are protection keys, every mpk line of the benchmark was measured (none skipped).
+#[test]
+#[ignore = "needs PKU"]
+fn bench_measures_every_mpk_line() {
+    require_pku();
+    require_domain();
+    let out = run(ward().args(["bench", "xpc", "--json", "--quick"]));
+    assert!(out.status.success(), "exit status {:?}; stderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let lines = json_lines(&out);
+    let mpk: Vec<&Value> = lines.iter().filter(|l| l["isolation"] == "mpk").collect();
+    assert!(!mpk.is_empty(), "no mpk line: {lines:#?}");
+    for l in mpk {
+        assert!(!l["skipped"].is_string(), "an mpk line was skipped on a machine with PKU: {l}");
+        let ns = l["ns"].as_f64().unwrap_or_else(|| panic!("ns is not a number: {l}"));
+        assert!(ns > 0.0 && ns.is_finite(), "{l}");
     }
 }
 

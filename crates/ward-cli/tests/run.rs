@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod common;
-use common::{host, Scratch};
+use common::{host, require_pku, Scratch};
 
 fn ward() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ward"))
@@ -70,13 +70,9 @@ fn applyplugin_output_is_bit_identical_under_ward() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn under_mpk_applyplugin_is_bit_identical_and_sox_survives_a_crashing_plugin() {
-    if !ward::mpk_available() {
-        // The fallback is checked by bad_input_gets_one_clear_message_and_status_2; scripts/test runs this again in
-        // an emulated machine with PKU.
-        eprintln!("no PKU on this machine: ward run --isolation mpk did not run here");
-        return;
-    }
+    require_pku();
     let s = Scratch::new("run", "mpk");
     sine_wav(&s.path("in.wav"), 1);
     let amp = ["/usr/lib/ladspa/amp.so", "amp_mono", "0.5"];
@@ -117,12 +113,9 @@ fn under_mpk_applyplugin_is_bit_identical_and_sox_survives_a_crashing_plugin() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn under_mpk_ffmpeg_frei0r_is_bit_identical_and_survives_a_crashing_filter() {
-    if !ward::mpk_available() {
-        // scripts/test runs this again in an emulated machine with PKU.
-        eprintln!("no PKU on this machine: ffmpeg under ward run --isolation mpk did not run here");
-        return;
-    }
+    require_pku();
     let s = Scratch::new("run", "mpk-ffmpeg");
     // A real Debian filter in ffmpeg's own address space: the same frames as natively.
     let native = output(Command::new(host("ffmpeg")).args(ffmpeg_args("frei0r=invert0r", &s.path("native.rgba"))));
@@ -146,11 +139,9 @@ fn under_mpk_ffmpeg_frei0r_is_bit_identical_and_survives_a_crashing_filter() {
 /// unchanged, from frame 2 on): after three faults (the default `escalate_after`) it moves to a process domain,
 /// where it runs without faults, and ffmpeg gets every frame as from a filter that never failed.
 #[test]
+#[ignore = "needs PKU"]
 fn under_mpk_a_filter_faulting_only_there_moves_to_a_process_and_every_frame_is_right() {
-    if !ward::mpk_available() {
-        eprintln!("no PKU on this machine: escalation from mpk under ward run did not run here");
-        return;
-    }
+    require_pku();
     let s = Scratch::new("run", "mpk-escalation");
     let args = ffmpeg_args("frei0r=faulty_frei0r:22|2|y", &s.path("out.rgba"));
     let out = output(
@@ -267,12 +258,9 @@ fn sox_with_its_plugins_in_one_domain_finishes_when_one_of_them_crashes() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn under_mpk_sox_with_its_plugins_in_one_domain_finishes_when_one_of_them_crashes() {
-    if !ward::mpk_available() {
-        // scripts/test runs this again in an emulated machine with PKU.
-        eprintln!("no PKU on this machine: ward run --isolation mpk did not run here");
-        return;
-    }
+    require_pku();
     sox_grouped_survives_a_crashing_plugin("mpk", 1, &["ladspa", "/usr/lib/ladspa/amp.so", "amp_mono", "0.5"]);
 }
 

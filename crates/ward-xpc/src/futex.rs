@@ -67,13 +67,17 @@ mod tests {
     fn wake_wakes_a_sleeper() {
         let w = Arc::new(AtomicU32::new(0));
         let w2 = Arc::clone(&w);
-        let sleeper = std::thread::spawn(move || {
+        let (woken, told) = std::sync::mpsc::channel();
+        // The sleeper waits without a timeout, so only a wake-up (or the changed value) ends its wait; it says so on
+        // a channel, which this thread reads with a bound, so a broken wake fails the test instead of hanging it.
+        std::thread::spawn(move || {
             while w2.load(Ordering::Acquire) == 0 {
                 wait(&w2, 0, None);
             }
+            let _ = woken.send(());
         });
         w.store(1, Ordering::Release);
         wake(&w, 1);
-        sleeper.join().unwrap();
+        assert!(told.recv_timeout(Duration::from_secs(60)).is_ok(), "the sleeper was not woken within 60 s");
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::mpsc::Receiver;
 
-use common::{builtin, faults};
+use common::{builtin, faults, require_pku};
 use ward::libfault::{self, LibraryFault, LibraryFaultKind};
 use ward::policy::PolicyError;
 use ward::{AdapterLoad, Arg, Error, Event, Extension, FaultKind, Isolation, Policy, RetType, SignalCause, Supervisor};
@@ -174,26 +174,20 @@ fn a_class_adapters_fault_targets_the_plugin_it_opens() {
 }
 
 // ---------------------------------------------------------------------------
-// In an mpk domain (`scripts/test` runs these again under emulation when this processor has no PKU)
+// In an mpk domain (marked as needing PKU: `scripts/test` runs them, under emulation where this processor has none)
 // ---------------------------------------------------------------------------
 
 /// `calls` as a class adapter in an mpk domain, opening a copy of `calls_plugin` (calls without its own dlopen)
 /// as its plugin, whose calls get `fault`:
-/// the supervisor, the extension, its events, the plugin's path and the directory to remove. None without PKU.
-fn mpk_adapter(test: &str, fault: &str) -> Option<(Supervisor, Extension, Receiver<Event>, CString, PathBuf)> {
+/// the supervisor, the extension, its events, the plugin's path and the directory to remove. Fails the test without
+/// PKU.
+fn mpk_adapter(test: &str, fault: &str) -> (Supervisor, Extension, Receiver<Event>, CString, PathBuf) {
     mpk_adapter_with(test, fault, "")
 }
 
 /// As [`mpk_adapter`], with `more` added to the plugin's policy section.
-fn mpk_adapter_with(
-    test: &str,
-    fault: &str,
-    more: &str,
-) -> Option<(Supervisor, Extension, Receiver<Event>, CString, PathBuf)> {
-    if !ward::mpk_available() {
-        eprintln!("no PKU on this machine: {test} did not run here; scripts/test runs it under emulation");
-        return None;
-    }
+fn mpk_adapter_with(test: &str, fault: &str, more: &str) -> (Supervisor, Extension, Receiver<Event>, CString, PathBuf) {
+    require_pku();
     let dir = std::env::temp_dir().join(format!("ward-libfault-mpk-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let plugin = dir.join("plugin_copy.so");
@@ -215,7 +209,7 @@ fn mpk_adapter_with(
     let ext = sup.load_adapter(&load).expect("calls and its plugin load under mpk");
     assert_eq!(ext.isolation(), Isolation::Mpk);
     let path = CString::new(plugin.as_os_str().as_encoded_bytes()).unwrap();
-    Some((sup, ext, events, path, dir))
+    (sup, ext, events, path, dir)
 }
 
 /// The plugin's `symbol(arg)`, called by the adapter.
@@ -224,8 +218,9 @@ fn via(ext: &Extension, path: &CStr, symbol: &CStr, arg: i64) -> Result<i64, Err
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn mpk_an_allocation_fault_hits_the_plugins_calls_and_not_the_adapters() {
-    let Some((_sup, ext, events, path, dir)) = mpk_adapter("alloc", r#""alloc:nth=1,count=0""#) else { return };
+    let (_sup, ext, events, path, dir) = mpk_adapter("alloc", r#""alloc:nth=1,count=0""#);
     assert_eq!(call(&ext, "calls_checked_alloc", &mut [Arg::I64(32)]).unwrap(), 32, "the adapter's own");
     assert_eq!(via(&ext, &path, c"calls_checked_alloc", 32).unwrap(), -1, "the plugin's allocation fails");
     assert_eq!(via(&ext, &path, c"calls_checked_alloc", 32).unwrap(), -1, "and every one after it (count 0)");
@@ -240,13 +235,12 @@ fn mpk_an_allocation_fault_hits_the_plugins_calls_and_not_the_adapters() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn mpk_a_library_fault_stays_with_its_file_when_the_plugin_restarts_from_another() {
     // The fault names the plugin's copy; after its fault the plugin restarts from the built-in file (restart_from),
     // which the fault does not target, as in a process domain.
     let more = format!("restart_from = {:?}\non_fault = \"retry\"\n", builtin("calls_plugin"));
-    let Some((_sup, ext, events, path, dir)) = mpk_adapter_with("switch", r#""alloc:nth=1,count=0""#, &more) else {
-        return;
-    };
+    let (_sup, ext, events, path, dir) = mpk_adapter_with("switch", r#""alloc:nth=1,count=0""#, &more);
     assert_eq!(via(&ext, &path, c"calls_alloc_sum", 16).unwrap(), 120, "retried on the good file: no fault there");
     assert_eq!(faults(&events).len(), 1);
     assert_eq!(via(&ext, &path, c"calls_checked_alloc", 32).unwrap(), 32);
@@ -255,9 +249,10 @@ fn mpk_a_library_fault_stays_with_its_file_when_the_plugin_restarts_from_another
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn mpk_a_copy_overrun_damages_the_canary_and_the_abort_is_recovered() {
     let fault = r#"{ kind = "copy-overrun", nth = 2, extra = 64 }"#;
-    let Some((_sup, ext, events, path, dir)) = mpk_adapter("copy", fault) else { return };
+    let (_sup, ext, events, path, dir) = mpk_adapter("copy", fault);
     // memcpy first (the first copy, right), then memmove (the second, 64 bytes too many): the canary is damaged.
     let f = fault_of(via(&ext, &path, c"calls_copy_every_way", 100));
     assert_eq!(signal(&f), (libc::SIGABRT, SignalCause::Abort));
@@ -272,8 +267,9 @@ fn mpk_a_copy_overrun_damages_the_canary_and_the_abort_is_recovered() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn mpk_a_leak_runs_the_domain_out_of_its_heap() {
-    let Some((_sup, ext, _events, path, dir)) = mpk_adapter("leak", r#"{ kind = "leak" }"#) else { return };
+    let (_sup, ext, _events, path, dir) = mpk_adapter("leak", r#"{ kind = "leak" }"#);
     // 20 000 MiB allocated and freed one at a time; with the frees dropped the 256 MiB heap runs out, malloc gives
     // null and the plugin writes through it: a fault named for the exhausted memory.
     let f = fault_of(via(&ext, &path, c"calls_churn_mib", 20_000));

@@ -1,4 +1,7 @@
-//! What the end-to-end tests with Debian's hosts share: finding a host, and a scratch directory per test.
+//! What the end-to-end tests share: finding a host, a scratch directory per test, and the rule of the tests that
+//! need PKU.
+// Each suite uses a part of it.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 
@@ -23,7 +26,6 @@ impl Scratch {
         self.0.join(name)
     }
 
-    #[allow(dead_code)] // not every suite needs the directory itself
     pub fn dir(&self) -> &std::path::Path {
         &self.0
     }
@@ -33,4 +35,14 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// For the tests that need PKU, which are marked `#[ignore = "needs PKU"]` (`scripts/test` runs them where the
+/// processor has PKU, under emulation where it has not): fails the test, saying why, where there is no PKU, so that
+/// a run with `--include-ignored` on such a machine fails instead of passing without having run.
+pub fn require_pku() {
+    assert!(
+        ward::mpk_available(),
+        "this test needs memory protection keys (PKU), which this machine does not have: run it under scripts/pku-vm"
+    );
 }

@@ -154,3 +154,13 @@ pub fn pid_namespace_or_say(test: &str) -> bool {
         None => true,
     }
 }
+
+/// For the tests that need PKU, which are marked `#[ignore = "needs PKU"]` (`scripts/test` runs them where the
+/// processor has PKU, under emulation where it has not): fails the test, saying why, where there is no PKU, so that
+/// a run with `--include-ignored` on such a machine fails instead of passing without having run.
+pub fn require_pku() {
+    assert!(
+        ward::mpk_available(),
+        "this test needs memory protection keys (PKU), which this machine does not have: run it under scripts/pku-vm"
+    );
+}

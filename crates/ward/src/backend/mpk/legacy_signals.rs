@@ -191,14 +191,9 @@ mod tests {
     /// With ward's handlers in (under PKU), a handler installed the older ways is wrapped, as one installed with
     /// `sigaction` is.
     #[test]
+    #[ignore = "needs PKU"]
     fn a_handler_installed_the_older_ways_is_wrapped_once_wards_handlers_are_in() {
-        if !super::super::pku_available() {
-            eprintln!(
-                "no PKU on this machine: this test did not run here; scripts/test runs it under emulation \
-                 (scripts/pku-vm)"
-            );
-            return;
-        }
+        super::super::require_pku();
         super::super::gate::signal_key().expect("ward's handlers");
         let handler = quiet as *const () as libc::sighandler_t;
         let wrapped = super::super::gate::host_signal_entry();

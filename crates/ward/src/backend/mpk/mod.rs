@@ -39,8 +39,6 @@ mod reason;
 #[allow(unsafe_code)]
 mod runtime;
 pub(crate) mod scan;
-#[cfg(test)]
-mod tests;
 // The FS base a domain runs with: copies of the host thread's TLS and control blocks.
 #[allow(unsafe_code)]
 mod thread_block;
@@ -57,6 +55,17 @@ pub(crate) use self::legacy_signals::{host_signal, host_sigset, host_sysv_signal
 /// crossing. Every processor with PKU has FSGSBASE.
 pub(crate) fn pku_available() -> bool {
     pku::available() && thread_block::fsgsbase_enabled()
+}
+
+/// For the tests that need PKU, which are marked `#[ignore = "needs PKU"]` (`scripts/test` runs them where the
+/// processor has PKU, under emulation where it has not): fails the test, saying why, where there is no PKU, so that
+/// a test run with `--include-ignored` on such a machine fails instead of passing without having run.
+#[cfg(test)]
+pub(crate) fn require_pku() {
+    assert!(
+        pku_available(),
+        "this test needs memory protection keys (PKU), which this machine does not have: run it under scripts/pku-vm"
+    );
 }
 
 use serde::Serialize;

@@ -1,5 +1,6 @@
-//! The gate on a machine with PKU. Without it each test says so and passes; `scripts/test` then runs this binary's
-//! `mpk::gate` tests again inside a virtual machine whose emulated processor has PKU (`scripts/pku-vm`).
+//! The gate on a machine with PKU. The tests that need it are marked `#[ignore = "needs PKU"]`, so a plain
+//! `cargo test` reports them as not run; `scripts/test` runs them where the processor has PKU, and inside a virtual
+//! machine whose emulated processor has it where it has not (`scripts/pku-vm`). Run anyway without PKU, they fail.
 
 use std::arch::asm;
 use std::hint::black_box;
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::backend::mpk::pku::HOST_KEY;
+use crate::backend::mpk::require_pku;
 use crate::backend::mpk::thread_block::{ThreadBlocks, TlsLayout};
 
 /// The floating-point control of the tests' domains: a process's initial state, which no test but the one that
@@ -35,7 +37,9 @@ fn last_thread_pointer() -> usize {
 }
 
 impl TestDomain {
+    /// A new domain; fails the test where there is no PKU.
     fn new() -> TestDomain {
+        require_pku();
         let key = ProtectionKey::allocate().expect("a protection key");
         let signal = signal_key().expect("the signal key");
         let stack = KeyedRegion::new(256 * 1024, key.number()).expect("a domain stack");
@@ -83,17 +87,6 @@ impl TestDomain {
     fn data_word(&self) -> *mut u64 {
         self.data.start().cast()
     }
-}
-
-/// Whether this machine has PKU; when not, says so (the test then passes without having run).
-fn pku_here() -> bool {
-    if crate::backend::mpk::pku_available() {
-        return true;
-    }
-    eprintln!(
-        "no PKU on this machine: this test did not run here; scripts/test runs it under emulation (scripts/pku-vm)"
-    );
-    false
 }
 
 extern "C" fn add(a: u64, b: u64) -> u64 {
@@ -144,10 +137,8 @@ fn f(func: *const ()) -> *const c_void {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_call_returns_its_result_and_runs_on_the_domain_stack() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     assert_eq!(d.call(f(add as *const ()), &[2, 3]).unwrap().int, 5);
     let rsp = d.call(f(stack_pointer as *const ()), &[]).unwrap().int as usize;
@@ -155,10 +146,8 @@ fn a_domain_call_returns_its_result_and_runs_on_the_domain_stack() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_write_into_host_memory_faults_and_leaves_it_unchanged_and_the_thread_goes_on() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let at = HOST_WORD.as_ptr();
     let fault = d.call(f(write_word as *const ()), &[at as u64, 99]).unwrap_err();
@@ -172,20 +161,16 @@ fn a_write_into_host_memory_faults_and_leaves_it_unchanged_and_the_thread_goes_o
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn host_memory_is_readable_from_a_domain() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let word = Box::new(0x1234_5678_u64);
     assert_eq!(d.call(f(read_word as *const ()), &[ptr::from_ref(&*word) as u64]).unwrap().int, 0x1234_5678);
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_writes_its_own_memory_and_the_host_reads_it() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     d.call(f(write_word as *const ()), &[d.data_word() as u64, 42]).unwrap();
     // SAFETY: the domain's data page, which this thread's rights allow (it allocated the key).
@@ -193,10 +178,8 @@ fn a_domain_writes_its_own_memory_and_the_host_reads_it() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn another_domains_memory_is_out_of_reach() {
-    if !pku_here() {
-        return;
-    }
     let a = TestDomain::new();
     let b = TestDomain::new();
     // SAFETY: b's data page, which this thread may write.
@@ -210,10 +193,8 @@ fn another_domains_memory_is_out_of_reach() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_null_dereference_an_illegal_instruction_and_a_breakpoint_are_caught() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let null = d.call(f(read_word as *const ()), &[0]).unwrap_err();
     assert_eq!((null.signal, null.code, null.addr), (libc::SIGSEGV, 1, 0), "SEGV_MAPERR at 0");
@@ -226,10 +207,8 @@ fn a_null_dereference_an_illegal_instruction_and_a_breakpoint_are_caught() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_stack_overflow_inside_a_domain_is_caught_on_the_alternate_stack() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let fault = d.call(f(recurse as *const ()), &[1 << 20]).unwrap_err();
     assert_eq!(fault.signal, libc::SIGSEGV);
@@ -239,10 +218,8 @@ fn a_stack_overflow_inside_a_domain_is_caught_on_the_alternate_stack() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn two_threads_in_one_domain_one_faulting() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let second_stack = KeyedRegion::new(64 * 1024, d.key.number()).unwrap();
     let key = d.key.number();
@@ -282,20 +259,40 @@ fn two_threads_in_one_domain_one_faulting() {
 /// installed before ward did.
 const CHILD_CASE: &str = "WARD_GATE_TEST_CHILD";
 
-fn run_child(case: &str, test: &str) -> std::process::Output {
-    let exe = std::env::current_exe().unwrap();
-    Command::new(exe)
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-        .env(CHILD_CASE, case)
-        .output()
-        .unwrap()
+/// The name the test runner knows the test it is written in by (its path below the crate), for running it again.
+macro_rules! this_test {
+    () => {{
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        let path = path.strip_suffix("::here").unwrap_or(path);
+        path.split_once("::").map_or(path, |(_crate, below)| below)
+    }};
 }
 
-/// Run `test` again as case `case` in a child process, which must succeed and print `says`.
-fn child_succeeds_saying(case: &str, test: &str, says: &str) {
-    let out = run_child(case, test);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains(says));
+/// A test whose case runs in a child process, `test` run again there with [`CHILD_CASE`] set to `case`. In that
+/// child this runs `child` and returns `None`; in the test's own process it fails where there is no PKU (the gate
+/// tests' rule) and otherwise runs the child and returns how it ended.
+fn in_a_child_process(case: &str, test: &str, child: impl FnOnce()) -> Option<std::process::Output> {
+    if std::env::var(CHILD_CASE).as_deref() == Ok(case) {
+        child();
+        return None;
+    }
+    require_pku();
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // The test is one of the ignored ones (it needs PKU): the child must be told to run it all the same.
+    let out = Command::new(exe)
+        .args(["--include-ignored", "--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(CHILD_CASE, case)
+        .output()
+        .expect("the test binary runs again");
+    Some(out)
+}
+
+/// The child ran to its end and printed `says`.
+fn assert_child_said(out: &std::process::Output, says: &str) {
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child failed: {stderr}");
+    assert!(stdout.contains(says), "the child did not say {says:?}: {stdout}");
 }
 
 static HOST_TRAPS: AtomicU64 = AtomicU64::new(0);
@@ -305,9 +302,9 @@ extern "C" fn host_trap_handler(_: libc::c_int) {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_fault_outside_any_domain_goes_to_the_handler_the_host_installed() {
-    const NAME: &str = "backend::mpk::gate::tests::a_fault_outside_any_domain_goes_to_the_handler_the_host_installed";
-    if std::env::var(CHILD_CASE).as_deref() == Ok("host-handler") {
+    let child = || {
         // SAFETY: installs a plain handler that only bumps an atomic.
         unsafe { libc::signal(libc::SIGTRAP, host_trap_handler as *const () as usize) };
         let d = TestDomain::new();
@@ -316,19 +313,16 @@ fn a_fault_outside_any_domain_goes_to_the_handler_the_host_installed() {
         breakpoint();
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's own trap reached its handler");
         println!("child: host handler chained");
-        return;
+    };
+    if let Some(out) = in_a_child_process("host-handler", this_test!(), child) {
+        assert_child_said(&out, "child: host handler chained");
     }
-    if !pku_here() {
-        return;
-    }
-    child_succeeds_saying("host-handler", NAME, "child: host handler chained");
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_host_handler_put_in_wards_place_is_chained_to_once_ward_looks_again() {
-    const NAME: &str =
-        "backend::mpk::gate::tests::a_host_handler_put_in_wards_place_is_chained_to_once_ward_looks_again";
-    if std::env::var(CHILD_CASE).as_deref() == Ok("replaced-handler") {
+    let child = || {
         let d = TestDomain::new();
         assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3, "ward's handlers are in");
         // SAFETY: installs a plain handler that only bumps an atomic, straight through glibc, in ward's place.
@@ -339,32 +333,27 @@ fn a_host_handler_put_in_wards_place_is_chained_to_once_ward_looks_again() {
         breakpoint();
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's own trap reached its handler");
         println!("child: replaced handler chained");
-        return;
+    };
+    if let Some(out) = in_a_child_process("replaced-handler", this_test!(), child) {
+        assert_child_said(&out, "child: replaced handler chained");
     }
-    if !pku_here() {
-        return;
-    }
-    child_succeeds_saying("replaced-handler", NAME, "child: replaced handler chained");
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_fault_outside_any_domain_with_no_host_handler_ends_the_process_as_it_would_without_ward() {
-    const NAME: &str = "backend::mpk::gate::tests::a_fault_outside_any_domain_with_no_host_handler_ends_the_process_as_it_would_without_ward";
-    if std::env::var(CHILD_CASE).as_deref() == Ok("default") {
+    let child = || {
         let d = TestDomain::new();
         assert!(d.call(f(read_word as *const ()), &[0]).is_err());
         println!("child: about to fault in the host");
         read_word(black_box(ptr::null()));
         println!("child: survived a host fault (wrong)");
-        return;
+    };
+    if let Some(out) = in_a_child_process("default", this_test!(), child) {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("about to fault"));
     }
-    if !pku_here() {
-        return;
-    }
-    let out = run_child("default", NAME);
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("about to fault"));
 }
 
 /// In a domain: call `out(x)` (a host function behind an outward stub) and add one.
@@ -383,10 +372,8 @@ extern "C" fn host_double(x: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_calls_the_host_through_an_outward_stub() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     // host_double takes one integer and returns normally.
     let stub = outward_for(f(host_double as *const ())).expect("an outward slot");
@@ -401,10 +388,8 @@ fn a_domain_calls_the_host_through_an_outward_stub() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_that_calls_out_with_its_stack_pointer_past_its_stack_faults_as_itself() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let stub = outward_for(f(host_double as *const ())).expect("an outward slot");
     // The stub reads the caller's stack arguments before it hands them to the host: here they would lie in the
@@ -456,10 +441,8 @@ extern "C" fn format_ten(out: Snprintf, buf: *mut libc::c_char) -> u64 {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_host_function_called_out_of_a_domain_gets_its_stack_arguments() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     // host_weighted_sum takes twelve integers (six on the stack) and returns normally.
     let stub = outward_for(f(host_weighted_sum as *const ())).expect("an outward slot");
@@ -515,10 +498,8 @@ extern "C" fn host_calls_back_in(_: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn nested_calls_host_domain_host_domain_with_a_fault_at_depth_three() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     NESTED_RIGHTS.store(d.rights.0, Ordering::SeqCst);
     NESTED_STACK_START.store(d.stack.start() as u64, Ordering::SeqCst);
@@ -544,9 +525,9 @@ extern "C" fn host_breakpoint(x: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts() {
-    const NAME: &str = "backend::mpk::gate::tests::a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts";
-    if std::env::var(CHILD_CASE).as_deref() == Ok("outward-host-fault") {
+    let child = || {
         // SAFETY: installs a plain handler that only bumps an atomic.
         unsafe { libc::signal(libc::SIGTRAP, host_trap_handler as *const () as usize) };
         let d = TestDomain::new();
@@ -555,12 +536,10 @@ fn a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts() {
         assert_eq!(d.call(f(call_out as *const ()), &[stub as u64, 6]).unwrap().int, 7);
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's trap reached the host's handler");
         println!("child: host fault while outside went to the host");
-        return;
+    };
+    if let Some(out) = in_a_child_process("outward-host-fault", this_test!(), child) {
+        assert_child_said(&out, "went to the host");
     }
-    if !pku_here() {
-        return;
-    }
-    child_succeeds_saying("outward-host-fault", NAME, "went to the host");
 }
 
 extern "C" fn spin_forever() {
@@ -570,10 +549,8 @@ extern "C" fn spin_forever() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let mut args = RegArgs::default();
     // SAFETY: spin_forever takes nothing; the stack is the domain's own.
@@ -636,10 +613,8 @@ extern "C" fn call_out_then_spin(out: extern "C" fn(u64) -> u64) {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once_it_is_back() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     // slow_host takes one integer and returns normally.
     let stub = outward_for(f(slow_host as *const ())).expect("an outward slot");
@@ -772,10 +747,8 @@ fn direction_flag() -> bool {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_that_breaks_the_calling_convention_returns_to_a_host_with_its_own_registers() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let zeroes = ZEROES.as_ptr() as u64 + 256;
     for _ in 0..3 {
@@ -797,10 +770,8 @@ extern "C" fn host_sees_direction_flag(x: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_that_calls_the_host_with_the_direction_flag_set_reaches_it_clear() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     // host_sees_direction_flag takes one integer and returns normally.
     let stub = outward_for(f(host_sees_direction_flag as *const ())).expect("an outward slot");
@@ -808,10 +779,8 @@ fn a_domain_that_calls_the_host_with_the_direction_flag_set_reaches_it_clear() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_that_jumps_into_the_outward_stubs_with_a_slot_of_no_stub_faults_there() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let stub = outward_for(f(host_double as *const ())).expect("an outward slot") as u64;
     let jump = f(ward_test_jump_into_outward_common as *const ());
@@ -847,10 +816,8 @@ fn a_tenth_is_rounded_to_nearest() -> bool {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_keeps_the_floating_point_control_it_sets_and_the_host_keeps_its_own() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let host = FloatState::of_this_thread();
     let domain = FloatControl::new(host);
@@ -878,10 +845,8 @@ extern "C" fn host_float_control() -> u64 {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_that_calls_the_host_reaches_it_with_the_hosts_floating_point_control() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let host = FloatState::of_this_thread();
     let domain = FloatControl::new(host);
@@ -898,10 +863,8 @@ fn a_domain_that_calls_the_host_reaches_it_with_the_hosts_floating_point_control
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_that_faults_after_changing_its_floating_point_control_leaves_the_host_its_own() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let host = FloatState::of_this_thread();
     let domain = FloatControl::new(host);
@@ -946,10 +909,8 @@ fn under_round_toward_zero_a_tenth_is_not_rounded_to_nearest() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_that_unmasks_an_x87_exception_the_host_left_flagged_starts_with_it_cleared() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let host = FloatState::of_this_thread();
     let domain = FloatControl::new(FloatState { x87_control: host.x87_control & !X87_ZERO_DIVIDE, ..host });
@@ -970,10 +931,8 @@ extern "C" fn count_host_signal(_: libc::c_int) {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_host_handler_runs_when_its_signal_comes_inside_a_domain_or_on_wards_alternate_stack() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     // A signal no other test uses, with a host handler that asks for the alternate stack.
     let signal = libc::SIGRTMIN() + 9;
@@ -1029,10 +988,8 @@ fn plain_action(handler: libc::sighandler_t) -> libc::sigaction {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_handler_the_host_installs_through_ward_is_wrapped_or_chained_to_and_reported_as_the_hosts() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3, "ward's handlers are in");
     // A handler for a signal ward does not handle, installed after ward's (no SA_ONSTACK).
@@ -1128,10 +1085,8 @@ extern "C" fn host_calls_back_in_for_float_control(_: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_call_back_into_a_domain_that_called_out_continues_its_floating_point_control() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     FLOAT_NESTING_DOMAIN.with(|c| c.set((d.rights.0, d.stack.start() as usize, d.stack.end() as usize)));
     let host = FloatState::of_this_thread();
@@ -1159,10 +1114,8 @@ extern "C" fn format_through(
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_sprintf_that_would_run_past_the_domains_memory_faults_in_the_domain_and_one_that_fits_runs() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let check = crate::backend::mpk::checks::for_import("sprintf");
     let stub = outward_for_checked(f(libc::sprintf as *const ()), check).expect("an outward slot") as u64;
@@ -1209,16 +1162,14 @@ extern "C" fn thread_word_here(offset: u64) -> u64 {
 
 fn host_fs_base() -> u64 {
     let base: u64;
-    // SAFETY: reads the FS base register (the machines with PKU enable FSGSBASE, which pku_here checks).
+    // SAFETY: reads the FS base register (the machines with PKU enable FSGSBASE, which require_pku checks).
     unsafe { asm!("rdfsbase {}", out(reg) base, options(nomem, nostack, preserves_flags)) };
     base
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_runs_with_a_thread_block_of_its_own_and_the_host_gets_its_own_back() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let host = host_fs_base();
     let inside = d.call(f(thread_pointer_here as *const ()), &[]).unwrap().int;
@@ -1267,10 +1218,8 @@ fn set_host_errno(value: i32) {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn errno_written_in_a_domain_is_the_domains_per_thread_and_the_hosts_is_untouched() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     // The first call makes this thread's block (with system calls of its own, which may set errno).
     assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
@@ -1303,10 +1252,8 @@ extern "C" fn record_host_local_called_out(x: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn host_code_a_domain_reaches_by_a_signal_or_a_call_out_reads_the_host_threads_locals() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     let signal = libc::SIGRTMIN() + 11;
     let action = plain_action(record_host_local_in_handler as *const () as libc::sighandler_t);
@@ -1328,10 +1275,8 @@ fn host_code_a_domain_reaches_by_a_signal_or_a_call_out_reads_the_host_threads_l
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_thread_started_by_a_thread_that_has_called_a_domain_can_call_it_too() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     // This thread gives its restartable-sequences area up on its first call; glibc then registers none for the
     // threads it starts.
@@ -1356,10 +1301,8 @@ extern "C" fn enter_then_wait(entered: *mut u64, release: *const AtomicU64) -> u
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn setuid_in_another_thread_finishes_while_a_thread_is_inside_a_domain() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     // This thread has ward's alternate stack after its first call; the backend adopts handlers on each load.
     assert_eq!(d.call(f(add as *const ()), &[1, 2]).unwrap().int, 3);
@@ -1467,10 +1410,8 @@ fn close_while_another_thread_calls(
 static NEVER: AtomicU64 = AtomicU64::new(0);
 
 #[test]
+#[ignore = "needs PKU"]
 fn closing_a_domain_ends_the_call_running_in_it_and_keeps_calls_made_before_from_going_in() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     allow_on_this_thread(d.key.number());
     let occupancy = Occupancy::default();
@@ -1526,10 +1467,8 @@ extern "C" fn call_out_then_mark(out: extern "C" fn(u64) -> u64, mark: *mut u64)
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn closing_a_domain_leaves_a_call_out_in_the_host_alone_and_ends_it_when_it_comes_back() {
-    if !pku_here() {
-        return;
-    }
     let d = TestDomain::new();
     allow_on_this_thread(d.key.number());
     let occupancy = Occupancy::default();

@@ -1,34 +1,54 @@
 //! mpk domains through the supervisor, as a host uses them: the built-in extensions loaded, called, faulted and
-//! recovered. On a machine without PKU the tests that need it say so and pass; `scripts/test` runs this module
-//! again under emulation (`scripts/pku-vm`). The tests of what happens without PKU run everywhere.
+//! recovered, through the public API only. The tests that need PKU are marked `#[ignore = "needs PKU"]`, so a plain
+//! `cargo test` reports them as not run; `scripts/test` runs them where the processor has PKU and under emulation
+//! (`scripts/pku-vm`) where it has not. The test of what happens without PKU runs everywhere else.
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::{Arg, Error, Event, Extension, FaultKind, Isolation, Policy, RestartVia, RetType, Signature, Supervisor};
-use crate::{SignalCause, ValType, Value};
+use ward::{Arg, Error, Event, Extension, FaultKind, Isolation, Policy, RestartVia, RetType, Signature, Supervisor};
+use ward::{SignalCause, ValType, Value};
+
+mod common;
+
+use common::{builtin, require_pku};
 
 /// Protection keys are few (15 per process): the tests that make domains take turns.
 static KEYS: Mutex<()> = Mutex::new(());
 
+/// Takes this test's turn with the protection keys; first fails the test, saying why, where there is no PKU (run
+/// with `--include-ignored` on such a machine, it must not pass without having run).
 fn one_at_a_time() -> MutexGuard<'static, ()> {
+    require_pku();
     KEYS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn pku_here() -> bool {
-    if super::pku_available() {
-        return true;
-    }
-    eprintln!(
-        "no PKU on this machine: this test did not run here; scripts/test runs it under emulation (scripts/pku-vm)"
-    );
-    false
+/// A thread's floating-point control state: MXCSR without its exception flags, and the x87 control word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FloatState {
+    mxcsr: u32,
+    x87_control: u16,
 }
 
-fn builtin(name: &str) -> std::path::PathBuf {
-    ward_extensions::path_of(name).expect("built-in extensions extract")
+/// This thread's floating-point control state now.
+fn float_state_of_this_thread() -> FloatState {
+    /// MXCSR's six exception flags, which arithmetic sets: not control.
+    const MXCSR_FLAGS: u32 = 0x3f;
+    let mut mxcsr = 0u32;
+    let mut x87_control = 0u16;
+    // SAFETY: both instructions only store the current control state into the two locals.
+    unsafe {
+        std::arch::asm!(
+            "stmxcsr dword ptr [{m}]",
+            "fnstcw word ptr [{c}]",
+            m = in(reg) &mut mxcsr,
+            c = in(reg) &mut x87_control,
+            options(nostack, preserves_flags),
+        )
+    };
+    FloatState { mxcsr: mxcsr & !MXCSR_FLAGS, x87_control }
 }
 
 /// faulty_mpk's policy: a deadline generous enough for emulation, a 64 MiB heap, its counter replayed.
@@ -68,16 +88,14 @@ fn int(ext: &Extension, f: &str, args: &mut [Arg<'_>]) -> i64 {
     ext.call(f, args, RetType::I64).expect(f).as_i64().expect("an integer")
 }
 
-fn faults(events: &Receiver<Event>) -> Vec<crate::Fault> {
+fn faults(events: &Receiver<Event>) -> Vec<ward::Fault> {
     events.try_iter().filter_map(|e| if let Event::Fault { fault } = e { Some(fault) } else { None }).collect()
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_well_behaved_extension_runs_in_an_mpk_domain_with_scalars_buffers_strings_and_its_init() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup, ext, _events) = load("well", Isolation::Mpk);
     assert_eq!(ext.isolation(), Isolation::Mpk);
     assert_eq!(int(&ext, "well_initialised", &mut []), 1, "the policy's init function ran in the domain");
@@ -102,11 +120,9 @@ fn a_well_behaved_extension_runs_in_an_mpk_domain_with_scalars_buffers_strings_a
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn library_code_setting_errno_sets_the_domains_errno_without_a_fault() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup, ext, events) = load("well", Isolation::Mpk);
     // libm's sqrt and libc's strtod run in the domain and store errno through the FS base, which is the domain's
     // thread block there: the store lands in the domain's errno, which the extension reads back in its next call.
@@ -125,11 +141,9 @@ fn library_code_setting_errno_sets_the_domains_errno_without_a_fault() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn strtok_in_a_domain_runs_on_a_position_of_the_domains_own() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup, ext, events) = load("calls_plugin", Isolation::Mpk);
     // glibc's strtok keeps its position in the host's libc, where the domain may not write: bound to glibc's, this
     // call would fault. The runtime's keeps it in the domain.
@@ -141,11 +155,9 @@ fn strtok_in_a_domain_runs_on_a_position_of_the_domains_own() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn callbacks_reach_the_host_and_the_host_calls_the_domain_again_from_inside_one() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (sup, ext, _events) = load("well", Isolation::Mpk);
     let square = sup
         .register_callback(Signature::new(&[ValType::I64], RetType::I64), |a| {
@@ -158,7 +170,7 @@ fn callbacks_reach_the_host_and_the_host_calls_the_domain_again_from_inside_one(
 
     // well_nest(f, depth) returns f(depth) + 1; the host's f(d) returns well_nest(f, d - 1) + 1, and 0 for d = 0:
     // well_nest(f, 3) = 7, three rounds deep.
-    let slot: Arc<Mutex<Option<crate::Callback>>> = Arc::new(Mutex::new(None));
+    let slot: Arc<Mutex<Option<ward::Callback>>> = Arc::new(Mutex::new(None));
     let inner = ext.clone();
     let again = slot.clone();
     let nest = sup
@@ -177,17 +189,15 @@ fn callbacks_reach_the_host_and_the_host_calls_the_domain_again_from_inside_one(
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_domain_is_entered_again_through_another_domains_callback() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let sup = Supervisor::new(Policy::from_toml_str(POLICY, "test policy").expect("the test policy parses"));
     let a = sup.load_with(builtin("well"), Some(Isolation::Mpk)).expect("well loads under mpk");
     let b = sup.load_with(builtin("well"), Some(Isolation::Mpk)).expect("a second well loads under mpk");
     // well_nest(f, depth) returns f(depth) + 1; the host's f(d) calls well_nest(f, d - 1) of the other domain for
     // even d and of the first for odd d, and returns 0 for d = 0: A, B, A, B, four rounds, so 2 * 4 + 1 = 9.
-    let slot: Arc<Mutex<Option<crate::Callback>>> = Arc::new(Mutex::new(None));
+    let slot: Arc<Mutex<Option<ward::Callback>>> = Arc::new(Mutex::new(None));
     let (into_a, into_b, again) = (a.clone(), b.clone(), slot.clone());
     let nest = sup
         .register_callback(Signature::new(&[ValType::I64], RetType::I64), move |args| {
@@ -214,7 +224,7 @@ static HOST_GLOBAL: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64:
 
 /// Arms `kind`, calls compute with the counter at 12: the call must come back right after a recovery from the
 /// snapshot, with the counter replayed. Returns the fault.
-fn recovers_from(kind: i64, arg: i64) -> crate::Fault {
+fn recovers_from(kind: i64, arg: i64) -> ward::Fault {
     let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
     assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(7)]), 12);
@@ -226,13 +236,13 @@ fn recovers_from(kind: i64, arg: i64) -> crate::Fault {
         all.iter().any(|e| matches!(e, Event::Recovered { via: RestartVia::Snapshot, .. })),
         "kind {kind}: restored from the snapshot: {all:?}"
     );
-    let f: Vec<crate::Fault> =
+    let f: Vec<ward::Fault> =
         all.into_iter().filter_map(|e| if let Event::Fault { fault } = e { Some(fault) } else { None }).collect();
     assert_eq!(f.len(), 1, "kind {kind}: one fault: {f:?}");
     f[0].clone()
 }
 
-fn signal_of(fault: &crate::Fault) -> (i32, SignalCause) {
+fn signal_of(fault: &ward::Fault) -> (i32, SignalCause) {
     match fault.kind {
         FaultKind::Signal { signo, cause, .. } => (signo, cause),
         ref other => panic!("not a signal: {other:?}"),
@@ -240,11 +250,9 @@ fn signal_of(fault: &crate::Fault) -> (i32, SignalCause) {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn every_built_in_fault_is_caught_and_recovered_from_the_snapshot() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     assert_eq!(signal_of(&recovers_from(1, 0)), (libc::SIGSEGV, SignalCause::NullDereference));
     assert_eq!(signal_of(&recovers_from(3, 0)), (libc::SIGABRT, SignalCause::Abort));
     assert_eq!(recovers_from(4, 0).kind, FaultKind::Exited { status: 3 });
@@ -258,11 +266,9 @@ fn every_built_in_fault_is_caught_and_recovered_from_the_snapshot() {
 /// faulty_clobber_callee_saved returns 7 with rbx, rbp and r12 to r15 pointing at zeroed memory of the domain's
 /// and the direction flag set: in an mpk domain nothing of that reaches the host, so the call is no fault at all.
 #[test]
+#[ignore = "needs PKU"]
 fn an_extension_that_breaks_the_calling_convention_returns_its_result_to_an_intact_host() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
     for _ in 0..3 {
@@ -278,31 +284,27 @@ const FLUSH_DENORMALS: i64 = 0x8040;
 /// faulty_flush_denormals sets two MXCSR bits and leaves them set: the domain keeps them from call to call, as a
 /// process domain would, the host never sees them, and a restore from the snapshot takes them back.
 #[test]
+#[ignore = "needs PKU"]
 fn an_extension_keeps_the_floating_point_control_it_sets_and_the_host_keeps_its_own() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
-    let host = super::gate::FloatState::of_this_thread();
+    let host = float_state_of_this_thread();
     assert_eq!(i64::from(host.mxcsr) & FLUSH_DENORMALS, 0, "the test thread does not flush denormals itself");
     let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&ext, "faulty_flush_denormals", &mut []) & FLUSH_DENORMALS, FLUSH_DENORMALS);
-    assert_eq!(super::gate::FloatState::of_this_thread(), host, "the host's MXCSR is its own");
+    assert_eq!(float_state_of_this_thread(), host, "the host's MXCSR is its own");
     assert_eq!(int(&ext, "faulty_float_control", &mut []) & FLUSH_DENORMALS, FLUSH_DENORMALS, "the domain kept it");
     ext.call("faulty_arm", &mut [Arg::I64(1), Arg::I64(0)], RetType::Void).unwrap();
     assert_eq!(int(&ext, "faulty_compute", &mut [Arg::I64(6)]), 37, "the call that faulted, retried");
     assert_eq!(ext.isolation(), Isolation::Mpk, "still in an mpk domain");
     assert_eq!(faults(&events).len(), 1, "one fault");
     assert_eq!(int(&ext, "faulty_float_control", &mut []) & FLUSH_DENORMALS, 0, "restored with the snapshot's");
-    assert_eq!(super::gate::FloatState::of_this_thread(), host);
+    assert_eq!(float_state_of_this_thread(), host);
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn each_thread_keeps_its_own_floating_point_control_in_a_domain() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup, ext, _events) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&ext, "faulty_flush_denormals", &mut []) & FLUSH_DENORMALS, FLUSH_DENORMALS);
     // Another thread's calls run with the state the domain was left in by its initialisers, as a new thread of a
@@ -313,11 +315,9 @@ fn each_thread_keeps_its_own_floating_point_control_in_a_domain() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_write_into_a_host_global_faults_and_leaves_the_global_unchanged() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let address = HOST_GLOBAL.as_ptr() as i64;
     let fault = recovers_from(2, address);
     assert_eq!(signal_of(&fault), (libc::SIGSEGV, SignalCause::InvalidAccess));
@@ -326,11 +326,9 @@ fn a_write_into_a_host_global_faults_and_leaves_the_global_unchanged() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_buffer_lent_to_a_domain_ends_at_a_guard_page() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     // Never moved to a process domain, however many faults: every overrun here is caught by mpk's guard pages.
     let policy = POLICY.replacen("[extension.faulty_mpk]\n", "[extension.faulty_mpk]\nescalate_after = 0\n", 1);
     let sup = Supervisor::new(Policy::from_toml_str(&policy, "test policy").expect("the test policy parses"));
@@ -371,7 +369,7 @@ fn a_buffer_lent_to_a_domain_ends_at_a_guard_page() {
 /// Calls `function` of faulty_mpk, which hands a host-gated C library function a pointer: the call fails with a
 /// fault of the domain (the same one each time it is tried), the host goes on, and so does the domain, its counter
 /// replayed. Returns the fault.
-fn gate_misuse(function: &str, args: &mut [Arg<'_>]) -> crate::Fault {
+fn gate_misuse(function: &str, args: &mut [Arg<'_>]) -> ward::Fault {
     let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
     let result = ext.call(function, args, RetType::I64);
@@ -387,11 +385,9 @@ fn gate_misuse(function: &str, args: &mut [Arg<'_>]) -> crate::Fault {
 const UNMAPPED: i64 = 1 << 46;
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_host_gate_handed_a_pointer_the_domain_cannot_read_faults_the_domain_not_the_host() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     // gettext's domain name, near null: a null dereference, as natively.
     let fault = gate_misuse("faulty_gate_read", &mut [Arg::I64(8)]);
     assert_eq!(
@@ -409,11 +405,9 @@ fn a_host_gate_handed_a_pointer_the_domain_cannot_read_faults_the_domain_not_the
 /// glibc's fortify failure, run inside the domain, stores its message in libc's own data before it aborts: the store
 /// is what faults (the domain may not write host memory), and the host never sees the abort.
 #[test]
+#[ignore = "needs PKU"]
 fn a_fortified_copy_that_fails_its_check_is_a_fault_of_the_domain() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&ext, "faulty_fortified_copy", &mut [Arg::I64(16)]), 0, "within the buffer");
     let result = ext.call("faulty_fortified_copy", &mut [Arg::I64(64)], RetType::I64);
@@ -424,11 +418,9 @@ fn a_fortified_copy_that_fails_its_check_is_a_fault_of_the_domain() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_host_gate_reads_host_memory_the_domain_may_read() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     static HOST_TEXT: &std::ffi::CStr = c"host";
     let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&ext, "faulty_gate_format", &mut [Arg::I64(HOST_TEXT.as_ptr() as i64)]), 6, "snprintf gave [host]");
@@ -436,11 +428,9 @@ fn a_host_gate_reads_host_memory_the_domain_may_read() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_host_gate_asked_to_write_host_memory_faults_the_domain_and_the_memory_is_unchanged() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let address = HOST_GLOBAL.as_ptr() as i64;
     let fault = gate_misuse("faulty_gate_write", &mut [Arg::I64(address)]);
     assert_eq!(signal_of(&fault), (libc::SIGSEGV, SignalCause::InvalidAccess));
@@ -449,22 +439,18 @@ fn a_host_gate_asked_to_write_host_memory_faults_the_domain_and_the_memory_is_un
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_host_gate_handed_something_that_is_no_stream_refuses_the_call() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let fault = gate_misuse("faulty_gate_stream", &mut []);
     let FaultKind::Protocol { what } = &fault.kind else { panic!("a refused call: {fault:?}") };
     assert!(what.contains("fputs") && what.contains("no stream"), "{what}");
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_write_into_another_domain_faults_there_and_the_other_domain_goes_on() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup_a, a, events_a) = load("faulty_mpk", Isolation::Mpk);
     let (_sup_b, b, events_b) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&b, "faulty_counter_add", &mut [Arg::I64(9)]), 9);
@@ -484,11 +470,9 @@ fn a_write_into_another_domain_faults_there_and_the_other_domain_goes_on() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn an_extension_the_runtime_cannot_hold_is_refused_under_mpk_with_every_reason_and_auto_uses_a_process() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let sup = Supervisor::new(Policy::default());
     let Err(e) = sup.load_with(builtin("faulty"), Some(Isolation::Mpk)) else {
         panic!("faulty cannot run under mpk");
@@ -506,7 +490,7 @@ fn an_extension_the_runtime_cannot_hold_is_refused_under_mpk_with_every_reason_a
 
 #[test]
 fn without_pku_mpk_is_unavailable_and_auto_means_process() {
-    if super::pku_available() {
+    if ward::mpk_available() {
         eprintln!("this machine has PKU: the test of its absence did not run here");
         return;
     }
@@ -521,11 +505,9 @@ fn without_pku_mpk_is_unavailable_and_auto_means_process() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn after_escalate_after_faults_an_mpk_domain_moves_to_a_process_domain_with_its_state() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let policy = POLICY.replacen("[extension.faulty_mpk]\n", "[extension.faulty_mpk]\nescalate_after = 2\n", 1);
     let sup = Supervisor::new(Policy::from_toml_str(&policy, "test policy").expect("the test policy parses"));
     let events = sup.subscribe();
@@ -548,12 +530,9 @@ fn after_escalate_after_faults_an_mpk_domain_moves_to_a_process_domain_with_its_
 /// A domain that moved to a process gets the heartbeat its policy asks for: stopped there, it misses a beat and is
 /// restarted, its state replayed. (In the mpk domain before, there was nothing to ping.)
 #[test]
-#[allow(unsafe_code)] // one kill(2) of the domain process this test started
+#[ignore = "needs PKU"]
 fn an_escalated_domain_has_a_heartbeat() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let keys = "[extension.faulty_mpk]\nescalate_after = 1\nheartbeat_ms = 500\n";
     let policy = POLICY.replacen("[extension.faulty_mpk]\n", keys, 1);
     let sup = Supervisor::new(Policy::from_toml_str(&policy, "test policy").expect("the test policy parses"));
@@ -581,11 +560,9 @@ fn an_escalated_domain_has_a_heartbeat() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn an_extensions_own_thread_locals_are_per_thread_from_their_initial_values_and_reset_by_recovery() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup, ext, events) = load("well", Isolation::Mpk);
     // General dynamic (the total), local dynamic (the last value) and initial-exec (the count) accesses.
     assert_eq!(int(&ext, "well_thread_initialised", &mut []), 1, "the policy's init ran on this thread");
@@ -614,11 +591,9 @@ fn an_extensions_own_thread_locals_are_per_thread_from_their_initial_values_and_
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_write_off_the_end_of_the_heap_in_use_is_a_fault_of_the_domain() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (_sup, ext, events) = load("faulty_mpk", Isolation::Mpk);
     assert_eq!(int(&ext, "faulty_counter_add", &mut [Arg::I64(5)]), 5);
     // Within its own block: no fault.
@@ -665,11 +640,9 @@ fn until_arrived(arrived: &AtomicUsize, n: usize) {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn several_threads_run_in_one_domain_at_once_sharing_its_heap_and_a_mutex() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     static GO: AtomicI64 = AtomicI64::new(0);
     static ARRIVED: AtomicUsize = AtomicUsize::new(0);
     let (sup, ext, events) = load("threads", Isolation::Mpk);
@@ -689,11 +662,9 @@ fn several_threads_run_in_one_domain_at_once_sharing_its_heap_and_a_mutex() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn two_threads_in_one_domain_while_one_of_them_faults() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     static GO: AtomicI64 = AtomicI64::new(0);
     static ARRIVED: AtomicUsize = AtomicUsize::new(0);
     let (sup, ext, events) = load("threads", Isolation::Mpk);
@@ -749,11 +720,9 @@ fn mpk_group_with_well() -> (Supervisor, Extension, Receiver<Event>) {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_member_added_to_a_running_mpk_group_joins_it_in_place() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (sup, well, events) = mpk_group_with_well();
     let faulty = sup.load_with(builtin("faulty_mpk"), Some(Isolation::Mpk)).expect("faulty_mpk joins");
     assert_eq!(faulty.domain(), "g");
@@ -777,11 +746,9 @@ fn a_member_added_to_a_running_mpk_group_joins_it_in_place() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_member_mpk_refuses_is_refused_and_the_mpk_group_goes_on() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     let (sup, well, events) = mpk_group_with_well();
     let e = sup.load_with(builtin("faulty"), Some(Isolation::Mpk)).unwrap_err();
     assert!(matches!(e, Error::Load { .. }), "{e}");
@@ -795,11 +762,9 @@ fn a_member_mpk_refuses_is_refused_and_the_mpk_group_goes_on() {
 }
 
 #[test]
+#[ignore = "needs PKU"]
 fn a_call_out_in_the_host_while_another_thread_recovers_the_domain_ends_when_it_comes_back_and_is_made_again() {
     let _keys = one_at_a_time();
-    if !pku_here() {
-        return;
-    }
     static GO: AtomicI64 = AtomicI64::new(0);
     static ARRIVED: AtomicUsize = AtomicUsize::new(0);
     static RECOVERED: AtomicUsize = AtomicUsize::new(0);
