@@ -182,7 +182,10 @@ fn main() {
     let mut args = std::env::args_os().skip(1);
     let ladspa_dir = args.next().map_or_else(|| PathBuf::from("/usr/lib/ladspa"), PathBuf::from);
     let frei0r_dir = args.next().map_or_else(|| PathBuf::from("/usr/lib/frei0r-1"), PathBuf::from);
-    println!("| class, size | plugins measured | bytes per call (median) | charged replay per call, us (median / p90 / max) | replay per call, measured, us (median / p90 / max) |");
+    println!(
+        "| class, size | plugins measured | bytes per call (median) | charged replay per call, us (median / p90 / \
+         max) | replay per call, measured, us (median / p90 / max) |"
+    );
     println!("| --- | ---: | ---: | ---: | ---: |");
     for block in [1024usize, 8192] {
         let (mut costs, mut skipped) = (Vec::new(), 0);

@@ -207,8 +207,8 @@ impl ShadowLog {
     /// Keep a data call (a call of a function marked history) with copies of its inputs, within `bounds`: the
     /// oldest history entries are dropped until this one fits (the state entries stay, and the order), so the
     /// history is the most recent window of the stream. A call of which the bounds do not hold
-    /// [`MIN_WINDOW_CALLS`] drops the whole history and is not copied. `took` is what the call took (zero when it was answered before its first look at the
-    /// clock).
+    /// [`MIN_WINDOW_CALLS`] drops the whole history and is not copied. `took` is what the call took (zero when it
+    /// was answered before its first look at the clock).
     pub fn record_history(
         &mut self,
         symbol: usize,
