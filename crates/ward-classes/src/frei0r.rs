@@ -77,8 +77,8 @@ const HAS_UPDATE2: u32 = 0x2;
 fn function_policies() -> [(&'static str, FunctionPolicy); 6] {
     let state = FunctionPolicy { state: true, ..FunctionPolicy::default() };
     let destroys = FunctionPolicy { destroys: true, ..FunctionPolicy::default() };
-    // Frames advance the state of a filter with memory (an echo, a temporal blur): history, kept when the
-    // policy's history_mb allows.
+    // Frames advance the state of a filter with memory (an echo, a temporal blur): history, kept within the
+    // policy's history_mb and history_replay_ms (on by default).
     let frames = FunctionPolicy {
         retryable: true,
         history: true,

@@ -73,8 +73,8 @@ const FIRST_BLOCK_DEADLINE: Duration = Duration::from_secs(1);
 fn function_policies() -> [(&'static str, FunctionPolicy); 8] {
     let state = FunctionPolicy { state: true, ..FunctionPolicy::default() };
     let destroys = FunctionPolicy { destroys: true, ..FunctionPolicy::default() };
-    // Blocks advance a plugin's state (delay lines, filter memory): history, kept when the policy's history_mb
-    // allows.
+    // Blocks advance a plugin's state (delay lines, filter memory): history, kept within the policy's history_mb
+    // and history_replay_ms (on by default).
     let history =
         FunctionPolicy { history: true, first_deadline: Some(FIRST_BLOCK_DEADLINE), ..FunctionPolicy::default() };
     [

@@ -61,7 +61,20 @@ fn plugin_path() -> PathBuf {
 
 /// A supervisor whose policy for the library is `keys` (lines of `[extension.faulty_ladspa]`), subscribed to its
 /// events, and the library opened with `isolation`.
+/// faulty_ladspa under a policy of `keys`, restarted with its configuration only (`history_mb = 0`) unless `keys`
+/// sets `history_mb`: its faults strike at a block count, and these tests recover a fault that the retry does not
+/// bring back, which needs the restarted plugin to count again from 1. How the default (history) handles such a
+/// fault: `a_fault_that_the_replayed_history_brings_back_is_retried_on_the_configuration_only` (tests/frei0r.rs).
 fn open(keys: &str, isolation: Isolation) -> (Supervisor, Library, Receiver<Event>) {
+    if keys.contains("history_mb") {
+        open_as_written(keys, isolation)
+    } else {
+        open_as_written(&format!("history_mb = 0\n{keys}"), isolation)
+    }
+}
+
+/// faulty_ladspa under a policy of `keys` and nothing else.
+fn open_as_written(keys: &str, isolation: Isolation) -> (Supervisor, Library, Receiver<Event>) {
     let text = format!("[extension.faulty_ladspa]\n{keys}\n");
     let sup = Supervisor::new(Policy::from_toml_str(&text, "ladspa_faults policy").unwrap());
     let events = sup.subscribe();
@@ -593,8 +606,9 @@ fn the_hosts_input_is_never_modified_and_output_is_written_only_on_success_or_by
 
 #[test]
 fn with_history_a_restarted_plugin_resumes_in_the_state_it_had() {
-    for (keys, counted) in [("history_mb = 16", 3.0), ("", 1.0)] {
-        let (_sup, lib, events) = open(keys, Isolation::Process);
+    // History is on by default; `history_mb = 0` turns it off.
+    for (keys, counted) in [("", 3.0), ("history_mb = 0", 1.0)] {
+        let (_sup, lib, events) = open_as_written(keys, Isolation::Process);
         let mut inst = amp(&lib);
         for n in 1..=3 {
             if n == 3 {

@@ -164,13 +164,16 @@ fn under_mpk_a_filter_faulting_only_there_moves_to_a_process_and_every_frame_is_
     assert!(differing.is_empty(), "frames {differing:?} differ from the run without the fault\n{err}");
 }
 
-/// A policy under which only the restart limit disables a plugin. A faulty plugin restarted without its history
-/// counts its blocks (frames) from 1 again, so one that crashes at block N crashes again N - 1 blocks after each
-/// recovery: with the default `max_failures_in_row` it would be disabled after its third crash as a plugin that keeps
-/// failing. The tests using this are about recovering each crash transparently.
+/// A policy under which a faulty plugin's crash at block (frame) N is recovered on every recurrence and only the
+/// restart limit disables it. The restart replays the configuration only (`history_mb = 0`): a restarted plugin
+/// counts its blocks from 1 again, so its retried block does not crash (with its history replayed, the retry would
+/// crash again and be retried once more on the configuration only: two restarts a crash, which a 25-frame ffmpeg
+/// run crashing every fifth frame takes past the restart limit). It crashes again N - 1 blocks after each recovery:
+/// with the default `max_failures_in_row` it would be disabled after its third crash as a plugin that keeps failing.
+/// The tests using this are about recovering each crash transparently.
 fn recurring_crash_policy(s: &Scratch) -> PathBuf {
     let policy = s.path("recurring.toml");
-    std::fs::write(&policy, "[defaults]\nmax_failures_in_row = 0\n").expect("write the policy");
+    std::fs::write(&policy, "[defaults]\nmax_failures_in_row = 0\nhistory_mb = 0\n").expect("write the policy");
     policy
 }
 
@@ -1192,4 +1195,156 @@ fn verbose_says_where_the_heap_comes_from_once_however_many_programs_the_host_ru
     // A mark left in the environment by an earlier `ward run` does not silence this one.
     let marked = output(ward().args(["run", "-v", "--isolation", "process", "--", "true"]).env("WARD_ARENA_SAID", "1"));
     assert_eq!(count(&marked), 1, "{}", stderr(&marked));
+}
+/// A 4 s sweep, 100 Hz to 3 kHz, mono 16-bit at 48 kHz: made by sox without dither.
+fn sweep_wav(path: &Path) {
+    let out = output(
+        Command::new(host("sox"))
+            .args(["-D", "-n", "-r", "48000", "-c", "1", "-b", "16"])
+            .arg(path)
+            .args(["synth", "4", "sine", "100-3000", "vol", "0.5"]),
+    );
+    assert!(out.status.success(), "sox could not make a test signal: {}", stderr(&out));
+}
+
+/// One stateful Debian plugin in one host, for `a_stateful_debian_plugin_crashed_once_mid_stream...`.
+struct Stateful {
+    /// The plugin's file stem in /usr/lib/ladspa (also its extension's name).
+    module: &'static str,
+    host: &'static str,
+    /// The host's arguments, given the input, the output and the plugin file (applyplugin takes a path, the others
+    /// find the module in LADSPA_PATH).
+    args: fn(&Path, &Path, &Path) -> Vec<String>,
+    /// The block the crashing build faults at: mid-stream for this host's block size.
+    at_block: u32,
+    /// Whether the host's output under ward is the native one: not for sox's delay_n and applyplugin's plate, whose
+    /// outputs under ward differ from the native ones without any fault (docs/RELIABILITY.md, "History").
+    native_identical: bool,
+}
+
+fn strings(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|p| p.to_string()).collect()
+}
+
+fn path_string(p: &Path) -> String {
+    p.display().to_string()
+}
+
+const STATEFUL: [Stateful; 4] = [
+    // A comb filter with 0.9 feedback: each block feeds the next. sox runs blocks of 8192 samples (about 23 here).
+    Stateful {
+        module: "comb_1190",
+        host: "sox",
+        args: |i, o, _| {
+            [
+                strings(&["-D"]),
+                vec![path_string(i), path_string(o)],
+                strings(&["ladspa", "comb_1190", "comb", "172", "0.9"]),
+            ]
+            .concat()
+        },
+        at_block: 10,
+        native_identical: true,
+    },
+    // A delay line of 0.3 s in a 1 s buffer.
+    Stateful {
+        module: "delay_1898",
+        host: "sox",
+        args: |i, o, _| {
+            [
+                strings(&["-D"]),
+                vec![path_string(i), path_string(o)],
+                strings(&["ladspa", "delay_1898", "delay_n", "1", "0.3"]),
+            ]
+            .concat()
+        },
+        at_block: 10,
+        native_identical: false,
+    },
+    // A reverb with a 5 s tail, mono in, stereo out.
+    Stateful {
+        module: "gverb_1216",
+        host: "ffmpeg",
+        args: |i, o, _| {
+            let filter = "ladspa=file=gverb_1216:plugin=gverb:controls=c0=50|c1=5|c2=0.5|c3=0.75|c4=-10|c5=-10|c6=-10";
+            [
+                strings(&["-hide_banner", "-loglevel", "error", "-y", "-i"]),
+                vec![path_string(i)],
+                strings(&["-af", filter, "-f", "s16le"]),
+                vec![path_string(o)],
+            ]
+            .concat()
+        },
+        at_block: 20,
+        native_identical: true,
+    },
+    // A plate reverb; applyplugin runs blocks of 2048 samples (about 94 here).
+    Stateful {
+        module: "plate_1423",
+        host: "applyplugin",
+        args: |i, o, plugin| {
+            [vec![path_string(i), path_string(o), path_string(plugin)], strings(&["plate", "4", "0.25", "0.5"])]
+                .concat()
+        },
+        at_block: 40,
+        native_identical: false,
+    },
+];
+
+/// Issue 33's acceptance: a stateful Debian plugin (a feedback comb, a delay, two reverbs) crashed once, mid-stream,
+/// under `ward run` with the default policy, gives the output of the run without the fault, byte for byte. The
+/// fault strikes once as a build would whose bug the good file does not have: the plugin the host opens is
+/// `crash_once_ladspa` (every call forwarded to the Debian plugin, a NULL dereference at one block), and the policy's
+/// `restart_from` names the Debian plugin. The restart replays the blocks before the fault (history, on by default)
+/// into the Debian plugin, so its delay lines and reverb tails are what they were. Without history (`history_mb =
+/// 0`) the comb's output differs after the fault: the test can tell.
+#[test]
+fn a_stateful_debian_plugin_crashed_once_mid_stream_gives_the_fault_free_output_with_the_default_policy() {
+    let crash_once = builtin_dir().join("crash_once_ladspa.so");
+    for case in &STATEFUL {
+        let module = case.module;
+        let debian = PathBuf::from(format!("/usr/lib/ladspa/{module}.so"));
+        assert!(debian.is_file(), "{} is missing: run scripts/deps (it installs swh-plugins)", debian.display());
+        let s = Scratch::new("run", &format!("history-{module}"));
+        sweep_wav(&s.path("in.wav"));
+        // The crashing build, under the plugin's own file name, where the host looks for it.
+        let builds = s.path("builds");
+        std::fs::create_dir_all(&builds).expect("a directory for the crashing build");
+        let crashing = builds.join(format!("{module}.so"));
+        std::fs::copy(&crash_once, &crashing).expect("copy the crashing build");
+        let run = |under_ward: Option<&str>, plugin: &Path, out: &str| {
+            let mut cmd = match under_ward {
+                Some(policy) => {
+                    let file = s.path(&format!("{out}.toml"));
+                    std::fs::write(&file, policy).expect("write the policy");
+                    let mut cmd = ward();
+                    cmd.args(["run", "--policy"]).arg(file).args(["--", case.host]);
+                    cmd
+                }
+                None => Command::new(host(case.host)),
+            };
+            cmd.args((case.args)(&s.path("in.wav"), &s.path(out), plugin))
+                .env("LADSPA_PATH", plugin.parent().expect("a directory"))
+                .env("WARD_CRASH_ONCE_LADSPA", &debian)
+                .env("WARD_CRASH_ONCE_AT_BLOCK", case.at_block.to_string());
+            let result = output_within(&mut cmd, SAFETY_NET);
+            assert!(result.status.success(), "{module}: {out}: {:?}\n{}", result.status, stderr(&result));
+            (read(&s.path(out)), stderr(&result))
+        };
+        let (native, _) = run(None, &debian, "native.wav");
+        let (fault_free, _) = run(Some(""), &debian, "ward.wav");
+        let restart_from = format!("[extension.{module}]\nrestart_from = {debian:?}\n");
+        let (recovered, err) = run(Some(&restart_from), &crashing, "recovered.wav");
+        assert!(err.contains(&format!("ward: {module}: fault: null dereference")), "{module}: it crashed: {err}");
+        assert!(err.contains(&format!("restarts from {}", debian.display())), "{module}: {err}");
+        assert!(err.contains("retried: succeeded"), "{module}: {err}");
+        assert!(recovered == fault_free, "{module}: the output after the recovery is not the fault-free run's\n{err}");
+        if case.native_identical {
+            assert!(fault_free == native, "{module}: the output under ward is not the native one");
+        }
+        if module == "comb_1190" {
+            let (without, _) = run(Some(&format!("{restart_from}history_mb = 0\n")), &crashing, "without.wav");
+            assert!(without != fault_free, "{module}: without history the comb's memory is lost at the restart");
+        }
+    }
 }

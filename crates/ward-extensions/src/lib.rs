@@ -8,6 +8,9 @@
 //! * `faulty` – deliberately faulty: every fault kind, armed or immediate.
 //! * `faulty_ladspa` – a LADSPA plugin library whose plugins fail on command (crash, hang, overrun, NaN).
 //! * `faulty_frei0r` – a frei0r filter that fails on command.
+//! * `crash_once_ladspa` – another LADSPA library (`WARD_CRASH_ONCE_LADSPA`, a path) with every call forwarded,
+//!   which dereferences NULL once, at a block `WARD_CRASH_ONCE_AT_BLOCK` says: a build whose fault the good file
+//!   (`restart_from`) does not have, for a real plugin crashed mid-stream.
 //! * `faulty_mpk` – `faulty` without the kinds that need a process of their own, so an mpk domain can hold it.
 //! * `calls` – work that is C library calls (allocations, copies), for run-time library faults.
 //! * `calls_plugin` – `calls` without `calls_via` and its `dlopen`: the plugin a stand-in class adapter opens in
@@ -45,6 +48,7 @@ pub const ALL: &[Builtin] = &[
     embedded!("bad_ladspa_ports", "a LADSPA descriptor claiming a billion ports"),
     embedded!("bad_ladspa_unterminated", "a LADSPA descriptor whose name has no terminating NUL"),
     embedded!("bad_ladspa_wild", "a LADSPA library whose descriptor is a wild pointer"),
+    embedded!("crash_once_ladspa", "another LADSPA library (WARD_CRASH_ONCE_LADSPA) that crashes once, at a block"),
     embedded!("faulty", "deliberately faulty: every fault kind, armed or immediate"),
     embedded!("faulty_frei0r", "a frei0r filter that fails on command"),
     embedded!(

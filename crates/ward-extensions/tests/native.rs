@@ -75,6 +75,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
         ],
     ),
     ("faulty_ladspa", &["ladspa_descriptor"]),
+    ("crash_once_ladspa", &["ladspa_descriptor"]),
     ("stale_ladspa", &["ladspa_descriptor"]),
     ("hostile", &["hostile_attack", "hostile_arena"]),
     ("hostile_ladspa", &["ladspa_descriptor"]),

@@ -40,8 +40,9 @@
 //! init = "well_init"         # called after load (no args, returns int64; nonzero = load failure)
 //! check_output = false       # class output checks (audio with NaN or infinity is a fault)
 //! poison = false             # call with poison in every register and stack slot not given (process only)
-//! history_mb = 0             # replay up to this many MiB of data calls after a restart (0 = off)
 //! read_past_input_kb = 16    # an extension reading this far past an input reads zeros (0 = faults at once; <= 1024)
+//! history_mb = 64            # data calls (history = true) kept for replay: at most this many MiB ... (0 = off)
+//! history_replay_ms = 1000  # ... and at most this long to replay (0 = off); past either, the most recent kept
 //! library_fault = "none"     # fault testing: see below
 //! native_fallback = true     # `ward run`: a file that looks like a plugin ward cannot take loads without ward
 //! [defaults.limits]
@@ -64,7 +65,8 @@
 //! retryable = true           # may be re-issued after a fault
 //! deadline_ms = 100          # default: the extension's (learned when that is)
 //! destroys = false           # releases the handle passed as its first Handle argument
-//! history = false            # a data call (processes a block): kept for replay while history_mb allows
+//! history = false            # a data call (processes a block): kept for replay within history_mb and
+//!                            # history_replay_ms (the classes mark LADSPA blocks and frei0r frames so)
 //!
 //! [group.demo]               # domain-level fields for a group
 //! zygote = false
@@ -387,13 +389,17 @@ pub struct ExtensionPolicy {
     /// Costs about 0.3 us a call (the stack fill).
     pub poison: bool,
     /// How many MiB of data calls' inputs ([`FunctionPolicy::history`]) the shadow log keeps for replay; 0: none.
-    /// A longer history is dropped whole and the extension is recovered with its configuration only.
+    /// Past it (or past `history_replay`) the oldest data calls are dropped: a restart replays the most recent
+    /// window of the stream (docs/RELIABILITY.md, "History").
     pub history_mb: u64,
     /// How many KiB past an input an extension may read, reading zeros, before a guard page faults (rounded up to
     /// whole pages): after the inputs of a process domain (its input pool, arena inputs lent in place; the domain's
     /// value) and after the class adapters' copies of input frames and ports (the extension's). 0: a read past an
     /// input faults at once. Writing past an output faults whatever this says.
     pub read_past_input_kb: u32,
+    /// How long replaying the kept data calls may take, as the sum of what each took when it was made (at least
+    /// a replayed call's round trip each); zero: no history.
+    pub history_replay: Duration,
     /// A run-time library fault injected into the extension's own calls to its C library (fault testing; process
     /// isolation only); `None`: off.
     pub library_fault: Option<LibraryFault>,
@@ -412,6 +418,13 @@ pub struct ExtensionPolicy {
     /// Policies of single functions, by name.
     pub functions: BTreeMap<String, FunctionPolicy>,
 }
+
+/// The default bounds of an extension's history (data calls kept for replay), chosen from the measurement in
+/// docs/RELIABILITY.md ("History"): 64 MiB holds minutes of a mono audio stream and about 50 frames of 640x480, and
+/// replaying a second's worth of recorded calls is the most a restart should add to the host's wait.
+pub const DEFAULT_HISTORY_MB: u64 = 64;
+/// See [`DEFAULT_HISTORY_MB`].
+pub const DEFAULT_HISTORY_REPLAY: Duration = Duration::from_secs(1);
 
 impl Default for ExtensionPolicy {
     fn default() -> Self {
@@ -440,8 +453,9 @@ impl Default for ExtensionPolicy {
             init: None,
             check_output: false,
             poison: false,
-            history_mb: 0,
             read_past_input_kb: DEFAULT_READ_PAST_INPUT_KB,
+            history_mb: DEFAULT_HISTORY_MB,
+            history_replay: DEFAULT_HISTORY_REPLAY,
             library_fault: None,
             restart_from: None,
             native_fallback: true,
@@ -553,6 +567,7 @@ pub struct ExtensionOverride {
     pub poison: Option<bool>,
     pub history_mb: Option<u64>,
     pub read_past_input_kb: Option<u32>,
+    pub history_replay: Option<Duration>,
     /// `Some(None)`: library faults explicitly off.
     pub library_fault: Option<Option<LibraryFault>>,
     pub restart_from: Option<PathBuf>,
@@ -602,6 +617,7 @@ impl ExtensionOverride {
             library_fault,
             history_mb,
             read_past_input_kb,
+            history_replay,
             native_fallback,
         );
         if self.deadline.is_some() {
@@ -953,6 +969,8 @@ struct RawExtension {
     history_mb: Option<u64>,
     #[serde(default, deserialize_with = "de_read_past_input_kb")]
     read_past_input_kb: Option<u32>,
+    #[serde(default, deserialize_with = "de_history_replay_ms")]
+    history_replay_ms: Option<Duration>,
     #[serde(default, deserialize_with = "crate::libfault::de_library_fault")]
     library_fault: Option<Option<LibraryFault>>,
     #[serde(default, deserialize_with = "de_restart_from")]
@@ -994,6 +1012,7 @@ impl RawExtension {
             poison: self.poison,
             history_mb: self.history_mb,
             read_past_input_kb: self.read_past_input_kb,
+            history_replay: self.history_replay_ms,
             library_fault: self.library_fault,
             restart_from: self.restart_from,
             native_fallback: self.native_fallback,
@@ -1495,6 +1514,10 @@ fn de_history_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Erro
     checked(d, |v| whole("history_mb", 0, 1 << 20, "a whole number of MiB from 0 to 1048576", v))
 }
 
+fn de_history_replay_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    checked(d, |v| duration("history_replay_ms", Unit::Milliseconds, Some(" (0 = no history)"), v))
+}
+
 fn de_check_output<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
     checked(d, |v| boolean("check_output", v))
 }
@@ -1694,8 +1717,18 @@ zygote = false
         assert_eq!(p.wait, WaitMode::Adaptive);
         assert_eq!(p.spin, 2000);
         assert_eq!(p.init, None);
+        assert_eq!((p.history_mb, p.history_replay), (64, Duration::from_secs(1)), "history is on by default");
         assert_eq!(p.limits, Limits { address_space_mb: 1024, cpu_s: 0, open_files: 256, ..Limits::default() });
         assert!(p.functions.is_empty());
+    }
+
+    #[test]
+    fn history_replay_ms_is_a_duration_that_may_be_zero() {
+        let p = parse("[extension.a]\nhistory_replay_ms = 250.5\nhistory_mb = 8\n").for_extension("a");
+        assert_eq!((p.history_mb, p.history_replay), (8, Duration::from_micros(250_500)));
+        assert_eq!(parse("[defaults]\nhistory_replay_ms = 0\n").for_extension("a").history_replay, Duration::ZERO);
+        let err = Policy::from_toml_str("[defaults]\nhistory_replay_ms = -1\n", "p").unwrap_err().to_string();
+        assert!(err.contains("history_replay_ms"), "{err}");
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! their inputs and replayed into a new incarnation, and instance handles are remapped so the host keeps using the
 //! handles it already has.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{CStr, CString};
+use std::time::Duration;
 
 use crate::call::{Arg, RetType};
 use crate::callback::Callback;
@@ -43,6 +44,83 @@ impl OwnedArg {
             Arg::Callback(c) => OwnedArg::Callback((*c).clone()),
         }
     }
+
+    /// As [`OwnedArg::from_arg`], copying buffers into `spare` ones where there are: a buffer of a dropped history
+    /// entry already has its pages, so keeping a frame every call costs a copy and no allocation or page fault.
+    fn from_arg_reusing(arg: &Arg<'_>, spare: &mut Vec<Vec<u8>>) -> OwnedArg {
+        let mut copy = |b: &[u8]| {
+            let mut v = spare.pop().unwrap_or_default();
+            v.clear();
+            v.extend_from_slice(b);
+            v
+        };
+        match arg {
+            Arg::In(b) => OwnedArg::In(copy(b)),
+            Arg::InOut(b) => OwnedArg::InOut(copy(b)),
+            Arg::Scratch(b) => OwnedArg::Scratch(copy(b)),
+            other => OwnedArg::from_arg(other),
+        }
+    }
+
+    /// The buffer this argument owns, if any.
+    fn into_buffer(self) -> Option<Vec<u8>> {
+        match self {
+            OwnedArg::In(b) | OwnedArg::InOut(b) | OwnedArg::Scratch(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes a call's arguments would hold as a history entry, before any is copied.
+fn held_by(args: &[Arg<'_>]) -> usize {
+    ENTRY_CHARGE
+        + args
+            .iter()
+            .map(|a| match a {
+                Arg::In(b) | Arg::Scratch(b) => b.len(),
+                Arg::InOut(b) => b.len(),
+                _ => 0,
+            })
+            .sum::<usize>()
+}
+
+/// What each entry is charged besides its buffers, so calls with scalar arguments only count too.
+const ENTRY_CHARGE: usize = 64;
+
+/// What replaying a history call is charged besides what the call took: the round trip of a replayed call, which a
+/// call answered within the first spin slice (recorded as taking no time) still costs ...
+pub(crate) const REPLAY_CALL_CHARGE: Duration = Duration::from_micros(40);
+/// ... and the copies of its buffers into the domain and back, at this many bytes a microsecond. Both measured over
+/// Debian's plugins in docs/RELIABILITY.md ("History"), rounded so the charge is not below what replay took.
+const REPLAY_BYTES_PER_US: u64 = 1000;
+
+/// What replaying a call that took `took` and holds `held` bytes is expected to take.
+pub(crate) fn replay_charge(took: Duration, held: usize) -> Duration {
+    took + REPLAY_CALL_CHARGE + Duration::from_micros(held as u64 / REPLAY_BYTES_PER_US)
+}
+
+/// A call is kept as history only if the bounds hold at least this many calls like it: a shorter window rebuilds
+/// little of a stream's state and would cost the copy of every call all the same (a 1080p frame and its output
+/// frame are 16.6 MB, four of them in the default 64 MiB: copying them cost a third more time per frame than the
+/// call itself crossing, docs/RELIABILITY.md, "History").
+pub(crate) const MIN_WINDOW_CALLS: usize = 16;
+
+/// The bounds of a domain's history: the bytes its entries hold, and the time replaying them is expected to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HistoryBounds {
+    pub bytes: usize,
+    pub replay: Duration,
+}
+
+/// What [`ShadowLog::record_history`] did with a data call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// Kept, and every history call since the instance was set up is still there.
+    Whole,
+    /// Kept; the oldest history calls were dropped to make room (a restart rebuilds the state from a window).
+    Window,
+    /// Not kept: the bounds do not hold [`MIN_WINDOW_CALLS`] calls like this one; the history was dropped.
+    Nothing,
 }
 
 /// Two arguments that are the same scalar or handle (buffers, strings and callbacks never are).
@@ -69,20 +147,23 @@ pub(crate) struct ShadowEntry {
     pub created: Option<u64>,
     /// A data call kept as history (see [`crate::policy::FunctionPolicy::history`]), not a state call.
     pub history: bool,
+    /// For a history call: what replaying it is expected to take ([`replay_charge`]).
+    pub replay: Duration,
 }
 
 impl ShadowEntry {
     /// Bytes this entry holds: its inputs, and a fixed charge for the entry itself (so calls with scalar
     /// arguments only count too).
     fn held(&self) -> usize {
-        64 + self
-            .args
-            .iter()
-            .map(|a| match a {
-                OwnedArg::In(b) | OwnedArg::InOut(b) | OwnedArg::Scratch(b) => b.len(),
-                _ => 0,
-            })
-            .sum::<usize>()
+        ENTRY_CHARGE
+            + self
+                .args
+                .iter()
+                .map(|a| match a {
+                    OwnedArg::In(b) | OwnedArg::InOut(b) | OwnedArg::Scratch(b) => b.len(),
+                    _ => 0,
+                })
+                .sum::<usize>()
     }
 
     fn uses(&self, handle: u64) -> bool {
@@ -92,16 +173,22 @@ impl ShadowEntry {
 
 #[derive(Debug, Default)]
 pub(crate) struct ShadowLog {
-    entries: Vec<ShadowEntry>,
-    /// Input bytes held by history entries.
+    entries: VecDeque<ShadowEntry>,
+    /// Bytes held by history entries.
     history_bytes: usize,
-    /// The history outgrew its bound once: it was dropped and is no longer kept.
-    history_dropped: bool,
+    /// The replay time charged to history entries.
+    history_replay: Duration,
+    /// History entries were dropped to stay within the bounds: a restart no longer rebuilds the exact state.
+    history_trimmed: bool,
+    /// Buffers of dropped history entries, for the next ones to copy into.
+    spare: Vec<Vec<u8>>,
+    /// The latest replay ([`ShadowLog::take_entries`]) had history in it.
+    replayed_history: bool,
 }
 
 impl ShadowLog {
     pub fn record(&mut self, entry: ShadowEntry) {
-        self.entries.push(entry);
+        self.entries.push_back(entry);
     }
 
     /// Record `entry`, dropping earlier entries of the same function whose first `key` arguments are the same
@@ -114,45 +201,106 @@ impl ShadowLog {
                 && e.args[..key].iter().zip(&entry.args[..key]).all(|(a, b)| same_scalar(a, b))
         };
         self.entries.retain(|e| !same(e));
-        self.entries.push(entry);
+        self.entries.push_back(entry);
     }
 
-    /// Keep a data call (`entry.history` set) while the history holds at most `bound` bytes of input. Past the
-    /// bound the whole history is dropped, for good: replaying part of it would not rebuild the state either.
-    /// Returns false when the entry was not kept.
-    pub fn record_history(&mut self, entry: ShadowEntry, bound: usize) -> bool {
-        if self.history_dropped {
-            return false;
+    /// Keep a data call (a call of a function marked history) with copies of its inputs, within `bounds`: the
+    /// oldest history entries are dropped until this one fits (the state entries stay, and the order), so the
+    /// history is the most recent window of the stream. A call of which the bounds do not hold
+    /// [`MIN_WINDOW_CALLS`] drops the whole history and is not copied. `took` is what the call took (zero when it
+    /// was answered before its first look at the clock).
+    pub fn record_history(
+        &mut self,
+        symbol: usize,
+        args: &[Arg<'_>],
+        ret: RetType,
+        created: Option<u64>,
+        took: Duration,
+        bounds: HistoryBounds,
+    ) -> Kept {
+        let held = held_by(args);
+        let replay = replay_charge(took, held);
+        let window = MIN_WINDOW_CALLS as u32;
+        if held.saturating_mul(MIN_WINDOW_CALLS) > bounds.bytes || replay.saturating_mul(window) > bounds.replay {
+            // Copying it would only be thrown away with the next call.
+            let had = self.history_bytes > 0;
+            self.drop_history();
+            self.history_trimmed |= had;
+            return Kept::Nothing;
         }
-        let held = entry.held();
-        if self.history_bytes + held > bound {
-            self.entries.retain(|e| !e.history);
-            self.history_bytes = 0;
-            self.history_dropped = true;
-            return false;
+        let mut trimmed = false;
+        while self.history_bytes + held > bounds.bytes || self.history_replay + replay > bounds.replay {
+            if !self.drop_oldest_history() {
+                break;
+            }
+            trimmed = true;
         }
+        let args = args.iter().map(|a| OwnedArg::from_arg_reusing(a, &mut self.spare)).collect();
+        self.entries.push_back(ShadowEntry { symbol, args, ret, created, history: true, replay });
         self.history_bytes += held;
-        self.entries.push(entry);
+        self.history_replay += replay;
+        self.history_trimmed |= trimmed;
+        if self.history_trimmed {
+            Kept::Window
+        } else {
+            Kept::Whole
+        }
+    }
+
+    /// Drop the oldest history entry, keeping its buffers for reuse; false when there is none.
+    fn drop_oldest_history(&mut self) -> bool {
+        let Some(at) = self.entries.iter().position(|e| e.history) else { return false };
+        if let Some(entry) = self.entries.remove(at) {
+            self.forget_history_entry(entry, true);
+        }
         true
+    }
+
+    fn forget_history_entry(&mut self, entry: ShadowEntry, keep_buffers: bool) {
+        self.history_bytes = self.history_bytes.saturating_sub(entry.held());
+        self.history_replay = self.history_replay.saturating_sub(entry.replay);
+        if keep_buffers {
+            // The next entry (of the same function, mostly: the same buffers in the same order) takes them from the
+            // top, first argument first.
+            self.spare.clear();
+            self.spare.extend(entry.args.into_iter().rev().filter_map(OwnedArg::into_buffer));
+        }
+    }
+
+    /// Drop every history entry (the state entries stay); the next data calls start a new history.
+    pub fn drop_history(&mut self) {
+        self.replayed_history = false;
+        self.entries.retain(|e| !e.history);
+        self.history_bytes = 0;
+        self.history_replay = Duration::ZERO;
+        self.spare.clear();
     }
 
     /// Forget the latest history entry of a symbol `of` accepts (a call whose result turned out wrong).
     pub fn drop_last_history(&mut self, of: impl Fn(usize) -> bool) {
         if let Some(at) = self.entries.iter().rposition(|e| e.history && of(e.symbol)) {
-            let entry = self.entries.remove(at);
-            self.history_bytes -= entry.held();
+            if let Some(entry) = self.entries.remove(at) {
+                self.forget_history_entry(entry, false);
+            }
         }
     }
 
-    /// Whether the history outgrew its bound and was dropped.
-    pub fn history_dropped(&self) -> bool {
-        self.history_dropped
+    /// Whether history entries were ever dropped to stay within the bounds (a restart rebuilds the state from the
+    /// most recent window only, or not at all).
+    pub fn history_trimmed(&self) -> bool {
+        self.history_trimmed
+    }
+
+    /// The bytes the history holds and the replay time it is charged.
+    pub fn history_held(&self) -> (usize, Duration) {
+        (self.history_bytes, self.history_replay)
     }
 
     /// The handle's object was destroyed: its history no longer needs replaying.
     pub fn forget_handle(&mut self, handle: u64) {
         self.entries.retain(|e| !e.uses(handle));
         self.history_bytes = self.entries.iter().filter(|e| e.history).map(ShadowEntry::held).sum();
+        self.history_replay = self.entries.iter().filter(|e| e.history).map(|e| e.replay).sum();
     }
 
     /// In the entries of the symbols `of` accepts, replace string arguments equal to `from` by `to`; returns how
@@ -170,8 +318,26 @@ impl ShadowLog {
         replaced
     }
 
-    pub fn entries(&self) -> &[ShadowEntry] {
+    #[cfg(test)]
+    pub fn entries(&self) -> &VecDeque<ShadowEntry> {
         &self.entries
+    }
+
+    /// Take the entries out (to replay them with the domain borrowed); [`ShadowLog::put_back`] returns them.
+    pub fn take_entries(&mut self) -> VecDeque<ShadowEntry> {
+        self.replayed_history = self.history_bytes > 0;
+        std::mem::take(&mut self.entries)
+    }
+
+    /// Whether the latest replay had history in it (and none was recorded since it was dropped).
+    pub fn replayed_history(&self) -> bool {
+        self.replayed_history
+    }
+
+    /// Return entries taken with [`ShadowLog::take_entries`], before any recorded since.
+    pub fn put_back(&mut self, mut entries: VecDeque<ShadowEntry>) {
+        entries.append(&mut self.entries);
+        self.entries = entries;
     }
 
     pub fn len(&self) -> usize {
@@ -231,7 +397,7 @@ mod tests {
 
     fn setter(symbol: usize, handle: u64, index: u64, value: &[u8]) -> ShadowEntry {
         let args = vec![OwnedArg::Handle(handle), OwnedArg::U64(index), OwnedArg::In(value.to_vec())];
-        ShadowEntry { symbol, args, ret: RetType::I64, created: None, history: false }
+        ShadowEntry { symbol, args, ret: RetType::I64, created: None, history: false, replay: Duration::ZERO }
     }
 
     #[test]
@@ -245,7 +411,7 @@ mod tests {
         }
         // The creation, and one entry per (instance, index), the last in order.
         assert_eq!(log.len(), 4);
-        let last = &log.entries()[1..];
+        let last: Vec<&ShadowEntry> = log.entries().iter().skip(1).collect();
         assert!(matches!(&last[0].args[2], OwnedArg::In(v) if v[..] == 999u32.to_le_bytes()));
         assert!(matches!(&last[0].args[1], OwnedArg::U64(0)));
         assert!(matches!(&last[1].args[1], OwnedArg::U64(1)));
@@ -254,51 +420,158 @@ mod tests {
         assert!(matches!(&log.entries()[0].args[2], OwnedArg::In(v) if v == b"create"));
     }
 
-    fn data_call(symbol: usize, handle: u64, block: &[u8]) -> ShadowEntry {
-        let args = vec![OwnedArg::Handle(handle), OwnedArg::In(block.to_vec()), OwnedArg::Out(block.len())];
-        ShadowEntry { symbol, args, ret: RetType::I64, created: None, history: true }
+    const MS: Duration = Duration::from_millis(1);
+    /// Bytes a data call of a 100-byte block holds.
+    const HELD: usize = 64 + 100;
+    const WINDOW: usize = MIN_WINDOW_CALLS;
+
+    /// Bounds of `bytes` bytes and `ms` milliseconds.
+    fn bounds(bytes: usize, ms: u64) -> HistoryBounds {
+        HistoryBounds { bytes, replay: MS * ms as u32 }
     }
 
-    #[test]
-    fn history_is_kept_in_order_within_its_bound_then_dropped_for_good() {
-        let mut log = ShadowLog::default();
-        log.record(setter(0, 7, 0, b"create"));
-        // Each block holds 64 + 100 bytes: six fit in 1000, the seventh does not.
-        for block in 0..6u8 {
-            assert!(log.record_history(data_call(1, 7, &[block; 100]), 1000));
-            log.record_replacing(setter(2, 7, 0, &[block]), 2);
-        }
-        let blocks: Vec<u8> = log
-            .entries()
+    /// A data call of instance `handle` on `block`, which took `took`; what the log did with it.
+    fn data_call(
+        log: &mut ShadowLog,
+        symbol: usize,
+        handle: u64,
+        block: &[u8],
+        took: Duration,
+        b: HistoryBounds,
+    ) -> Kept {
+        let mut out = vec![0u8; block.len()];
+        let args = [Arg::Handle(handle), Arg::In(block), Arg::Out(&mut out)];
+        log.record_history(symbol, &args, RetType::I64, None, took, b)
+    }
+
+    /// The first byte of each kept history call's block, in order.
+    fn kept_blocks(log: &ShadowLog) -> Vec<u8> {
+        log.entries()
             .iter()
             .filter(|e| e.history)
             .map(|e| match &e.args[1] {
                 OwnedArg::In(b) => b[0],
                 _ => unreachable!("a data call's block"),
             })
-            .collect();
-        assert_eq!(blocks, [0, 1, 2, 3, 4, 5]);
+            .collect()
+    }
+
+    fn range(from: u8, count: usize) -> Vec<u8> {
+        (from..).take(count).collect()
+    }
+
+    #[test]
+    fn history_past_its_byte_bound_keeps_the_most_recent_window_with_the_state_calls_in_order() {
+        let mut log = ShadowLog::default();
+        log.record(setter(0, 7, 0, b"create"));
+        // Room for WINDOW + 1 blocks.
+        let b = bounds(HELD * (WINDOW + 1), 60_000);
+        for block in 0..=WINDOW as u8 {
+            assert_eq!(data_call(&mut log, 1, 7, &[block; 100], MS, b), Kept::Whole);
+        }
+        log.record(setter(2, 7, 0, b"gain"));
+        assert_eq!(kept_blocks(&log), range(0, WINDOW + 1));
+        assert!(!log.history_trimmed());
         // The wrong result of the latest block is forgotten.
         log.drop_last_history(|s| s == 1);
-        assert_eq!(log.entries().iter().filter(|e| e.history).count(), 5);
-        assert!(log.record_history(data_call(1, 7, &[5; 100]), 1000));
-        assert!(!log.record_history(data_call(1, 7, &[6; 100]), 1000), "past the bound");
-        assert!(log.history_dropped());
-        assert!(log.entries().iter().all(|e| !e.history), "all of it dropped");
-        assert_eq!(log.len(), 2, "the state calls stay");
-        assert!(!log.record_history(data_call(1, 7, &[7; 1]), 1000), "no history once dropped");
+        assert_eq!(kept_blocks(&log), range(0, WINDOW));
+        assert_eq!(data_call(&mut log, 1, 7, &[WINDOW as u8; 100], MS, b), Kept::Whole);
+        // Past the bound: the oldest block goes, the rest and the state calls stay, in their order.
+        assert_eq!(data_call(&mut log, 1, 7, &[WINDOW as u8 + 1; 100], MS, b), Kept::Window);
+        assert!(log.history_trimmed());
+        assert_eq!(kept_blocks(&log), range(1, WINDOW + 1));
+        assert_eq!(data_call(&mut log, 1, 7, &[WINDOW as u8 + 2; 100], MS, b), Kept::Window);
+        assert_eq!(kept_blocks(&log), range(2, WINDOW + 1));
+        let symbols: Vec<usize> = log.entries().iter().map(|e| e.symbol).collect();
+        // Blocks 2 to WINDOW - 1 before the gain, WINDOW to WINDOW + 2 after it.
+        let mut expected = vec![0];
+        expected.extend([1].repeat(WINDOW - 2));
+        expected.push(2);
+        expected.extend([1, 1, 1]);
+        assert_eq!(symbols, expected, "the creation first, the gain where it was set");
+        assert_eq!(log.history_held().0, (WINDOW + 1) * HELD);
+    }
+
+    #[test]
+    fn history_past_its_replay_bound_keeps_the_calls_that_replay_within_it() {
+        let mut log = ShadowLog::default();
+        // Each is charged 1 ms and a replayed call's round trip: 64 of them fit.
+        let charge = replay_charge(MS, HELD);
+        let b = HistoryBounds { bytes: 1 << 30, replay: charge * 64 };
+        for block in 0..64u8 {
+            assert_eq!(data_call(&mut log, 1, 7, &[block; 100], MS, b), Kept::Whole);
+        }
+        assert_eq!(log.history_held().1, b.replay);
+        // One more is past the bound: the oldest goes.
+        assert_eq!(data_call(&mut log, 1, 7, &[64; 100], MS, b), Kept::Window);
+        assert_eq!(kept_blocks(&log), range(1, 64));
+        // A call of 3 ms makes room for itself by dropping as many as it takes: three.
+        assert_eq!(data_call(&mut log, 1, 7, &[65; 100], MS * 3, b), Kept::Window);
+        assert_eq!(kept_blocks(&log), range(4, 62));
+        assert!(log.history_held().1 <= b.replay);
+    }
+
+    #[test]
+    fn a_call_that_took_no_measurable_time_is_charged_its_round_trip_and_copies() {
+        assert_eq!(replay_charge(Duration::ZERO, 64), REPLAY_CALL_CHARGE);
+        assert_eq!(replay_charge(MS, 8 << 20), MS + REPLAY_CALL_CHARGE + Duration::from_micros(8388));
+        let mut log = ShadowLog::default();
+        let b = HistoryBounds { bytes: 1 << 30, replay: replay_charge(Duration::ZERO, HELD) * WINDOW as u32 };
+        for block in 0..=WINDOW as u8 {
+            data_call(&mut log, 1, 7, &[block; 100], Duration::ZERO, b);
+        }
+        assert_eq!(kept_blocks(&log), range(1, WINDOW));
+    }
+
+    #[test]
+    fn a_call_of_which_the_bounds_hold_too_few_drops_the_history_and_is_not_copied() {
+        let b = bounds(HELD * WINDOW, 1000);
+        let slow = Duration::from_micros(1_000_000 / WINDOW as u64);
+        for (block, took) in [(101, MS), (100, slow)] {
+            let mut log = ShadowLog::default();
+            log.record(setter(0, 7, 0, b"create"));
+            assert_eq!(data_call(&mut log, 1, 7, &[1; 100], MS, b), Kept::Whole);
+            assert_eq!(data_call(&mut log, 1, 7, &vec![2; block], took, b), Kept::Nothing, "{block} {took:?}");
+            assert_eq!(log.len(), 1, "the state call stays, the history is gone");
+            assert_eq!(log.history_held(), (0, Duration::ZERO));
+            assert!(log.history_trimmed(), "identity is lost");
+            // The history starts again with the next call that fits.
+            assert_eq!(data_call(&mut log, 1, 7, &[3; 100], MS, b), Kept::Window);
+            assert_eq!(kept_blocks(&log), [3]);
+        }
+    }
+
+    #[test]
+    fn a_dropped_entrys_buffer_takes_the_next_block_without_an_allocation() {
+        let mut log = ShadowLog::default();
+        let b = bounds(WINDOW * (64 + 4096), 60_000);
+        for block in 0..WINDOW as u8 {
+            assert_eq!(data_call(&mut log, 1, 7, &[block; 4096], MS, b), Kept::Whole);
+        }
+        let oldest = match &log.entries()[0].args[1] {
+            OwnedArg::In(v) => v.as_ptr(),
+            _ => unreachable!("a data call's block"),
+        };
+        assert_eq!(data_call(&mut log, 1, 7, &[99; 4096], MS, b), Kept::Window);
+        let newest = match &log.entries()[WINDOW - 1].args[1] {
+            OwnedArg::In(v) => (v.as_ptr(), v[0], v.len()),
+            _ => unreachable!("a data call's block"),
+        };
+        assert_eq!(newest, (oldest, 99, 4096), "the oldest block's buffer, holding the newest block");
     }
 
     #[test]
     fn destroying_an_instance_forgets_its_history_and_frees_its_bound() {
         let mut log = ShadowLog::default();
-        for _ in 0..5 {
-            assert!(log.record_history(data_call(1, 7, &[0; 100]), 1000));
+        let b = bounds(HELD * WINDOW, 60_000);
+        for _ in 0..WINDOW {
+            data_call(&mut log, 1, 7, &[0; 100], MS, b);
         }
         log.forget_handle(7);
         assert_eq!(log.len(), 0);
-        for _ in 0..6 {
-            assert!(log.record_history(data_call(1, 8, &[0; 100]), 1000), "the bound is free again");
+        assert_eq!(log.history_held(), (0, Duration::ZERO));
+        for _ in 0..WINDOW {
+            assert_eq!(data_call(&mut log, 1, 8, &[0; 100], MS, b), Kept::Whole, "the bound is free again");
         }
     }
 
@@ -324,6 +597,7 @@ mod tests {
             ret: RetType::Handle,
             created: Some(7),
             history: false,
+            replay: Duration::ZERO,
         });
         log.record(ShadowEntry {
             symbol: 1,
@@ -331,6 +605,7 @@ mod tests {
             ret: RetType::I64,
             created: None,
             history: false,
+            replay: Duration::ZERO,
         });
         log.record(ShadowEntry {
             symbol: 2,
@@ -338,6 +613,7 @@ mod tests {
             ret: RetType::I64,
             created: None,
             history: false,
+            replay: Duration::ZERO,
         });
         log.forget_handle(7);
         assert_eq!(log.len(), 1);

@@ -25,9 +25,10 @@ pub(crate) const MIN_SAMPLES: u32 = 8;
 /// The learned deadline is this many times the second longest recent call.
 pub(crate) const FACTOR: u32 = 4;
 /// A function that fails again before this many of its calls succeeded since its last failure "fails again after
-/// its recovery": counted in a row towards `max_failures_in_row`. A plugin restarted without its history (the
-/// default) loses the state that made it fail and may pass a few calls before it fails again the same way (one that
-/// hangs from its tenth block hangs again ten blocks into each incarnation); a transient fault strikes once.
+/// its recovery": counted in a row towards `max_failures_in_row`. A plugin restarted without its history (past its
+/// bounds, or once a replayed history brought the fault back) loses the state that made it fail and may pass a few
+/// calls before it fails again the same way (one that hangs from its tenth block hangs again ten blocks into each
+/// incarnation); a transient fault strikes once.
 pub(crate) const FAILS_AGAIN_WITHIN: u32 = WINDOW as u32;
 /// A full scan of the window at least this often (samples), so a deadline also comes down when slow calls leave it.
 const RESCAN: u32 = 16;
@@ -44,6 +45,8 @@ pub(crate) struct CallTimes {
     high: u32,
     /// Gated calls counted, to time one in [`GATED_SAMPLE`] of them once the deadline is learned.
     gated: u32,
+    /// The latest sample: what the latest timed call took (a history entry's replay charge).
+    last: u32,
 }
 
 /// Once learned, one gated (mpk) call in this many is timed: those calls have no deadline object to read the time
@@ -52,7 +55,7 @@ const GATED_SAMPLE: u32 = 16;
 
 impl Default for CallTimes {
     fn default() -> Self {
-        CallTimes { micros: [0; WINDOW], next: 0, seen: 0, high: 0, gated: 0 }
+        CallTimes { micros: [0; WINDOW], next: 0, seen: 0, high: 0, gated: 0, last: 0 }
     }
 }
 
@@ -61,11 +64,18 @@ impl CallTimes {
     pub fn record(&mut self, took: Duration) {
         let micros = u32::try_from(took.as_micros()).unwrap_or(u32::MAX);
         self.micros[self.next] = micros;
+        self.last = micros;
         self.next = (self.next + 1) % WINDOW;
         self.seen = self.seen.saturating_add(1);
         if micros > self.high || self.next.is_multiple_of(RESCAN as usize) {
             self.high = second_largest(&self.micros[..(self.seen as usize).min(WINDOW)]);
         }
+    }
+
+    /// What the latest timed call took: the call just made, unless it was a gated call left untimed (then the
+    /// latest one timed stands for it).
+    pub fn last(&self) -> Duration {
+        Duration::from_micros(u64::from(self.last))
     }
 
     /// Start learning again: what was seen no longer says what the calls take (a call timed out at the learned

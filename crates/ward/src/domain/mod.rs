@@ -38,7 +38,7 @@ use crate::error::Error;
 use crate::events::{Disablement, Event, EventBus};
 use crate::fault::{Fault, FaultKind};
 use crate::policy::{ExtensionPolicy, FunctionPolicy, OnFault};
-use crate::shadow::{HandleMap, OwnedArg, ShadowEntry, ShadowLog};
+use crate::shadow::{HandleMap, HistoryBounds, Kept, OwnedArg, ShadowEntry, ShadowLog};
 use crate::tracker::{RecordId, ResourceKind, Tracker};
 
 /// Counters of one domain.
@@ -63,6 +63,10 @@ pub struct DomainStats {
     pub lent_in_place: u64,
     /// Heartbeats the domain answered in time.
     pub heartbeats: u64,
+    /// Bytes the data calls kept for replay (history) hold.
+    pub history_bytes: usize,
+    /// What replaying the kept data calls is expected to take.
+    pub history_replay: Duration,
 }
 
 struct Symbol {
@@ -428,6 +432,7 @@ impl Domain {
         let st = g.borrow();
         let mut s = st.stats.clone();
         s.shadow_log = st.shadow.len();
+        (s.history_bytes, s.history_replay) = st.shadow.history_held();
         s.tracked = st.tracker.len();
         s.handles = st.handles.lock().map(|h| h.len()).unwrap_or(0);
         s.disabled = st.disabled.is_some();
@@ -513,6 +518,8 @@ impl Domain {
         // This call timed out at its learned deadline and is retried with its first one: if it then succeeds, the
         // learned deadline was a false alarm and is learned again.
         let mut outgrew_learned = false;
+        // This call's failures dropped the history once (below).
+        let mut history_dropped = false;
         loop {
             let outcome = self.attempt(&mut g, sym, args, ret, timeout, false);
             let kind = match outcome {
@@ -554,13 +561,29 @@ impl Domain {
                 let st = g.borrow();
                 Fault { kind, domain: self.name.clone(), call: Some(call_name(&g, sym)), incarnation: st.incarnation }
             };
+            // The retry failed again on an incarnation given the history: the fault may follow from the state the
+            // history rebuilt (a plugin that fails at its Nth block fails at it again), so the history goes and the
+            // call gets one more try on an incarnation with its configuration only, as without history; that
+            // failure is the history's, not counted in a row.
+            let history_blamed = !stale && retries > 0 && !history_dropped && g.borrow().shadow.replayed_history();
+            if history_blamed {
+                g.borrow_mut().shadow.drop_history();
+                history_dropped = true;
+                tracing::info!(
+                    domain = %self.name,
+                    "the retried call failed again after the history was replayed: history dropped, the next \
+                     restart replays the configuration only"
+                );
+            }
             // A stale call's domain was already recovered by the call that saw the fault (a nested one, or another
             // thread's).
             if !stale {
                 let in_row = {
                     let mut st = g.borrow_mut();
                     let s = &mut st.symbols[sym];
-                    s.failures_in_row = s.failures_in_row.saturating_add(1);
+                    if !history_blamed {
+                        s.failures_in_row = s.failures_in_row.saturating_add(1);
+                    }
                     s.ok_since_failure = 0;
                     s.failures_in_row
                 };
@@ -575,7 +598,7 @@ impl Domain {
                     return Err(e);
                 }
             }
-            if retry_allowed && retries < self.policy.max_retries {
+            if retry_allowed && (retries < self.policy.max_retries || history_blamed) {
                 retries += 1;
                 continue;
             }
@@ -654,19 +677,31 @@ impl Domain {
         }
         if fpolicy.state {
             let args = args.iter().map(OwnedArg::from_arg).collect();
-            let entry = ShadowEntry { symbol: sym, args, ret, created, history: false };
+            let entry = ShadowEntry { symbol: sym, args, ret, created, history: false, replay: Duration::ZERO };
             match fpolicy.replaces_same {
                 Some(key) => st.shadow.record_replacing(entry, key),
                 None => st.shadow.record(entry),
             }
-        } else if fpolicy.history && !st.shadow.history_dropped() {
+        } else if fpolicy.history && self.isolation() != crate::policy::Isolation::None {
+            // (No history without isolation: nothing recovers such a domain, so nothing would replay it.)
             let ext = st.symbols.get(sym).map_or(0, |s| s.ext);
-            let bound = st.extensions.get(ext).map_or(0, |e| e.1.history_mb) as usize * (1 << 20);
-            if bound > 0 {
-                let args = args.iter().map(OwnedArg::from_arg).collect();
-                let entry = ShadowEntry { symbol: sym, args, ret, created, history: true };
-                if !st.shadow.record_history(entry, bound) {
-                    tracing::info!(domain = %self.name, "history past history_mb: dropped; restarts replay state only");
+            let bounds = st.extensions.get(ext).map(|e| HistoryBounds {
+                bytes: usize::try_from(e.1.history_mb).unwrap_or(usize::MAX).saturating_mul(1 << 20),
+                replay: e.1.history_replay,
+            });
+            if let Some(bounds) = bounds.filter(|b| b.bytes > 0 && !b.replay.is_zero()) {
+                let took = st.symbols[sym].times.last();
+                let was_trimmed = st.shadow.history_trimmed();
+                let kept = st.shadow.record_history(sym, args, ret, created, took, bounds);
+                if kept != Kept::Whole && !was_trimmed && st.shadow.history_trimmed() {
+                    // Once per domain: from now on a restart rebuilds the state from a window, not exactly.
+                    tracing::info!(
+                        domain = %self.name,
+                        history_mb = bounds.bytes >> 20,
+                        history_replay_ms = bounds.replay.as_millis() as u64,
+                        "history past its bound: a restart replays only the most recent data calls, so a plugin's \
+                         state after a recovery may differ from the uninterrupted run"
+                    );
                 }
             }
         }

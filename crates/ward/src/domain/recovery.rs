@@ -103,6 +103,12 @@ impl Domain {
                     // Restarting or replaying failed: that is a fault of the new incarnation; go round again
                     // (the restart limit, or `max_failures_in_row` such failures, ends this).
                     restarts_failed += 1;
+                    if g.borrow().shadow.replayed_history() {
+                        // The history may be what fails (a block the new incarnation cannot take again): the next
+                        // try replays the configuration only.
+                        g.borrow_mut().shadow.drop_history();
+                        tracing::info!(domain = %self.name, "replaying the history failed: history dropped");
+                    }
                     fault = Fault {
                         kind: FaultKind::Protocol { what: format!("recovery failed: {reason}") },
                         domain: self.name.clone(),
@@ -206,11 +212,13 @@ impl Domain {
             }
             self.incarnation.store(st.incarnation, std::sync::atomic::Ordering::Relaxed);
         }
-        let entries: Vec<ShadowEntry> = g.borrow().shadow.entries().to_vec();
-        for entry in &entries {
-            self.replay(g, entry)?;
-        }
-        Ok((via, entries.len()))
+        // Taken out rather than copied (the history may hold many MiB); nothing records while the lock is held
+        // for the replay, and the entries go back whatever the replay gives.
+        let entries = g.borrow_mut().shadow.take_entries();
+        let replayed = entries.iter().try_for_each(|entry| self.replay(g, entry));
+        let count = entries.len();
+        g.borrow_mut().shadow.put_back(entries);
+        replayed.map(|()| (via, count))
     }
 
     fn replay(&self, g: &mut Guard<'_>, entry: &ShadowEntry) -> Result<(), String> {
