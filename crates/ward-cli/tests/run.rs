@@ -1196,6 +1196,35 @@ fn verbose_says_where_the_heap_comes_from_once_however_many_programs_the_host_ru
     let marked = output(ward().args(["run", "-v", "--isolation", "process", "--", "true"]).env("WARD_ARENA_SAID", "1"));
     assert_eq!(count(&marked), 1, "{}", stderr(&marked));
 }
+
+/// A history that outgrows its bound is said once, and only when asked for (`-v`): nothing failed, but a recovery
+/// from then on rebuilds the plugin's state from a window of the stream, not exactly.
+#[test]
+fn verbose_says_once_that_a_history_outgrew_its_bound_and_quiet_runs_do_not() {
+    let s = Scratch::new("run", "history-bound");
+    sweep_wav(&s.path("in.wav"));
+    std::fs::write(s.path("policy.toml"), "[defaults]\nhistory_mb = 1\n").unwrap();
+    let line = "delay_1898: history past its bound (1 MiB";
+    let sox = |verbose: bool| {
+        let mut cmd = ward();
+        cmd.arg("run");
+        if verbose {
+            cmd.arg("-v");
+        }
+        cmd.arg("--policy").arg(s.path("policy.toml")).args(["--isolation", "process", "--", host("sox")]);
+        // 4 s of mono at 48 kHz is 768 KB of input blocks: five passes through the delay outgrow 1 MiB.
+        cmd.arg(s.path("in.wav")).arg(s.path("out.wav")).args(["repeat", "4", "ladspa"]);
+        cmd.args(["/usr/lib/ladspa/delay_1898.so", "delay_n", "0.1", "0.5"]);
+        output(&mut cmd)
+    };
+    let verbose = sox(true);
+    assert!(verbose.status.success(), "{}", stderr(&verbose));
+    assert_eq!(stderr(&verbose).matches(line).count(), 1, "said once: {}", stderr(&verbose));
+    let quiet = sox(false);
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert!(!stderr(&quiet).contains("history past its bound"), "{}", stderr(&quiet));
+}
+
 /// A 4 s sweep, 100 Hz to 3 kHz, mono 16-bit at 48 kHz: made by sox without dither.
 fn sweep_wav(path: &Path) {
     let out = output(

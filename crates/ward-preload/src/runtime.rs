@@ -95,7 +95,9 @@ impl Runtime {
     pub(crate) fn report(&self) {
         let Ok(events) = self.events.try_lock() else { return };
         while let Ok(event) = events.try_recv() {
-            self.say(&event.to_string());
+            if self.verbose || !event.is_informational() {
+                self.say(&event.to_string());
+            }
         }
     }
 

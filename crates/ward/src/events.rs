@@ -77,6 +77,18 @@ pub enum Event {
     /// This machine lacks some protections of the process domains' sandbox (said once per supervisor, at its first
     /// process domain): each entry names the protection and what still holds. The domains run with the rest.
     SandboxIncomplete { missing: Vec<String> },
+    /// A domain's history outgrew a bound (`history_mb` or `history_replay_ms`; said once per domain): from now on
+    /// a restart replays only the most recent data calls, so a plugin's state after a recovery may differ from the
+    /// uninterrupted run. Informational: nothing failed.
+    HistoryWindowed { domain: String, history_mb: u64, history_replay_ms: u64 },
+}
+
+impl Event {
+    /// Whether the event only informs (nothing failed, nothing was recovered): hosts' users see it when they ask
+    /// for detail (`ward run -v`), not otherwise.
+    pub fn is_informational(&self) -> bool {
+        matches!(self, Event::HistoryWindowed { .. })
+    }
 }
 
 /// One line per event, for logs and standard error.
@@ -123,6 +135,12 @@ impl std::fmt::Display for Event {
                 write!(f, "this machine lacks part of the process domains' sandbox (running with the rest): ")?;
                 write!(f, "{}", missing.join("; "))
             }
+            Event::HistoryWindowed { domain, history_mb, history_replay_ms } => write!(
+                f,
+                "{domain}: history past its bound ({history_mb} MiB, {history_replay_ms} ms of replay): a restart \
+                 replays only the most recent data calls, so the plugin's state after a recovery may differ from the \
+                 uninterrupted run"
+            ),
         }
     }
 }
@@ -168,6 +186,9 @@ impl EventBus {
                 tracing::warn!(domain = %domain, "zygote failed ({}): replaced", how.cause())
             }
             Event::SandboxIncomplete { missing } => tracing::warn!("sandbox incomplete: {}", missing.join("; ")),
+            Event::HistoryWindowed { domain, history_mb, history_replay_ms } => tracing::info!(
+                domain = %domain, history_mb, history_replay_ms, "history past its bound: restarts replay a window"
+            ),
         }
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         subs.retain(|tx| !matches!(tx.try_send(event.clone()), Err(TrySendError::Disconnected(_))));

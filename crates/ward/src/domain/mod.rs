@@ -695,13 +695,11 @@ impl Domain {
                 let kept = st.shadow.record_history(sym, args, ret, created, took, bounds);
                 if kept != Kept::Whole && !was_trimmed && st.shadow.history_trimmed() {
                     // Once per domain: from now on a restart rebuilds the state from a window, not exactly.
-                    tracing::info!(
-                        domain = %self.name,
-                        history_mb = bounds.bytes >> 20,
-                        history_replay_ms = bounds.replay.as_millis() as u64,
-                        "history past its bound: a restart replays only the most recent data calls, so a plugin's \
-                         state after a recovery may differ from the uninterrupted run"
-                    );
+                    self.events.emit(Event::HistoryWindowed {
+                        domain: self.name.clone(),
+                        history_mb: (bounds.bytes >> 20) as u64,
+                        history_replay_ms: u64::try_from(bounds.replay.as_millis()).unwrap_or(u64::MAX),
+                    });
                 }
             }
         }
