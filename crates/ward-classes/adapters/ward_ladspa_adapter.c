@@ -1,7 +1,8 @@
 /* ward's LADSPA class adapter: loaded into a domain in place of the plugin library, it opens the library there and
  * turns LADSPA's pointer-rich interface into flat calls: descriptors are serialised, instances are handles, and a
- * block's ports travel as two packed buffers (inputs in port order, outputs in port order), copied into port
- * buffers that end at guard pages so an overrunning plugin faults instead of corrupting anything. */
+ * block's port buffers travel as two packed buffers (with where each port lies in them, so ports the host ran in
+ * place share memory here too), copied into buffers that end at guard pages so an overrunning plugin faults
+ * instead of corrupting anything. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -36,7 +37,9 @@ struct instance {
     const LADSPA_Descriptor *desc;
     LADSPA_Handle handle;
     unsigned long port_count;
-    struct guarded *buffers; /* one per port */
+    struct guarded *buffers; /* one per region of a block (at most one per port) */
+    LADSPA_Data **region_at; /* where each region of the current block starts */
+    unsigned char *region_audio; /* whether an audio port lies in each region of the current block */
     size_t read_past;        /* bytes of zeros after a copy of an input port */
     LADSPA_Data **connected; /* what each port is connected to now */
     int activate_pending;    /* activated by the host before any port was connected: done at the first block */
@@ -127,6 +130,8 @@ static void instance_free(struct instance *inst) {
             guarded_free(&inst->buffers[p]);
     free(inst->buffers);
     free(inst->connected);
+    free(inst->region_at);
+    free(inst->region_audio);
     free(inst);
 }
 
@@ -145,7 +150,9 @@ WARD_ADAPTER_EXPORT struct instance *ward_ladspa_instantiate(const struct librar
     inst->read_past = read_past_kb > WARD_READ_PAST_INPUT_MAX / 1024 ? WARD_READ_PAST_INPUT_MAX : (size_t)read_past_kb * 1024;
     inst->buffers = calloc(d->PortCount + 1, sizeof *inst->buffers);
     inst->connected = calloc(d->PortCount + 1, sizeof *inst->connected);
-    if (inst->buffers == NULL || inst->connected == NULL) {
+    inst->region_at = calloc(d->PortCount + 1, sizeof *inst->region_at);
+    inst->region_audio = calloc(d->PortCount + 1, 1);
+    if (inst->buffers == NULL || inst->connected == NULL || inst->region_at == NULL || inst->region_audio == NULL) {
         instance_free(inst);
         return NULL;
     }
@@ -212,45 +219,97 @@ static size_t port_floats(int descriptor, uint64_t samples) {
     return (descriptor & LADSPA_PORT_AUDIO) ? (size_t)samples : 1;
 }
 
-/* Run one block of `samples` samples. `in` holds every input port in port order (one float for a control port,
- * `samples` floats for an audio port), `out` every output port likewise. With `adding` set, `out` also brings the
- * outputs' current contents and run_adding mixes into them. */
-static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned char *in, uint64_t in_len,
-                         unsigned char *out, uint64_t out_len, int adding) {
+/* Where the host's port buffers lie, as the class sends it ahead of a block (`Instance::pack` in ladspa.rs): the host's
+ * buffers form regions (buffers that overlap, as an input and an output run in place do, are one region), and each
+ * port lies at an offset in one region. Every region travels in `in` after the layout, with what the host's memory
+ * holds; those that hold an output come back in `out`. The plugin then sees the memory the host gave it: an output
+ * that is also its input, and in an output whatever the host's buffer held where the plugin writes nothing. (The
+ * outputs' old contents travel in `in`, not in an in-out buffer, so a block kept as history keeps them.) */
+struct layout {
+    uint32_t regions;
+    const unsigned char *region_words; /* per region, u32s: floats, then 1 when it comes back in `out` */
+    const unsigned char *port_words;   /* per port, u32s: region, then offset in floats */
+    size_t header_bytes;
+};
+
+/* The i-th u32 at `at`, wherever the buffer lies (it need not be aligned). */
+static uint32_t word(const unsigned char *at, size_t i) {
+    uint32_t v;
+    memcpy(&v, at + 4 * i, 4);
+    return v;
+}
+
+static int read_layout(const struct instance *inst, uint64_t samples, const unsigned char *in, uint64_t in_len,
+                       uint64_t out_len, struct layout *l) {
     const LADSPA_Descriptor *d = inst->desc;
-    size_t want_in = 0, want_out = 0;
-    for (unsigned long p = 0; p < inst->port_count; p++) {
-        int pd = d->PortDescriptors[p];
-        size_t bytes = port_floats(pd, samples) * sizeof(LADSPA_Data);
-        if (pd & LADSPA_PORT_INPUT)
-            want_in += bytes;
-        else
+    uint32_t regions;
+    if (in_len < 4)
+        return 0;
+    memcpy(&regions, in, 4);
+    if (regions > inst->port_count)
+        return 0;
+    size_t header = 4 + (size_t)regions * 8 + (size_t)inst->port_count * 8;
+    if (in_len < header)
+        return 0;
+    l->regions = regions;
+    l->region_words = in + 4;
+    l->port_words = in + 4 + (size_t)regions * 8;
+    l->header_bytes = header;
+    uint64_t want_in = header, want_out = 0;
+    for (uint32_t r = 0; r < regions; r++) {
+        uint64_t bytes = (uint64_t)word(l->region_words, 2 * r) * sizeof(LADSPA_Data);
+        if (word(l->region_words, 2 * r + 1) > 1)
+            return 0;
+        want_in += bytes;
+        if (word(l->region_words, 2 * r + 1))
             want_out += bytes;
     }
     if (want_in != in_len || want_out != out_len)
+        return 0;
+    for (unsigned long p = 0; p < inst->port_count; p++) {
+        uint32_t r = word(l->port_words, 2 * p), at = word(l->port_words, 2 * p + 1);
+        if (r >= regions || (uint64_t)at + port_floats(d->PortDescriptors[p], samples) > word(l->region_words, 2 * r))
+            return 0;
+        /* An output lies in a region that comes back. */
+        if (!(d->PortDescriptors[p] & LADSPA_PORT_INPUT) && !word(l->region_words, 2 * r + 1))
+            return 0;
+    }
+    return 1;
+}
+
+/* Run one block of `samples` samples: `in` holds the layout and every region, `out` receives the regions that hold
+ * an output, in region order, as the plugin left them (see `struct layout`). */
+static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned char *in, uint64_t in_len,
+                         unsigned char *out, uint64_t out_len, int adding) {
+    const LADSPA_Descriptor *d = inst->desc;
+    struct layout l;
+    if (!read_layout(inst, samples, in, in_len, out_len, &l))
         return WARD_ADAPTER_E_LAYOUT;
     if ((adding && d->run_adding == NULL) || (!adding && d->run == NULL))
         return WARD_ADAPTER_E_SYMBOL;
 
-    size_t at_in = 0, at_out = 0;
-    for (unsigned long p = 0; p < inst->port_count; p++) {
-        int pd = d->PortDescriptors[p];
-        size_t bytes = port_floats(pd, samples) * sizeof(LADSPA_Data);
-        /* Audio ports 16-byte aligned for vector code; a control port ends exactly at its guard (an output) or at
-         * the read-only zeros a plugin may read past an input (the instance's read_past), which end at the guard. */
-        size_t align = (pd & LADSPA_PORT_AUDIO) ? 16 : 4;
-        LADSPA_Data *buf = (pd & LADSPA_PORT_INPUT) ? guarded_get_input(&inst->buffers[p], bytes, align, inst->read_past)
-                                                    : guarded_get(&inst->buffers[p], bytes, align);
+    /* One guarded buffer per region (there are no more regions than ports): audio 16-byte aligned for vector code;
+     * a region of one control port ends exactly at its guard (an output) or at the read-only zeros a plugin may read
+     * past an input (the instance's read_past), which end at the guard. */
+    memset(inst->region_audio, 0, l.regions);
+    for (unsigned long p = 0; p < inst->port_count; p++)
+        if (d->PortDescriptors[p] & LADSPA_PORT_AUDIO)
+            inst->region_audio[word(l.port_words, 2 * p)] = 1;
+    size_t at_in = l.header_bytes;
+    for (uint32_t r = 0; r < l.regions; r++) {
+        size_t bytes = (size_t)word(l.region_words, 2 * r) * sizeof(LADSPA_Data);
+        int returns = word(l.region_words, 2 * r + 1) != 0;
+        size_t align = inst->region_audio[r] ? 16 : 4;
+        LADSPA_Data *buf = returns ? guarded_get(&inst->buffers[r], bytes, align)
+                                   : guarded_get_input(&inst->buffers[r], bytes, align, inst->read_past);
         if (buf == NULL)
             return WARD_ADAPTER_E_NOMEM;
-        if (pd & LADSPA_PORT_INPUT) {
-            memcpy(buf, in + at_in, bytes);
-            at_in += bytes;
-        } else {
-            if (adding)
-                memcpy(buf, out + at_out, bytes);
-            at_out += bytes;
-        }
+        memcpy(buf, in + at_in, bytes);
+        at_in += bytes;
+        inst->region_at[r] = buf;
+    }
+    for (unsigned long p = 0; p < inst->port_count; p++) {
+        LADSPA_Data *buf = inst->region_at[word(l.port_words, 2 * p)] + word(l.port_words, 2 * p + 1);
         if (inst->connected[p] != buf) {
             WARD_CALL3(d->connect_port, inst->handle, p, buf);
             inst->connected[p] = buf;
@@ -265,13 +324,12 @@ static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned
     else
         WARD_CALL2(d->run, inst->handle, samples);
 
-    at_out = 0;
-    for (unsigned long p = 0; p < inst->port_count; p++) {
-        int pd = d->PortDescriptors[p];
-        if (pd & LADSPA_PORT_INPUT)
+    size_t at_out = 0;
+    for (uint32_t r = 0; r < l.regions; r++) {
+        if (!word(l.region_words, 2 * r + 1))
             continue;
-        size_t bytes = port_floats(pd, samples) * sizeof(LADSPA_Data);
-        memcpy(out + at_out, inst->connected[p], bytes);
+        size_t bytes = (size_t)word(l.region_words, 2 * r) * sizeof(LADSPA_Data);
+        memcpy(out + at_out, inst->region_at[r], bytes);
         at_out += bytes;
     }
     return 0;

@@ -2,10 +2,11 @@
 //!
 //! A [`Library`] is one plugin library opened through the class adapter inside a domain; its [`Descriptor`]s are
 //! read once, through the domain. An [`Instance`] is one plugin instance: the host hands [`Instance::run`] one
-//! [`PortBuffer`] per port and the block crosses call-by-value-result (inputs copied in, outputs copied back only when
-//! the block succeeded), so a failed block is retried on intact input after recovery. The shadow log holds what
-//! makes a restarted instance the same as the old one: the library's opening, the instantiation, activation and the
-//! run-adding gain. Port connections need no replay: the wrapper hands the ports over with every block.
+//! [`PortBuffer`] per port (or [`Instance::run_placed`] the memory its ports share) and the block crosses
+//! call-by-value-result (inputs and outputs copied in, outputs copied back only when the block succeeded), so a
+//! failed block is retried on intact input after recovery. The shadow log holds what makes a restarted instance the
+//! same as the old one: the library's opening, the instantiation, activation and the run-adding gain. Port
+//! connections need no replay: the wrapper hands the ports over with every block.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -237,20 +238,6 @@ impl Descriptor {
             has_set_run_adding_gain: flags & HAS_SET_RUN_ADDING_GAIN != 0,
         })
     }
-
-    /// Bytes of the packed inputs and outputs of one block of `samples` samples.
-    fn packed_sizes(&self, samples: usize) -> (usize, usize) {
-        let mut sizes = (0, 0);
-        for port in &self.ports {
-            let bytes = if port.is_audio() { samples * 4 } else { 4 };
-            if port.is_input() {
-                sizes.0 += bytes;
-            } else {
-                sizes.1 += bytes;
-            }
-        }
-        sizes
-    }
 }
 
 struct Functions {
@@ -405,7 +392,17 @@ impl Library {
                 })
             }
         };
-        Ok(Instance { lib: self.inner.clone(), plugin, handle, gain: 1.0, input: Vec::new(), output: Vec::new() })
+        let own_regions = (0..plugin.ports.len()).map(|region| Placement { region, offset: 0 }).collect();
+        Ok(Instance {
+            lib: self.inner.clone(),
+            plugin,
+            handle,
+            gain: 1.0,
+            input: Vec::new(),
+            output: Vec::new(),
+            output_at: Vec::new(),
+            own_regions,
+        })
     }
 }
 
@@ -434,11 +431,19 @@ fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u
     Err(format!("the description of plugin {index} keeps growing"))
 }
 
-/// The data of one port for one block: a control port's slice holds its one value.
+/// The data of one port for one block: a control port's slice holds its one value. In [`Instance::run_placed`], one
+/// region of memory ports lie in: `Input` when it holds inputs only, `Output` when it holds an output.
 #[derive(Debug)]
 pub enum PortBuffer<'a> {
     Input(&'a [f32]),
     Output(&'a mut [f32]),
+}
+
+/// Where a port's data lies for [`Instance::run_placed`]: in region `region`, from its float `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub region: usize,
+    pub offset: usize,
 }
 
 /// One instance of a plugin.
@@ -447,9 +452,16 @@ pub struct Instance {
     plugin: Arc<Descriptor>,
     handle: u64,
     gain: f32,
-    /// Packing buffers, kept between blocks.
+    /// Packing buffers, kept between blocks: the layout and every region as the host's memory holds it; the
+    /// regions holding an output as the plugin left them (see the adapter's `struct layout`). The outputs' old
+    /// contents travel as an input, not in an in-out buffer: the core keeps a block's inputs as history after the
+    /// call, when an in-out buffer holds the results.
     input: Vec<u8>,
     output: Vec<u8>,
+    /// Where each region holding an output starts in `output`.
+    output_at: Vec<usize>,
+    /// Each port in a region of its own (`run` and `run_adding`).
+    own_regions: Vec<Placement>,
 }
 
 impl std::fmt::Debug for Instance {
@@ -490,30 +502,57 @@ impl Instance {
         }
     }
 
-    /// Run one block of `samples` samples; `ports` has one buffer per port, in port order.
+    /// Run one block of `samples` samples; `ports` has one buffer per port, in port order. An output's buffer comes
+    /// to the plugin with what it holds, so samples a plugin leaves unwritten keep it, as they would natively.
     pub fn run(&mut self, samples: usize, ports: &mut [PortBuffer<'_>]) -> Result<Processed, ClassError> {
-        self.block(samples, ports, false)
+        let placements = std::mem::take(&mut self.own_regions);
+        let result = self.block(samples, ports, &placements, false);
+        self.own_regions = placements;
+        result
     }
 
     /// Run one block, mixing into the outputs with the run-adding gain.
     pub fn run_adding(&mut self, samples: usize, ports: &mut [PortBuffer<'_>]) -> Result<Processed, ClassError> {
-        self.block(samples, ports, true)
+        let placements = std::mem::take(&mut self.own_regions);
+        let result = self.block(samples, ports, &placements, true);
+        self.own_regions = placements;
+        result
     }
 
-    fn block(&mut self, samples: usize, ports: &mut [PortBuffer<'_>], adding: bool) -> Result<Processed, ClassError> {
-        self.check_ports(samples, ports)?;
+    /// Run one block (mixing, with `adding`) with ports that share memory, as a host's may (an input and an output
+    /// run in place): `regions` are the disjoint pieces of memory, `placements` says where each port lies. The
+    /// plugin sees the same sharing, so a plugin that reads an input after writing the output on the same buffer
+    /// computes what it does natively.
+    pub fn run_placed(
+        &mut self,
+        samples: usize,
+        regions: &mut [PortBuffer<'_>],
+        placements: &[Placement],
+        adding: bool,
+    ) -> Result<Processed, ClassError> {
+        self.block(samples, regions, placements, adding)
+    }
+
+    fn block(
+        &mut self,
+        samples: usize,
+        regions: &mut [PortBuffer<'_>],
+        placements: &[Placement],
+        adding: bool,
+    ) -> Result<Processed, ClassError> {
+        let lengths = self.check_layout(samples, regions, placements)?;
         let has = if adding { self.plugin.has_run_adding } else { self.plugin.has_run };
         if !has {
             let what = if adding { "run_adding" } else { "run" };
             return Err(self.bad(format!("the plugin has no {what} function")));
         }
-        self.pack(samples, ports, adding);
+        self.pack(regions, placements, &lengths);
         let mut attempts = 0;
         loop {
             attempts += 1;
             match self.call_block(samples, adding) {
                 Err(e) => {
-                    self.bypass(samples, ports, adding);
+                    self.bypass(samples, regions, placements, adding);
                     return Ok(self.degraded(e));
                 }
                 Ok(code) if code != 0 => {
@@ -522,21 +561,18 @@ impl Instance {
                 Ok(_) => {}
             }
             if self.lib.check_output {
-                if let Some(what) = self.non_finite_output(samples) {
+                if let Some(what) = self.non_finite_output(samples, placements) {
                     let call = if adding { "ward_ladspa_run_adding" } else { "ward_ladspa_run" };
                     let declared = self.lib.ext.declare_fault(call, FaultKind::BadOutput { what: what.clone() });
                     if declared.is_ok() && attempts <= self.lib.ext.policy().max_retries {
-                        // The domain was recovered; the packed input is intact: try again.
-                        if adding {
-                            self.pack(samples, ports, adding);
-                        }
+                        // The domain was recovered; the packed regions are intact: try again.
                         continue;
                     }
-                    self.bypass(samples, ports, adding);
+                    self.bypass(samples, regions, placements, adding);
                     return Ok(Processed::Bypassed { reason: format!("output check failed: {what}") });
                 }
             }
-            self.unpack(samples, ports);
+            self.unpack(regions, &lengths);
             return Ok(Processed::Ran);
         }
     }
@@ -544,14 +580,13 @@ impl Instance {
     fn call_block(&mut self, samples: usize, adding: bool) -> Result<i64, ward::Error> {
         let (in_len, out_len) = (self.input.len() as u64, self.output.len() as u64);
         let f = if adding { &self.lib.functions.run_adding } else { &self.lib.functions.run };
-        let out = if adding { Arg::InOut(&mut self.output) } else { Arg::Out(&mut self.output) };
         let value = f.call(
             &mut [
                 Arg::Handle(self.handle),
                 Arg::U64(samples as u64),
                 Arg::In(&self.input),
                 Arg::U64(in_len),
-                out,
+                Arg::Out(&mut self.output),
                 Arg::U64(out_len),
             ],
             RetType::I64,
@@ -563,108 +598,134 @@ impl Instance {
         ClassError::BadArguments { plugin: self.plugin.label.clone(), reason }
     }
 
-    fn check_ports(&self, samples: usize, ports: &[PortBuffer<'_>]) -> Result<(), ClassError> {
-        if ports.len() != self.plugin.ports.len() {
-            return Err(self.bad(format!("{} port buffers for {} ports", ports.len(), self.plugin.ports.len())));
+    /// Check that every port lies inside its region (an output in an `Output` one); the floats of each region the
+    /// block uses.
+    fn check_layout(
+        &self,
+        samples: usize,
+        regions: &[PortBuffer<'_>],
+        placements: &[Placement],
+    ) -> Result<Vec<usize>, ClassError> {
+        let ports = &self.plugin.ports;
+        if placements.len() != ports.len() || regions.len() > ports.len() {
+            return Err(self.bad(format!(
+                "{} placements and {} buffers for {} ports",
+                placements.len(),
+                regions.len(),
+                ports.len()
+            )));
         }
-        for (i, (port, buf)) in self.plugin.ports.iter().zip(ports.iter()).enumerate() {
-            let (len, input) = match buf {
+        let mut lengths = vec![0usize; regions.len()];
+        for (i, (port, place)) in ports.iter().zip(placements).enumerate() {
+            let Some(region) = regions.get(place.region) else {
+                return Err(
+                    self.bad(format!("port {i} ({}) lies in region {}, which is missing", port.name, place.region))
+                );
+            };
+            let (len, input) = match region {
                 PortBuffer::Input(s) => (s.len(), true),
                 PortBuffer::Output(s) => (s.len(), false),
             };
-            if input != port.is_input() {
-                let want = if port.is_input() { "an input" } else { "an output" };
-                return Err(self.bad(format!("port {i} ({}) is {want}", port.name)));
+            if input && port.is_output() {
+                return Err(self.bad(format!("port {i} ({}) is an output", port.name)));
             }
             let need = if port.is_audio() { samples } else { 1 };
-            if len < need {
+            let end = place.offset.checked_add(need).filter(|&e| e <= len && u32::try_from(e).is_ok());
+            let Some(end) = end else {
                 return Err(self.bad(format!("port {i} ({}) needs {need} values, got {len}", port.name)));
-            }
+            };
+            lengths[place.region] = lengths[place.region].max(end);
         }
-        Ok(())
+        Ok(lengths)
     }
 
-    /// Inputs (and, for run_adding, the outputs' contents) into the packing buffers.
-    fn pack(&mut self, samples: usize, ports: &[PortBuffer<'_>], adding: bool) {
-        let (in_len, out_len) = self.plugin.packed_sizes(samples);
+    /// The layout and every region into the input packing buffer; room in the output one for the regions holding an
+    /// output.
+    fn pack(&mut self, regions: &[PortBuffer<'_>], placements: &[Placement], lengths: &[usize]) {
+        let word = |v: usize| (v as u32).to_ne_bytes();
         self.input.clear();
-        self.input.reserve(in_len);
         self.output.clear();
-        for (port, buf) in self.plugin.ports.iter().zip(ports.iter()) {
-            let n = if port.is_audio() { samples } else { 1 };
-            // Whole ports at a time (samples as their native bytes), not sample by sample.
-            match buf {
-                PortBuffer::Input(s) => self.input.extend_from_slice(bytemuck::cast_slice(&s[..n])),
-                PortBuffer::Output(s) if adding => self.output.extend_from_slice(bytemuck::cast_slice(&s[..n])),
-                PortBuffer::Output(_) => {}
-            }
+        self.output_at.clear();
+        self.input.extend_from_slice(&word(regions.len()));
+        for (region, &len) in regions.iter().zip(lengths) {
+            self.input.extend_from_slice(&word(len));
+            self.input.extend_from_slice(&word(usize::from(matches!(region, PortBuffer::Output(_)))));
+        }
+        for place in placements {
+            self.input.extend_from_slice(&word(place.region));
+            self.input.extend_from_slice(&word(place.offset));
+        }
+        // Whole regions at a time (samples as their native bytes), not sample by sample.
+        let mut out_len = 0;
+        for (region, &len) in regions.iter().zip(lengths) {
+            let s: &[f32] = match region {
+                PortBuffer::Input(s) => {
+                    self.output_at.push(usize::MAX);
+                    s
+                }
+                PortBuffer::Output(s) => {
+                    self.output_at.push(out_len);
+                    out_len += len * 4;
+                    s
+                }
+            };
+            self.input.extend_from_slice(bytemuck::cast_slice(&s[..len]));
         }
         self.output.resize(out_len, 0);
     }
 
-    /// Outputs from the packing buffer back into the host's buffers.
-    fn unpack(&self, samples: usize, ports: &mut [PortBuffer<'_>]) {
-        let mut at = 0;
-        for (port, buf) in self.plugin.ports.iter().zip(ports.iter_mut()) {
-            let PortBuffer::Output(s) = buf else { continue };
-            let n = if port.is_audio() { samples } else { 1 };
+    /// The regions holding outputs from the packing buffer back into the host's memory.
+    fn unpack(&self, regions: &mut [PortBuffer<'_>], lengths: &[usize]) {
+        for ((region, &len), &at) in regions.iter_mut().zip(lengths).zip(&self.output_at) {
+            let PortBuffer::Output(s) = region else { continue };
             // The destination as bytes: always aligned, whatever the packing buffer's alignment.
-            bytemuck::cast_slice_mut::<f32, u8>(&mut s[..n]).copy_from_slice(&self.output[at..at + n * 4]);
-            at += n * 4;
+            bytemuck::cast_slice_mut::<f32, u8>(&mut s[..len]).copy_from_slice(&self.output[at..at + len * 4]);
         }
     }
 
     /// The first non-finite audio output sample, described.
-    fn non_finite_output(&self, samples: usize) -> Option<String> {
-        let mut at = 0;
-        for port in self.plugin.ports.iter().filter(|p| p.is_output()) {
-            let n = if port.is_audio() { samples } else { 1 };
-            if port.is_audio() {
-                let bytes = &self.output[at..at + n * 4];
-                if let Some(i) =
-                    bytes.chunks_exact(4).position(|c| !f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).is_finite())
-                {
-                    return Some(format!(
-                        "{} wrote a NaN or infinity to {} at sample {i}",
-                        self.plugin.label, port.name
-                    ));
-                }
+    fn non_finite_output(&self, samples: usize, placements: &[Placement]) -> Option<String> {
+        for (port, place) in self.plugin.ports.iter().zip(placements) {
+            if !(port.is_output() && port.is_audio()) {
+                continue;
             }
-            at += n * 4;
+            let at = self.output_at[place.region] + place.offset * 4;
+            let bytes = &self.output[at..at + samples * 4];
+            if let Some(i) =
+                bytes.chunks_exact(4).position(|c| !f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+            {
+                return Some(format!("{} wrote a NaN or infinity to {} at sample {i}", self.plugin.label, port.name));
+            }
         }
         None
     }
 
     /// The class's fallback for a block the plugin cannot process: the i-th audio input goes to the i-th audio
     /// output (added with the gain for run_adding), other audio outputs get silence (left as they are for
-    /// run_adding); control outputs keep their values.
-    fn bypass(&self, samples: usize, ports: &mut [PortBuffer<'_>], adding: bool) {
-        let inputs: Vec<usize> = self
-            .plugin
-            .ports
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.is_input() && p.is_audio())
-            .map(|(i, _)| i)
-            .collect();
-        let outputs: Vec<usize> = self
-            .plugin
-            .ports
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.is_output() && p.is_audio())
-            .map(|(i, _)| i)
-            .collect();
+    /// run_adding); control outputs keep their values. Inputs are read before each output is written, so an
+    /// output sharing its input's memory keeps it.
+    fn bypass(&self, samples: usize, regions: &mut [PortBuffer<'_>], placements: &[Placement], adding: bool) {
+        let ports = &self.plugin.ports;
+        let audio = |input: bool| -> Vec<usize> {
+            (0..ports.len()).filter(|&i| ports[i].is_audio() && ports[i].is_input() == input).collect()
+        };
+        let (inputs, outputs) = (audio(true), audio(false));
         for (k, &o) in outputs.iter().enumerate() {
-            let source: Option<Vec<f32>> = inputs.get(k).and_then(|&i| match &ports[i] {
-                PortBuffer::Input(s) => Some(s[..samples].to_vec()),
-                PortBuffer::Output(_) => None,
+            let source: Option<Vec<f32>> = inputs.get(k).map(|&i| {
+                let at = placements[i];
+                let s: &[f32] = match &regions[at.region] {
+                    PortBuffer::Input(s) => s,
+                    PortBuffer::Output(s) => s,
+                };
+                s[at.offset..at.offset + samples].to_vec()
             });
-            let PortBuffer::Output(out) = &mut ports[o] else { continue };
+            let at = placements[o];
+            let PortBuffer::Output(out) = &mut regions[at.region] else { continue };
+            let out = &mut out[at.offset..at.offset + samples];
             match (source, adding) {
-                (Some(src), false) => out[..samples].copy_from_slice(&src),
-                (Some(src), true) => out[..samples].iter_mut().zip(src).for_each(|(d, s)| *d += s * self.gain),
-                (None, false) => out[..samples].fill(0.0),
+                (Some(src), false) => out.copy_from_slice(&src),
+                (Some(src), true) => out.iter_mut().zip(src).for_each(|(d, s)| *d += s * self.gain),
+                (None, false) => out.fill(0.0),
                 (None, true) => {}
             }
         }

@@ -1,10 +1,10 @@
-//! The LADSPA class on real plugin libraries (ladspa-sdk's amp.so, swh's comb_1190.so, installed by scripts/deps)
-//! under every isolation kind this build has.
+//! The LADSPA class on real plugin libraries (ladspa-sdk's amp.so, swh's comb_1190.so, delay_1898.so and plate_1423.so,
+//! installed by scripts/deps) under every isolation kind this build has.
 
 use std::path::Path;
 
 use ward::{Isolation, Policy, Supervisor};
-use ward_classes::ladspa::{Library, PortBuffer};
+use ward_classes::ladspa::{Library, Placement, PortBuffer};
 use ward_classes::{ClassError, Processed};
 
 const AMP: &str = "/usr/lib/ladspa/amp.so";
@@ -128,4 +128,90 @@ fn a_real_plugin_with_memory_resumes_exactly_after_a_crash_when_its_history_is_k
     let without = comb_blocks(0, Some(4));
     assert_eq!(without[..4], uninterrupted[..4], "the blocks before the crash");
     assert_ne!(without[4..], uninterrupted[4..], "configuration only: the feedback's memory is lost");
+}
+
+fn debian(path: &str) -> &Path {
+    let path = Path::new(path);
+    assert!(path.exists(), "{} is missing: run scripts/deps (it installs swh-plugins)", path.display());
+    path
+}
+
+/// An output sample the plugin does not write keeps what the host's buffer held, as natively (issue 33). swh's
+/// delay_n with a 1 s maximum at 48 kHz has a ring of 65536 samples; its block loop restarts at index 0 when the
+/// ring wraps inside a block, so of the seventh block of 10000 samples it writes only the first 5536 samples.
+#[test]
+fn output_samples_a_plugin_leaves_unwritten_keep_the_hosts_values() {
+    let sup = Supervisor::new(Policy::default());
+    const BLOCK: usize = 10_000;
+    let input: Vec<f32> = (0..BLOCK).map(|i| ((i as f32) * 0.01).sin()).collect();
+    let (max_delay, delay) = ([1.0f32], [0.3f32]);
+    for iso in [Isolation::None, Isolation::Process] {
+        let lib = Library::open(&sup, debian("/usr/lib/ladspa/delay_1898.so"), Some(iso)).unwrap();
+        let index = lib.plugin("delay_n").unwrap().index;
+        let mut inst = lib.instantiate(index, 48000).unwrap();
+        inst.activate().unwrap();
+        let mut out = vec![7.0f32; BLOCK];
+        for block in 1..=7 {
+            out.fill(7.0);
+            let mut ports = [
+                PortBuffer::Input(&input),
+                PortBuffer::Output(&mut out),
+                PortBuffer::Input(&max_delay),
+                PortBuffer::Input(&delay),
+            ];
+            assert_eq!(inst.run(BLOCK, &mut ports).unwrap(), Processed::Ran, "{iso:?}: block {block}");
+        }
+        assert!(out[..5536].iter().all(|&x| x != 7.0), "{iso:?}: the plugin writes the start of the block");
+        assert!(out[5536..].iter().all(|&x| x == 7.0), "{iso:?}: the unwritten samples are not the host's");
+    }
+}
+
+/// Ports the host runs in place share one buffer in the domain (issue 33): plate reads its input sample again after
+/// writing the left output sample (for the right one), so run in place with its left output, as applyplugin runs it,
+/// it gives another right output than with separate buffers, as natively.
+#[test]
+fn a_plugin_run_in_place_through_run_placed_shares_one_buffer_between_input_and_output() {
+    let sup = Supervisor::new(Policy::default());
+    const BLOCK: usize = 2048;
+    let input: Vec<f32> = (0..BLOCK).map(|i| ((i as f32) * 0.01).sin()).collect();
+    let controls = [[4.0f32], [0.25], [0.5]];
+    for iso in [Isolation::None, Isolation::Process] {
+        let lib = Library::open(&sup, debian("/usr/lib/ladspa/plate_1423.so"), Some(iso)).unwrap();
+        let index = lib.plugin("plate").unwrap().index;
+        let right_output = |in_place: bool| {
+            let mut inst = lib.instantiate(index, 48000).unwrap();
+            inst.activate().unwrap();
+            let (mut shared, mut left, mut right) = (input.clone(), vec![0f32; BLOCK], vec![0f32; BLOCK]);
+            for _ in 0..4 {
+                shared.copy_from_slice(&input);
+                let [a, b, c] = &controls;
+                let outcome = if in_place {
+                    let mut regions = [
+                        PortBuffer::Input(a),
+                        PortBuffer::Input(b),
+                        PortBuffer::Input(c),
+                        PortBuffer::Output(&mut shared),
+                        PortBuffer::Output(&mut right),
+                    ];
+                    let at = |region| Placement { region, offset: 0 };
+                    inst.run_placed(BLOCK, &mut regions, &[at(0), at(1), at(2), at(3), at(3), at(4)], false)
+                } else {
+                    let mut ports = [
+                        PortBuffer::Input(a),
+                        PortBuffer::Input(b),
+                        PortBuffer::Input(c),
+                        PortBuffer::Input(&shared),
+                        PortBuffer::Output(&mut left),
+                        PortBuffer::Output(&mut right),
+                    ];
+                    inst.run(BLOCK, &mut ports)
+                };
+                assert_eq!(outcome.unwrap(), Processed::Ran, "{iso:?}");
+            }
+            assert!(left.iter().chain(&right).all(|x| x.is_finite()), "{iso:?}: plate ran");
+            right
+        };
+        let (in_place, apart) = (right_output(true), right_output(false));
+        assert!(in_place != apart, "{iso:?}: run in place, plate mixes what it wrote into its right output");
+    }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use ward::{Isolation, Supervisor};
 use ward_classes::abi::{LadspaDescriptor, LadspaPortRangeHint};
-use ward_classes::ladspa::{Instance, Library, PortBuffer};
-use ward_classes::{ClassError, Processed};
+use ward_classes::ladspa::{Instance, Library, Placement, PortBuffer};
+use ward_classes::ClassError;
 
 use crate::c_string;
 use crate::interpose::inside_ward;
@@ -224,68 +224,77 @@ unsafe extern "C" fn run_adding(handle: *mut c_void, samples: c_ulong) {
     unsafe { block(handle, samples as usize, true) }
 }
 
-/// The host's port buffers as the class takes them, when that is sound without a copy: every port connected, and
-/// no output overlapping any other port (LADSPA lets a host run a plugin in place, an input and an output on one
-/// buffer, which two Rust slices cannot express). Inputs may share memory with each other.
+/// The host's port buffers as the class takes them: the memory the connected ports lie in, as disjoint regions
+/// (ports whose buffers overlap, an input and an output run in place above all, lie in one region, at their offsets),
+/// then one region of `scratch` per unconnected port (zeros). The plugin in its domain then shares memory between
+/// ports exactly as the host's buffers do. `None` when a port lies at an offset that is no whole float from its
+/// region's start, which no host does.
 ///
 /// # Safety
 /// Every connected port points to at least `lengths[i]` floats the host does not touch until the block returns
 /// (LADSPA's contract for `run`).
-unsafe fn host_buffers<'a>(
+unsafe fn host_regions<'a>(
     ports: &[ward_classes::ladspa::Port],
     connected: &[*mut f32],
     lengths: &[usize],
-) -> Option<Vec<PortBuffer<'a>>> {
-    if connected.len() != ports.len() || connected.iter().any(|p| p.is_null()) {
+    scratch: &'a mut [Vec<f32>],
+) -> Option<(Vec<PortBuffer<'a>>, Vec<Placement>)> {
+    let float = std::mem::size_of::<f32>();
+    if connected.len() != ports.len() || scratch.len() != ports.len() {
         return None;
     }
-    let range = |i: usize| {
+    let mut order: Vec<usize> = (0..ports.len()).filter(|&i| !connected[i].is_null()).collect();
+    order.sort_by_key(|&i| connected[i] as usize);
+    // Each region: its first and one-past-last byte, and whether an output lies in it.
+    let mut spans: Vec<(usize, usize, bool)> = Vec::new();
+    let mut placements = vec![Placement { region: 0, offset: 0 }; ports.len()];
+    for &i in &order {
         let start = connected[i] as usize;
-        start..start.saturating_add(lengths[i].saturating_mul(std::mem::size_of::<f32>()))
-    };
-    for (i, port) in ports.iter().enumerate() {
-        if !port.is_output() {
-            continue;
-        }
-        let mine = range(i);
-        let overlaps = (0..ports.len()).any(|j| {
-            j != i && {
-                let other = range(j);
-                mine.start < other.end && other.start < mine.end
-            }
-        });
-        if overlaps {
+        if !start.is_multiple_of(std::mem::align_of::<f32>()) {
             return None;
         }
+        let end = start.checked_add(lengths[i].checked_mul(float)?)?;
+        let output = ports[i].is_output();
+        match spans.last_mut() {
+            Some(last) if start < last.1 => {
+                last.1 = last.1.max(end);
+                last.2 |= output;
+            }
+            _ => spans.push((start, end, output)),
+        }
+        let region = spans.len() - 1;
+        let from = start - spans[region].0;
+        if !from.is_multiple_of(float) {
+            return None;
+        }
+        placements[i] = Placement { region, offset: from / float };
     }
-    Some(
-        ports
-            .iter()
-            .zip(connected)
-            .zip(lengths)
-            .map(|((port, &ptr), &n)| {
-                if port.is_input() {
-                    // SAFETY: `ptr` points to at least `n` floats (contract); an input may alias other inputs, which
-                    // shared slices allow, and no output overlaps it (checked above).
-                    PortBuffer::Input(unsafe { std::slice::from_raw_parts(ptr, n) })
-                } else {
-                    // SAFETY: as above, and this output overlaps no other port (checked above), so this is the only
-                    // reference to its floats.
-                    PortBuffer::Output(unsafe { std::slice::from_raw_parts_mut(ptr, n) })
-                }
-            })
-            .collect(),
-    )
-}
-
-/// One block through the class wrapper, inside ward.
-fn run_block(
-    instance: &mut Instance,
-    samples: usize,
-    adding: bool,
-    buffers: &mut [PortBuffer<'_>],
-) -> Result<Processed, ClassError> {
-    inside_ward(|| if adding { instance.run_adding(samples, buffers) } else { instance.run(samples, buffers) })
+    let mut regions: Vec<PortBuffer<'a>> = spans
+        .iter()
+        .map(|&(start, end, output)| {
+            let (ptr, len) = (start as *mut f32, (end - start) / float);
+            if output {
+                // SAFETY: the region is the union of port buffers of at least their lengths (contract), which
+                // overlap one another (else they would be regions of their own), so it is one piece of the host's
+                // memory; regions are disjoint, so this is the only reference to its floats; the start is aligned
+                // (checked above).
+                PortBuffer::Output(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+            } else {
+                // SAFETY: as above; only read.
+                PortBuffer::Input(unsafe { std::slice::from_raw_parts(ptr, len) })
+            }
+        })
+        .collect();
+    for (i, buf) in scratch.iter_mut().enumerate() {
+        if !connected[i].is_null() {
+            continue;
+        }
+        buf.clear();
+        buf.resize(lengths[i], 0.0);
+        placements[i] = Placement { region: regions.len(), offset: 0 };
+        regions.push(if ports[i].is_input() { PortBuffer::Input(buf) } else { PortBuffer::Output(buf) });
+    }
+    Some((regions, placements))
 }
 
 /// # Safety
@@ -297,23 +306,23 @@ unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
     let descriptor = Arc::clone(instance.descriptor());
     let ports = &descriptor.ports;
     let lengths: Vec<usize> = ports.iter().map(|p| if p.is_audio() { samples } else { 1 }).collect();
-    // SAFETY: per this function's contract, which is what `host_buffers` needs.
-    let direct = unsafe { host_buffers(ports, connected, &lengths) };
-    let copied = direct.is_none();
-    let outcome = match direct {
-        // The host's own buffers, no copy: every port is connected and no output overlaps another port.
-        Some(mut buffers) => run_block(instance, samples, adding, &mut buffers),
+    // SAFETY: per this function's contract, which is what `host_regions` needs.
+    let outcome = match unsafe { host_regions(ports, connected, &lengths, scratch) } {
+        Some((mut regions, placements)) => {
+            inside_ward(|| instance.run_placed(samples, &mut regions, &placements, adding))
+        }
         None => {
-            // Copy in: inputs, and for run_adding the outputs' current contents.
-            for (i, port) in ports.iter().enumerate() {
-                let buf = &mut scratch[i];
+            // Ports at odd offsets from one another: each port copied apart, outputs with what they hold.
+            for (i, buf) in scratch.iter_mut().enumerate() {
                 buf.clear();
                 buf.resize(lengths[i], 0.0);
                 let src = connected[i];
-                if !src.is_null() && (port.is_input() || adding) {
+                if !src.is_null() {
                     // SAFETY: a connected port points to at least lengths[i] floats (contract); buf is ours, so no
-                    // overlap.
-                    unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), lengths[i]) };
+                    // overlap. Copied as bytes: the host's pointer may be misaligned.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(src as *const u8, buf.as_mut_ptr() as *mut u8, lengths[i] * 4)
+                    };
                 }
             }
             let mut buffers: Vec<PortBuffer<'_>> = ports
@@ -321,24 +330,30 @@ unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
                 .zip(scratch.iter_mut())
                 .map(|(p, b)| if p.is_input() { PortBuffer::Input(b) } else { PortBuffer::Output(b) })
                 .collect();
-            run_block(instance, samples, adding, &mut buffers)
+            let outcome = inside_ward(|| {
+                if adding {
+                    instance.run_adding(samples, &mut buffers)
+                } else {
+                    instance.run(samples, &mut buffers)
+                }
+            });
+            for (i, port) in ports.iter().enumerate() {
+                let dst = connected[i];
+                if port.is_output() && !dst.is_null() {
+                    // SAFETY: as for the copy in.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(scratch[i].as_ptr() as *const u8, dst as *mut u8, lengths[i] * 4)
+                    };
+                }
+            }
+            outcome
         }
     };
     if let Err(e) = outcome {
-        // The host's own mistake (a port left unconnected, say): say it once; outputs get what the wrapper left.
+        // The host's own mistake (a port claiming too much, say): say it once; outputs get what the wrapper left.
         if !*warned {
             eprintln!("ward: {e}");
             *warned = true;
-        }
-    }
-    if copied {
-        for (i, port) in ports.iter().enumerate() {
-            let dst = connected[i];
-            if port.is_output() && !dst.is_null() {
-                // SAFETY: a connected port points to at least lengths[i] floats (contract); scratch is ours, so no
-                // overlap.
-                unsafe { std::ptr::copy_nonoverlapping(scratch[i].as_ptr(), dst, lengths[i]) };
-            }
         }
     }
     report();
@@ -358,50 +373,70 @@ mod tests {
         vec![port(PORT_INPUT | PORT_AUDIO), port(PORT_OUTPUT | PORT_AUDIO), port(PORT_INPUT | PORT_CONTROL)]
     }
 
-    /// Where each buffer the class would be given starts, or None when the block must be copied.
-    fn starts(ports: &[Port], connected: &[*mut f32], samples: usize) -> Option<Vec<*const f32>> {
+    /// What the class is given: per region, its start, floats and whether it holds an output; per port, where it
+    /// lies.
+    type Given = (Vec<(*const f32, usize, bool)>, Vec<Placement>);
+
+    fn given(ports: &[Port], connected: &[*mut f32], samples: usize) -> Given {
         let lengths: Vec<usize> = ports.iter().map(|p| if p.is_audio() { samples } else { 1 }).collect();
+        let mut scratch = vec![Vec::new(); ports.len()];
         // SAFETY: every pointer the tests pass points into a live vector long enough for its port.
-        let buffers = unsafe { host_buffers(ports, connected, &lengths) }?;
-        Some(
-            buffers
-                .iter()
-                .map(|b| match b {
-                    PortBuffer::Input(s) => s.as_ptr(),
-                    PortBuffer::Output(s) => s.as_ptr(),
-                })
-                .collect(),
-        )
+        let (regions, placements) =
+            unsafe { host_regions(ports, connected, &lengths, &mut scratch) }.expect("whole floats apart");
+        let regions = regions
+            .iter()
+            .map(|b| match b {
+                PortBuffer::Input(s) => (s.as_ptr(), s.len(), false),
+                PortBuffer::Output(s) => (s.as_ptr(), s.len(), true),
+            })
+            .collect();
+        (regions, placements)
+    }
+
+    fn at(region: usize, offset: usize) -> Placement {
+        Placement { region, offset }
     }
 
     #[test]
-    fn separate_buffers_are_used_where_they_are() {
+    fn separate_buffers_are_regions_of_their_own() {
         let (mut input, mut output, mut gain) = (vec![0f32; 64], vec![0f32; 64], vec![1f32]);
         let connected = [input.as_mut_ptr(), output.as_mut_ptr(), gain.as_mut_ptr()];
-        let got = starts(&mono_effect(), &connected, 64).expect("no copy needed");
-        assert_eq!(got, connected.iter().map(|&p| p as *const f32).collect::<Vec<_>>());
+        let (regions, placements) = given(&mono_effect(), &connected, 64);
+        assert_eq!(regions.len(), 3);
+        for (i, p) in placements.iter().enumerate() {
+            assert_eq!(regions[p.region].0, connected[i] as *const f32);
+            assert_eq!(regions[p.region].2, i == 1, "only the output's region comes back");
+            assert_eq!(p.offset, 0);
+        }
     }
 
     #[test]
-    fn a_plugin_run_in_place_is_copied() {
+    fn a_plugin_run_in_place_gets_one_buffer_for_its_input_and_output() {
         let (mut buffer, mut gain) = (vec![0f32; 64], vec![1f32]);
         let connected = [buffer.as_mut_ptr(), buffer.as_mut_ptr(), gain.as_mut_ptr()];
-        assert!(starts(&mono_effect(), &connected, 64).is_none());
+        let (regions, placements) = given(&mono_effect(), &connected, 64);
+        assert_eq!(placements[0], placements[1]);
+        assert_eq!(regions[placements[0].region], (buffer.as_ptr(), 64, true));
     }
 
     #[test]
-    fn an_output_overlapping_an_input_by_one_sample_is_copied_and_adjacent_ones_are_not() {
+    fn an_output_overlapping_an_input_by_one_sample_shares_its_region_and_adjacent_ones_do_not() {
         let mut memory = vec![0f32; 200];
         let base = memory.as_mut_ptr();
         let mut gain = vec![1f32];
         // SAFETY: both offsets and the 64 samples after them are inside `memory`.
         let (at_63, at_64) = unsafe { (base.add(63), base.add(64)) };
-        assert!(starts(&mono_effect(), &[base, at_63, gain.as_mut_ptr()], 64).is_none());
-        assert!(starts(&mono_effect(), &[base, at_64, gain.as_mut_ptr()], 64).is_some());
+        let (regions, placements) = given(&mono_effect(), &[base, at_63, gain.as_mut_ptr()], 64);
+        let region = placements[0].region;
+        assert_eq!((placements[0], placements[1]), (at(region, 0), at(region, 63)));
+        assert_eq!(regions[region], (base as *const f32, 127, true));
+        let (regions, placements) = given(&mono_effect(), &[base, at_64, gain.as_mut_ptr()], 64);
+        assert_ne!(placements[0].region, placements[1].region);
+        assert_eq!(regions.len(), 3);
     }
 
     #[test]
-    fn inputs_may_share_a_buffer_but_outputs_may_not() {
+    fn inputs_sharing_a_buffer_share_a_region_that_does_not_come_back() {
         let ports = vec![
             port(PORT_INPUT | PORT_AUDIO),
             port(PORT_INPUT | PORT_AUDIO),
@@ -409,14 +444,25 @@ mod tests {
             port(PORT_OUTPUT | PORT_AUDIO),
         ];
         let (mut a, mut b, mut c) = (vec![0f32; 32], vec![0f32; 32], vec![0f32; 32]);
-        assert!(starts(&ports, &[a.as_mut_ptr(), a.as_mut_ptr(), b.as_mut_ptr(), c.as_mut_ptr()], 32).is_some());
-        assert!(starts(&ports, &[a.as_mut_ptr(), b.as_mut_ptr(), c.as_mut_ptr(), c.as_mut_ptr()], 32).is_none());
+        let (regions, placements) =
+            given(&ports, &[a.as_mut_ptr(), a.as_mut_ptr(), b.as_mut_ptr(), c.as_mut_ptr()], 32);
+        assert_eq!(placements[0], placements[1]);
+        assert_eq!(regions[placements[0].region], (a.as_ptr(), 32, false));
+        assert_eq!(regions.len(), 3);
     }
 
     #[test]
-    fn an_unconnected_port_is_copied() {
-        let (mut input, mut gain) = (vec![0f32; 16], vec![1f32]);
+    fn an_unconnected_port_gets_zeros_of_its_own() {
+        let (mut input, mut gain) = (vec![1f32; 16], vec![1f32]);
         let connected = [input.as_mut_ptr(), std::ptr::null_mut(), gain.as_mut_ptr()];
-        assert!(starts(&mono_effect(), &connected, 16).is_none());
+        let lengths = [16, 16, 1];
+        let mut scratch = vec![vec![7f32; 3]; 3];
+        // SAFETY: the connected pointers point into live vectors long enough for their ports.
+        let (regions, placements) =
+            unsafe { host_regions(&mono_effect(), &connected, &lengths, &mut scratch) }.expect("aligned");
+        match &regions[placements[1].region] {
+            PortBuffer::Output(s) => assert_eq!(**s, [0f32; 16]),
+            PortBuffer::Input(_) => panic!("the output's region must come back"),
+        }
     }
 }
