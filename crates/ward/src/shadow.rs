@@ -101,7 +101,7 @@ pub(crate) fn replay_charge(took: Duration, held: usize) -> Duration {
 
 /// A call is kept as history only if the bounds hold at least this many calls like it: a shorter window rebuilds
 /// little of a stream's state and would cost the copy of every call all the same (a 1080p frame and its output
-/// frame are 16.6 MB, four of them in the default 64 MiB: copying them cost a third more time per frame than the
+/// frame are 16.6 MB, more than the default 16 MiB hold: copying them cost a third more time per frame than the
 /// call itself crossing, docs/RELIABILITY.md, "History").
 pub(crate) const MIN_WINDOW_CALLS: usize = 16;
 
