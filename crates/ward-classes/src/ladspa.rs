@@ -505,16 +505,23 @@ impl Instance {
     /// Run one block of `samples` samples; `ports` has one buffer per port, in port order. An output's buffer comes
     /// to the plugin with what it holds, so samples a plugin leaves unwritten keep it, as they would natively.
     pub fn run(&mut self, samples: usize, ports: &mut [PortBuffer<'_>]) -> Result<Processed, ClassError> {
-        let placements = std::mem::take(&mut self.own_regions);
-        let result = self.block(samples, ports, &placements, false);
-        self.own_regions = placements;
-        result
+        self.run_in_own_regions(samples, ports, false)
     }
 
     /// Run one block, mixing into the outputs with the run-adding gain.
     pub fn run_adding(&mut self, samples: usize, ports: &mut [PortBuffer<'_>]) -> Result<Processed, ClassError> {
+        self.run_in_own_regions(samples, ports, true)
+    }
+
+    /// A block whose every port is a region of its own (the placements kept for that, taken and put back).
+    fn run_in_own_regions(
+        &mut self,
+        samples: usize,
+        ports: &mut [PortBuffer<'_>],
+        adding: bool,
+    ) -> Result<Processed, ClassError> {
         let placements = std::mem::take(&mut self.own_regions);
-        let result = self.block(samples, ports, &placements, true);
+        let result = self.run_placed(samples, ports, &placements, adding);
         self.own_regions = placements;
         result
     }
@@ -524,16 +531,6 @@ impl Instance {
     /// plugin sees the same sharing, so a plugin that reads an input after writing the output on the same buffer
     /// computes what it does natively.
     pub fn run_placed(
-        &mut self,
-        samples: usize,
-        regions: &mut [PortBuffer<'_>],
-        placements: &[Placement],
-        adding: bool,
-    ) -> Result<Processed, ClassError> {
-        self.block(samples, regions, placements, adding)
-    }
-
-    fn block(
         &mut self,
         samples: usize,
         regions: &mut [PortBuffer<'_>],
