@@ -64,11 +64,6 @@ impl Callback {
     pub fn slot(&self) -> usize {
         self.inner.slot
     }
-
-    /// The C function pointer to hand to an extension running in this process.
-    pub(crate) fn stub(&self) -> usize {
-        ward_abi::callback_stub(self.inner.slot).map_or(0, |p| p as usize)
-    }
 }
 
 /// Run the callback in `slot` with captured registers. None if nothing is registered there.

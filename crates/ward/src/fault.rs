@@ -22,6 +22,9 @@ pub enum FaultKind {
     BadOutput { what: String },
     /// The domain ended and nothing says how.
     Vanished,
+    /// Recovering from a fault did not bring the domain back: the new incarnation could not be started, or did not
+    /// take the replay of its shadow log. Recovery goes round again, within the restart limits.
+    RestartFailed { reason: String },
     /// A call from another thread found the domain held by a call that was out in a host callback, and that
     /// callback did not return within the call's deadline: a callback that waits for such a call would never
     /// return. The call was not made; the domain itself is fine and keeps serving the call it is in.
@@ -127,7 +130,7 @@ pub struct Fault {
 
 impl Fault {
     /// A short machine-friendly name of the kind: `signal`, `exit`, `timeout`, `heartbeat`, `protocol`,
-    /// `bad-output`, `vanished`, `busy`, `memory`, `idle-cpu`.
+    /// `bad-output`, `vanished`, `restart-failed`, `busy`, `memory`, `idle-cpu`.
     pub fn kind_name(&self) -> &'static str {
         match self.kind {
             FaultKind::Signal { .. } => "signal",
@@ -137,6 +140,7 @@ impl Fault {
             FaultKind::Protocol { .. } => "protocol",
             FaultKind::BadOutput { .. } => "bad-output",
             FaultKind::Vanished => "vanished",
+            FaultKind::RestartFailed { .. } => "restart-failed",
             FaultKind::BusyInCallback { .. } => "busy",
             FaultKind::MemoryLimit { .. } => "memory",
             FaultKind::IdleCpu { .. } => "idle-cpu",
@@ -174,6 +178,7 @@ impl FaultKind {
             FaultKind::Protocol { what } => format!("protocol violation: {what}"),
             FaultKind::BadOutput { what } => format!("output check failed: {what}"),
             FaultKind::Vanished => "domain vanished".into(),
+            FaultKind::RestartFailed { reason } => format!("recovery failed: {reason}"),
             FaultKind::BusyInCallback { deadline } => format!(
                 "no turn within {}: the domain was busy in a host callback of another thread's call all that time \
                  (a callback that waits for a call into the same domain from another thread would never return)",

@@ -8,10 +8,11 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use crate::backend::direct::DirectBackend;
 use crate::backend::mpk::{MpkBackend, MpkConfig};
+use crate::backend::none::NoneBackend;
 use crate::backend::process::{find_program, short_gap, PaceMode, Pacing, ProcessBackend, ProcessConfig};
 use crate::backend::ExtensionSpec;
+use crate::backend::StartError;
 use crate::call::{Arg, RetType, Signature, Value};
 use crate::callback::Callback;
 use crate::check::check_header;
@@ -200,9 +201,7 @@ impl Supervisor {
             })
         };
         let (backend, isolation): (Box<dyn crate::backend::Backend>, Isolation) = match isolation {
-            Isolation::None => {
-                (Box::new(DirectBackend::load(vec![spec.clone()]).map_err(load_error)?), Isolation::None)
-            }
+            Isolation::None => (Box::new(NoneBackend::load(vec![spec.clone()]).map_err(load_error)?), Isolation::None),
             Isolation::Mpk => match mpk(&spec) {
                 Ok(backend) => (Box::new(backend), Isolation::Mpk),
                 // An initialiser of the extension (or of the plugin its adapter opens) crashed or hung while the
@@ -264,7 +263,7 @@ impl Supervisor {
         tracker: &mut Tracker,
     ) -> Result<ProcessBackend, Error> {
         let backend = start_process(vec![spec.clone()], policy, preload, self.monitor()?, tracker)
-            .map_err(|reason| Error::Load { path: spec.path.clone(), reason })?;
+            .map_err(|e| Error::Load { path: spec.path.clone(), reason: e.to_string() })?;
         let missing = crate::sandbox::missing();
         if !missing.is_empty() && !self.inner.sandbox_said.swap(true, Ordering::Relaxed) {
             let missing = missing.iter().map(|m| format!("{}: {}", m.protection, m.why)).collect();
@@ -278,13 +277,13 @@ impl Supervisor {
         let inner = Arc::downgrade(&self.inner);
         let policy = policy.clone();
         Box::new(move |specs, tracker| {
-            let inner = inner.upgrade().ok_or("the supervisor is gone")?;
-            let monitor = monitor_of(&inner).map_err(|e| e.to_string())?;
+            let inner = inner.upgrade().ok_or_else(|| StartError::new("the supervisor is gone"))?;
+            let monitor = monitor_of(&inner).map_err(StartError::new)?;
             // A library fault the mpk runtime injected is preloaded into the process (its count starts again).
             let preload = match (&policy.library_fault, specs.first()) {
                 (Some(fault), Some(spec)) => Some(
                     crate::libfault::preload_for(fault, spec.opens.as_deref().unwrap_or(&spec.path))
-                        .map_err(|e| e.to_string())?,
+                        .map_err(StartError::new)?,
                 ),
                 _ => None,
             };
@@ -345,8 +344,8 @@ fn start_process(
     preload: Option<crate::libfault::Preload>,
     monitor: Arc<Monitor>,
     tracker: &mut Tracker,
-) -> Result<ProcessBackend, String> {
-    let program = find_program()?;
+) -> Result<ProcessBackend, StartError> {
+    let program = find_program().map_err(StartError::new)?;
     let cfg = ProcessConfig {
         program,
         extensions: specs,
@@ -369,7 +368,7 @@ fn start_process(
         preload,
         read_past: ward_xpc::layout::read_past_bytes(policy.read_past_input_kb),
     };
-    ProcessBackend::start(cfg, monitor, tracker)
+    ProcessBackend::start(cfg, monitor, tracker).map_err(StartError::new)
 }
 
 /// The isolation kind to start a domain with. `auto` stays `auto` where protection keys exist (the domain then
@@ -473,9 +472,10 @@ impl Extension {
         Ok(Function { domain: self.domain.clone(), sym, name: symbol.to_string(), call })
     }
 
-    /// Call `symbol` with `args`, reading the result as `ret`.
+    /// Call `symbol` with `args`, reading the result as `ret`. The function is resolved at its first call and
+    /// found by name at the next ones; a [`Function`] kept from [`Extension::function`] skips even that.
     pub fn call(&self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
-        self.function(symbol)?.call(args, ret)
+        self.domain.call_symbol(self.ext, symbol, args, ret)
     }
 
     /// Queue a call to `symbol` with no reply awaited (scalars and small inputs only).

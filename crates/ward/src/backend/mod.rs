@@ -1,12 +1,14 @@
 //! Backends: how a domain is isolated and how a call reaches it. The core (policy, recovery, tracker, shadow log)
 //! drives a backend through [`Backend`]; a backend knows nothing of extension classes.
 
-#[allow(unsafe_code)]
-pub(crate) mod direct;
 pub(crate) mod mpk;
+#[allow(unsafe_code)]
+pub(crate) mod none;
 pub(crate) mod process;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 use ward_xpc::Deadline;
 
 use ward_abi::{RegArgs, RegRet};
@@ -51,14 +53,16 @@ pub(crate) enum BackendError {
 }
 
 /// A value on its way into a domain, already translated by the core (handles to objects, callbacks to slots).
+/// Outputs carry the host's buffer: a backend that runs the function on the host's thread may lend it as it is,
+/// one that copies writes the results back into it.
 #[derive(Debug)]
 pub(crate) enum WireValue<'a> {
     Int(u64),
     F64(f64),
     F32(f32),
     In(&'a [u8]),
-    Out(usize),
-    InOut(&'a [u8]),
+    Out(&'a mut [u8]),
+    InOut(&'a mut [u8]),
     /// Input the extension may write: lent writable, never copied back.
     Scratch(&'a [u8]),
     /// NUL-terminated bytes.
@@ -66,12 +70,56 @@ pub(crate) enum WireValue<'a> {
     Callback(usize),
 }
 
+/// The host's output buffers among `args`, in argument order (one per `Out`/`InOut`).
+pub(crate) fn outputs<'w, 'a: 'w>(args: &'w mut [WireValue<'a>]) -> impl Iterator<Item = &'w mut [u8]> + use<'w, 'a> {
+    args.iter_mut().filter_map(|a| match a {
+        WireValue::Out(b) | WireValue::InOut(b) => Some(&mut **b),
+        _ => None,
+    })
+}
+
+/// A resolved function: how the core calls it. Resolved once per incarnation and kept by the core.
+#[derive(Clone)]
+pub(crate) enum Callable {
+    /// It runs on the calling host thread (`none`, `mpk`): the core calls it with its own state released.
+    OnThread(Arc<dyn ThreadFunction>),
+    /// It runs in the domain's process: the core drives the call through the backend's [`Ring`], by this id.
+    Ring(u32),
+}
+
+impl std::fmt::Debug for Callable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Callable::OnThread(_) => f.write_str("Callable::OnThread"),
+            Callable::Ring(id) => write!(f, "Callable::Ring({id})"),
+        }
+    }
+}
+
+/// Runs `call` with the core's state released (so a callback may call the domain again, and other threads may
+/// call it meanwhile where the isolation allows); false when the domain was recovered meanwhile, so the call's
+/// results mean nothing and must not be copied back.
+pub(crate) type Unlocked<'r> = &'r mut dyn FnMut(&mut dyn FnMut()) -> bool;
+
+/// A function of a domain that runs on the calling host thread.
+pub(crate) trait ThreadFunction: Send + Sync {
+    /// One call: place `args` where the function can use them, run it inside `unlocked`, and, when the call
+    /// returned and still counts, write its outputs into the host's buffers (`WireValue::Out`/`InOut`).
+    /// `deadline` bounds the function's own time where the backend can stop it.
+    fn call(
+        &self,
+        args: &mut [WireValue<'_>],
+        deadline: Duration,
+        unlocked: Unlocked<'_>,
+    ) -> Result<RegRet, BackendError>;
+}
+
 /// What happened next in a call.
 #[derive(Debug)]
 pub(crate) enum Step {
     /// The call returned.
     Done(RegRet),
-    /// The extension called back into the host; answer with [`Backend::answer_callback`].
+    /// The extension called back into the host; answer with [`Ring::answer_callback`].
     Callback { token: u64, slot: usize, regs: RegArgs },
 }
 
@@ -110,21 +158,9 @@ pub(crate) struct Refused {
     pub restart: bool,
 }
 
-pub(crate) trait Backend: Send {
-    /// Resolve a symbol of extension `ext` (its index in load order) for the current incarnation.
-    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError>;
-
-    /// For a backend that runs extensions in this process with no boundary: the function itself, which the core
-    /// calls directly (without holding its own state borrowed, so callbacks can re-enter). None for isolating
-    /// backends.
-    fn direct_function(&self, func: u32) -> Option<direct::DirectFn>;
-
-    /// For a backend that runs extensions on the host's thread behind a gate (mpk): the function, which the core
-    /// calls without holding its own state borrowed. None for the others.
-    fn gated(&self, _func: u32) -> Option<mpk::GatedCall> {
-        None
-    }
-
+/// The calls of a domain in another process, through its rings: a call is started, its steps (callbacks, the
+/// return) awaited and answered one by one by the core, which serves callbacks with its state released.
+pub(crate) trait Ring {
     /// Start a call: marshal the arguments into the domain and send it.
     fn begin(
         &mut self,
@@ -155,13 +191,36 @@ pub(crate) trait Backend: Send {
 
     /// Check the domain answers within the deadline.
     fn ping(&mut self, deadline: &mut Deadline) -> Result<(), BackendError>;
+}
+
+/// Why a backend could not start an incarnation (load, spawn or initialise what it runs).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct StartError(Box<dyn std::error::Error + Send + Sync>);
+
+impl StartError {
+    pub(crate) fn new(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StartError {
+        StartError(e.into())
+    }
+}
+
+/// A backend's lifecycle: what every backend does for real. How its functions are called is in what
+/// [`Backend::resolve`] gives.
+pub(crate) trait Backend: Send {
+    /// Resolve a symbol of extension `ext` (its index in load order) for the current incarnation.
+    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<Callable, BackendError>;
+
+    /// The rings its calls go through, for a backend whose domain is another process ([`Callable::Ring`]).
+    fn ring(&mut self) -> Option<&mut dyn Ring> {
+        None
+    }
 
     /// Stop the domain (it failed, or is being torn down) and wait until it is gone.
     fn stop(&mut self);
 
     /// Start a fresh incarnation with the extensions loaded and initialised. Descriptors and other per-incarnation
     /// resources are recorded in `tracker`.
-    fn restart(&mut self, tracker: &mut Tracker) -> Result<RestartVia, String>;
+    fn restart(&mut self, tracker: &mut Tracker) -> Result<RestartVia, StartError>;
 
     /// Load one more extension (a group gained a member). A backend that can load it into the running incarnation
     /// does, and says [`Added::InPlace`]; else it lists it for the next restart and says [`Added::NeedsRestart`]
@@ -177,9 +236,7 @@ pub(crate) trait Backend: Send {
     fn replace_opened(&mut self, _index: usize, _path: PathBuf) {}
 
     /// The extensions it loads, in order (for a move to another backend).
-    fn extensions(&self) -> Vec<ExtensionSpec> {
-        Vec::new()
-    }
+    fn extensions(&self) -> Vec<ExtensionSpec>;
 
     /// The process id of the running incarnation, for a backend that has one.
     fn pid(&self) -> Option<i32> {
@@ -195,11 +252,5 @@ pub(crate) trait Backend: Send {
     /// how: each was killed, and the next restart comes from a new one. The core reports them.
     fn take_zygote_failures(&mut self) -> Vec<FaultKind> {
         Vec::new()
-    }
-
-    /// The extensions run on the host's own thread (`none`, `mpk`): the core calls them itself, through
-    /// [`Backend::gated`] where there is a gate, else [`Backend::direct_function`], and runs deferred calls at once.
-    fn is_direct(&self) -> bool {
-        false
     }
 }

@@ -32,7 +32,9 @@ use ward_xpc::Deadline;
 mod learn;
 mod recovery;
 
-use crate::backend::{Added, Backend, BackendError, ExtensionSpec, Step, WireValue};
+use crate::backend::{
+    self, Added, Backend, BackendError, Callable, ExtensionSpec, StartError, Step, ThreadFunction, WireValue,
+};
 use crate::call::{Arg, RetType, Value};
 use crate::error::Error;
 use crate::events::{Disablement, Event, EventBus};
@@ -76,8 +78,8 @@ struct Symbol {
     /// The call as faults, events and messages name it: what whoever resolved the function called it (a class
     /// adapter's function is named for the plugin's call it makes, `run`, not `ward_ladspa_run`), else the symbol.
     call: Arc<str>,
-    /// The backend's id for this incarnation; None until resolved.
-    func: Option<u32>,
+    /// How to call it in this incarnation; None until resolved.
+    func: Option<Callable>,
     policy: FunctionPolicy,
     /// What its recent successful calls took, for its learned deadline.
     times: learn::CallTimes,
@@ -140,12 +142,15 @@ impl State {
 
 /// Makes the backend a domain moves to when it escalates: from the extensions it loads.
 pub(crate) type Escalation =
-    Box<dyn Fn(Vec<ExtensionSpec>, &mut Tracker) -> Result<Box<dyn Backend>, String> + Send + Sync>;
+    Box<dyn Fn(Vec<ExtensionSpec>, &mut Tracker) -> Result<Box<dyn Backend>, StartError> + Send + Sync>;
 
 pub(crate) struct Domain {
     pub name: String,
     /// The isolation it runs with now (an mpk domain may escalate to a process).
     isolation: Mutex<crate::policy::Isolation>,
+    /// It runs with isolation `none`, for good: its calls are not let go of the domain's lock while they run (as
+    /// an mpk domain's are), so they stay serialised as they always were.
+    unisolated: bool,
     /// How to escalate, for a domain that may.
     escalation: Option<Escalation>,
     policy: ExtensionPolicy,
@@ -238,6 +243,7 @@ impl Domain {
         Domain {
             name,
             isolation: Mutex::new(isolation),
+            unisolated: isolation == crate::policy::Isolation::None,
             escalation: None,
             policy,
             events,
@@ -362,7 +368,8 @@ impl Domain {
         };
         if restart {
             g.borrow_mut().backend.stop();
-            self.restart_and_replay(&mut g).map_err(|reason| Error::Spawn { domain: self.name.clone(), reason })?;
+            self.restart_and_replay(&mut g)
+                .map_err(|e| Error::Spawn { domain: self.name.clone(), reason: e.to_string() })?;
         }
         outcome.map(|(index, _)| index).map_err(|refused| Error::Load { path, reason: refused.reason })
     }
@@ -447,32 +454,50 @@ impl Domain {
     }
 
     /// Resolve a symbol for the current incarnation if needed.
-    fn resolved(&self, g: &Guard<'_>, sym: usize) -> Result<u32, Error> {
+    fn resolved(&self, g: &Guard<'_>, sym: usize) -> Result<Callable, Error> {
         let mut st = g.borrow_mut();
-        if let Some(f) = st.symbols.get(sym).and_then(|s| s.func) {
-            return Ok(f);
-        }
-        let (ext, name, call, func) = match st.symbols.get(sym) {
-            Some(s) => (s.ext, s.name.clone(), s.call.clone(), s.func),
-            None => return Err(Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() }),
+        let Some(s) = st.symbols.get(sym) else {
+            return Err(Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() });
         };
-        if let Some(f) = func {
-            return Ok(f);
+        if let Some(f) = &s.func {
+            return Ok(f.clone());
         }
+        let (ext, name) = (s.ext, s.name.clone());
         match st.backend.resolve(ext, &name) {
             Ok(f) => {
-                st.symbols[sym].func = Some(f);
+                st.symbols[sym].func = Some(f.clone());
                 Ok(f)
             }
-            Err(BackendError::UnknownSymbol) => {
-                let extension = st.extensions.get(ext).map(|e| e.0.clone()).unwrap_or_default();
-                Err(Error::UnknownSymbol { extension, symbol: name.to_string() })
+            Err(e) => {
+                let deadline = self.policy.deadline_for(&name);
+                Err(match self.outcome_of(&st, e, sym, deadline) {
+                    Outcome::Error(e) => e,
+                    Outcome::Failed(kind) => self.fault_error(&st, kind, Some(call_of(&st, sym))),
+                    // Closed under the resolve: the incarnation it asked is gone.
+                    Outcome::Stale | Outcome::Done(_) => {
+                        self.fault_error(&st, FaultKind::Vanished, Some(call_of(&st, sym)))
+                    }
+                })
             }
-            Err(BackendError::Usage(reason)) => Err(Error::BadArguments { call: call.to_string(), reason }),
-            Err(BackendError::TimedOut | BackendError::Closed) => {
-                Err(self.fault_error(&st, FaultKind::Vanished, Some(call.to_string())))
+        }
+    }
+
+    /// What a backend's error means for a call of function `sym` that had `deadline`: the one mapping every call
+    /// path uses.
+    fn outcome_of(&self, st: &State, e: BackendError, sym: usize, deadline: Duration) -> Outcome {
+        match e {
+            BackendError::Fault(k) => Outcome::Failed(k),
+            BackendError::TimedOut => Outcome::Failed(FaultKind::Timeout { deadline }),
+            // Another call's failure closed the domain under this one, and recovers it.
+            BackendError::Closed => Outcome::Stale,
+            BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call: call_of(st, sym), reason }),
+            BackendError::UnknownSymbol => {
+                let function = st.symbols.get(sym);
+                let extension =
+                    function.and_then(|f| st.extensions.get(f.ext)).map(|e| e.0.clone()).unwrap_or_default();
+                let symbol = function.map(|f| f.name.to_string()).unwrap_or_default();
+                Outcome::Error(Error::UnknownSymbol { extension, symbol })
             }
-            Err(BackendError::Fault(kind)) => Err(self.fault_error(&st, kind, Some(call.to_string()))),
         }
     }
 
@@ -498,7 +523,25 @@ impl Domain {
     /// Call a function (`name`: its symbol, `call`: what its calls are called, see [`Domain::symbol`]): the whole
     /// protocol of DESIGN.md §3 and §4.
     pub fn call(&self, sym: usize, name: &str, call: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
-        let mut g = self.lock_for(name, call)?;
+        let g = self.lock_for(name, call)?;
+        self.call_locked(g, sym, args, ret)
+    }
+
+    /// Call the function `symbol` of extension `ext` by its name, resolving it first if it never was: one turn of
+    /// the lock, and no allocation once it is resolved.
+    pub fn call_symbol(&self, ext: usize, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
+        let g = self.lock_for(symbol, symbol)?;
+        let known = g.borrow().symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
+        let sym = match known {
+            Some(sym) => sym,
+            // The lock is re-entrant: resolving takes it again on this thread.
+            None => self.symbol(ext, symbol, None)?,
+        };
+        self.call_locked(g, sym, args, ret)
+    }
+
+    /// [`Domain::call`] with the lock taken.
+    fn call_locked(&self, mut g: Guard<'_>, sym: usize, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
         let (fpolicy, mut timeout, mut source) = {
             let st = g.borrow();
             if let Some(e) = self.disabled_error(&st) {
@@ -706,7 +749,8 @@ impl Domain {
         value
     }
 
-    /// One try of a call on the current incarnation.
+    /// One try of a call on the current incarnation: the function resolved, then called the way its backend
+    /// runs it (the one place the core tells the ways apart).
     fn attempt(
         &self,
         g: &mut Guard<'_>,
@@ -716,33 +760,48 @@ impl Domain {
         timeout: Duration,
         replaying: bool,
     ) -> Outcome {
-        let func = match self.resolved(g, sym) {
-            Ok(f) => f,
-            Err(Error::Fault(f)) => return Outcome::Failed(f.kind),
-            Err(e) => return Outcome::Error(e),
-        };
-        if g.borrow().backend.is_direct() {
-            let gated = g.borrow().backend.gated(func);
-            return match gated {
-                Some(call) => self.attempt_gated(g, sym, call, args, ret, timeout, replaying),
-                None => self.attempt_direct(g, sym, func, args, ret),
-            };
+        match self.resolved(g, sym) {
+            Ok(Callable::OnThread(function)) => {
+                self.attempt_on_thread(g, sym, &*function, args, ret, timeout, replaying)
+            }
+            Ok(Callable::Ring(func)) => self.attempt_ring(g, sym, func, args, ret, timeout, replaying),
+            Err(Error::Fault(f)) => Outcome::Failed(f.kind),
+            Err(e) => Outcome::Error(e),
         }
+    }
+
+    /// A call through the rings of a domain in another process: started, then each step awaited; a callback is
+    /// served here with nothing borrowed (it may call this domain again) and answered.
+    #[allow(clippy::too_many_arguments)]
+    fn attempt_ring(
+        &self,
+        g: &mut Guard<'_>,
+        sym: usize,
+        func: u32,
+        args: &mut [Arg<'_>],
+        ret: RetType,
+        timeout: Duration,
+        replaying: bool,
+    ) -> Outcome {
         let (incarnation, rewrite) = {
             let st = g.borrow();
             (st.incarnation, st.rewrite_for(sym))
         };
-        let frame = {
+        let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
+        let mut wire = {
             let mut st = g.borrow_mut();
-            let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
-            let wire = match self.translate(&mut st, args, sym, replaying, rewrite) {
+            match self.translate(&mut st, args, sym, replaying, rewrite) {
                 Ok(w) => w,
                 Err(e) => return Outcome::Error(e),
-            };
+            }
+        };
+        let frame = {
+            let mut st = g.borrow_mut();
             let st = &mut *st;
-            match st.backend.begin(&mut st.tracker, func, &wire, ret) {
+            let Some(ring) = st.backend.ring() else { return Outcome::Stale };
+            match ring.begin(&mut st.tracker, func, &wire, ret) {
                 Ok(f) => f,
-                Err(e) => return backend_outcome(e, st.symbols.get(sym)),
+                Err(e) => return self.outcome_of(st, e, sym, timeout),
             }
         };
         // The deadline bounds the domain's own time in this call: time the host spends serving a callback (which
@@ -751,26 +810,27 @@ impl Domain {
         // Fixed at the first look (most replies come before it): a clock read is a tenth of a polling round trip.
         let mut deadline = Deadline::after(timeout);
         loop {
-            let step = g.borrow_mut().backend.wait(&frame, &mut deadline);
+            let step = {
+                let mut st = g.borrow_mut();
+                // The domain moved to another backend (escalation) while this call was out in a callback.
+                let Some(ring) = st.backend.ring() else { return Outcome::Stale };
+                ring.wait(&frame, &mut deadline)
+            };
             match step {
                 Ok(Step::Done(regs)) => {
                     let mut st = g.borrow_mut();
-                    let mut outputs: Vec<&mut [u8]> = args
-                        .iter_mut()
-                        .filter_map(|a| match a {
-                            Arg::Out(b) | Arg::InOut(b) => Some(&mut **b),
-                            _ => None,
-                        })
-                        .collect();
                     let st = &mut *st;
-                    st.backend.finish(&mut st.tracker, frame, &mut outputs);
+                    let mut outputs: SmallVec<[&mut [u8]; 2]> = backend::outputs(&mut wire).collect();
+                    if let Some(ring) = st.backend.ring() {
+                        ring.finish(&mut st.tracker, frame, &mut outputs);
+                    }
                     // The domain's own time in the call, read from its deadline: no clock read for a fast call.
                     st.symbols[sym].times.record(deadline.counted());
                     return Outcome::Done(Value::from_regs(ret, regs));
                 }
                 Ok(Step::Callback { token, slot, regs }) => {
                     if !g.borrow().lent_callbacks.contains_key(&slot) {
-                        g.borrow_mut().backend.abandon(frame);
+                        abandon(g, frame);
                         return Outcome::Failed(FaultKind::Protocol {
                             what: format!("call of callback slot {slot}, which this domain was never given"),
                         });
@@ -786,38 +846,44 @@ impl Domain {
                         crate::callback::invoke(slot, &regs)
                     };
                     deadline.extend(host_started.elapsed());
-                    let mut st = g.borrow_mut();
-                    if st.incarnation != incarnation {
-                        st.backend.abandon(frame);
+                    if g.borrow().incarnation != incarnation {
+                        abandon(g, frame);
                         return Outcome::Stale;
                     }
                     let Some(answer) = answer else {
-                        st.backend.abandon(frame);
+                        abandon(g, frame);
                         return Outcome::Failed(FaultKind::Protocol {
                             what: format!("call of callback slot {slot}, which is no longer registered"),
                         });
                     };
-                    if let Err(e) = st.backend.answer_callback(token, answer) {
-                        st.backend.abandon(frame);
-                        return backend_outcome(e, st.symbols.get(sym));
+                    let answered = match g.borrow_mut().backend.ring() {
+                        Some(ring) => ring.answer_callback(token, answer),
+                        None => Err(BackendError::Closed),
+                    };
+                    if let Err(e) = answered {
+                        abandon(g, frame);
+                        return self.outcome_of(&g.borrow(), e, sym, timeout);
                     }
                 }
                 Err(e) => {
-                    g.borrow_mut().backend.abandon(frame);
-                    return backend_outcome_timeout(e, timeout);
+                    abandon(g, frame);
+                    return self.outcome_of(&g.borrow(), e, sym, timeout);
                 }
             }
         }
     }
 
-    /// A backend with a gate on the host's thread (mpk): arguments are placed in the domain with the state
-    /// borrowed, the call runs with nothing borrowed (a callback may call this domain again), outputs come back.
+    /// A call of a function that runs on this host thread (`none`, `mpk`): its arguments translated with the
+    /// state borrowed, the function run with nothing borrowed (a callback may call this domain again) and, in an
+    /// isolated domain, the domain's lock let go, so other threads may call it meanwhile, each on a stack of its
+    /// own there. A failure of one of theirs closes the domain under this call, which then ends
+    /// (`BackendError::Closed`).
     #[allow(clippy::too_many_arguments)]
-    fn attempt_gated(
+    fn attempt_on_thread(
         &self,
         g: &mut Guard<'_>,
         sym: usize,
-        call: crate::backend::mpk::GatedCall,
+        function: &dyn ThreadFunction,
         args: &mut [Arg<'_>],
         ret: RetType,
         timeout: Duration,
@@ -827,93 +893,48 @@ impl Domain {
             let st = g.borrow();
             (st.incarnation, st.rewrite_for(sym))
         };
-        let prepared = {
+        let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
+        let mut wire = {
             let mut st = g.borrow_mut();
-            let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
-            let wire = match self.translate(&mut st, args, sym, replaying, rewrite) {
+            match self.translate(&mut st, args, sym, replaying, rewrite) {
                 Ok(w) => w,
                 Err(e) => return Outcome::Error(e),
-            };
-            match call.prepare(&wire) {
-                Ok(p) => p,
-                Err(e) => return backend_outcome(e, st.symbols.get(sym)),
             }
         };
-        let (regs, frame) = prepared;
-        // A gated call has no deadline object to read its time from: time it while learning, then now and then.
-        let started = g.borrow_mut().symbols[sym].times.time_gated().then(Instant::now);
-        let result = if replaying {
-            // Recovery holds the lock until the new incarnation has its state back.
-            call.run(&regs, timeout)
-        } else {
-            // Other threads may call the domain meanwhile, each on a stack of its own there. A failure of one of
-            // theirs closes the domain under this call, which then ends (`BackendError::Closed`).
-            Guard::unlocked(g, || call.run(&regs, timeout))
+        // No deadline object to read its time from: timed while learning, then now and then (a domain without
+        // isolation has no deadline to learn).
+        let timed = !self.unisolated && g.borrow_mut().symbols[sym].times.time_gated();
+        // Recovery holds the lock until the new incarnation has its state back.
+        let let_go = !replaying && !self.unisolated;
+        let mut took = None;
+        let result = {
+            let mut unlocked = |run: &mut dyn FnMut()| -> bool {
+                let started = timed.then(Instant::now);
+                if let_go {
+                    Guard::unlocked(g, run);
+                } else {
+                    run();
+                }
+                took = started.map(|s| s.elapsed());
+                // Another call (a nested one, or another thread's) recovered the domain while this one ran or was
+                // out in the host: its result means nothing.
+                g.borrow().incarnation == incarnation
+            };
+            function.call(&mut wire, timeout, &mut unlocked)
         };
-        // Another call (a nested one, or another thread's) recovered the domain while this one ran or was out in the
-        // host: its result means nothing.
+        drop(wire);
         if g.borrow().incarnation != incarnation {
-            call.finish(frame, None);
             return Outcome::Stale;
         }
         match result {
             Ok(regs) => {
-                let mut outputs: SmallVec<[&mut [u8]; 2]> = args
-                    .iter_mut()
-                    .filter_map(|a| match a {
-                        Arg::Out(b) | Arg::InOut(b) => Some(&mut **b),
-                        _ => None,
-                    })
-                    .collect();
-                call.finish(frame, Some(&mut outputs));
-                if let Some(started) = started {
-                    g.borrow_mut().symbols[sym].times.record(started.elapsed());
+                if let Some(took) = took {
+                    g.borrow_mut().symbols[sym].times.record(took);
                 }
                 Outcome::Done(Value::from_regs(ret, regs))
             }
-            Err(e) => {
-                call.finish(frame, None);
-                backend_outcome_timeout(e, timeout)
-            }
+            Err(e) => self.outcome_of(&g.borrow(), e, sym, timeout),
         }
-    }
-
-    /// The `none` backend: the function is called right here, host pointers and all.
-    fn attempt_direct(&self, g: &Guard<'_>, sym: usize, func: u32, args: &mut [Arg<'_>], ret: RetType) -> Outcome {
-        // Private copies of scratch inputs, alive until the call returns.
-        let mut copies = Vec::new();
-        let (function, regs) = {
-            let st = g.borrow();
-            let name = &*st.symbols[sym].call;
-            let Some(function) = st.backend.direct_function(func) else {
-                return Outcome::Error(Error::BadArguments { call: name.into(), reason: "not resolved".into() });
-            };
-            if let Err(reason) = check_registers(args) {
-                return Outcome::Error(Error::BadArguments { call: name.into(), reason });
-            }
-            let handles = st.handles.lock().unwrap_or_else(|e| e.into_inner());
-            let mut unknown = None;
-            let packed = crate::call::pack_in_process(
-                args,
-                &mut copies,
-                |h| {
-                    handles.object(h).ok_or_else(|| {
-                        unknown = Some(h);
-                        String::new()
-                    })
-                },
-                |c| Ok(c.stub() as u64),
-            );
-            let regs = match (packed, unknown) {
-                (Ok(regs), _) => regs,
-                (Err(_), Some(handle)) => {
-                    return Outcome::Error(Error::UnknownHandle { call: name.into(), handle });
-                }
-                (Err(reason), None) => return Outcome::Error(Error::BadArguments { call: name.into(), reason }),
-            };
-            (function, regs)
-        };
-        Outcome::Done(Value::from_regs(ret, function.call(&regs)))
     }
 
     /// Host arguments to what crosses into the domain: handles to objects, callbacks to lent slots; a string equal
@@ -921,7 +942,7 @@ impl Domain {
     fn translate<'a>(
         &self,
         st: &mut State,
-        args: &'a [Arg<'_>],
+        args: &'a mut [Arg<'_>],
         sym: usize,
         replaying: bool,
         rewrite: Option<(&CStr, &'a [u8])>,
@@ -931,7 +952,7 @@ impl Domain {
             return Err(Error::BadArguments { call: name(st), reason });
         }
         let mut out = SmallVec::new();
-        for a in args {
+        for a in args.iter_mut() {
             if let Some(scalar) = plain_scalar(a) {
                 out.push(scalar);
                 continue;
@@ -939,7 +960,7 @@ impl Domain {
             out.push(match a {
                 Arg::I64(_) | Arg::U64(_) | Arg::Ptr(_) | Arg::F64(_) | Arg::F32(_) => continue,
                 Arg::In(b) => WireValue::In(b),
-                Arg::Out(b) => WireValue::Out(b.len()),
+                Arg::Out(b) => WireValue::Out(b),
                 Arg::InOut(b) => WireValue::InOut(b),
                 Arg::Scratch(b) => WireValue::Scratch(b),
                 Arg::Str(s) => match rewrite {
@@ -964,7 +985,9 @@ impl Domain {
                 }
                 Arg::Callback(c) => {
                     let slot = c.slot();
-                    if !st.lent_callbacks.contains_key(&slot) {
+                    // A domain that can be recovered holds the callbacks it was given until its incarnation ends
+                    // (it may call one later); without isolation the host's own `Callback` keeps it, as ever.
+                    if !self.unisolated && !st.lent_callbacks.contains_key(&slot) {
                         let held = (*c).clone();
                         let record = st.tracker.track(ResourceKind::Callback, move || drop(held));
                         st.lent_callbacks.insert(slot, record);
@@ -979,15 +1002,18 @@ impl Domain {
     /// Queue a call (of function `name`) with no reply awaited.
     pub fn defer(&self, sym: usize, name: &str, call: &str, args: &[Arg<'_>]) -> Result<(), Error> {
         let mut g = self.lock_for(name, call)?;
-        // The hot path, in one borrow: a healthy isolated domain, a resolved function, plain scalar arguments.
+        // The hot path, in one borrow: a healthy domain behind rings, a resolved function, plain scalar arguments.
         // Anything else (and any failure here, which queues nothing) takes the general path below.
         {
             let mut st = g.borrow_mut();
             let plain = args.len() <= ward_abi::MAX_INT_ARGS && args.iter().all(|a| plain_scalar(a).is_some());
-            let func = st.symbols.get(sym).and_then(|s| s.func);
-            if let (true, Some(func), true, false) = (plain, func, st.disabled.is_none(), st.backend.is_direct()) {
+            let func = match st.symbols.get(sym).and_then(|s| s.func.as_ref()) {
+                Some(Callable::Ring(func)) => Some(*func),
+                _ => None,
+            };
+            if let (true, Some(func), true) = (plain, func, st.disabled.is_none()) {
                 let wire: SmallVec<[WireValue<'_>; 6]> = args.iter().filter_map(plain_scalar).collect();
-                if st.backend.defer(func, &wire).is_ok() {
+                if st.backend.ring().is_some_and(|ring| ring.defer(func, &wire).is_ok()) {
                     return Ok(());
                 }
             }
@@ -995,45 +1021,50 @@ impl Domain {
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
-        if g.borrow().backend.is_direct() {
-            // No boundary to batch across: run it now.
-            let mut owned: Vec<Arg<'_>> = args.iter().map(reborrow).collect();
-            return match self.attempt(&mut g, sym, &mut owned, RetType::Void, self.policy.deadline, false) {
-                Outcome::Error(e) => Err(e),
-                _ => Ok(()),
-            };
-        }
+        // Deferred calls only read their arguments: an output is lent as an input.
+        let mut owned: SmallVec<[Arg<'_>; 6]> = args.iter().map(reborrow).collect();
         for _ in 0..2 {
             let func = match self.resolved(&g, sym) {
-                Ok(f) => f,
+                Ok(Callable::Ring(func)) => func,
+                Ok(Callable::OnThread(_)) => {
+                    // No boundary to batch across: run it now.
+                    return match self.attempt(&mut g, sym, &mut owned, RetType::Void, self.policy.deadline, false) {
+                        Outcome::Error(e) => Err(e),
+                        _ => Ok(()),
+                    };
+                }
                 Err(Error::Fault(f)) => {
                     self.recover(&mut g, f)?;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
+            if args.iter().any(|a| matches!(a, Arg::Out(_) | Arg::InOut(_))) {
+                let reason = "a deferred call cannot have output or scratch buffers".into();
+                return Err(Error::BadArguments { call: call_name(&g, sym), reason });
+            }
             let rewrite = g.borrow().rewrite_for(sym);
             let result = {
                 let mut st = g.borrow_mut();
                 let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
-                let wire = self.translate(&mut st, args, sym, false, rewrite)?;
-                st.backend.defer(func, &wire)
+                let wire = self.translate(&mut st, &mut owned, sym, false, rewrite)?;
+                match st.backend.ring() {
+                    Some(ring) => ring.defer(func, &wire),
+                    // Moved to another backend: resolved again below.
+                    None => Err(BackendError::Closed),
+                }
             };
-            match result {
+            let kind = match result {
                 Ok(()) => return Ok(()),
-                Err(BackendError::Usage(reason)) => {
-                    return Err(Error::BadArguments { call: call_name(&g, sym), reason })
-                }
-                Err(e) => {
-                    let kind = match backend_outcome_timeout(e, self.policy.deadline) {
-                        Outcome::Failed(k) => k,
-                        _ => FaultKind::Vanished,
-                    };
-                    let fault = self.make_fault(&g, kind, Some(call_name(&g, sym)));
-                    // The call had not been queued: queue it again on the new incarnation.
-                    self.recover(&mut g, fault)?;
-                }
-            }
+                Err(e) => match self.outcome_of(&g.borrow(), e, sym, self.policy.deadline) {
+                    Outcome::Error(e) => return Err(e),
+                    Outcome::Failed(k) => k,
+                    Outcome::Stale | Outcome::Done(_) => FaultKind::Vanished,
+                },
+            };
+            let fault = self.make_fault(&g, kind, Some(call_name(&g, sym)));
+            // The call had not been queued: queue it again on the new incarnation.
+            self.recover(&mut g, fault)?;
         }
         Err(Error::BadArguments { call: call_name(&g, sym), reason: "the domain failed twice while queueing".into() })
     }
@@ -1041,19 +1072,20 @@ impl Domain {
     /// Send queued deferred calls.
     pub fn flush(&self) -> Result<(), Error> {
         let mut g = self.lock_for("flush", "flush")?;
-        let r = g.borrow_mut().backend.flush();
-        match r {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let kind = match backend_outcome_timeout(e, self.policy.deadline) {
-                    Outcome::Failed(k) => k,
-                    _ => FaultKind::Vanished,
-                };
-                let fault = self.make_fault(&g, kind, None);
-                self.recover(&mut g, fault.clone())?;
-                Err(Error::Fault(fault))
-            }
-        }
+        let flushed = match g.borrow_mut().backend.ring() {
+            Some(ring) => ring.flush(),
+            // Calls on the host's thread are never queued.
+            None => Ok(()),
+        };
+        let Err(e) = flushed else { return Ok(()) };
+        let kind = match e {
+            BackendError::Fault(k) => k,
+            BackendError::TimedOut => FaultKind::Timeout { deadline: self.policy.deadline },
+            _ => FaultKind::Vanished,
+        };
+        let fault = self.make_fault(&g, kind, None);
+        self.recover(&mut g, fault.clone())?;
+        Err(Error::Fault(fault))
     }
 
     /// Heartbeat: when the domain is idle, check it answers within `interval`. Busy domains are skipped (their
@@ -1069,8 +1101,8 @@ impl Domain {
         if g.borrow().disabled.is_some() || g.borrow().recovering {
             return;
         }
-        let r = g.borrow_mut().backend.ping(&mut Deadline::after(interval));
-        let kind = match r {
+        let pinged = g.borrow_mut().backend.ring().map(|ring| ring.ping(&mut Deadline::after(interval)));
+        let kind = match pinged.unwrap_or(Ok(())) {
             Ok(()) => {
                 g.borrow_mut().stats.heartbeats += 1;
                 return;
@@ -1088,10 +1120,14 @@ impl Domain {
     }
 }
 
-/// The name of function `sym` (for messages and events).
 /// The call of function `sym` as faults, events and messages name it.
 fn call_name(g: &Guard<'_>, sym: usize) -> String {
-    g.borrow().symbols.get(sym).map(|s| s.call.to_string()).unwrap_or_default()
+    call_of(&g.borrow(), sym)
+}
+
+/// [`call_name`] with the state already borrowed.
+fn call_of(st: &State, sym: usize) -> String {
+    st.symbols.get(sym).map(|s| s.call.to_string()).unwrap_or_default()
 }
 
 /// The wire form of an argument that needs no translation (numbers and raw addresses); None for the rest.
@@ -1124,23 +1160,10 @@ fn check_registers(args: &[Arg<'_>]) -> Result<(), String> {
     Ok(())
 }
 
-/// What a backend's error means for a call of `function` (None: a call whose function does not matter here).
-fn backend_outcome(e: BackendError, function: Option<&Symbol>) -> Outcome {
-    let (symbol, call) = function.map_or_else(Default::default, |f| (f.name.to_string(), f.call.to_string()));
-    match e {
-        BackendError::Fault(k) => Outcome::Failed(k),
-        BackendError::TimedOut => Outcome::Failed(FaultKind::Vanished),
-        // Another call's failure closed the domain under this one, and recovers it.
-        BackendError::Closed => Outcome::Stale,
-        BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call, reason }),
-        BackendError::UnknownSymbol => Outcome::Error(Error::UnknownSymbol { extension: String::new(), symbol }),
-    }
-}
-
-fn backend_outcome_timeout(e: BackendError, timeout: Duration) -> Outcome {
-    match e {
-        BackendError::TimedOut => Outcome::Failed(FaultKind::Timeout { deadline: timeout }),
-        other => backend_outcome(other, None),
+/// Abandon the ring call `frame` of a failed or stale attempt (the tracker releases its loans).
+fn abandon(g: &Guard<'_>, frame: crate::backend::Frame) {
+    if let Some(ring) = g.borrow_mut().backend.ring() {
+        ring.abandon(frame);
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{Domain, Guard, Outcome};
+use crate::backend::StartError;
 use crate::call::{Arg, Value};
 use crate::error::Error;
 use crate::events::{Disablement, Event, RestartVia};
@@ -99,7 +100,7 @@ impl Domain {
                     });
                     return Ok(());
                 }
-                Err(reason) => {
+                Err(failure) => {
                     // Restarting or replaying failed: that is a fault of the new incarnation; go round again
                     // (the restart limit, or `max_failures_in_row` such failures, ends this).
                     restarts_failed += 1;
@@ -110,7 +111,7 @@ impl Domain {
                         tracing::info!(domain = %self.name, "replaying the history failed: history dropped");
                     }
                     fault = Fault {
-                        kind: FaultKind::Protocol { what: format!("recovery failed: {reason}") },
+                        kind: FaultKind::RestartFailed { reason: failure.to_string() },
                         domain: self.name.clone(),
                         call: fault.call.clone(),
                         incarnation: g.borrow().incarnation,
@@ -189,7 +190,7 @@ impl Domain {
     }
 
     /// Start a new incarnation and replay the shadow log into it.
-    pub(super) fn restart_and_replay(&self, g: &mut Guard<'_>) -> Result<(RestartVia, usize), String> {
+    pub(super) fn restart_and_replay(&self, g: &mut Guard<'_>) -> Result<(RestartVia, usize), RecoveryError> {
         let (restarted, zygotes) = {
             let mut st = g.borrow_mut();
             let st = &mut *st;
@@ -221,7 +222,7 @@ impl Domain {
         replayed.map(|()| (via, count))
     }
 
-    fn replay(&self, g: &mut Guard<'_>, entry: &ShadowEntry) -> Result<(), String> {
+    fn replay(&self, g: &mut Guard<'_>, entry: &ShadowEntry) -> Result<(), RecoveryError> {
         let mut scratch: Vec<Vec<u8>> = entry
             .args
             .iter()
@@ -275,13 +276,36 @@ impl Domain {
                 Ok(())
             }
             Outcome::Failed(kind) => {
-                let f = Fault { kind, domain: self.name.clone(), call: Some(name.to_string()), incarnation: 0 };
-                Err(format!("replaying {name}: {}", f.cause()))
+                Err(RecoveryError::Replay { call: name.to_string(), why: ReplayFailure::Fault(kind) })
             }
-            Outcome::Stale => Err(format!("replaying {name}: the domain restarted")),
-            Outcome::Error(e) => Err(format!("replaying {name}: {e}")),
+            Outcome::Stale => Err(RecoveryError::Replay { call: name.to_string(), why: ReplayFailure::Restarted }),
+            Outcome::Error(e) => {
+                Err(RecoveryError::Replay { call: name.to_string(), why: ReplayFailure::Refused(Box::new(e)) })
+            }
         }
     }
+}
+
+/// Why a recovery could not bring a domain back; a fault of its own ([`FaultKind::RestartFailed`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecoveryError {
+    /// The backend could not start the new incarnation.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The new incarnation did not take a call of its shadow log.
+    #[error("replaying {call}: {why}")]
+    Replay { call: String, why: ReplayFailure },
+}
+
+/// Why a replayed call did not go through.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReplayFailure {
+    #[error("{}", .0.cause())]
+    Fault(FaultKind),
+    #[error("the domain restarted")]
+    Restarted,
+    #[error("{0}")]
+    Refused(Box<Error>),
 }
 
 /// What the host gets from a disabled domain's extensions, when they all say the same (a class's bypass).

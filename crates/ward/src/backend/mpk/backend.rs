@@ -15,7 +15,7 @@
 //! Scalars go in registers. An input buffer or a string is passed as the host's own address (the domain may read
 //! it, never write it); an output, in-out or scratch buffer is copied into the argument area, passed, and an
 //! output copied back when the call returns (call-by-value-result). A callback becomes an outward stub to its
-//! host-side entry. The core calls through [`GatedCall`] without holding its own state borrowed, so a callback may
+//! host-side entry. The core calls through its functions ([`ThreadFunction`]) without holding its own state borrowed, so a callback may
 //! call the same domain again: the nested call starts on the domain's stack below the part in use. Other host
 //! threads may be in the domain meanwhile, each in its own lane.
 //!
@@ -34,7 +34,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ward_abi::{RegArgs, RegRet};
-use ward_xpc::Deadline;
 
 use super::checks;
 use super::gate::{self, FloatState, GateFault, Occupancy, Presence};
@@ -46,9 +45,9 @@ use super::pku::{self, Pkru, ProtectionKey};
 use super::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
 use super::thread_block::{ThreadBlocks, TlsLayout};
 use super::{assess, Image, Reason};
-use crate::backend::direct::DirectFn;
-use crate::backend::{Added, Backend, BackendError, ExtensionSpec, Frame, Refused, Step, WireValue};
-use crate::call::RetType;
+use crate::backend::{
+    Added, Backend, BackendError, Callable, ExtensionSpec, Refused, StartError, ThreadFunction, Unlocked, WireValue,
+};
 use crate::events::RestartVia;
 use crate::fault::{DomainHint, FaultKind, SignalCause};
 use crate::libfault::LibraryFaultKind;
@@ -460,8 +459,6 @@ pub(crate) struct MpkBackend {
     snapshot: Option<Snapshot>,
     /// The extension list changed since the snapshot: the next restart loads afresh.
     reload: bool,
-    /// Resolved functions of this incarnation.
-    functions: Vec<usize>,
     /// Set between a fault and the restart.
     stopped: bool,
 }
@@ -471,8 +468,7 @@ impl MpkBackend {
         if !super::pku_available() {
             return Err(MpkError::NoPku);
         }
-        let mut b =
-            MpkBackend { cfg, memory: None, snapshot: None, reload: true, functions: Vec::new(), stopped: false };
+        let mut b = MpkBackend { cfg, memory: None, snapshot: None, reload: true, stopped: false };
         b.load()?;
         Ok(b)
     }
@@ -527,7 +523,6 @@ impl MpkBackend {
     fn load(&mut self) -> Result<(), MpkError> {
         self.memory = None;
         self.snapshot = None;
-        self.functions.clear();
         let page = page_size();
         let mut files = Vec::new();
         for (i, spec) in self.cfg.extensions.iter().enumerate() {
@@ -1024,25 +1019,44 @@ fn math_library_symbol(request: &ImportRequest<'_>) -> Option<usize> {
     (!found.is_null()).then_some(found as usize)
 }
 
-/// A domain function, called by the core on the host's thread without holding its state borrowed.
-pub(crate) struct GatedCall {
+/// A domain function, called on the host's thread through the gate.
+struct GatedFunction {
     memory: Arc<DomainMemory>,
     func: usize,
-    /// The domain's epoch when the core made the call (see `gate::Occupancy`).
-    epoch: u64,
 }
 
 /// Buffers of one gated call in the argument area, to copy back and release.
-pub(crate) struct GatedFrame {
+struct GatedFrame {
     /// Where the argument area's top was before the call.
     mark: usize,
     /// Per output (`Out`/`InOut`, in argument order): its copy in the argument area.
     outputs: smallvec::SmallVec<[(usize, usize); 2]>,
 }
 
-impl GatedCall {
+impl ThreadFunction for GatedFunction {
+    /// Inputs the domain may read in place are passed as they are; outputs and writable inputs get a copy in this
+    /// thread's argument area, and outputs are copied back when the call returned and still counts.
+    fn call(
+        &self,
+        args: &mut [WireValue<'_>],
+        deadline: Duration,
+        unlocked: Unlocked<'_>,
+    ) -> Result<RegRet, BackendError> {
+        // The domain's epoch when the call was made (see `gate::Occupancy`): read while the core still holds the
+        // domain, so a recovery after it ends this call.
+        let epoch = self.memory.occupancy.epoch();
+        let (regs, frame) = self.prepare(args)?;
+        let mut result = Err(BackendError::Closed);
+        let counts = unlocked(&mut || result = self.memory.enter(self.func, &regs, Some(deadline), epoch));
+        let returned = counts && result.is_ok();
+        self.finish(frame, returned.then_some(args));
+        result
+    }
+}
+
+impl GatedFunction {
     /// Copies what must be copied into the domain and packs the registers.
-    pub(crate) fn prepare(&self, args: &[WireValue<'_>]) -> Result<(RegArgs, GatedFrame), BackendError> {
+    fn prepare(&self, args: &[WireValue<'_>]) -> Result<(RegArgs, GatedFrame), BackendError> {
         let memory = &self.memory;
         let lane = memory.lanes.for_this_thread().map_err(|e| {
             BackendError::Usage(format!("cannot make this thread's stack and argument area in an mpk domain: {e}"))
@@ -1062,20 +1076,27 @@ impl GatedCall {
                 WireValue::F32(v) => packer.push_f32(*v),
                 WireValue::In(b) => packer.push_int(b.as_ptr() as u64),
                 WireValue::Str(s) => packer.push_int(s.as_ptr() as u64),
-                WireValue::Out(len) => {
-                    let at = space(*len)?;
-                    // SAFETY: `len` bytes of this thread's argument area, writable by the host (host_access above).
-                    unsafe { std::ptr::write_bytes(at, 0, *len) };
-                    frame.outputs.push((at as usize, *len));
+                WireValue::Out(b) => {
+                    let len = b.len();
+                    let at = space(len)?;
+                    // SAFETY: `argument_space` gave `len` bytes of this thread's argument area, which host_access
+                    // (in `space`) made writable by the host.
+                    unsafe { std::ptr::write_bytes(at, 0, len) };
+                    frame.outputs.push((at as usize, len));
                     packer.push_int(at as u64)
                 }
-                WireValue::InOut(b) | WireValue::Scratch(b) => {
+                WireValue::InOut(b) => {
                     let at = space(b.len())?;
-                    // SAFETY: as above; the source is the host's buffer.
+                    // SAFETY: `b.len()` bytes of this thread's argument area, writable by the host (host_access in
+                    // `space`); the source is the host's buffer, which does not overlap the domain's memory.
                     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len()) };
-                    if matches!(a, WireValue::InOut(_)) {
-                        frame.outputs.push((at as usize, b.len()));
-                    }
+                    frame.outputs.push((at as usize, b.len()));
+                    packer.push_int(at as u64)
+                }
+                WireValue::Scratch(b) => {
+                    let at = space(b.len())?;
+                    // SAFETY: as for InOut: argument-area bytes the host may write, filled from the host's buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len()) };
                     packer.push_int(at as u64)
                 }
                 WireValue::Callback(slot) => {
@@ -1096,18 +1117,15 @@ impl GatedCall {
         Ok((packer.finish(), frame))
     }
 
-    /// Runs the call through the gate.
-    pub(crate) fn run(&self, regs: &RegArgs, deadline: Duration) -> Result<RegRet, BackendError> {
-        self.memory.enter(self.func, regs, Some(deadline), self.epoch)
-    }
-
-    /// Copies outputs back (when the call returned) and releases the call's part of the argument area.
-    pub(crate) fn finish(&self, frame: GatedFrame, outputs: Option<&mut [&mut [u8]]>) {
-        if let (Some(outputs), false) = (outputs, frame.outputs.is_empty()) {
+    /// Copies outputs back into the host's buffers in `args` (when the call returned and counts) and releases the
+    /// call's part of the argument area.
+    fn finish(&self, frame: GatedFrame, args: Option<&mut [WireValue<'_>]>) {
+        if let (Some(args), false) = (args, frame.outputs.is_empty()) {
             self.memory.host_access();
-            for ((at, len), out) in frame.outputs.iter().zip(outputs.iter_mut()) {
+            for ((at, len), out) in frame.outputs.iter().zip(crate::backend::outputs(args)) {
                 let n = (*len).min(out.len());
-                // SAFETY: the copy lies in the argument area, readable by the host; `out` is the host's buffer.
+                // SAFETY: the copy lies in this thread's argument area, which host_access made readable by the
+                // host, and holds `len` bytes; `out` is the host's buffer, at least `n` long.
                 unsafe { std::ptr::copy_nonoverlapping(*at as *const u8, out.as_mut_ptr(), n) };
             }
         }
@@ -1119,7 +1137,7 @@ impl GatedCall {
 }
 
 impl Backend for MpkBackend {
-    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
+    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<Callable, BackendError> {
         let memory = self.memory()?;
         let no_such = || BackendError::Usage(format!("no extension {ext}"));
         let started_with = memory.extension_images.len();
@@ -1131,51 +1149,8 @@ impl Backend for MpkBackend {
             let added = additions.get(ext - started_with).ok_or_else(no_such)?;
             added.images.get(added.extension).ok_or_else(no_such)?.export(symbol)
         };
-        let f = export.ok_or(BackendError::UnknownSymbol)?;
-        self.functions.push(f);
-        Ok((self.functions.len() - 1) as u32)
-    }
-
-    fn direct_function(&self, _: u32) -> Option<DirectFn> {
-        None
-    }
-
-    fn is_direct(&self) -> bool {
-        true
-    }
-
-    fn gated(&self, func: u32) -> Option<GatedCall> {
-        let memory = self.memory().ok()?;
-        let func = *self.functions.get(func as usize)?;
-        Some(GatedCall { memory: memory.clone(), func, epoch: memory.occupancy.epoch() })
-    }
-
-    fn begin(&mut self, _: &mut Tracker, _: u32, _: &[WireValue<'_>], _: RetType) -> Result<Frame, BackendError> {
-        Err(BackendError::Usage("an mpk domain is called through its gate".into()))
-    }
-
-    fn wait(&mut self, _: &Frame, _: &mut Deadline) -> Result<Step, BackendError> {
-        Err(BackendError::Usage("an mpk domain has no calls in flight to wait for".into()))
-    }
-
-    fn answer_callback(&mut self, _: u64, _: RegRet) -> Result<(), BackendError> {
-        Err(BackendError::Usage("an mpk domain calls the host directly".into()))
-    }
-
-    fn finish(&mut self, _: &mut Tracker, _: Frame, _: &mut [&mut [u8]]) {}
-
-    fn abandon(&mut self, _: Frame) {}
-
-    fn defer(&mut self, _: u32, _: &[WireValue<'_>]) -> Result<(), BackendError> {
-        Err(BackendError::Usage("an mpk domain is called through its gate".into()))
-    }
-
-    fn flush(&mut self) -> Result<(), BackendError> {
-        Ok(())
-    }
-
-    fn ping(&mut self, _: &mut Deadline) -> Result<(), BackendError> {
-        self.memory().map(|_| ())
+        let func = export.ok_or(BackendError::UnknownSymbol)?;
+        Ok(Callable::OnThread(Arc::new(GatedFunction { memory: memory.clone(), func })))
     }
 
     fn stop(&mut self) {
@@ -1186,13 +1161,12 @@ impl Backend for MpkBackend {
         }
     }
 
-    fn restart(&mut self, _: &mut Tracker) -> Result<RestartVia, String> {
-        self.functions.clear();
+    fn restart(&mut self, _: &mut Tracker) -> Result<RestartVia, StartError> {
         if !self.reload && self.restore() {
             self.stopped = false;
             return Ok(RestartVia::Snapshot);
         }
-        self.load().map_err(|e| e.to_string())?;
+        self.load().map_err(StartError::new)?;
         Ok(RestartVia::Reload)
     }
 

@@ -46,7 +46,7 @@ mod thread_block;
 #[allow(unsafe_code)]
 mod watchdog;
 
-pub(crate) use self::backend::{GatedCall, MpkBackend, MpkConfig};
+pub(crate) use self::backend::{MpkBackend, MpkConfig};
 pub(crate) use self::gate::host_sigaction;
 pub(crate) use self::legacy_signals::{host_signal, host_sigset, host_sysv_signal, SIG_HOLD};
 

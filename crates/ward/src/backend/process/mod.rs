@@ -37,8 +37,9 @@ use ward_xpc::{Deadline, Region};
 pub(crate) use pace::{short_gap, Mode as PaceMode, Pacing};
 pub(crate) use spawn::find_program;
 
-use super::direct::DirectFn;
-use super::{Added, Backend, BackendError, ExtensionSpec, Frame, Loan, Refused, Step, WireValue};
+use super::{
+    Added, Backend, BackendError, Callable, ExtensionSpec, Frame, Loan, Refused, Ring, StartError, Step, WireValue,
+};
 use crate::call::RetType;
 use crate::events::RestartVia;
 use crate::fault::{DomainHint, FaultKind, SignalCause};
@@ -220,7 +221,7 @@ impl ProcessBackend {
             activity: Arc::new(idle_cpu::Activity::default()),
             cgroup,
         };
-        b.restart(tracker)?;
+        b.start_incarnation(tracker)?;
         Ok(b)
     }
 
@@ -787,8 +788,8 @@ impl ProcessBackend {
                     loans.push(loan);
                     w
                 }
-                WireValue::Out(len) => {
-                    let loan = self.lend(tracker, POOL_OUT, None, *len, true)?;
+                WireValue::Out(out) => {
+                    let loan = self.lend(tracker, POOL_OUT, None, out.len(), true)?;
                     let w = WireArg { kind: ArgKind::BufOut, pool: loan.pool, a: loan.rich.offset, b: loan.rich.len };
                     loans.push(loan);
                     w
@@ -991,20 +992,16 @@ fn free(pools: &SharedPools, pool_id: u32, lease: Lease) {
 }
 
 impl Backend for ProcessBackend {
-    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<u32, BackendError> {
+    fn resolve(&mut self, ext: usize, symbol: &str) -> Result<Callable, BackendError> {
         let resolve = |id| Message::Resolve { id, ext: ext as u32, name: symbol.as_bytes() };
         match self.request(resolve, &mut Deadline::after(RESOLVE_TIMEOUT)) {
             Ok((id, status, ret)) => {
                 self.check_reply(id, status)?;
-                u32::try_from(ret.int).map_err(|_| protocol("function id out of range".into()))
+                u32::try_from(ret.int).map(Callable::Ring).map_err(|_| protocol("function id out of range".into()))
             }
             Err(BackendError::TimedOut) => Err(BackendError::Fault(FaultKind::Timeout { deadline: RESOLVE_TIMEOUT })),
             Err(e) => Err(e),
         }
-    }
-
-    fn direct_function(&self, _: u32) -> Option<DirectFn> {
-        None
     }
 
     fn add_extension(&mut self, tracker: &mut Tracker, spec: ExtensionSpec) -> Result<Added, Refused> {
@@ -1054,6 +1051,48 @@ impl Backend for ProcessBackend {
         self.live.as_ref().map(|l| l.pid)
     }
 
+    fn lent_in_place(&self) -> u64 {
+        self.lent_in_place
+    }
+
+    fn take_zygote_failures(&mut self) -> Vec<FaultKind> {
+        std::mem::take(&mut self.zygote_failures)
+    }
+
+    fn stop(&mut self) {
+        if let Some(live) = &self.live {
+            if !live.death.is_dead() {
+                spawn::kill(live.pidfd.as_fd());
+            }
+            spawn::wait_dead(live.pidfd.as_fd(), KILL_TIMEOUT);
+            // Reap it and learn its status (so a zygote's `exit` message is consumed before the next fork).
+            self.collect_death();
+        }
+        self.live = None;
+        self.activity.settled();
+        self.in_flight.clear();
+        self.callbacks_open = 0;
+        self.stashed.clear();
+        self.in_place_pages.clear();
+        self.deferred_unpublished = 0;
+        // Queued calls name functions by this incarnation's ids: they are dropped with it (DECISIONS.md).
+        self.batch.clear();
+    }
+
+    fn restart(&mut self, tracker: &mut Tracker) -> Result<RestartVia, StartError> {
+        self.start_incarnation(tracker).map_err(StartError::new)
+    }
+
+    fn ring(&mut self) -> Option<&mut dyn Ring> {
+        Some(self)
+    }
+
+    fn extensions(&self) -> Vec<ExtensionSpec> {
+        self.cfg.extensions.clone()
+    }
+}
+
+impl Ring for ProcessBackend {
     fn begin(
         &mut self,
         tracker: &mut Tracker,
@@ -1227,36 +1266,11 @@ impl Backend for ProcessBackend {
         let (id, status, _) = self.request(|id| Message::Ping { id }, deadline)?;
         self.check_reply(id, status)
     }
+}
 
-    fn lent_in_place(&self) -> u64 {
-        self.lent_in_place
-    }
-
-    fn take_zygote_failures(&mut self) -> Vec<FaultKind> {
-        std::mem::take(&mut self.zygote_failures)
-    }
-
-    fn stop(&mut self) {
-        if let Some(live) = &self.live {
-            if !live.death.is_dead() {
-                spawn::kill(live.pidfd.as_fd());
-            }
-            spawn::wait_dead(live.pidfd.as_fd(), KILL_TIMEOUT);
-            // Reap it and learn its status (so a zygote's `exit` message is consumed before the next fork).
-            self.collect_death();
-        }
-        self.live = None;
-        self.activity.settled();
-        self.in_flight.clear();
-        self.callbacks_open = 0;
-        self.stashed.clear();
-        self.in_place_pages.clear();
-        self.deferred_unpublished = 0;
-        // Queued calls name functions by this incarnation's ids: they are dropped with it (DECISIONS.md).
-        self.batch.clear();
-    }
-
-    fn restart(&mut self, tracker: &mut Tracker) -> Result<RestartVia, String> {
+impl ProcessBackend {
+    /// Stops the running incarnation, if any, and starts the next: forked from the zygote, else spawned.
+    fn start_incarnation(&mut self, tracker: &mut Tracker) -> Result<RestartVia, String> {
         self.stop();
         // The old incarnation is gone: its rings start over, and the host starts from positions zero too.
         self.region.reset();
