@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::backend::direct::DirectBackend;
 use crate::backend::mpk::{MpkBackend, MpkConfig};
+use crate::backend::process::monitor::Monitor;
 use crate::backend::process::{find_program, short_gap, PaceMode, Pacing, ProcessBackend, ProcessConfig};
 use crate::backend::ExtensionSpec;
 use crate::call::{Arg, RetType, Signature, Value};
@@ -19,7 +20,6 @@ use crate::domain::{Domain, DomainStats};
 use crate::error::Error;
 use crate::events::{Event, EventBus};
 use crate::fault::{Fault, FaultKind};
-use crate::monitor::Monitor;
 use crate::policy::{ExtensionPolicy, FunctionPolicy, Isolation, Policy};
 use crate::tracker::Tracker;
 

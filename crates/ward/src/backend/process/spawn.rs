@@ -35,15 +35,16 @@ pub(crate) fn find_program() -> Result<PathBuf, String> {
     Err(format!("looked in {}", tried.join(", ")))
 }
 
+/// What a started domain process is to be: one that serves calls, or a zygote that forks those that do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub(crate) enum Role {
     Serve,
     Zygote,
 }
 
 pub(crate) struct Launch<'a> {
     pub program: &'a Path,
-    pub mode: Mode,
+    pub role: Role,
     pub spin: u32,
     pub limits: &'a Limits,
     /// The sandbox's flags (`SandboxPolicy::domain_args`).
@@ -131,9 +132,9 @@ impl DomainChild {
 /// Spawn and wait for `ready`. Must run on the monitor thread (see there why).
 pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
     let (ours, theirs) = ControlSocket::pair().map_err(|e| format!("cannot create a control socket: {e}"))?;
-    let mode = match launch.mode {
-        Mode::Serve => "serve",
-        Mode::Zygote => "zygote",
+    let mode = match launch.role {
+        Role::Serve => "serve",
+        Role::Zygote => "zygote",
     };
     let mut args: Vec<OsString> = vec![launch.program.into()];
     for (flag, value) in [
