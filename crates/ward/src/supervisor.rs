@@ -346,7 +346,7 @@ fn start_process(
     monitor: Arc<Monitor>,
     tracker: &mut Tracker,
 ) -> Result<ProcessBackend, String> {
-    let program = find_program()?;
+    let program = find_program().map_err(|e| e.to_string())?;
     let cfg = ProcessConfig {
         program,
         extensions: specs,
@@ -369,7 +369,7 @@ fn start_process(
         preload,
         read_past: ward_xpc::layout::read_past_bytes(policy.read_past_input_kb),
     };
-    ProcessBackend::start(cfg, monitor, tracker)
+    ProcessBackend::start(cfg, monitor, tracker).map_err(|e| e.to_string())
 }
 
 /// The isolation kind to start a domain with. `auto` stays `auto` where protection keys exist (the domain then
@@ -399,7 +399,7 @@ fn heap_quota(limits: &crate::policy::Limits) -> usize {
 
 /// Where the `ward-domain` program is: `$WARD_DOMAIN`, else beside the running program, else one directory up.
 pub fn domain_program() -> Result<PathBuf, Error> {
-    find_program().map_err(Error::DomainProgramMissing)
+    find_program().map_err(|e| Error::DomainProgramMissing(e.to_string()))
 }
 
 /// The extension's name for policy: the file stem without a `lib` prefix.

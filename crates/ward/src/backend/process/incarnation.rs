@@ -41,6 +41,18 @@ pub(super) struct Incarnation {
     pub(super) lending: Option<lending::Lending>,
 }
 
+/// Why a domain process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LaunchError {
+    #[error("cannot duplicate the shared memory descriptors")]
+    Descriptors(#[source] std::io::Error),
+    /// The monitor thread, which starts every domain process, could not run the start.
+    #[error(transparent)]
+    MonitorThread(std::io::Error),
+    #[error(transparent)]
+    Spawn(#[from] spawn::SpawnError),
+}
+
 /// How a process ended, as its parent saw it.
 pub(super) enum Ended {
     Signal(i32),
@@ -50,7 +62,7 @@ pub(super) enum Ended {
 impl ProcessBackend {
     /// Start a `ward-domain` process as `role` with the domain's extensions, sandbox and shared memory (on the
     /// monitor thread), and wait until it is ready.
-    pub(super) fn launch(&self, role: spawn::Role) -> Result<spawn::Started, String> {
+    pub(super) fn launch(&self, role: spawn::Role) -> Result<spawn::Started, LaunchError> {
         let program = self.cfg.program.clone();
         let limits = self.cfg.limits.clone();
         let mut sandbox = self.cfg.sandbox.clone();
@@ -77,7 +89,7 @@ impl ProcessBackend {
         };
         let (region, pool_in, pool_out) = match fds {
             (Ok(a), Ok(b), Ok(c)) => (a, b, c),
-            _ => return Err("cannot duplicate the shared memory descriptors".into()),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(LaunchError::Descriptors(e)),
         };
         let started = self
             .monitor
@@ -97,7 +109,7 @@ impl ProcessBackend {
                     preload: preload.as_ref(),
                 })
             })
-            .map_err(|e| e.to_string())??;
+            .map_err(LaunchError::MonitorThread)??;
         if let Some(without) = &started.without {
             // The machine's probe (`sandbox::missing`) is said once as an event; a domain that found otherwise says
             // so here, once per process.

@@ -64,6 +64,25 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a killed process may take to be gone.
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why a process domain could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    #[error("cannot create the rings: {0}")]
+    Rings(#[source] ward_xpc::layout::LayoutError),
+    #[error("bad pool geometry: {0}")]
+    PoolGeometry(#[source] ward_xpc::pool::PoolError),
+    #[error("cannot create the input pool: {0}")]
+    InputPool(#[source] ward_xpc::pool::PoolError),
+    #[error("cannot create the output pool: {0}")]
+    OutputPool(#[source] ward_xpc::pool::PoolError),
+    /// The machine gives cgroups, but not this one.
+    #[error("cannot create the domain's cgroup: {0}")]
+    Cgroup(#[source] cgroup::CgroupError),
+    /// Its first incarnation did not start (as `restart` says it).
+    #[error("{0}")]
+    FirstIncarnation(String),
+}
+
 pub(crate) struct ProcessConfig {
     pub program: PathBuf,
     pub extensions: Vec<ExtensionSpec>,
@@ -128,12 +147,15 @@ pub(crate) struct ProcessBackend {
 }
 
 impl ProcessBackend {
-    pub fn start(cfg: ProcessConfig, monitor: Arc<Monitor>, tracker: &mut Tracker) -> Result<ProcessBackend, String> {
-        let region = Region::create(DEFAULT_RING_CAPACITY).map_err(|e| format!("cannot create the rings: {e}"))?;
-        let geometry = PoolGeometry::standard(cfg.read_past).map_err(|e| format!("bad pool geometry: {e}"))?;
-        let input =
-            HostPool::create(POOL_IN, geometry.clone()).map_err(|e| format!("cannot create the input pool: {e}"))?;
-        let output = HostPool::create(POOL_OUT, geometry).map_err(|e| format!("cannot create the output pool: {e}"))?;
+    pub fn start(
+        cfg: ProcessConfig,
+        monitor: Arc<Monitor>,
+        tracker: &mut Tracker,
+    ) -> Result<ProcessBackend, StartError> {
+        let region = Region::create(DEFAULT_RING_CAPACITY).map_err(StartError::Rings)?;
+        let geometry = PoolGeometry::standard(cfg.read_past).map_err(StartError::PoolGeometry)?;
+        let input = HostPool::create(POOL_IN, geometry.clone()).map_err(StartError::InputPool)?;
+        let output = HostPool::create(POOL_OUT, geometry).map_err(StartError::OutputPool)?;
         let (requests, replies) = region.host_endpoints();
         let pacing = cfg.pacing;
         let cgroup = match cgroup::Cgroup::create(&cfg.limits) {
@@ -143,7 +165,7 @@ impl ProcessBackend {
                 tracing::debug!(error = %e, "the domain runs without a cgroup");
                 None
             }
-            Err(e) => return Err(format!("cannot create the domain's cgroup: {e}")),
+            Err(e) => return Err(StartError::Cgroup(e)),
         };
         let mut b = ProcessBackend {
             cfg,
@@ -171,7 +193,7 @@ impl ProcessBackend {
             activity: Arc::new(idle_cpu::Activity::default()),
             cgroup,
         };
-        b.restart(tracker)?;
+        b.restart(tracker).map_err(StartError::FirstIncarnation)?;
         Ok(b)
     }
 }
@@ -461,7 +483,7 @@ impl Backend for ProcessBackend {
                     match self.fork_from_zygote() {
                         Ok((pid, fd, channel)) => (pid, fd, Parent::Zygote, RestartVia::Zygote, channel),
                         Err(_) if self.zygote_failures.len() > failed => {
-                            let started = self.launch(spawn::Role::Serve)?;
+                            let started = self.launch(spawn::Role::Serve).map_err(|e| e.to_string())?;
                             (
                                 started.pid,
                                 started.pidfd,
@@ -475,7 +497,7 @@ impl Backend for ProcessBackend {
                 }
             }
         } else {
-            let started = self.launch(spawn::Role::Serve)?;
+            let started = self.launch(spawn::Role::Serve).map_err(|e| e.to_string())?;
             (started.pid, started.pidfd, Parent::Us(started.child), RestartVia::Spawn, Some(started.control))
         };
         // A serving process keeps its control socket: arena blocks come on it.

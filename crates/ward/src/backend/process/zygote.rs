@@ -6,9 +6,24 @@ use std::time::Duration;
 
 use ward_xpc::control::ControlSocket;
 
-use super::incarnation::Ended;
+use super::incarnation::{Ended, LaunchError};
 use super::{spawn, ProcessBackend, KILL_TIMEOUT};
 use crate::fault::FaultKind;
+
+/// Why no incarnation could be forked from the zygote.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ForkError {
+    /// No zygote could be started.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    #[error("no zygote")]
+    NoZygote,
+    #[error("cannot create a control socket: {0}")]
+    ControlSocket(#[source] std::io::Error),
+    /// The zygote failed the request (and was killed): how.
+    #[error("the zygote failed a fork request: {}", .0.cause())]
+    Failed(FaultKind),
+}
 
 /// The live zygote: its processes and its control socket.
 pub(super) struct Zygote {
@@ -57,7 +72,7 @@ impl ProcessBackend {
     /// Fork an incarnation from the zygote (starting one if needed): its pid, pidfd, and (with an arena) its
     /// control socket, whose other end goes with the fork request. A zygote that does not answer within the
     /// policy's deadline, or answers something else, failed: it is killed (`zygote_failed`) and this fails.
-    pub(super) fn fork_from_zygote(&mut self) -> Result<(i32, OwnedFd, Option<ControlSocket>), String> {
+    pub(super) fn fork_from_zygote(&mut self) -> Result<(i32, OwnedFd, Option<ControlSocket>), ForkError> {
         if self.zygote.is_some() && !self.zygote_alive() {
             // It died since the last fork (nothing of ours kills a zygote without dropping it).
             self.zygote_failed(FaultKind::Vanished);
@@ -73,9 +88,9 @@ impl ProcessBackend {
             });
         }
         let deadline = self.cfg.deadline;
-        let z = self.zygote.as_ref().ok_or("no zygote")?;
+        let z = self.zygote.as_ref().ok_or(ForkError::NoZygote)?;
         let channel = match self.arena {
-            true => Some(ControlSocket::pair().map_err(|e| format!("cannot create a control socket: {e}"))?),
+            true => Some(ControlSocket::pair().map_err(ForkError::ControlSocket)?),
             false => None,
         };
         let (ours, theirs) = match channel {
@@ -98,7 +113,7 @@ impl ProcessBackend {
             Ok(None) => self.zygote_silent(),
             Err(e) => FaultKind::Protocol { what: format!("its control socket failed: {e}") },
         };
-        let why = format!("the zygote failed a fork request: {}", how.cause());
+        let why = ForkError::Failed(how.clone());
         self.zygote_failed(how);
         Err(why)
     }
