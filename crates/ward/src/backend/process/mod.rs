@@ -8,6 +8,13 @@
 //!
 //! Nothing the domain writes is trusted: replies are copied out of the ring and parsed into a private copy, a
 //! reply whose id is not the innermost call in flight is a protocol violation, and so is a malformed record.
+//!
+//! This file holds the backend itself (its state, its start and the `Backend` methods); one file per job does the
+//! rest: `spawn` (starting `ward-domain`), `incarnation` (the serving process, how it ended), `zygote` (forking
+//! incarnations), `add` (extensions added later), `send` and `receive` (the two rings), `lending` (a call's
+//! buffers, and the arena blocks the domain holds), `pace` and `placement` (how caller and domain wait for each
+//! other, and on which processor), `monitor` (noticing deaths, periodic checks), `idle_cpu` (CPU between calls),
+//! `cgroup` (the domain's limits).
 
 mod add;
 pub(crate) mod cgroup;
