@@ -167,15 +167,24 @@ struct RawSandboxFields {
     reason: Option<String>,
 }
 
+/// Why a `[... .sandbox]` section is refused (shown with the policy file's line).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SandboxSectionError {
+    #[error("this sandbox section loosens the sandbox: say why in `reason = \"...\"`")]
+    LoosenedWithoutReason,
+    #[error("writable path `{}` is not absolute", .0.display())]
+    RelativeWritablePath(PathBuf),
+}
+
 /// `[... .sandbox]`, checked: loosening needs a reason, writable paths are absolute.
 #[derive(Default, Deserialize)]
 #[serde(try_from = "RawSandboxFields")]
 pub(crate) struct RawSandbox(SandboxOverride);
 
 impl TryFrom<RawSandboxFields> for RawSandbox {
-    type Error = String;
+    type Error = SandboxSectionError;
 
-    fn try_from(raw: RawSandboxFields) -> Result<Self, String> {
+    fn try_from(raw: RawSandboxFields) -> Result<Self, SandboxSectionError> {
         let loosens = raw.seccomp == Some(false)
             || raw.landlock == Some(false)
             || raw.pid_namespace == Some(false)
@@ -185,10 +194,10 @@ impl TryFrom<RawSandboxFields> for RawSandbox {
             || raw.writable.as_ref().is_some_and(|w| !w.is_empty());
         let reason = raw.reason.as_deref().map(str::trim).filter(|r| !r.is_empty());
         if loosens && reason.is_none() {
-            return Err("this sandbox section loosens the sandbox: say why in `reason = \"...\"`".into());
+            return Err(SandboxSectionError::LoosenedWithoutReason);
         }
         if let Some(relative) = raw.writable.iter().flatten().find(|p| !p.is_absolute()) {
-            return Err(format!("writable path `{}` is not absolute", relative.display()));
+            return Err(SandboxSectionError::RelativeWritablePath(relative.clone()));
         }
         Ok(RawSandbox(SandboxOverride {
             seccomp: raw.seccomp,
@@ -310,32 +319,48 @@ pub fn missing() -> &'static [Missing] {
     })
 }
 
+/// Why a domain cannot have a PID namespace of its own on this machine.
+#[derive(Debug, thiserror::Error)]
+enum NoPidNamespace {
+    #[error("the kernel has no PID namespaces")]
+    NotInKernel,
+    #[error("PID namespaces are turned off (user.max_pid_namespaces = 0)")]
+    TurnedOff,
+    #[error("no CAP_SYS_ADMIN, and user namespaces are turned off (user.max_user_namespaces = 0)")]
+    UserNamespacesOff,
+    #[error(
+        "no CAP_SYS_ADMIN, and unprivileged user namespaces are turned off (kernel.unprivileged_userns_clone = 0)"
+    )]
+    UnprivilegedUserNamespacesOff,
+    #[error(
+        "no CAP_SYS_ADMIN, and AppArmor restricts unprivileged user namespaces \
+         (kernel.apparmor_restrict_unprivileged_userns = 1)"
+    )]
+    AppArmorRestricts,
+}
+
 /// Whether a domain can have a PID namespace of its own: the kernel has them, and either this process may create
 /// one (CAP_SYS_ADMIN) or unprivileged user namespaces are open to it. Read from the kernel's settings rather than
 /// tried, since trying means a fork of the host; a domain that finds otherwise says so when it starts.
-fn pid_namespace_available() -> Result<(), String> {
+fn pid_namespace_available() -> Result<(), NoPidNamespace> {
     let number = |path: &str| std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u64>().ok());
     if !std::path::Path::new("/proc/self/ns/pid").exists() {
-        return Err("the kernel has no PID namespaces".into());
+        return Err(NoPidNamespace::NotInKernel);
     }
     if number("/proc/sys/user/max_pid_namespaces") == Some(0) {
-        return Err("PID namespaces are turned off (user.max_pid_namespaces = 0)".into());
+        return Err(NoPidNamespace::TurnedOff);
     }
     if has_cap_sys_admin() {
         return Ok(());
     }
     if number("/proc/sys/user/max_user_namespaces") == Some(0) {
-        return Err("no CAP_SYS_ADMIN, and user namespaces are turned off (user.max_user_namespaces = 0)".into());
+        return Err(NoPidNamespace::UserNamespacesOff);
     }
     if number("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
-        return Err("no CAP_SYS_ADMIN, and unprivileged user namespaces are turned off \
-                    (kernel.unprivileged_userns_clone = 0)"
-            .into());
+        return Err(NoPidNamespace::UnprivilegedUserNamespacesOff);
     }
     if number("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
-        return Err("no CAP_SYS_ADMIN, and AppArmor restricts unprivileged user namespaces \
-                    (kernel.apparmor_restrict_unprivileged_userns = 1)"
-            .into());
+        return Err(NoPidNamespace::AppArmorRestricts);
     }
     Ok(())
 }
@@ -392,6 +417,19 @@ mod tests {
     fn writable_paths_are_absolute() {
         let err = parse("writable = [\"cache\"]\nreason = \"x\"").unwrap_err();
         assert!(err.contains("not absolute"), "{err}");
+    }
+
+    #[test]
+    fn refusals_say_what_to_fix_in_the_words_the_cli_shows() {
+        let err = parse("exec = true").unwrap_err();
+        assert!(err.contains("this sandbox section loosens the sandbox: say why in `reason = \"...\"`"), "{err}");
+        let err = parse("writable = [\"cache\"]\nreason = \"x\"").unwrap_err();
+        assert!(err.contains("writable path `cache` is not absolute"), "{err}");
+        assert_eq!(
+            NoPidNamespace::AppArmorRestricts.to_string(),
+            "no CAP_SYS_ADMIN, and AppArmor restricts unprivileged user namespaces \
+             (kernel.apparmor_restrict_unprivileged_userns = 1)"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::backend::mpk::{MpkBackend, MpkConfig};
 use crate::backend::none::NoneBackend;
+use crate::backend::process::monitor::Monitor;
 use crate::backend::process::{find_program, short_gap, PaceMode, Pacing, ProcessBackend, ProcessConfig};
 use crate::backend::ExtensionSpec;
 use crate::backend::StartError;
@@ -20,7 +21,6 @@ use crate::domain::{Domain, DomainStats};
 use crate::error::Error;
 use crate::events::{Event, EventBus};
 use crate::fault::{Fault, FaultKind};
-use crate::monitor::Monitor;
 use crate::policy::{ExtensionPolicy, FunctionPolicy, Isolation, Policy};
 use crate::tracker::Tracker;
 
@@ -398,7 +398,7 @@ fn heap_quota(limits: &crate::policy::Limits) -> usize {
 
 /// Where the `ward-domain` program is: `$WARD_DOMAIN`, else beside the running program, else one directory up.
 pub fn domain_program() -> Result<PathBuf, Error> {
-    find_program().map_err(Error::DomainProgramMissing)
+    find_program().map_err(|e| Error::DomainProgramMissing(e.to_string()))
 }
 
 /// The extension's name for policy: the file stem without a `lib` prefix.

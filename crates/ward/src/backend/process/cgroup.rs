@@ -23,7 +23,7 @@ use std::fs;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::policy::Limits;
@@ -38,12 +38,36 @@ const PREFIX: &str = "ward-";
 /// Why a group could not be made.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CgroupError {
-    /// No hierarchy offers the controller, or its directory is not the host's to write.
-    #[error("{0}")]
-    Unavailable(String),
+    /// No hierarchy offers the controllers, or the host's group cannot pass them on.
+    #[error(transparent)]
+    Unavailable(#[from] LayoutError),
+    /// The group's directory is not the host's to create.
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir { path: PathBuf, source: std::io::Error },
     /// Writing the group's files failed.
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
+}
+
+/// Why this process has no hierarchy to make its domains' groups in. Found once and kept (hence `Arc`s).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum LayoutError {
+    #[error("{file}: {source}")]
+    Read { file: &'static str, source: Arc<std::io::Error> },
+    #[error("no cgroup v2 hierarchy is mounted")]
+    NoV2Hierarchy,
+    #[error("not in a v2 group")]
+    NotInV2Group,
+    #[error("the host's v2 group is outside the mounted hierarchy")]
+    V2GroupOutsideMount,
+    #[error("the cgroup v2 group {} offers no memory and pids controllers", .0.display())]
+    V2LacksControllers(PathBuf),
+    /// The host's group holds processes and is not the root: the host was given no subtree.
+    #[error("the host's cgroup v2 group cannot pass controllers to a child ({0})")]
+    V2CannotDelegate(Arc<CgroupError>),
+    /// Why v2 would not do, and v1 has no memory hierarchy either.
+    #[error("{v2}; and no cgroup v1 memory hierarchy is mounted")]
+    NoV1Memory { v2: Box<LayoutError> },
 }
 
 /// A controller a domain's group uses.
@@ -276,10 +300,7 @@ fn procs_of(dir: &Path) -> Vec<i32> {
 }
 
 fn make_dir(dir: &Path) -> Result<(), CgroupError> {
-    match fs::create_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) => Err(CgroupError::Unavailable(format!("cannot create {}: {e}", dir.display()))),
-    }
+    fs::create_dir(dir).map_err(|source| CgroupError::CreateDir { path: dir.to_owned(), source })
 }
 
 fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
@@ -328,13 +349,15 @@ pub(crate) fn sweep_now() {
 
 /// Where this process's groups are, found once.
 fn layout() -> Result<Layout, CgroupError> {
-    static LAYOUT: OnceLock<Result<Layout, String>> = OnceLock::new();
-    LAYOUT.get_or_init(find_layout).clone().map_err(CgroupError::Unavailable)
+    static LAYOUT: OnceLock<Result<Layout, LayoutError>> = OnceLock::new();
+    Ok(LAYOUT.get_or_init(find_layout).clone()?)
 }
 
-fn find_layout() -> Result<Layout, String> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-    let own = fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+fn find_layout() -> Result<Layout, LayoutError> {
+    let read =
+        |file: &'static str| fs::read_to_string(file).map_err(|e| LayoutError::Read { file, source: Arc::new(e) });
+    let mountinfo = read("/proc/self/mountinfo")?;
+    let own = read("/proc/self/cgroup")?;
     let mounts = parse_mounts(&mountinfo);
     let memberships = parse_memberships(&own);
     let v2_why = match v2_layout(&mounts, &memberships) {
@@ -352,20 +375,21 @@ fn find_layout() -> Result<Layout, String> {
         }
     }
     if !found.iter().any(|(c, _)| *c == Controller::Memory) {
-        return Err(format!("{v2_why}; and no cgroup v1 memory hierarchy is mounted"));
+        return Err(LayoutError::NoV1Memory { v2: Box::new(v2_why) });
     }
     Ok(Layout::V1 { own: found })
 }
 
 /// The unified hierarchy, if it offers memory and pids and lets the host's group pass them on.
-fn v2_layout(mounts: &[Mount], memberships: &[(Vec<String>, String)]) -> Result<Layout, String> {
-    let mount = mounts.iter().find(|m| m.v2).ok_or("no cgroup v2 hierarchy is mounted")?;
-    let path = memberships.iter().find(|(names, _)| names.is_empty()).map(|(_, p)| p).ok_or("not in a v2 group")?;
-    let own = mount.dir_for(path).ok_or("the host's v2 group is outside the mounted hierarchy")?;
+fn v2_layout(mounts: &[Mount], memberships: &[(Vec<String>, String)]) -> Result<Layout, LayoutError> {
+    let mount = mounts.iter().find(|m| m.v2).ok_or(LayoutError::NoV2Hierarchy)?;
+    let path =
+        memberships.iter().find(|(names, _)| names.is_empty()).map(|(_, p)| p).ok_or(LayoutError::NotInV2Group)?;
+    let own = mount.dir_for(path).ok_or(LayoutError::V2GroupOutsideMount)?;
     let offered = fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default();
     let offered: Vec<&str> = offered.split_whitespace().collect();
     if !offered.contains(&"memory") || !offered.contains(&"pids") {
-        return Err(format!("the cgroup v2 group {} offers no memory and pids controllers", own.display()));
+        return Err(LayoutError::V2LacksControllers(own));
     }
     let mut controllers = vec![Controller::Memory, Controller::Pids];
     // `cpu` is enabled for the children only when a domain asks for a quota (see `Cgroup::create`): with it a child
@@ -375,7 +399,7 @@ fn v2_layout(mounts: &[Mount], memberships: &[(Vec<String>, String)]) -> Result<
     }
     // Refused (EBUSY) when the host's group holds processes and is not the root: the host was given no subtree.
     write(&own.join("cgroup.subtree_control"), "+memory +pids")
-        .map_err(|e| format!("the host's cgroup v2 group cannot pass controllers to a child ({e})"))?;
+        .map_err(|e| LayoutError::V2CannotDelegate(Arc::new(e)))?;
     Ok(Layout::V2 { own, controllers })
 }
 
@@ -496,6 +520,24 @@ mod tests {
         assert_eq!(mounts[2].dir_for("/elsewhere"), None, "a group outside the mounted subtree has no directory");
         assert_eq!(mounts[3].point, PathBuf::from("/sys/fs/cgroup/with space"));
         assert_eq!(mounts[1].dir_for("/"), Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")));
+    }
+
+    #[test]
+    fn a_machine_without_a_usable_hierarchy_says_why_v2_and_v1_would_not_do() {
+        let why = CgroupError::from(LayoutError::NoV1Memory { v2: Box::new(LayoutError::NotInV2Group) });
+        assert_eq!(why.to_string(), "not in a v2 group; and no cgroup v1 memory hierarchy is mounted");
+        let refused = CgroupError::Write {
+            path: PathBuf::from("/sys/fs/cgroup/x/cgroup.subtree_control"),
+            source: std::io::Error::from_raw_os_error(libc::EBUSY),
+        };
+        let why = LayoutError::V2CannotDelegate(Arc::new(refused)).to_string();
+        assert!(
+            why.starts_with(
+                "the host's cgroup v2 group cannot pass controllers to a child (cannot write \
+                 /sys/fs/cgroup/x/cgroup.subtree_control: "
+            ),
+            "{why}"
+        );
     }
 
     #[test]

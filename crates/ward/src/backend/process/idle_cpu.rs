@@ -1,6 +1,6 @@
 //! CPU a domain uses between calls: a fault past the policy's budget (`idle_cpu_ms` per second).
 //!
-//! The rule: every [`crate::monitor::PERIOD`] the monitor thread reads the CPU time of the domain's threads other
+//! The rule: every [`super::monitor::PERIOD`] the monitor thread reads the CPU time of the domain's threads other
 //! than the one that serves calls (`/proc/PID/stat` for the whole process, dead threads included, less
 //! `/proc/PID/task/PID/stat` for the serving thread, which is the process's first). An interval between two reads
 //! counts as *between calls* when no call was in flight when it began and no call began before it ended, as the

@@ -18,6 +18,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::{placement, ProcessBackend};
+
 /// Consecutive calls close together that take an adaptive wait from handing over back to spinning.
 pub(super) const AGREE: u8 = 8;
 /// One bit per call an adaptive wait that spins looks back on ...
@@ -43,7 +45,7 @@ pub(crate) fn short_gap(spin: u32) -> Duration {
 
 /// How the two sides wait during a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub(crate) enum PaceMode {
     /// Each on its own processor, spinning a while before sleeping (or forever, for `wait = "poll"`).
     Spin,
     /// The domain runs on the caller's processor and both sleep at once.
@@ -53,7 +55,7 @@ pub(crate) enum Mode {
 /// What the policy asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pacing {
-    Fixed(Mode),
+    Fixed(PaceMode),
     /// Chosen from the calls' pattern (`wait = "adaptive"`); a call within `short_gap` of the last reply counts
     /// for spinning.
     Learned {
@@ -65,7 +67,7 @@ pub(crate) enum Pacing {
 pub(super) struct Pace {
     /// `Some(short gap)` when the mode is learned.
     learned: Option<Duration>,
-    mode: Mode,
+    mode: PaceMode,
     /// While handing over: calls in a row that came close together.
     in_a_row: u8,
     /// While spinning: one bit per recent call, newest lowest, set when it found the domain asleep and was short.
@@ -80,28 +82,28 @@ impl Pace {
     pub(super) fn new(pacing: Pacing) -> Self {
         let (learned, mode) = match pacing {
             Pacing::Fixed(mode) => (None, mode),
-            Pacing::Learned { short_gap } => (Some(short_gap), Mode::Spin),
+            Pacing::Learned { short_gap } => (Some(short_gap), PaceMode::Spin),
         };
         Pace { learned, mode, in_a_row: 0, asleep: 0, woken_at: None, replied_at: None }
     }
 
-    pub(super) fn mode(&self) -> Mode {
+    pub(super) fn mode(&self) -> PaceMode {
         self.mode
     }
 
     /// Keep to `mode` from now on (when the domain cannot be moved, say).
-    pub(super) fn fix(&mut self, mode: Mode) {
+    pub(super) fn fix(&mut self, mode: PaceMode) {
         *self = Pace::new(Pacing::Fixed(mode));
     }
 
     /// A request the caller will wait for is about to go out: the mode to send it in. `now` is read only while
     /// handing over, where a call costs microseconds anyway.
-    pub(super) fn call(&mut self, now: impl FnOnce() -> Instant) -> Mode {
-        if let (Some(gap), Mode::HandOver) = (self.learned, self.mode) {
+    pub(super) fn call(&mut self, now: impl FnOnce() -> Instant) -> PaceMode {
+        if let (Some(gap), PaceMode::HandOver) = (self.learned, self.mode) {
             let short = self.replied_at.is_some_and(|t| now().saturating_duration_since(t) < gap);
             self.in_a_row = if short { self.in_a_row + 1 } else { 0 };
             if self.in_a_row >= AGREE {
-                self.switch(Mode::Spin);
+                self.switch(PaceMode::Spin);
             }
         }
         self.mode
@@ -110,7 +112,7 @@ impl Pace {
     /// The request went out; `woke`: the domain was asleep and had to be woken. `now` is read only then, when the
     /// call costs a wake-up anyway.
     pub(super) fn published(&mut self, woke: bool, now: impl FnOnce() -> Instant) {
-        if self.learned.is_none() || self.mode != Mode::Spin {
+        if self.learned.is_none() || self.mode != PaceMode::Spin {
             return;
         }
         if woke {
@@ -128,8 +130,8 @@ impl Pace {
             return;
         }
         match self.mode {
-            Mode::HandOver => self.replied_at = Some(now()),
-            Mode::Spin => {
+            PaceMode::HandOver => self.replied_at = Some(now()),
+            PaceMode::Spin => {
                 if let Some(woken) = self.woken_at.take() {
                     let short = now().saturating_duration_since(woken) < LONG_CALL;
                     self.vote(short);
@@ -142,11 +144,11 @@ impl Pace {
     fn vote(&mut self, for_hand_over: bool) {
         self.asleep = (self.asleep << 1) | Recent::from(for_hand_over);
         if self.asleep.count_ones() >= ASLEEP_OF_RECENT {
-            self.switch(Mode::HandOver);
+            self.switch(PaceMode::HandOver);
         }
     }
 
-    fn switch(&mut self, to: Mode) {
+    fn switch(&mut self, to: PaceMode) {
         self.mode = to;
         self.in_a_row = 0;
         self.asleep = 0;
@@ -206,6 +208,69 @@ impl Stay {
     }
 }
 
+impl ProcessBackend {
+    /// A request the caller will wait for is about to go out: choose how the two sides wait for it (`pace`) and
+    /// place the domain to match. Before the record is made, which says how the domain is to wait after it.
+    pub(super) fn pace_request(&mut self) {
+        let before = self.pace.mode();
+        match self.pace.call(std::time::Instant::now) {
+            PaceMode::HandOver => self.move_to_caller(),
+            PaceMode::Spin if before == PaceMode::HandOver => self.release_domain(),
+            PaceMode::Spin => {}
+        }
+    }
+
+    /// Publish a request the caller will wait for, telling `pace` whether the domain had to be woken for it.
+    pub(super) fn publish_request(&mut self) {
+        let woke = self.requests.publish();
+        self.pace.published(woke, std::time::Instant::now);
+    }
+
+    /// Move the domain to the calling thread's processor, so the wake-up and the reply's are hand-overs on one
+    /// processor (`super::placement`). Only when the processor changed.
+    pub(super) fn move_to_caller(&mut self) {
+        if self.cannot_move {
+            return;
+        }
+        let (Some(live), Some(cpu)) = (self.live.as_mut(), placement::current_cpu()) else {
+            return;
+        };
+        if live.cpu == Some(cpu) {
+            return;
+        }
+        if live.spread.is_none() {
+            live.spread = placement::affinity(live.pid).ok();
+        }
+        match placement::pin(live.pid, cpu) {
+            Ok(()) => live.cpu = Some(cpu),
+            // Gone: the wait that follows finds out why.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => {
+                // A processor set that forbids it (a cgroup's, say). Sleeping at once still holds for `sleep`; an
+                // adaptive wait goes back to spinning, which pays off without a move.
+                tracing::warn!(error = %e, "cannot move the domain to its caller's processor; it stays where the \
+                    scheduler puts it");
+                self.cannot_move = true;
+                if matches!(self.cfg.pacing, Pacing::Learned { .. }) {
+                    self.pace.fix(PaceMode::Spin);
+                }
+            }
+        }
+    }
+
+    /// Let the domain run where it could before it was first moved (where this thread may, if that was not read).
+    fn release_domain(&mut self) {
+        let Some(live) = self.live.as_mut() else { return };
+        if live.cpu.take().is_none() {
+            return;
+        }
+        let Some(spread) = live.spread.clone().or_else(|| placement::affinity(0).ok()) else { return };
+        if let Err(e) = placement::confine(live.pid, &spread) {
+            tracing::debug!(error = %e, "cannot give the domain back its processors");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,12 +287,12 @@ mod tests {
     }
 
     /// A call while spinning that found the domain asleep (`asleep`) or awake.
-    fn spinning_call(p: &mut Pace, asleep: bool) -> Mode {
+    fn spinning_call(p: &mut Pace, asleep: bool) -> PaceMode {
         spinning_call_taking(p, asleep, Duration::from_micros(20))
     }
 
     /// The same, for a call that takes `took` from request to reply.
-    fn spinning_call_taking(p: &mut Pace, asleep: bool, took: Duration) -> Mode {
+    fn spinning_call_taking(p: &mut Pace, asleep: bool, took: Duration) -> PaceMode {
         let start = Instant::now();
         let mode = p.call(|| panic!("no clock read while spinning"));
         p.published(asleep, || if asleep { start } else { panic!("no clock read for a domain found awake") });
@@ -239,16 +304,16 @@ mod tests {
     fn long_calls_that_find_the_domain_asleep_keep_it_spinning() {
         let mut p = Pace::new(LEARNED);
         for _ in 0..10 * RECENT {
-            assert_eq!(spinning_call_taking(&mut p, true, LONG_CALL), Mode::Spin);
+            assert_eq!(spinning_call_taking(&mut p, true, LONG_CALL), PaceMode::Spin);
         }
         for _ in 0..ASLEEP_OF_RECENT {
             spinning_call_taking(&mut p, true, LONG_CALL / 2);
         }
-        assert_eq!(p.mode(), Mode::HandOver, "short ones hand over");
+        assert_eq!(p.mode(), PaceMode::HandOver, "short ones hand over");
     }
 
     /// A call while handing over that came `gap` after the previous reply; its own reply comes at once.
-    fn handed_call(p: &mut Pace, at: &mut Instant, gap: Duration) -> Mode {
+    fn handed_call(p: &mut Pace, at: &mut Instant, gap: Duration) -> PaceMode {
         *at += gap;
         let t = *at;
         let mode = p.call(|| t);
@@ -261,16 +326,20 @@ mod tests {
         let mut p = Pace::new(LEARNED);
         // One call in eight finding it asleep (a pause now and then between bursts): spinning pays.
         for i in 0..10 * RECENT {
-            assert_eq!(spinning_call(&mut p, i % 8 == 7), Mode::Spin);
+            assert_eq!(spinning_call(&mut p, i % 8 == 7), PaceMode::Spin);
         }
         // One in three: it hands over, at the call that makes four of the last sixteen.
         let mut calls = 0;
-        while p.mode() == Mode::Spin {
-            assert_eq!(spinning_call(&mut p, calls % 3 == 2), Mode::Spin, "the call that tips it went out spinning");
+        while p.mode() == PaceMode::Spin {
+            assert_eq!(
+                spinning_call(&mut p, calls % 3 == 2),
+                PaceMode::Spin,
+                "the call that tips it went out spinning"
+            );
             calls += 1;
             assert!(calls <= RECENT, "still spinning after {calls} calls, a third of them finding the domain asleep");
         }
-        assert_eq!(p.mode(), Mode::HandOver);
+        assert_eq!(p.mode(), PaceMode::HandOver);
     }
 
     #[test]
@@ -279,9 +348,9 @@ mod tests {
         for _ in 0..ASLEEP_OF_RECENT - 1 {
             spinning_call(&mut p, true);
         }
-        assert_eq!(p.mode(), Mode::Spin);
+        assert_eq!(p.mode(), PaceMode::Spin);
         spinning_call(&mut p, true);
-        assert_eq!(p.mode(), Mode::HandOver);
+        assert_eq!(p.mode(), PaceMode::HandOver);
     }
 
     #[test]
@@ -290,23 +359,23 @@ mod tests {
         for _ in 0..ASLEEP_OF_RECENT {
             spinning_call(&mut p, true);
         }
-        assert_eq!(p.mode(), Mode::HandOver);
+        assert_eq!(p.mode(), PaceMode::HandOver);
         let mut at = Instant::now();
         let long = SHORT * 10;
         let short = SHORT / 10;
         // The first call has no reply before it to measure from; long gaps keep handing over.
         for _ in 0..3 * AGREE {
-            assert_eq!(handed_call(&mut p, &mut at, long), Mode::HandOver);
+            assert_eq!(handed_call(&mut p, &mut at, long), PaceMode::HandOver);
         }
         for _ in 0..AGREE - 1 {
-            assert_eq!(handed_call(&mut p, &mut at, short), Mode::HandOver);
+            assert_eq!(handed_call(&mut p, &mut at, short), PaceMode::HandOver);
         }
-        assert_eq!(handed_call(&mut p, &mut at, long), Mode::HandOver, "a long gap starts the count again");
+        assert_eq!(handed_call(&mut p, &mut at, long), PaceMode::HandOver, "a long gap starts the count again");
         for _ in 0..AGREE - 1 {
-            assert_eq!(handed_call(&mut p, &mut at, short), Mode::HandOver);
+            assert_eq!(handed_call(&mut p, &mut at, short), PaceMode::HandOver);
         }
-        assert_eq!(handed_call(&mut p, &mut at, short), Mode::Spin, "the call that tips it goes out spinning");
-        assert_eq!(p.mode(), Mode::Spin);
+        assert_eq!(handed_call(&mut p, &mut at, short), PaceMode::Spin, "the call that tips it goes out spinning");
+        assert_eq!(p.mode(), PaceMode::Spin);
     }
 
     #[test]
@@ -314,25 +383,25 @@ mod tests {
         // Calls that come soon enough to find a spinning domain awake, but not within the short gap.
         let mut p = Pace::new(LEARNED);
         for _ in 0..100 {
-            assert_eq!(spinning_call(&mut p, false), Mode::Spin);
+            assert_eq!(spinning_call(&mut p, false), PaceMode::Spin);
         }
         for _ in 0..ASLEEP_OF_RECENT {
             spinning_call(&mut p, true);
         }
         let mut at = Instant::now();
         for _ in 0..100 {
-            assert_eq!(handed_call(&mut p, &mut at, SHORT * 2), Mode::HandOver);
+            assert_eq!(handed_call(&mut p, &mut at, SHORT * 2), PaceMode::HandOver);
         }
     }
 
     #[test]
     fn fixed_modes_never_change() {
-        let mut spin = Pace::new(Pacing::Fixed(Mode::Spin));
-        let mut hand = Pace::new(Pacing::Fixed(Mode::HandOver));
+        let mut spin = Pace::new(Pacing::Fixed(PaceMode::Spin));
+        let mut hand = Pace::new(Pacing::Fixed(PaceMode::HandOver));
         let mut at = Instant::now();
         for _ in 0..10 * AGREE {
-            assert_eq!(spinning_call(&mut spin, true), Mode::Spin);
-            assert_eq!(handed_call(&mut hand, &mut at, Duration::ZERO), Mode::HandOver);
+            assert_eq!(spinning_call(&mut spin, true), PaceMode::Spin);
+            assert_eq!(handed_call(&mut hand, &mut at, Duration::ZERO), PaceMode::HandOver);
         }
     }
 

@@ -16,34 +16,92 @@ use crate::policy::Limits;
 /// How long a domain may take to load its extensions before the start counts as failed.
 pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Why the `ward-domain` program was not found.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ProgramNotFound {
+    /// `$WARD_DOMAIN` names something that is not a file.
+    #[error("WARD_DOMAIN={} is not a file", .0.display())]
+    NotAFile(PathBuf),
+    /// The running program's own path is unknown, so there is nowhere beside it to look.
+    #[error("cannot find the running program: {0}")]
+    NoCurrentExe(#[source] std::io::Error),
+    /// None of the places looked in holds it.
+    #[error("looked in {}", display_paths(.0))]
+    NotBeside(Vec<PathBuf>),
+}
+
+fn display_paths(paths: &[PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// Why a domain process did not start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpawnError {
+    #[error("cannot create a control socket: {0}")]
+    ControlSocket(#[source] std::io::Error),
+    #[error("cannot start {}: {source}", program.display())]
+    Start { program: PathBuf, source: std::io::Error },
+    #[error("pidfd_open: {0}")]
+    PidfdOpen(#[source] std::io::Error),
+    #[error("the domain said it was ready without a pidfd of itself")]
+    ReadyWithoutPidfd,
+    /// The pidfd the domain sent of itself names another process.
+    #[error(transparent)]
+    BadPidfd(#[from] PidfdError),
+    /// The domain's own account of why it could not start (it said `error ...`), or whatever else it said.
+    #[error("{0}")]
+    Refused(String),
+    /// Its control socket closed or failed before it was ready; with its exit status where it could be read.
+    #[error("the domain process ended during start-up ({0})")]
+    EndedDuringStartUp(String),
+}
+
+/// Why a pidfd a domain or zygote sent is not taken as the process it claims to be.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PidfdError {
+    #[error("cannot read {path}: {source}")]
+    Fdinfo { path: String, source: std::io::Error },
+    #[error("the descriptor it sent is not a pidfd")]
+    NotAPidfd,
+    #[error("the process of the pidfd it sent has ended")]
+    Ended,
+    #[error("the pidfd it sent names a process outside this one's PID namespace")]
+    OutsideNamespace,
+    #[error("the domain sent a pidfd of process {0}, which is not the domain process")]
+    NotTheDomain(i32),
+    #[error("it sent a pidfd of process {0}, which it did not fork")]
+    NotForked(i32),
+}
+
 /// Where the `ward-domain` program is: `$WARD_DOMAIN`, else beside the running program, else one directory up
 /// (test and bench programs live in `target/<profile>/deps`).
-pub(crate) fn find_program() -> Result<PathBuf, String> {
+pub(crate) fn find_program() -> Result<PathBuf, ProgramNotFound> {
     if let Some(p) = std::env::var_os("WARD_DOMAIN") {
         let p = PathBuf::from(p);
-        return if p.is_file() { Ok(p) } else { Err(format!("WARD_DOMAIN={} is not a file", p.display())) };
+        return if p.is_file() { Ok(p) } else { Err(ProgramNotFound::NotAFile(p)) };
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find the running program: {e}"))?;
+    let exe = std::env::current_exe().map_err(ProgramNotFound::NoCurrentExe)?;
     let mut tried = Vec::new();
     for dir in exe.parent().into_iter().chain(exe.parent().and_then(Path::parent)) {
         let candidate = dir.join("ward-domain");
         if candidate.is_file() {
             return Ok(candidate);
         }
-        tried.push(candidate.display().to_string());
+        tried.push(candidate);
     }
-    Err(format!("looked in {}", tried.join(", ")))
+    Err(ProgramNotFound::NotBeside(tried))
 }
 
+/// What a started domain process is to be: one that serves calls, or a zygote that forks those that do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub(crate) enum Role {
     Serve,
     Zygote,
 }
 
 pub(crate) struct Launch<'a> {
     pub program: &'a Path,
-    pub mode: Mode,
+    pub role: Role,
     pub spin: u32,
     pub limits: &'a Limits,
     /// The sandbox's flags (`SandboxPolicy::domain_args`).
@@ -129,11 +187,11 @@ impl DomainChild {
 }
 
 /// Spawn and wait for `ready`. Must run on the monitor thread (see there why).
-pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
-    let (ours, theirs) = ControlSocket::pair().map_err(|e| format!("cannot create a control socket: {e}"))?;
-    let mode = match launch.mode {
-        Mode::Serve => "serve",
-        Mode::Zygote => "zygote",
+pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, SpawnError> {
+    let (ours, theirs) = ControlSocket::pair().map_err(SpawnError::ControlSocket)?;
+    let mode = match launch.role {
+        Role::Serve => "serve",
+        Role::Zygote => "zygote",
     };
     let mut args: Vec<OsString> = vec![launch.program.into()];
     for (flag, value) in [
@@ -177,7 +235,7 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
     // Descriptors 3, 4, 5, 6 in the domain, in this order.
     let sources: Vec<BorrowedFd<'_>> = vec![theirs.as_fd(), launch.region, launch.pool_in, launch.pool_out];
     let pid = posix_spawn(launch.program, &args, &env, &sources)
-        .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
+        .map_err(|source| SpawnError::Start { program: launch.program.to_owned(), source })?;
     drop(theirs);
     let mut child = match pidfd_open(pid) {
         Ok(pidfd) => DomainChild { pid, pidfd, status: None },
@@ -187,13 +245,13 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
             let mut raw = 0;
             // SAFETY: reaps our own child; `raw` is a valid place for its status.
             unsafe { libc::waitpid(pid, &mut raw, 0) };
-            return Err(format!("pidfd_open: {e}"));
+            return Err(SpawnError::PidfdOpen(e));
         }
     };
     match ours.recv(Some(START_TIMEOUT)) {
         Ok(Some(m)) if m.text == "ready" || m.text.starts_with("ready\n") => {
-            let domain = m.fd.ok_or_else(|| "the domain said it was ready without a pidfd of itself".to_string());
-            match domain.and_then(|fd| the_domain_proper(&fd, pid).map(|domain| (domain, fd))) {
+            let domain = m.fd.ok_or(SpawnError::ReadyWithoutPidfd);
+            match domain.and_then(|fd| Ok((the_domain_proper(&fd, pid)?, fd))) {
                 Ok((domain, pidfd)) => {
                     let without = m.text.strip_prefix("ready\n").map(str::to_string);
                     Ok(Started { child, pid: domain, pidfd, control: ours, without })
@@ -208,12 +266,12 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, String> {
         Ok(Some(m)) => {
             child.kill();
             let _ = child.wait();
-            Err(m.text.strip_prefix("error ").unwrap_or(&m.text).to_string())
+            Err(SpawnError::Refused(m.text.strip_prefix("error ").unwrap_or(&m.text).to_string()))
         }
         Ok(None) | Err(_) => {
             child.kill();
             let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-            Err(format!("the domain process ended during start-up ({status})"))
+            Err(SpawnError::EndedDuringStartUp(status))
         }
     }
 }
@@ -373,38 +431,38 @@ fn check(rc: libc::c_int) -> std::io::Result<()> {
 /// The id, in this process's PID namespace, of the process a domain sent a pidfd of as itself, checked to be the
 /// domain proper of the process this side started (`started`): that process itself (no namespace), or its
 /// grandchild (its child is the namespace's init, whose only child is the domain).
-fn the_domain_proper(pidfd: &OwnedFd, started: i32) -> Result<i32, String> {
+fn the_domain_proper(pidfd: &OwnedFd, started: i32) -> Result<i32, PidfdError> {
     let pid = pid_of(pidfd.as_fd())?;
     let grandparent = parent_of(pid).and_then(parent_of);
     if pid != started && grandparent != Some(started) {
-        return Err(format!("the domain sent a pidfd of process {pid}, which is not the domain process"));
+        return Err(PidfdError::NotTheDomain(pid));
     }
     Ok(pid)
 }
 
 /// The id, in this process's PID namespace, of the process an incarnation's pidfd names, checked to be a child of
 /// the zygote `zygote` (a zygote could otherwise have this side kill, pin or watch a process of its choosing).
-pub(crate) fn incarnation_of(pidfd: BorrowedFd<'_>, zygote: i32) -> Result<i32, String> {
+pub(crate) fn incarnation_of(pidfd: BorrowedFd<'_>, zygote: i32) -> Result<i32, PidfdError> {
     let pid = pid_of(pidfd)?;
     if parent_of(pid) != Some(zygote) {
-        return Err(format!("it sent a pidfd of process {pid}, which it did not fork"));
+        return Err(PidfdError::NotForked(pid));
     }
     Ok(pid)
 }
 
 /// The process id a pidfd names, as this process sees it: the `Pid:` line of its `/proc/self/fdinfo` entry. A
 /// domain in a PID namespace knows itself by another number, which means nothing here.
-pub(crate) fn pid_of(pidfd: BorrowedFd<'_>) -> Result<i32, String> {
+pub(crate) fn pid_of(pidfd: BorrowedFd<'_>) -> Result<i32, PidfdError> {
     let path = format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd());
-    let info = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let info = std::fs::read_to_string(&path).map_err(|source| PidfdError::Fdinfo { path, source })?;
     let pid = info
         .lines()
         .find_map(|l| l.strip_prefix("Pid:"))
         .and_then(|p| p.trim().parse::<i32>().ok())
-        .ok_or_else(|| "the descriptor it sent is not a pidfd".to_string())?;
+        .ok_or(PidfdError::NotAPidfd)?;
     match pid {
-        -1 => Err("the process of the pidfd it sent has ended".into()),
-        p if p <= 0 => Err("the pidfd it sent names a process outside this one's PID namespace".into()),
+        -1 => Err(PidfdError::Ended),
+        p if p <= 0 => Err(PidfdError::OutsideNamespace),
         p => Ok(p),
     }
 }
@@ -445,5 +503,33 @@ pub(crate) fn wait_dead(pidfd: BorrowedFd<'_>, timeout: Duration) -> bool {
         if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_domain_program_names_every_place_looked_in() {
+        let why = ProgramNotFound::NotBeside(vec![PathBuf::from("/a/ward-domain"), PathBuf::from("/b/ward-domain")]);
+        assert_eq!(why.to_string(), "looked in /a/ward-domain, /b/ward-domain");
+        assert_eq!(
+            ProgramNotFound::NotAFile(PathBuf::from("/nowhere")).to_string(),
+            "WARD_DOMAIN=/nowhere is not a file"
+        );
+    }
+
+    #[test]
+    fn a_pidfd_of_another_process_is_refused_naming_it() {
+        let why = SpawnError::from(PidfdError::NotTheDomain(42));
+        assert_eq!(why.to_string(), "the domain sent a pidfd of process 42, which is not the domain process");
+        assert_eq!(PidfdError::NotForked(7).to_string(), "it sent a pidfd of process 7, which it did not fork");
+    }
+
+    #[test]
+    fn pid_of_refuses_a_descriptor_that_is_not_a_pidfd() {
+        let file = std::fs::File::open("/proc/self/stat").expect("opens /proc/self/stat");
+        assert!(matches!(pid_of(file.as_fd()), Err(PidfdError::NotAPidfd)));
     }
 }
