@@ -103,7 +103,7 @@ struct NoneFunction(*const c_void);
 
 // SAFETY: a code address of a library that stays loaded, valid in every thread.
 unsafe impl Send for NoneFunction {}
-// SAFETY: as for Send: the value is an immutable code address.
+// SAFETY: shared use only reads the value, an immutable code address of a library that stays loaded.
 unsafe impl Sync for NoneFunction {}
 
 impl ThreadFunction for NoneFunction {

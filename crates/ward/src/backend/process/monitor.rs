@@ -116,7 +116,7 @@ impl Monitor {
         }
         // SAFETY: a fresh descriptor we own.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
-        // SAFETY: as above.
+        // SAFETY: eventfd takes no pointers; the result is checked and owned below.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if wake < 0 {
             return Err(std::io::Error::last_os_error());
