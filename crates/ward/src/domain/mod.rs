@@ -91,7 +91,7 @@ struct Symbol {
 }
 
 /// Where an extension's code comes from, for `restart_from`.
-struct Image {
+struct CodeOrigin {
     /// The plugin a class adapter opens by this path in the domain (the adapter is the file loaded); `None`: the
     /// extension is the file loaded.
     opened: Option<PathBuf>,
@@ -106,7 +106,7 @@ struct State {
     /// Per extension of the domain: its name and policy.
     extensions: Vec<(String, ExtensionPolicy)>,
     /// Per extension of the domain: where its code comes from.
-    images: Vec<Image>,
+    images: Vec<CodeOrigin>,
     symbols: Vec<Symbol>,
     /// Per extension: symbol name to index in `symbols`.
     symbol_index: Vec<HashMap<String, usize>>,
@@ -330,7 +330,7 @@ impl Domain {
             };
             st.rewriting |= rewrite.is_some();
             st.extensions.push((name.clone(), policy));
-            st.images.push(Image { opened, switched: started_from.is_some(), rewrite });
+            st.images.push(CodeOrigin { opened, switched: started_from.is_some(), rewrite });
             st.extensions.len() - 1
         };
         if let Some(path) = started_from {
@@ -359,7 +359,7 @@ impl Domain {
         let outcome = added.map(|how| {
             let mut st = g.borrow_mut();
             st.extensions.push((name, policy));
-            st.images.push(Image { opened, switched: false, rewrite: None });
+            st.images.push(CodeOrigin { opened, switched: false, rewrite: None });
             (st.extensions.len() - 1, how == Added::NeedsRestart)
         });
         let restart = match &outcome {
