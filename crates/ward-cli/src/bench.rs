@@ -12,8 +12,8 @@ use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use ward::{Arg, Event, Function, Isolation, Policy, RestartVia, RetType, Supervisor};
 
-use crate::floor;
-use crate::native::NativeLib;
+use crate::hosts::floor;
+use crate::hosts::native::NativeLib;
 use crate::report::{self, say, Columns};
 
 /// How much to measure.

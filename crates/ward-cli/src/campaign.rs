@@ -15,7 +15,7 @@ use ward_campaign::{
     workload, Campaign, FaultModel, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, RunRecord,
 };
 
-use crate::child::{self, End};
+use crate::hosts::child::{self, End};
 use crate::report::{self, say};
 
 #[derive(Args)]

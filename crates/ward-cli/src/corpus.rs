@@ -26,7 +26,7 @@ use clap::{value_parser, Args, ValueEnum};
 use serde::Serialize;
 use ward::Isolation;
 
-use crate::child::{self, End};
+use crate::hosts::child::{self, End};
 use crate::report::{say, Columns};
 
 /// Where Debian installs each collection.

@@ -15,9 +15,9 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use ward::{Arg, Event, Isolation, Policy, RestartVia, RetType, Signature, Supervisor, ValType, Value};
 
-use crate::child::{self, End};
 use crate::faults;
-use crate::native::{self, NativeOutcome};
+use crate::hosts::child::{self, End};
+use crate::hosts::native::{self, NativeOutcome};
 use crate::report::{self, say, Columns};
 use crate::DemoIsolation;
 
@@ -117,8 +117,11 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
     let well_ok = well_section(isolation, json)?;
     // Under `none` a plugin's crash is the host's: the plugin part runs with process isolation only. The class
     // adapters open their plugins with dlopen, which an mpk domain does not offer.
-    let plugins_ok =
-        if isolation == DemoIsolation::Process { crate::demo_plugins::run(Isolation::Process, json)? } else { true };
+    let plugins_ok = if isolation == DemoIsolation::Process {
+        crate::hosts::demo_plugins::run(Isolation::Process, json)?
+    } else {
+        true
+    };
     Ok(faults_ok && well_ok && plugins_ok)
 }
 

@@ -11,7 +11,7 @@ use ward_classes::native::{frei0r, ladspa, Words};
 
 use super::input::{self, Digest, BLOCKS, HEIGHT, MAX_BLOCK, SAMPLE_RATE, TIMES, WIDTH};
 use super::Listed;
-use crate::native::NativeLib;
+use crate::hosts::native::NativeLib;
 
 /// Values of margin on each side of a LADSPA port buffer, and rows on each side of a frei0r frame.
 const PORT_MARGIN: usize = 64;

@@ -14,7 +14,7 @@ use ward_campaign::host::{self, HostReport, SETUP_FAILED};
 use ward_campaign::workload::{self, Symbols};
 use ward_campaign::Mode;
 
-use crate::native::NativeLib;
+use crate::hosts::native::NativeLib;
 use crate::report;
 
 /// A campaign host's address space: room for the workload and ward, not for a runaway allocation.
@@ -62,7 +62,7 @@ pub fn main(args: CampaignHostArgs) -> Result<bool> {
 }
 
 fn run(args: &CampaignHostArgs) -> Result<HostReport> {
-    crate::host::become_ordinary_host(ADDRESS_SPACE)?;
+    crate::hosts::host::become_ordinary_host(ADDRESS_SPACE)?;
     let workload =
         workload::by_name(&args.workload).with_context(|| format!("no workload called {}", args.workload))?;
     let mode: Mode = args.mode.parse()?;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::child::{self, End};
 use crate::faults;
+use crate::hosts::child::{self, End};
 
 /// A host with ordinary limits: the memory bomb and the descriptor leak end instead of eating the machine.
 const HOST_ADDRESS_SPACE: u64 = 512 << 20;
@@ -66,7 +66,7 @@ fn dlerror() -> String {
 /// Give this process the limits of an ordinary host (with the demo's address space), no core files, and the default
 /// action for SIGSEGV/SIGBUS.
 pub fn become_ordinary_host() -> Result<()> {
-    crate::host::become_ordinary_host(HOST_ADDRESS_SPACE)
+    crate::hosts::host::become_ordinary_host(HOST_ADDRESS_SPACE)
 }
 
 /// The child: load, run the scenario, report. Does not return when the fault takes the process down.
