@@ -10,7 +10,7 @@ use ward::libfault::{LibraryFault, LibraryFaultKind};
 use ward_inject::{InjectError, Plan};
 
 use crate::error::Error;
-use crate::fault::TrialFault;
+use crate::trial_fault::TrialFault;
 
 /// One trial: the `index`-th of its fault type (from 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

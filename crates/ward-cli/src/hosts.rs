@@ -7,5 +7,5 @@ pub mod campaign_host;
 pub mod child;
 pub mod demo_plugins;
 pub mod floor;
-pub mod host;
-pub mod native;
+pub mod native_host;
+pub mod ordinary;

@@ -7,11 +7,11 @@ mod campaign;
 mod check;
 mod corpus;
 mod demo;
-mod faults;
+mod faulty_scenario;
 mod hosts;
 mod inject;
 mod load;
-mod report;
+mod output;
 mod run;
 
 use std::path::PathBuf;
@@ -140,7 +140,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Builtins { dir } => run::builtins(dir),
         Command::CampaignHost(a) => hosts::campaign_host::main(a),
-        Command::NativeHost { path, kind } => hosts::native::host_main(&path, kind),
+        Command::NativeHost { path, kind } => hosts::native_host::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),
         Command::Busy { parent } => load::busy_main(parent),
     };

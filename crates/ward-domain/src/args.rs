@@ -13,8 +13,9 @@ use std::path::PathBuf;
 
 use crate::sandbox;
 
+/// What this process was started to do (`--mode serve` or `--mode zygote`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub enum Job {
     /// Load, then serve calls until killed.
     Serve,
     /// Load, then fork a serving incarnation for every `fork` request.
@@ -38,7 +39,7 @@ pub struct ExtensionArg {
 
 #[derive(Debug, Clone)]
 pub struct Args {
-    pub mode: Mode,
+    pub mode: Job,
     /// The process that started this one: it dies with it.
     pub parent: i32,
     pub spin: u32,
@@ -69,8 +70,8 @@ impl Args {
             match flag.as_str() {
                 "--mode" => {
                     mode = Some(match value()?.as_str() {
-                        "serve" => Mode::Serve,
-                        "zygote" => Mode::Zygote,
+                        "serve" => Job::Serve,
+                        "zygote" => Job::Zygote,
                         other => return Err(format!("unknown mode `{other}` (serve or zygote)")),
                     })
                 }
@@ -136,7 +137,7 @@ mod tests {
         .unwrap();
         assert!(a.arena);
         assert!(!parse("--mode serve --parent 1 --ext /a.so").unwrap().arena);
-        assert_eq!(a.mode, Mode::Zygote);
+        assert_eq!(a.mode, Job::Zygote);
         assert_eq!(a.parent, 42);
         assert_eq!(a.spin, 7);
         assert_eq!(a.limits.address_space_mb, 256);

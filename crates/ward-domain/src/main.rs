@@ -26,7 +26,7 @@
 //! (see [`zygote`]).
 
 mod args;
-mod faults;
+mod fault_handler;
 mod loader;
 mod sandbox;
 mod serve;
@@ -39,7 +39,7 @@ use ward_xpc::arena::view::ArenaView;
 use ward_xpc::pool::{MappedPool, PoolGeometry, POOL_IN, POOL_OUT};
 use ward_xpc::Region;
 
-use crate::args::{Args, Mode};
+use crate::args::{Args, Job};
 use ward_xpc::control::ControlSocket;
 
 /// Descriptor numbers the host hands over.
@@ -115,7 +115,7 @@ fn main() -> ExitCode {
             let _ = control.send(&ready, Some(own.as_fd()));
             drop(own);
             match setup.args.mode {
-                Mode::Serve => {
+                Job::Serve => {
                     let mut setup = setup;
                     match setup.arena.as_mut() {
                         Some(arena) => arena.attach(control),
@@ -123,7 +123,7 @@ fn main() -> ExitCode {
                     }
                     serve::run(setup)
                 }
-                Mode::Zygote => zygote::run(setup, control),
+                Job::Zygote => zygote::run(setup, control),
             }
         }
         Err(message) => {
@@ -142,7 +142,7 @@ fn setup(args: Args, namespace: bool) -> Result<Setup, String> {
     let out_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_OUT) };
     let region = Region::open_domain(region_fd).map_err(|e| format!("cannot map the shared region: {e}"))?;
     // Before the pools: finding the main thread's stack reads /proc/self/maps, longer with every mapping.
-    faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
+    fault_handler::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
     let geometry = PoolGeometry::standard(args.read_past).map_err(|e| format!("bad pool geometry: {e}"))?;
     let pool_in = MappedPool::map(in_fd, POOL_IN, geometry.clone(), false)
         .map_err(|e| format!("cannot map the input pool: {e}"))?;
@@ -155,14 +155,14 @@ fn setup(args: Args, namespace: bool) -> Result<Setup, String> {
     // SAFETY: getpid has no preconditions.
     let own = unsafe { libc::getpid() };
     let role = match args.mode {
-        Mode::Serve => sandbox::Role::Serving { own },
-        Mode::Zygote => sandbox::Role::Zygote { host: (!namespace).then_some(args.parent) },
+        Job::Serve => sandbox::Role::Serving { own },
+        Job::Zygote => sandbox::Role::Zygote { host: (!namespace).then_some(args.parent) },
     };
     sandbox::apply(&args.sandbox, role).map_err(|e| e.to_string())?;
     let library = loader::Library::load(&args.extensions)?;
     // After loading: the limits hold the extensions' calls (and the zygote's incarnations inherit them), not the
     // dynamic linker's start-up.
-    faults::apply_limits(&args.limits).map_err(|e| format!("cannot apply resource limits: {e}"))?;
+    fault_handler::apply_limits(&args.limits).map_err(|e| format!("cannot apply resource limits: {e}"))?;
     Ok(Setup { region, pool_in, pool_out, arena, library, args })
 }
 

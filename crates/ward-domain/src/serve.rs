@@ -19,7 +19,7 @@ use ward_xpc::ring::{Consumer, Producer, MAX_RECORD};
 use ward_xpc::wire::{emit_reply, ArgKind, CallView, Message, Op, RetKind, Status, WireArg, REPLY_LEN};
 
 use crate::args::ExtensionArg;
-use crate::faults::CURRENT_CALL;
+use crate::fault_handler::CURRENT_CALL;
 use crate::loader::Callee;
 use crate::Setup;
 

@@ -4,7 +4,7 @@
 //! plugin's info and each output frame (the digest of its bytes and the mean of each byte of a pixel), so native
 //! and ward runs compare byte for byte.
 //!
-//! Natively the host calls the plugin's entry points (`native`); under ward, through the frei0r class wrapper,
+//! Natively the host calls the plugin's entry points (`native_plugins`); under ward, through the frei0r class wrapper,
 //! which opens the plugin in the domain with the class adapter. A frame the wrapper bypasses (the plugin failed
 //! even after recovery, or is disabled) is noted as such: the host was told, and its output is the class's fallback
 //! (a copy of the first input frame), recorded as usual.
@@ -16,7 +16,7 @@ use ward::{Extension, Isolation, Policy, Supervisor};
 use ward_classes::frei0r::{Instance, Library, PluginInfo, PluginType};
 use ward_classes::Processed;
 
-use super::native::{self, Frei0rInstance, Words};
+use super::native_plugins::{self, Frei0rInstance, Words};
 use super::{class_policy, digest, Recorder, Symbols, Workload};
 use crate::plan::mix;
 
@@ -49,7 +49,7 @@ impl Workload for Frei0r {
     }
 
     fn run_native(&self, symbols: &dyn Symbols, out: &mut Recorder) {
-        let lib = native::frei0r(symbols);
+        let lib = native_plugins::frei0r(symbols);
         let lib = lib.and_then(|lib| if lib.init() { Ok(lib) } else { Err("its f0r_init failed".into()) });
         let (lib, info) = match lib {
             Ok(lib) => {

@@ -4,7 +4,7 @@
 //! plugin's description, and after each block every output port (an audio port as the digest, RMS and peak of its
 //! samples, a control port as its value), so native and ward runs compare sample for sample.
 //!
-//! Natively the host calls the plugin through its descriptor (`native`); under ward, through the LADSPA class
+//! Natively the host calls the plugin through its descriptor (`native_plugins`); under ward, through the LADSPA class
 //! wrapper, which opens the library in the domain with the class adapter. A block the wrapper bypasses (the plugin
 //! failed even after recovery, or is disabled) is noted as such: the host was told, and its output is the class's
 //! fallback (the input passed through), recorded as usual.
@@ -19,7 +19,7 @@ use ward_classes::ladspa::{
 };
 use ward_classes::Processed;
 
-use super::native::{self, LadspaInstance, Words};
+use super::native_plugins::{self, LadspaInstance, Words};
 use super::{class_policy, digest, Recorder, Symbols, Workload};
 use crate::plan::mix;
 
@@ -53,7 +53,7 @@ impl Workload for Ladspa {
     }
 
     fn run_native(&self, symbols: &dyn Symbols, out: &mut Recorder) {
-        let lib = match native::ladspa(symbols) {
+        let lib = match native_plugins::ladspa(symbols) {
             Ok(lib) => lib,
             Err(e) => {
                 out.call("plugins", || Err::<usize, String>(e), |_| String::new());
@@ -74,7 +74,7 @@ impl Workload for Ladspa {
             };
             let instance = out.call(
                 format!("plugin {index}: instantiate at {SAMPLE_RATE} Hz"),
-                || native::instantiate(&plugin, SAMPLE_RATE, BLOCK),
+                || native_plugins::instantiate(&plugin, SAMPLE_RATE, BLOCK),
                 |_| "instance".into(),
             );
             let Some(mut instance) = instance else {

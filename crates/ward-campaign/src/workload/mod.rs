@@ -12,7 +12,7 @@
 mod caller;
 mod frei0r;
 mod ladspa;
-mod native;
+mod native_plugins;
 mod recorder;
 mod well;
 

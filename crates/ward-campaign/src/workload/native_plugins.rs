@@ -1,6 +1,6 @@
 //! The plugin workloads' native side: the libraries resolved through the trial host's loader, with the checks the
 //! class adapters make (what a plugin must export), and a LADSPA instance connected as hosts connect one. The calls
-//! themselves are `ward_classes::native`'s, which holds the unsafe code that calls plugins; what is left here is
+//! themselves are `ward_classes::native_calls`'s, which holds the unsafe code that calls plugins; what is left here is
 //! the promise that the loader's symbols stay loaded.
 //!
 //! Plugins are read as the class adapters read them, so that the native output of an unmutated plugin equals its
@@ -8,9 +8,11 @@
 #![allow(unsafe_code)]
 
 use ward_classes::ladspa::PORT_AUDIO;
-pub use ward_classes::native::frei0r::{Instance as Frei0rInstance, Library as Frei0rLibrary};
-pub use ward_classes::native::ladspa::{Instance as LadspaInstance, Library as LadspaLibrary, Plugin as LadspaPlugin};
-pub use ward_classes::native::Words;
+pub use ward_classes::native_calls::frei0r::{Instance as Frei0rInstance, Library as Frei0rLibrary};
+pub use ward_classes::native_calls::ladspa::{
+    Instance as LadspaInstance, Library as LadspaLibrary, Plugin as LadspaPlugin,
+};
+pub use ward_classes::native_calls::Words;
 
 use super::Symbols;
 

@@ -1,17 +1,17 @@
 //! The corpus's native runners: a plugin loaded with dlopen straight into this (throwaway) process and driven
 //! through its C interface, with no ward at all, the way an ordinary host would. The calls into the plugin are
-//! `ward_classes::native`'s; what is the corpus's own is here: the memory the plugin finds (perturbed or not), the
+//! `ward_classes::native_calls`'s; what is the corpus's own is here: the memory the plugin finds (perturbed or not), the
 //! margins around its buffers, and the checks on what it does. Every unsafe block of the corpus is here.
 
 use std::path::Path;
 
 use ward_classes::ladspa::{Port, PORT_AUDIO, PORT_CONTROL, PORT_INPUT, PORT_OUTPUT};
-use ward_classes::native::ladspa::Entry;
-use ward_classes::native::{frei0r, ladspa, Words};
+use ward_classes::native_calls::ladspa::Entry;
+use ward_classes::native_calls::{frei0r, ladspa, Words};
 
 use super::input::{self, Digest, BLOCKS, HEIGHT, MAX_BLOCK, SAMPLE_RATE, TIMES, WIDTH};
 use super::Listed;
-use crate::hosts::native::NativeLib;
+use crate::hosts::native_host::NativeLib;
 
 /// Values of margin on each side of a LADSPA port buffer, and rows on each side of a frei0r frame.
 const PORT_MARGIN: usize = 64;
