@@ -89,12 +89,7 @@ pub fn available() -> String {
 /// FNV-1a (64 bit) of `bytes`: how a plugin workload writes a buffer into its output, so that equal outputs are
 /// equal text and a report line stays short.
 pub(crate) fn digest(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
+    ward_xpc::mix::fnv1a(bytes)
 }
 
 /// Restarts a plugin's domain may have in a minute: enough for a deterministic fault in every block or frame to
