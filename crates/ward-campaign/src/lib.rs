@@ -13,7 +13,7 @@
 //! (Markdown, JSON and an SVG chart).
 //!
 //! The library does not start processes itself: the program that runs a campaign provides a [`Launcher`] that
-//! runs [`host::run_native`] or [`host::run_ward`] in a child process (the `ward` CLI re-runs itself).
+//! runs [`trial_host::run_native`] or [`trial_host::run_ward`] in a child process (the `ward` CLI re-runs itself).
 //!
 //! Unsafe code is allowed only where a native host must call the extension directly (`workload::caller` and
 //! `workload::well` for built-in extensions, `workload::native` for the plugin ABIs) and where the campaign

@@ -23,7 +23,7 @@ mod plausible;
 mod reader;
 
 pub use detect::{class_of, classify, inspect, Class, Classification, ClassifyError, Inspected};
-pub use error::ClassError;
+pub use error::{ClassError, DescriptionError, NativeCallError};
 
 /// What a wrapper did with one processing call.
 #[derive(Debug, Clone, PartialEq, Eq)]

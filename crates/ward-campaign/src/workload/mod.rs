@@ -10,6 +10,7 @@
 //! extension's by its name ([`for_path`]).
 
 mod caller;
+mod error;
 mod frei0r;
 mod ladspa;
 mod native_plugins;
@@ -23,6 +24,7 @@ use ward::{Extension, Isolation, Policy, Supervisor};
 use ward_classes::Class;
 
 pub use caller::{Caller, NativeCaller, Symbols, WardCaller};
+pub use error::WorkloadError;
 pub use recorder::{count_differences, first_difference, Entry, Recorder, Span};
 
 /// What a host does with one kind of extension.
@@ -55,7 +57,7 @@ pub trait Workload: Sync {
         path: &Path,
         isolation: Isolation,
         out: &mut Recorder,
-    ) -> Result<Extension, String>;
+    ) -> Result<Extension, WorkloadError>;
 }
 
 /// Every workload.

@@ -130,8 +130,7 @@ fn ladspa_ward(path: &Path, index: usize, isolation: Isolation) -> Result<Reply,
     let plugin = lib.plugins().get(index).cloned().ok_or_else(|| format!("the library has no plugin #{index}"))?;
     let mut inst = lib.instantiate(index, SAMPLE_RATE).map_err(|e| e.to_string())?;
     let ports = &plugin.ports;
-    let mut buffers: Vec<Vec<f32>> =
-        ports.iter().map(|p| vec![0.0; if p.is_audio() { MAX_BLOCK } else { 1 }]).collect();
+    let mut buffers: Vec<Vec<f32>> = ports.iter().map(|p| vec![0.0; p.values_in_block(MAX_BLOCK)]).collect();
     let mut signals = Vec::new();
     for (port, buf) in ports.iter().zip(buffers.iter_mut()) {
         if port.is_input() && port.is_control() {
@@ -171,7 +170,7 @@ fn ladspa_ward(path: &Path, index: usize, isolation: Isolation) -> Result<Reply,
         note(inst.run(samples, &mut views).map_err(|e| e.to_string())?, &mut bypass);
         for (port, buf) in ports.iter().zip(buffers.iter()) {
             if port.is_output() {
-                digest.f32s(&buf[..if port.is_audio() { samples } else { 1 }]);
+                digest.f32s(&buf[..port.values_in_block(samples)]);
             }
         }
         at += samples;

@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use ward::libfault::LibraryFault;
 use ward_campaign::trial_host::{self, HostReport, SETUP_FAILED};
-use ward_campaign::workload::{self, Symbols};
+use ward_campaign::workload::{self, Symbols, WorkloadError};
 use ward_campaign::RunMode;
 
 use crate::hosts::native_host::NativeLib;
@@ -91,7 +91,7 @@ fn run(args: &CampaignHostArgs) -> Result<HostReport> {
 struct Loaded<'a>(&'a NativeLib);
 
 impl Symbols for Loaded<'_> {
-    fn address(&self, symbol: &str) -> Result<*const c_void, String> {
-        self.0.symbol(symbol).map_err(|e| format!("{e:#}"))
+    fn address(&self, symbol: &str) -> Result<*const c_void, WorkloadError> {
+        self.0.symbol(symbol).map_err(|e| WorkloadError::Symbol { reason: format!("{e:#}") })
     }
 }
