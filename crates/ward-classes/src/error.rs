@@ -78,7 +78,7 @@ pub enum DescriptionError {
 pub(crate) enum DescribeError {
     /// The call into the domain failed (ward recovered the extension).
     #[error("describing {subject}: {source}")]
-    Call { subject: String, source: ward::Error },
+    Call { subject: String, source: Box<ward::Error> },
     #[error("the adapter could not describe {subject} (code {code})")]
     Adapter { subject: String, code: i64 },
     /// The adapter asked for more room than any description takes (the number comes from the domain).

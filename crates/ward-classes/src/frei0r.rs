@@ -514,7 +514,7 @@ fn describe_plugin(describe: &Function, library: u64) -> Result<Vec<u8>, Describ
         let cap = buf.len() as u64;
         let n = describe
             .call(&mut [Arg::Handle(library), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)
-            .map_err(|source| DescribeError::Call { subject: subject(), source })?
+            .map_err(|source| DescribeError::Call { subject: subject(), source: Box::new(source) })?
             .as_i64()
             .unwrap_or(ADAPTER_ERROR_BELOW);
         if n >= 0 && n as u64 <= cap {

@@ -432,7 +432,7 @@ fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u
         let cap = buf.len() as u64;
         let n = describe
             .call(&mut [Arg::Handle(library), Arg::U64(index as u64), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)
-            .map_err(|source| DescribeError::Call { subject: subject(), source })?
+            .map_err(|source| DescribeError::Call { subject: subject(), source: Box::new(source) })?
             .as_i64()
             .unwrap_or(ADAPTER_ERROR_BELOW);
         if n >= 0 && n as u64 <= cap {
