@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use ward_xpc::{LayoutError, PoolError, RingError, WireError};
+use ward_xpc::{LayoutError, PoolError};
 
 use crate::sandbox::SandboxError;
 
@@ -43,10 +43,6 @@ pub enum LoadError {
     InitFailed { init: String, path: PathBuf, code: i64 },
     #[error("too many extensions")]
     TooMany,
-    #[error("the extension's path is not UTF-8")]
-    PathNotUtf8,
-    #[error("the init function's name is not UTF-8")]
-    InitNotUtf8,
 }
 
 /// What kept the domain from getting ready.
@@ -70,27 +66,6 @@ pub enum SetupError {
     Load(#[from] LoadError),
     #[error("cannot apply resource limits: {0}")]
     Limits(std::io::Error),
-}
-
-/// Why a serving domain stopped talking to its host: the host broke the protocol, or the rings are unusable.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error("request ring: {0}")]
-    RequestRing(RingError),
-    #[error("reply ring: {0}")]
-    ReplyRing(RingError),
-    #[error("bad request from the host: {0}")]
-    BadRequest(WireError),
-    #[error("bad batch from the host: {0}")]
-    BadBatch(WireError),
-    #[error("bad call from the host: {0}")]
-    BadCall(WireError),
-    #[error("cannot encode a record: {0}")]
-    Encode(WireError),
-    #[error("callback reply {id} while waiting for {until:?}")]
-    StrayCallbackReply { id: u64, until: Option<u64> },
-    #[error("unexpected request {0}")]
-    Unexpected(String),
 }
 
 /// Why a zygote's trial load of an extension, in a throwaway fork, did not succeed.
