@@ -9,14 +9,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::classify::Outcome;
-use crate::config::{fingerprint, CampaignConfig, FaultModel, Mode};
+use crate::config::{fingerprint, CampaignConfig, FaultModel, RunMode};
 use crate::error::Error;
-use crate::fault::TrialFault;
 use crate::launch::{HostEnd, Launcher};
 use crate::plan::{self, TrialId};
 use crate::record::RunRecord;
 use crate::store::Store;
 use crate::trial::{run_and_judge, Run, TrialRunner};
+use crate::trial_fault::TrialFault;
 use crate::workload::{self, first_difference, Entry};
 
 /// What the user asks for.
@@ -28,7 +28,7 @@ pub struct Options {
     pub fault_types: Vec<TrialFault>,
     pub trials_per_type: u32,
     pub faults_per_trial: u32,
-    pub isolations: Vec<Mode>,
+    pub isolations: Vec<RunMode>,
     pub seed: u64,
     /// Every call's deadline under ward, with the workload's policy for campaigns; `None`: ward's default policy
     /// only (see [`CampaignConfig::deadline_ms`]).
@@ -101,14 +101,17 @@ impl Campaign {
         let library: Vec<TrialFault> = options.fault_types.iter().copied().filter(|t| t.is_library()).collect();
         // A library fault needs a domain's runtime or preloaded library to inject it; poisoned calls, a domain
         // process's dispatcher.
-        if options.isolations.contains(&Mode::None) && !library.is_empty() {
-            return Err(Error::LibraryFaultNeedsDomain { kinds: crate::config::type_list(&library), mode: Mode::None });
+        if options.isolations.contains(&RunMode::None) && !library.is_empty() {
+            return Err(Error::LibraryFaultNeedsDomain {
+                kinds: crate::config::type_list(&library),
+                mode: RunMode::None,
+            });
         }
-        let in_host_process = options.isolations.iter().copied().find(|m| matches!(m, Mode::Mpk | Mode::None));
+        let in_host_process = options.isolations.iter().copied().find(|m| matches!(m, RunMode::Mpk | RunMode::None));
         if let (Some(mode), true) = (in_host_process, options.poison) {
             return Err(Error::PoisonNeedsProcess { mode });
         }
-        if options.isolations.contains(&Mode::Mpk) && !ward::mpk_available() {
+        if options.isolations.contains(&RunMode::Mpk) && !ward::mpk_available() {
             return Err(Error::MpkUnavailable);
         }
         if options.deadline.is_none() {
@@ -195,7 +198,7 @@ impl Campaign {
     /// The unmutated extension's native output: measured now, and checked against the one recorded when the
     /// campaign began (a workload whose output varies from run to run would make every comparison meaningless).
     fn reference(&self, launcher: &dyn Launcher, store: &Store) -> Result<Vec<Entry>, Error> {
-        let judged = run_and_judge(&self.config, launcher, &Run::clean(&self.extension_path, Mode::Native), &[])?;
+        let judged = run_and_judge(&self.config, launcher, &Run::clean(&self.extension_path, RunMode::Native), &[])?;
         let output = match (judged.run.end, judged.report) {
             (HostEnd::Exited(0), Some(report)) => report.output,
             _ => return Err(Error::Reference(judged.judgement.detail)),

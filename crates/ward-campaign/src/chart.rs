@@ -5,7 +5,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::classify::Outcome;
-use crate::config::{CampaignConfig, Mode};
+use crate::config::{CampaignConfig, RunMode};
 use crate::error::Error;
 use crate::summary::{Row, Summary};
 
@@ -42,13 +42,13 @@ pub fn svg(config: &CampaignConfig, summary: &Summary) -> Result<String, Error> 
 
 /// A chart as SVG text: a group of bars per row (`Row::fault_type` labels it: a fault type, or an extension), one
 /// bar per kind of run in `modes`.
-pub fn svg_of(title: &str, modes: &[Mode], rows: &[Row]) -> Result<String, Error> {
+pub fn svg_of(title: &str, modes: &[RunMode], rows: &[Row]) -> Result<String, Error> {
     let mut out = String::new();
     draw(&mut out, title, modes, rows).map_err(|e| Error::Chart(e.to_string()))?;
     Ok(out)
 }
 
-fn draw(out: &mut String, title: &str, modes: &[Mode], rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
+fn draw(out: &mut String, title: &str, modes: &[RunMode], rows: &[Row]) -> Result<(), Box<dyn std::error::Error>> {
     let group = modes.len() + 1;
     let slots = (rows.len() * group).max(1) as f64;
     let tallest = rows.iter().map(|r| r.trials).max().unwrap_or(1).max(1);
@@ -122,11 +122,11 @@ fn legend(root: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> Result<
 }
 
 /// A bar's label: there is room for four letters.
-fn short(mode: Mode) -> &'static str {
+fn short(mode: RunMode) -> &'static str {
     match mode {
-        Mode::Native => "nat",
-        Mode::Mpk => "mpk",
-        Mode::Process => "proc",
-        Mode::None => "none",
+        RunMode::Native => "nat",
+        RunMode::Mpk => "mpk",
+        RunMode::Process => "proc",
+        RunMode::None => "none",
     }
 }

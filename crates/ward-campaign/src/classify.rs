@@ -4,8 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::host::HostReport;
 use crate::launch::HostEnd;
+use crate::trial_host::HostReport;
 use crate::workload::{count_differences, first_difference, Entry};
 
 /// What came of one run. A native run can only crash, hang, give wrong output or show no effect: no one there
@@ -183,7 +183,7 @@ fn last_line(text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::SeenFault;
+    use crate::trial_host::SeenFault;
     use std::time::Duration;
 
     fn reference() -> Vec<Entry> {

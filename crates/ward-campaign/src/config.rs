@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 use ward::Isolation;
 
 use crate::error::Error;
-use crate::fault::TrialFault;
+use crate::trial_fault::TrialFault;
 
 /// How a trial's host runs the extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Mode {
+pub enum RunMode {
     /// Loaded with dlopen and called directly, as hosts do without ward.
     Native,
     /// Under ward, in an mpk domain: the host's own process, behind protection keys.
@@ -25,43 +25,43 @@ pub enum Mode {
     None,
 }
 
-impl Mode {
+impl RunMode {
     pub fn as_str(self) -> &'static str {
         match self {
-            Mode::Native => "native",
-            Mode::Mpk => "mpk",
-            Mode::Process => "process",
-            Mode::None => "none",
+            RunMode::Native => "native",
+            RunMode::Mpk => "mpk",
+            RunMode::Process => "process",
+            RunMode::None => "none",
         }
     }
 
     /// The isolation kind ward is asked for; `None` for the native host.
     pub fn isolation(self) -> Option<Isolation> {
         match self {
-            Mode::Native => None,
-            Mode::Mpk => Some(Isolation::Mpk),
-            Mode::Process => Some(Isolation::Process),
-            Mode::None => Some(Isolation::None),
+            RunMode::Native => None,
+            RunMode::Mpk => Some(Isolation::Mpk),
+            RunMode::Process => Some(Isolation::Process),
+            RunMode::None => Some(Isolation::None),
         }
     }
 }
 
-impl fmt::Display for Mode {
+impl fmt::Display for RunMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl FromStr for Mode {
+impl FromStr for RunMode {
     type Err = Error;
 
     /// The isolation kinds a campaign can compare: `mpk`, `process` and `none` (and `native`, for the hidden host).
-    fn from_str(s: &str) -> Result<Mode, Error> {
+    fn from_str(s: &str) -> Result<RunMode, Error> {
         match s {
-            "native" => Ok(Mode::Native),
-            "mpk" => Ok(Mode::Mpk),
-            "process" => Ok(Mode::Process),
-            "none" => Ok(Mode::None),
+            "native" => Ok(RunMode::Native),
+            "mpk" => Ok(RunMode::Mpk),
+            "process" => Ok(RunMode::Process),
+            "none" => Ok(RunMode::None),
             "auto" => Err(Error::UnknownIsolation {
                 given: s.to_string(),
                 hint: " (auto would mean mpk or process by machine and extension: name the kinds to compare)",
@@ -127,7 +127,7 @@ pub struct CampaignConfig {
     pub trials_per_type: u32,
     pub faults_per_trial: u32,
     /// Isolation kinds each trial also runs under (the native run always comes first).
-    pub isolations: Vec<Mode>,
+    pub isolations: Vec<RunMode>,
     pub seed: u64,
     /// Deadline of every call under ward, which then runs the extension with the workload's policy for campaigns
     /// (this deadline, a restart budget, short backoffs, history for plugins); `None`: with ward's default policy
@@ -149,8 +149,8 @@ pub struct CampaignConfig {
 
 impl CampaignConfig {
     /// The runs of each trial: native first, then each isolation kind.
-    pub fn modes(&self) -> Vec<Mode> {
-        std::iter::once(Mode::Native).chain(self.isolations.iter().copied()).collect()
+    pub fn modes(&self) -> Vec<RunMode> {
+        std::iter::once(RunMode::Native).chain(self.isolations.iter().copied()).collect()
     }
 
     /// Field by field, what differs from `other` (`seed 1 recorded, 2 asked`), or `None` when they are equal.
@@ -210,11 +210,13 @@ pub fn parse_types(text: &str) -> Result<Vec<TrialFault>, Error> {
 }
 
 /// Isolation kinds separated by commas (`mpk`, `process`, `none`), without repeats, in that order.
-pub fn parse_isolations(text: &str) -> Result<Vec<Mode>, Error> {
+pub fn parse_isolations(text: &str) -> Result<Vec<RunMode>, Error> {
     let mut modes = Vec::new();
     for name in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        match name.parse::<Mode>()? {
-            Mode::Native => return Err(Error::UnknownIsolation { given: name.into(), hint: " (native always runs)" }),
+        match name.parse::<RunMode>()? {
+            RunMode::Native => {
+                return Err(Error::UnknownIsolation { given: name.into(), hint: " (native always runs)" })
+            }
             mode => modes.push(mode),
         }
     }
@@ -230,7 +232,7 @@ pub fn type_list(types: &[TrialFault]) -> String {
     types.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(",")
 }
 
-fn mode_list(modes: &[Mode]) -> String {
+fn mode_list(modes: &[RunMode]) -> String {
     modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(",")
 }
 
@@ -279,11 +281,11 @@ mod tests {
 
     #[test]
     fn parses_isolations() {
-        assert_eq!(parse_isolations("none,process").unwrap(), vec![Mode::Process, Mode::None]);
+        assert_eq!(parse_isolations("none,process").unwrap(), vec![RunMode::Process, RunMode::None]);
         let err = parse_isolations("process,jail").unwrap_err();
         assert!(err.is_bad_input());
         assert!(err.to_string().contains("`jail`; valid: mpk, process, none"), "{err}");
-        assert_eq!(parse_isolations("process, mpk").unwrap(), vec![Mode::Mpk, Mode::Process]);
+        assert_eq!(parse_isolations("process, mpk").unwrap(), vec![RunMode::Mpk, RunMode::Process]);
         assert!(parse_isolations("auto").unwrap_err().to_string().contains("name the kinds to compare"));
         assert!(parse_isolations("native").is_err());
     }
@@ -297,7 +299,7 @@ mod tests {
             fault_types: vec![FaultType::Nop.into()],
             trials_per_type: 2,
             faults_per_trial: 5,
-            isolations: vec![Mode::Process],
+            isolations: vec![RunMode::Process],
             seed: 1,
             deadline_ms: Some(2000),
             host_timeout_ms: 20_000,

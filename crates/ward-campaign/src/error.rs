@@ -3,14 +3,14 @@
 
 use std::path::PathBuf;
 
-use crate::config::Mode;
+use crate::config::RunMode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
         "unknown fault type `{given}`; valid types: {}; or `all` (every code fault type) and `library` (every \
          library fault kind)",
-        crate::fault::TrialFault::names().join(", ")
+        crate::trial_fault::TrialFault::names().join(", ")
     )]
     UnknownFaultType { given: String },
     #[error(
@@ -18,12 +18,12 @@ pub enum Error {
          extension's domain (its process's preloaded library, or an mpk domain's runtime), and `{mode}` has none; \
          drop `{mode}` from --isolation, or the library kinds from --types"
     )]
-    LibraryFaultNeedsDomain { kinds: String, mode: Mode },
+    LibraryFaultNeedsDomain { kinds: String, mode: RunMode },
     #[error(
         "--poison cannot run under isolation `{mode}`: poisoned calls are made by the dispatcher of a domain \
          process; drop `{mode}` from --isolation, or --poison"
     )]
-    PoisonNeedsProcess { mode: Mode },
+    PoisonNeedsProcess { mode: RunMode },
     #[error(
         "isolation mpk needs memory protection keys, and this machine has none (no PKU); drop mpk from --isolation"
     )]
@@ -73,9 +73,9 @@ pub enum Error {
         "the unmutated extension under ward (isolation {mode}) does not match its native output: {detail}; \
          every trial would be misjudged, so the campaign stops"
     )]
-    Preflight { mode: Mode, detail: String },
+    Preflight { mode: RunMode, detail: String },
     #[error("a {mode} host could not set itself up: {message}")]
-    HostSetup { mode: Mode, message: String },
+    HostSetup { mode: RunMode, message: String },
     #[error("cannot start a throwaway host: {0}")]
     Launch(String),
     #[error("{context}: {source}")]

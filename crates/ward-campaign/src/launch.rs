@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use ward::libfault::LibraryFault;
 
-use crate::config::Mode;
+use crate::config::RunMode;
 use crate::error::Error;
-use crate::host::HostReport;
+use crate::trial_host::HostReport;
 
 /// What one host is to do.
 #[derive(Debug, Clone, Copy)]
@@ -21,10 +21,10 @@ pub struct HostRequest<'a> {
     pub path: &'a Path,
     /// Under ward: the file a restart loads instead of `path` (the unmutated extension, for a transient fault).
     pub restart_from: Option<&'a Path>,
-    pub mode: Mode,
+    pub mode: RunMode,
     /// A library fault for the calls `path` makes. A native host gets it from its environment
     /// ([`ward::libfault::env_for`] of `path`: the launcher starts it so), a host under ward through the
-    /// extension's policy (`library_fault`; [`crate::host::run_ward`]).
+    /// extension's policy (`library_fault`; [`crate::trial_host::run_ward`]).
     pub library_fault: Option<LibraryFault>,
     /// Deadline of every call under ward, with the workload's policy for campaigns; `None`: ward's default policy
     /// only.
@@ -58,7 +58,7 @@ impl HostRun {
 
     /// The message of a host that could not set itself up.
     pub fn setup_error(&self) -> Option<String> {
-        if self.end != HostEnd::Exited(crate::host::SETUP_FAILED) {
+        if self.end != HostEnd::Exited(crate::trial_host::SETUP_FAILED) {
             return None;
         }
         let said = self.stdout.lines().find_map(|l| l.strip_prefix("error ")).map(str::to_string);

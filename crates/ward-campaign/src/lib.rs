@@ -13,7 +13,7 @@
 //! (Markdown, JSON and an SVG chart).
 //!
 //! The library does not start processes itself: the program that runs a campaign provides a [`Launcher`] that
-//! runs [`host::run_native`] or [`host::run_ward`] in a child process (the `ward` CLI re-runs itself).
+//! runs [`trial_host::run_native`] or [`trial_host::run_ward`] in a child process (the `ward` CLI re-runs itself).
 //!
 //! Unsafe code is allowed only where a native host must call the extension directly (`workload::caller` and
 //! `workload::well` for built-in extensions, `workload::native` for the plugin ABIs) and where the campaign
@@ -25,8 +25,6 @@ mod chart;
 pub mod classify;
 pub mod config;
 mod error;
-pub mod fault;
-pub mod host;
 pub mod launch;
 pub mod plan;
 pub mod record;
@@ -34,13 +32,15 @@ pub mod report;
 mod store;
 pub mod summary;
 mod trial;
+pub mod trial_fault;
+pub mod trial_host;
 pub mod workload;
 
 pub use campaign::{Campaign, Finished, Observer, Options};
 pub use classify::{classify, Judgement, Outcome};
-pub use config::{parse_isolations, parse_types, CampaignConfig, FaultModel, Mode};
+pub use config::{parse_isolations, parse_types, CampaignConfig, FaultModel, RunMode};
 pub use error::Error;
-pub use fault::TrialFault;
 pub use launch::{HostEnd, HostRequest, HostRun, Launcher};
 pub use record::{FaultSite, RunRecord};
+pub use trial_fault::TrialFault;
 pub use workload::Workload;

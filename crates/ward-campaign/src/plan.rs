@@ -10,7 +10,7 @@ use ward::libfault::{LibraryFault, LibraryFaultKind};
 use ward_inject::{InjectError, Plan};
 
 use crate::error::Error;
-use crate::fault::TrialFault;
+use crate::trial_fault::TrialFault;
 
 /// One trial: the `index`-th of its fault type (from 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,12 +35,9 @@ impl TrialId {
     }
 }
 
-/// SplitMix64's finaliser: neighbouring inputs give unrelated outputs (also the workloads' source of test noise).
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// SplitMix64 of one step: neighbouring inputs give unrelated outputs (also the workloads' source of test noise).
+pub(crate) fn mix(z: u64) -> u64 {
+    ward_xpc::mix::splitmix64(z)
 }
 
 /// A library-fault trial's first affected call is drawn from 1 to this.

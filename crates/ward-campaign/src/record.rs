@@ -5,10 +5,10 @@ use ward::libfault::LibraryFault;
 use ward_inject::InjectedFault;
 
 use crate::classify::Outcome;
-use crate::config::Mode;
-use crate::fault::TrialFault;
-use crate::host::{HangDetection, SeenFault};
+use crate::config::RunMode;
 use crate::plan::TrialId;
+use crate::trial_fault::TrialFault;
+use crate::trial_host::{HangDetection, SeenFault};
 
 /// One run of one trial: a mutated extension (or, for a library fault kind, the unmutated one with a library fault)
 /// run by one kind of host.
@@ -23,7 +23,7 @@ pub struct RunRecord {
     /// the same mutated extension; for a library kind, what `library_fault` was drawn from.
     pub seed: u64,
     /// `native`, or the isolation kind under ward.
-    pub isolation: Mode,
+    pub isolation: RunMode,
     pub outcome: Outcome,
     /// What the outcome rests on: the signal, the fault ward saw, the first wrong result.
     pub detail: String,

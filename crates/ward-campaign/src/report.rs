@@ -11,12 +11,12 @@ use ward::libfault::{LibraryFault, LibraryFaultKind};
 
 use crate::campaign::Finished;
 use crate::classify::Outcome;
-use crate::config::{type_list, CampaignConfig, FaultModel, Mode};
+use crate::config::{type_list, CampaignConfig, FaultModel, RunMode};
 use crate::error::Error;
-use crate::fault::TrialFault;
 use crate::record::RunRecord;
 use crate::store::write_atomically;
 use crate::summary::{summarize, survival_target, Row, Summary, Targets};
+use crate::trial_fault::TrialFault;
 use crate::workload::{self, Entry};
 
 /// The files written, in the campaign directory.
@@ -327,7 +327,7 @@ fn poison_sentence(poison: bool) -> &'static str {
 /// The whole Markdown report.
 pub fn markdown(finished: &Finished, summary: &Summary) -> String {
     let c = &finished.config;
-    let isolations: Vec<Mode> = c.isolations.clone();
+    let isolations: Vec<RunMode> = c.isolations.clone();
     let iso_names = isolations.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(" and ");
     let mut s = String::new();
     let _ = writeln!(s, "# ward campaign: {}\n", c.extension);
@@ -384,7 +384,7 @@ pub fn markdown(finished: &Finished, summary: &Summary) -> String {
 
 /// Nooks' Figure 6 in numbers: native host failures, and what became of them under each isolation kind. `rows`
 /// are fault types or extensions (`what` says which), the total last.
-fn figure6<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<Item = &'r Row>, isolations: &[Mode]) {
+fn figure6<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<Item = &'r Row>, isolations: &[RunMode]) {
     let _ = writeln!(s, "\n## {heading}\n");
     let _ = writeln!(
         s,
@@ -401,7 +401,7 @@ fn figure6<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<It
     }
     let _ = writeln!(s, "{header}\n{rule}");
     for row in rows {
-        let native = row.runs.get(&Mode::Native).copied().unwrap_or_default();
+        let native = row.runs.get(&RunMode::Native).copied().unwrap_or_default();
         let _ = write!(s, "| {} | {} | {} | {} |", name(row), row.trials, native.host_crashed, native.host_hung);
         for m in isolations {
             let survived = row.survived.get(m).copied().unwrap_or(0);
@@ -420,7 +420,7 @@ fn figure6<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<It
 }
 
 /// Nooks' Figure 7 in numbers: every outcome of every kind of run.
-fn figure7<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<Item = &'r Row>, modes: &[Mode]) {
+fn figure7<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<Item = &'r Row>, modes: &[RunMode]) {
     let _ = writeln!(s, "\n## {heading}\n");
     let mut header = format!("| {what} | run |");
     let mut rule = "| --- | --- |".to_string();
@@ -434,7 +434,8 @@ fn figure7<'r>(s: &mut String, heading: &str, what: &str, rows: impl Iterator<It
             let counts = row.runs.get(&mode).copied().unwrap_or_default();
             let _ = write!(s, "| {} | {mode} |", name(row));
             for o in Outcome::ALL {
-                let applies = mode != Mode::Native || !matches!(o, Outcome::Recovered | Outcome::RecoveredWrongOutput);
+                let applies =
+                    mode != RunMode::Native || !matches!(o, Outcome::Recovered | Outcome::RecoveredWrongOutput);
                 if applies {
                     let _ = write!(s, " {} |", counts.get(o));
                 } else {

@@ -196,7 +196,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 mod tests {
     use super::*;
     use crate::classify::Outcome;
-    use crate::config::{fingerprint, Mode};
+    use crate::config::{fingerprint, RunMode};
     use ward_inject::FaultType;
 
     fn config(seed: u64) -> CampaignConfig {
@@ -207,7 +207,7 @@ mod tests {
             fault_types: vec![FaultType::Nop.into()],
             trials_per_type: 3,
             faults_per_trial: 5,
-            isolations: vec![Mode::Process],
+            isolations: vec![RunMode::Process],
             seed,
             deadline_ms: Some(2000),
             host_timeout_ms: 20_000,
@@ -216,7 +216,7 @@ mod tests {
         }
     }
 
-    fn record(trial: u32, isolation: Mode) -> RunRecord {
+    fn record(trial: u32, isolation: RunMode) -> RunRecord {
         RunRecord {
             extension: "well".into(),
             fault_type: FaultType::Nop.into(),
@@ -249,8 +249,8 @@ mod tests {
         let dir = scratch("resume");
         let (mut store, old) = Store::open(&dir, &config(1), 2).unwrap();
         assert!(old.is_empty());
-        store.append(&[record(0, Mode::Native), record(0, Mode::Process)]).unwrap();
-        store.append(&[record(1, Mode::Native), record(1, Mode::Process)]).unwrap();
+        store.append(&[record(0, RunMode::Native), record(0, RunMode::Process)]).unwrap();
+        store.append(&[record(1, RunMode::Native), record(1, RunMode::Process)]).unwrap();
         drop(store);
 
         let (_, again) = Store::open(&dir, &config(1), 2).unwrap();
@@ -266,9 +266,9 @@ mod tests {
     fn drops_a_torn_line_and_an_incomplete_trial() {
         let dir = scratch("torn");
         let (mut store, _) = Store::open(&dir, &config(1), 2).unwrap();
-        store.append(&[record(0, Mode::Native), record(0, Mode::Process)]).unwrap();
+        store.append(&[record(0, RunMode::Native), record(0, RunMode::Process)]).unwrap();
         // Trial 1 was cut short: its native line is whole, its process line torn.
-        store.append(&[record(1, Mode::Native)]).unwrap();
+        store.append(&[record(1, RunMode::Native)]).unwrap();
         drop(store);
         let mut f = OpenOptions::new().append(true).open(dir.join(TRIALS)).unwrap();
         f.write_all(br#"{"extension":"we"#).unwrap();

@@ -11,19 +11,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::classify::Outcome;
-use crate::config::{CampaignConfig, FaultModel, Mode};
-use crate::fault::TrialFault;
+use crate::config::{CampaignConfig, FaultModel, RunMode};
 use crate::plan::TrialId;
 use crate::record::RunRecord;
+use crate::trial_fault::TrialFault;
 use serde::Serialize;
 
 /// Share of native host failures the isolated host must survive under `mode`: all of them in a domain process of
 /// their own; 99.5% in an mpk domain, which shares the host's process (an injected system call instruction, say,
 /// reaches the kernel as the host's).
-pub fn survival_target(mode: Mode) -> f64 {
+pub fn survival_target(mode: RunMode) -> f64 {
     match mode {
-        Mode::Mpk => 0.995,
-        Mode::Native | Mode::Process | Mode::None => 1.0,
+        RunMode::Mpk => 0.995,
+        RunMode::Native | RunMode::Process | RunMode::None => 1.0,
     }
 }
 /// Share of survived failures that must be fully transparent: 90% (issue 5) where the fault is in the file, so a
@@ -93,24 +93,24 @@ pub struct Row {
     pub fault_type: String,
     pub trials: u32,
     /// Outcomes of each kind of run.
-    pub runs: BTreeMap<Mode, Counts>,
+    pub runs: BTreeMap<RunMode, Counts>,
     /// Trials whose native host crashed or hung.
     pub native_lost: u32,
     /// Per isolation kind: of those trials, how many isolated hosts neither crashed nor hung ...
-    pub survived: BTreeMap<Mode, u32>,
+    pub survived: BTreeMap<RunMode, u32>,
     /// ... and how many of those saw exactly the reference output ...
-    pub transparent: BTreeMap<Mode, u32>,
+    pub transparent: BTreeMap<RunMode, u32>,
     /// ... or, short of that, saw only clean errors: every result that differs is an error, none a wrong value.
-    pub clean: BTreeMap<Mode, u32>,
+    pub clean: BTreeMap<RunMode, u32>,
 }
 
 impl Row {
-    fn add_trial(&mut self, runs: &HashMap<Mode, &RunRecord>, isolations: &[Mode]) {
+    fn add_trial(&mut self, runs: &HashMap<RunMode, &RunRecord>, isolations: &[RunMode]) {
         self.trials += 1;
         for (mode, record) in runs {
             self.runs.entry(*mode).or_default().add(record.outcome);
         }
-        let native_lost = runs.get(&Mode::Native).is_some_and(|r| r.outcome.host_lost());
+        let native_lost = runs.get(&RunMode::Native).is_some_and(|r| r.outcome.host_lost());
         if !native_lost {
             return;
         }
@@ -152,7 +152,7 @@ impl Row {
 /// The issue's targets for one isolation kind.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Targets {
-    pub isolation: Mode,
+    pub isolation: RunMode,
     pub native_lost: u32,
     pub survived: u32,
     pub transparent: u32,
@@ -210,7 +210,7 @@ pub struct Summary {
 }
 
 /// A trial of one extension, and its runs.
-type Trials<'r> = BTreeMap<(&'r str, TrialId), HashMap<Mode, &'r RunRecord>>;
+type Trials<'r> = BTreeMap<(&'r str, TrialId), HashMap<RunMode, &'r RunRecord>>;
 
 /// Counts `records` (complete trials of the campaign `config`, or of several campaigns with its settings: trials
 /// are told apart by their extension too).
@@ -238,7 +238,7 @@ pub fn summarize(config: &CampaignConfig, records: &[RunRecord]) -> Summary {
 }
 
 fn targets(
-    mode: Mode,
+    mode: RunMode,
     total: &Row,
     trials: &Trials<'_>,
     deadline: Option<Duration>,
@@ -280,7 +280,7 @@ fn targets(
             hangs.most_past_deadline_us = hangs.most_past_deadline_us.max(Some(past));
         }
         hangs.isolated_hung += u32::from(run.outcome == Outcome::HostHung);
-        if runs.get(&Mode::Native).is_some_and(|r| r.outcome == Outcome::HostHung) {
+        if runs.get(&RunMode::Native).is_some_and(|r| r.outcome == Outcome::HostHung) {
             hangs.injected += 1;
             hangs.detected += u32::from(!run.outcome.host_lost() && !run.hangs.is_empty());
         }
@@ -306,7 +306,7 @@ fn targets(
 mod tests {
     use super::*;
     use crate::config::fingerprint;
-    use crate::host::HangDetection;
+    use crate::trial_host::HangDetection;
     use ward_inject::FaultType;
 
     fn config() -> CampaignConfig {
@@ -317,7 +317,7 @@ mod tests {
             fault_types: vec![FaultType::Branch.into(), FaultType::Nop.into()],
             trials_per_type: 2,
             faults_per_trial: 5,
-            isolations: vec![Mode::Process],
+            isolations: vec![RunMode::Process],
             seed: 0,
             deadline_ms: Some(200),
             host_timeout_ms: 5000,
@@ -327,7 +327,7 @@ mod tests {
     }
 
     /// A record whose hang (if any) was detected `hang_us` into its attempt, with the campaign's 200 ms deadline.
-    fn run(fault_type: FaultType, trial: u32, isolation: Mode, outcome: Outcome, hang_us: Option<u64>) -> RunRecord {
+    fn run(fault_type: FaultType, trial: u32, isolation: RunMode, outcome: Outcome, hang_us: Option<u64>) -> RunRecord {
         let hang = hang_us.map(|us| (200_000, us));
         run_with_deadline(fault_type, trial, isolation, outcome, hang)
     }
@@ -336,7 +336,7 @@ mod tests {
     fn run_with_deadline(
         fault_type: FaultType,
         trial: u32,
-        isolation: Mode,
+        isolation: RunMode,
         outcome: Outcome,
         hang: Option<(u64, u64)>,
     ) -> RunRecord {
@@ -370,18 +370,18 @@ mod tests {
         let records = [
             // A native crash recovered transparently; a native hang detected in time; a native crash whose
             // recovery gave wrong output; a wrong output nobody noticed.
-            run(FaultType::Branch, 0, Mode::Native, HostCrashed, None),
-            run(FaultType::Branch, 0, Mode::Process, Recovered, None),
-            run(FaultType::Branch, 1, Mode::Native, HostHung, None),
-            run(FaultType::Branch, 1, Mode::Process, Recovered, Some(201_000)),
-            run(FaultType::Nop, 0, Mode::Native, HostCrashed, None),
+            run(FaultType::Branch, 0, RunMode::Native, HostCrashed, None),
+            run(FaultType::Branch, 0, RunMode::Process, Recovered, None),
+            run(FaultType::Branch, 1, RunMode::Native, HostHung, None),
+            run(FaultType::Branch, 1, RunMode::Process, Recovered, Some(201_000)),
+            run(FaultType::Nop, 0, RunMode::Native, HostCrashed, None),
             RunRecord {
                 wrong_calls: 2,
                 failed_calls: 2,
-                ..run(FaultType::Nop, 0, Mode::Process, RecoveredWrongOutput, None)
+                ..run(FaultType::Nop, 0, RunMode::Process, RecoveredWrongOutput, None)
             },
-            run(FaultType::Nop, 1, Mode::Native, WrongOutputUndetected, None),
-            run(FaultType::Nop, 1, Mode::Process, WrongOutputUndetected, None),
+            run(FaultType::Nop, 1, RunMode::Native, WrongOutputUndetected, None),
+            run(FaultType::Nop, 1, RunMode::Process, WrongOutputUndetected, None),
         ];
         let s = summarize(&config(), &records);
         assert_eq!(s.rows.len(), 2);
@@ -389,8 +389,8 @@ mod tests {
         assert_eq!(s.rows[0].native_lost, 2);
         assert_eq!(s.total.trials, 4);
         assert_eq!(s.total.native_lost, 3);
-        assert_eq!(s.total.runs[&Mode::Native].host_crashed, 2);
-        assert_eq!(s.total.runs[&Mode::Process].recovered, 2);
+        assert_eq!(s.total.runs[&RunMode::Native].host_crashed, 2);
+        assert_eq!(s.total.runs[&RunMode::Process].recovered, 2);
         let t = &s.targets[0];
         assert_eq!((t.survived, t.transparent, t.clean), (3, 2, 1));
         assert_eq!(t.survival, Some(1.0));
@@ -405,10 +405,10 @@ mod tests {
     fn a_late_or_missed_hang_fails_the_hang_target() {
         use Outcome::*;
         let records = [
-            run(FaultType::Nop, 0, Mode::Native, HostHung, None),
-            run(FaultType::Nop, 0, Mode::Process, HostHung, None),
-            run(FaultType::Nop, 1, Mode::Native, HostHung, None),
-            run(FaultType::Nop, 1, Mode::Process, Recovered, Some(400_000)),
+            run(FaultType::Nop, 0, RunMode::Native, HostHung, None),
+            run(FaultType::Nop, 0, RunMode::Process, HostHung, None),
+            run(FaultType::Nop, 1, RunMode::Native, HostHung, None),
+            run(FaultType::Nop, 1, RunMode::Process, Recovered, Some(400_000)),
         ];
         let t = &summarize(&config(), &records).targets[0];
         assert_eq!((t.hangs.injected, t.hangs.detected, t.hangs.late), (2, 1, 1));
@@ -429,11 +429,11 @@ mod tests {
     fn a_native_hang_that_crashes_under_ward_instead_does_not_fail_the_hang_target() {
         use Outcome::*;
         let records = [
-            run(FaultType::Loop, 0, Mode::Native, HostHung, None),
+            run(FaultType::Loop, 0, RunMode::Native, HostHung, None),
             // The same mutated code crashed under ward (caught and recovered): nothing hung to be detected.
-            run(FaultType::Loop, 0, Mode::Process, Recovered, None),
-            run(FaultType::Loop, 1, Mode::Native, HostHung, None),
-            run(FaultType::Loop, 1, Mode::Process, Recovered, Some(201_000)),
+            run(FaultType::Loop, 0, RunMode::Process, Recovered, None),
+            run(FaultType::Loop, 1, RunMode::Native, HostHung, None),
+            run(FaultType::Loop, 1, RunMode::Process, Recovered, Some(201_000)),
         ];
         let t = &summarize(&config(), &records).targets[0];
         assert_eq!((t.hangs.injected, t.hangs.detected, t.hangs.isolated_hung, t.hangs.late), (2, 1, 0, 0));
@@ -447,11 +447,11 @@ mod tests {
         let ms = |n: u64| n * 1000;
         let records = [
             // A block's first deadline (1 s), detected 1.08 s in: within 1 s + 100 ms.
-            run_with_deadline(FaultType::Loop, 0, Mode::Native, HostHung, None),
-            run_with_deadline(FaultType::Loop, 0, Mode::Process, Recovered, Some((ms(1000), ms(1080)))),
+            run_with_deadline(FaultType::Loop, 0, RunMode::Native, HostHung, None),
+            run_with_deadline(FaultType::Loop, 0, RunMode::Process, Recovered, Some((ms(1000), ms(1080)))),
             // A learned deadline of 200 ms, detected 300 ms in: 50 ms of slack past it would be 250 ms.
-            run_with_deadline(FaultType::Loop, 1, Mode::Native, HostHung, None),
-            run_with_deadline(FaultType::Loop, 1, Mode::Process, Recovered, Some((ms(200), ms(300)))),
+            run_with_deadline(FaultType::Loop, 1, RunMode::Native, HostHung, None),
+            run_with_deadline(FaultType::Loop, 1, RunMode::Process, Recovered, Some((ms(200), ms(300)))),
         ];
         let t = &summarize(&default_policy, &records[..2]).targets[0];
         assert_eq!((t.hangs.detections, t.hangs.late), (1, 0));
@@ -472,9 +472,9 @@ mod tests {
         // 19 of 20 native crashes recovered transparently: 95%.
         let mut records = Vec::new();
         for trial in 0..20 {
-            records.push(run(FaultType::Nop, trial, Mode::Native, HostCrashed, None));
+            records.push(run(FaultType::Nop, trial, RunMode::Native, HostCrashed, None));
             let outcome = if trial == 0 { RecoveredWrongOutput } else { Recovered };
-            records.push(run(FaultType::Nop, trial, Mode::Process, outcome, None));
+            records.push(run(FaultType::Nop, trial, RunMode::Process, outcome, None));
         }
         let transient = CampaignConfig { fault_model: FaultModel::Transient, ..config() };
         let t = &summarize(&transient, &records).targets[0];

@@ -12,13 +12,13 @@ use ward::libfault::LibraryFault;
 use ward_inject::Plan;
 
 use crate::classify::{classify, Judgement};
-use crate::config::{CampaignConfig, FaultModel, Mode};
+use crate::config::{CampaignConfig, FaultModel, RunMode};
 use crate::error::Error;
-use crate::fault::TrialFault;
-use crate::host::HostReport;
 use crate::launch::{HostRequest, HostRun, Launcher};
 use crate::plan::{library_fault, TrialId};
 use crate::record::{FaultSite, RunRecord};
+use crate::trial_fault::TrialFault;
+use crate::trial_host::HostReport;
 use crate::workload::Entry;
 
 /// What every trial of a campaign shares.
@@ -107,12 +107,12 @@ pub(crate) struct Run<'a> {
     pub restart_from: Option<&'a Path>,
     /// A library fault for the calls `path` makes.
     pub library_fault: Option<LibraryFault>,
-    pub mode: Mode,
+    pub mode: RunMode,
 }
 
 impl<'a> Run<'a> {
     /// The unmutated extension at `path`, with no fault: the reference and preflight runs.
-    pub fn clean(path: &'a Path, mode: Mode) -> Run<'a> {
+    pub fn clean(path: &'a Path, mode: RunMode) -> Run<'a> {
         Run { path, restart_from: None, library_fault: None, mode }
     }
 }
@@ -127,11 +127,11 @@ pub(crate) fn run_and_judge(
     let request = HostRequest {
         workload: &config.workload,
         path: run.path,
-        restart_from: run.restart_from.filter(|_| run.mode != Mode::Native),
+        restart_from: run.restart_from.filter(|_| run.mode != RunMode::Native),
         mode: run.mode,
         library_fault: run.library_fault,
         deadline: config.deadline_ms.map(Duration::from_millis),
-        poison: config.poison && run.mode != Mode::Native,
+        poison: config.poison && run.mode != RunMode::Native,
     };
     let started = Instant::now();
     let host = launcher.launch(&request, Duration::from_millis(config.host_timeout_ms))?;

@@ -8,11 +8,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use ward::libfault::{LibraryFault, LibraryFaultKind};
-use ward_campaign::host::{HostReport, SeenFault};
+use ward_campaign::trial_host::{HostReport, SeenFault};
 use ward_campaign::workload::Entry;
 use ward_campaign::{
-    Campaign, Error, FaultModel, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, Outcome, RunRecord,
-    TrialFault,
+    Campaign, Error, FaultModel, HostEnd, HostRequest, HostRun, Launcher, Observer, Options, Outcome, RunMode,
+    RunRecord, TrialFault,
 };
 use ward_inject::FaultType;
 
@@ -24,7 +24,7 @@ struct Stand {
     trial_launches: AtomicUsize,
     fail_after: usize,
     /// Every launch's isolation, whether it was a trial's, and the file it was to restart from.
-    restart_froms: Mutex<Vec<(Mode, bool, Option<PathBuf>)>>,
+    restart_froms: Mutex<Vec<(RunMode, bool, Option<PathBuf>)>>,
     /// Every launch, with its library fault.
     faults: Mutex<Vec<Launched>>,
 }
@@ -32,7 +32,7 @@ struct Stand {
 /// One launch as the stand-in saw it.
 #[derive(Debug, Clone)]
 struct Launched {
-    mode: Mode,
+    mode: RunMode,
     /// The trial copy's directory (`alloc-0002`); `None` for the original.
     slug: Option<String>,
     fault: Option<LibraryFault>,
@@ -91,7 +91,7 @@ impl Launcher for Stand {
             return Err(Error::Launch("out of processes".into()));
         }
         Ok(match request.mode {
-            Mode::Native => {
+            RunMode::Native => {
                 HostRun { end: HostEnd::Signaled(libc::SIGSEGV), stdout: String::new(), stderr: String::new() }
             }
             _ => exited(HostReport {
@@ -117,7 +117,7 @@ fn options(out: &Path, seed: u64) -> Options {
         fault_types: vec![FaultType::Pointer.into(), FaultType::Nop.into()],
         trials_per_type: 3,
         faults_per_trial: 5,
-        isolations: vec![Mode::Process],
+        isolations: vec![RunMode::Process],
         seed,
         deadline: Some(Duration::from_millis(200)),
         host_timeout: Duration::from_secs(3),
@@ -149,7 +149,7 @@ fn a_finished_campaign_runs_nothing_again_and_refuses_another_seed() {
     assert_eq!(first.records.len(), 12);
     assert_eq!(first.ran_trials, 6);
     for r in &first.records {
-        let expected = if r.isolation == Mode::Native { Outcome::HostCrashed } else { Outcome::Recovered };
+        let expected = if r.isolation == RunMode::Native { Outcome::HostCrashed } else { Outcome::Recovered };
         assert_eq!(r.outcome, expected, "{r:?}");
         assert!(!r.faults.is_empty(), "{r:?}");
     }
@@ -197,7 +197,7 @@ fn a_transient_campaign_restarts_isolated_trials_from_the_unmutated_file() {
         let launches = stand.restart_froms.lock().unwrap().clone();
         assert_eq!(launches.len(), 2 + 6 * 2);
         for (mode, trial, restart_from) in launches {
-            let expected = (model == FaultModel::Transient && trial && mode != Mode::Native)
+            let expected = (model == FaultModel::Transient && trial && mode != RunMode::Native)
                 .then(|| campaign.extension_path.clone());
             assert_eq!(restart_from, expected, "{model}: a {mode} launch (trial: {trial})");
         }
@@ -216,7 +216,7 @@ fn a_poisoned_campaign_poisons_every_run_under_ward_and_no_native_one_and_resume
         let launches = stand.faults.lock().unwrap().clone();
         assert_eq!(launches.len(), 2 + 6 * 2);
         for launch in &launches {
-            assert_eq!(launch.poison, poison && launch.mode != Mode::Native, "{launch:?}");
+            assert_eq!(launch.poison, poison && launch.mode != RunMode::Native, "{launch:?}");
         }
         if poison {
             // Resuming with the other setting would mix two kinds of trial in one table: refused.
@@ -245,7 +245,7 @@ fn library_fault_trials_carry_their_fault_to_native_and_isolated_hosts() {
 
     let launches = stand.faults.lock().unwrap().clone();
     assert_eq!(launches.len(), 2 + 3 * 3 * 2);
-    let mut by_trial: std::collections::BTreeMap<String, Vec<(Mode, Option<LibraryFault>)>> = Default::default();
+    let mut by_trial: std::collections::BTreeMap<String, Vec<(RunMode, Option<LibraryFault>)>> = Default::default();
     for Launched { mode, slug, fault, unmutated, .. } in launches {
         let Some(slug) = slug else {
             assert_eq!(fault, None, "the reference and preflight runs ({mode}) have no fault");
@@ -262,8 +262,8 @@ fn library_fault_trials_carry_their_fault_to_native_and_isolated_hosts() {
     }
     assert_eq!(by_trial.len(), 9);
     for (slug, runs) in &by_trial {
-        let modes: BTreeSet<Mode> = runs.iter().map(|r| r.0).collect();
-        assert_eq!(modes, BTreeSet::from([Mode::Native, Mode::Process]), "{slug}");
+        let modes: BTreeSet<RunMode> = runs.iter().map(|r| r.0).collect();
+        assert_eq!(modes, BTreeSet::from([RunMode::Native, RunMode::Process]), "{slug}");
         assert_eq!(runs[0].1, runs[1].1, "{slug}: the native and the isolated run get the same fault");
     }
 
@@ -297,7 +297,7 @@ fn library_kinds_are_refused_under_isolation_none_before_anything_runs() {
     let out = scratch("library-none");
     let options = Options {
         fault_types: vec![FaultType::Nop.into(), LibraryFaultKind::Leak.into()],
-        isolations: vec![Mode::Process, Mode::None],
+        isolations: vec![RunMode::Process, RunMode::None],
         ..options(&out, 6)
     };
     let err = Campaign::new(options).expect_err("library faults need a domain");

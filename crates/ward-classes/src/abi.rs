@@ -1,5 +1,5 @@
 //! The C structs of the plugin ABIs, field for field (`ladspa.h`, `frei0r.h`), for code that calls plugins in this
-//! process (`native`) and code that stands in for one (the preload shim's proxies).
+//! process (`native_calls`) and code that stands in for one (the preload shim's proxies).
 
 use std::ffi::{c_char, c_int, c_ulong, c_void};
 

@@ -22,6 +22,7 @@ use ward::policy::FunctionPolicy;
 use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
 use crate::adapters::ADAPTER_ERROR_BELOW;
+use crate::error::{DescribeError, DescriptionError};
 use crate::plausible::{self, Text};
 use crate::reader::Reader;
 use crate::{adapters, ClassError, Processed};
@@ -53,8 +54,9 @@ const MAX_DESCRIPTION: u64 = 16 << 20;
 const PARAM_BUFFER: usize = 256;
 /// Largest encoded parameter accepted (the adapter reads back at most 64 KiB of a string).
 const MAX_VALUE: u64 = 1 << 20;
-/// Plugins with more parameters than this are refused (a description claiming more is malformed).
-const MAX_PARAMS: i32 = 1024;
+/// Plugins with more parameters than this are refused (a description claiming more is malformed); a native host
+/// (`native_calls`) believes no larger count either, and the adapter's `MAX_PARAMS` is the same.
+pub(crate) const MAX_PARAMS: i32 = 1024;
 
 /// Flag of the adapter's construct: the output buffers of the instance's updates end at a guard page, so the plugin
 /// may write them directly. True of a process domain, whose output pool puts every buffer at the end of its slot,
@@ -112,13 +114,18 @@ pub enum PluginType {
 }
 
 impl PluginType {
+    /// The types frei0r.h defines, each at its C value (`F0R_PLUGIN_TYPE_*`).
+    const DEFINED: [PluginType; 4] = [PluginType::Filter, PluginType::Source, PluginType::Mixer2, PluginType::Mixer3];
+
     pub(crate) fn from_raw(v: i32) -> PluginType {
-        match v {
-            0 => PluginType::Filter,
-            1 => PluginType::Source,
-            2 => PluginType::Mixer2,
-            3 => PluginType::Mixer3,
-            other => PluginType::Other(other),
+        defined_or(&Self::DEFINED, v, PluginType::Other)
+    }
+
+    /// The C value (what a host reads in `f0r_plugin_info_t`).
+    pub fn raw(self) -> i32 {
+        match self {
+            PluginType::Other(v) => v,
+            defined => raw_of(&Self::DEFINED, defined),
         }
     }
 
@@ -147,12 +154,18 @@ pub enum ColorModel {
 }
 
 impl ColorModel {
+    /// The colour models frei0r.h defines, each at its C value (`F0R_COLOR_MODEL_*`).
+    const DEFINED: [ColorModel; 3] = [ColorModel::Bgra8888, ColorModel::Rgba8888, ColorModel::Packed32];
+
     pub(crate) fn from_raw(v: i32) -> ColorModel {
-        match v {
-            0 => ColorModel::Bgra8888,
-            1 => ColorModel::Rgba8888,
-            2 => ColorModel::Packed32,
-            other => ColorModel::Other(other),
+        defined_or(&Self::DEFINED, v, ColorModel::Other)
+    }
+
+    /// The C value (what a host reads in `f0r_plugin_info_t`).
+    pub fn raw(self) -> i32 {
+        match self {
+            ColorModel::Other(v) => v,
+            defined => raw_of(&Self::DEFINED, defined),
         }
     }
 }
@@ -170,16 +183,33 @@ pub enum ParamKind {
 }
 
 impl ParamKind {
+    /// The parameter types frei0r.h defines, each at its C value (`F0R_PARAM_*`).
+    const DEFINED: [ParamKind; 5] =
+        [ParamKind::Bool, ParamKind::Double, ParamKind::Color, ParamKind::Position, ParamKind::String];
+
     pub(crate) fn from_raw(v: i32) -> ParamKind {
-        match v {
-            0 => ParamKind::Bool,
-            1 => ParamKind::Double,
-            2 => ParamKind::Color,
-            3 => ParamKind::Position,
-            4 => ParamKind::String,
-            other => ParamKind::Other(other),
+        defined_or(&Self::DEFINED, v, ParamKind::Other)
+    }
+
+    /// The C value (what a host reads in `f0r_param_info_t`).
+    pub fn raw(self) -> i32 {
+        match self {
+            ParamKind::Other(v) => v,
+            defined => raw_of(&Self::DEFINED, defined),
         }
     }
+}
+
+/// The value of `defined` whose C value (its index) is `v`, else `other(v)`: one table per enum serves both
+/// directions, reading a plugin's words and writing them for a host (the preload shim's proxy).
+fn defined_or<T: Copy>(defined: &[T], v: i32, other: fn(i32) -> T) -> T {
+    usize::try_from(v).ok().and_then(|i| defined.get(i)).copied().unwrap_or_else(|| other(v))
+}
+
+/// The C value of `value`, one of `defined`.
+fn raw_of<T: Copy + PartialEq>(defined: &[T], value: T) -> i32 {
+    // The tables hold a handful of values, so the index always fits.
+    defined.iter().position(|&d| d == value).map_or(-1, |i| i as i32)
 }
 
 /// One parameter of a plugin.
@@ -210,7 +240,7 @@ pub struct PluginInfo {
 }
 
 impl PluginInfo {
-    fn parse(bytes: &[u8]) -> Result<PluginInfo, String> {
+    fn parse(bytes: &[u8]) -> Result<PluginInfo, DescriptionError> {
         let mut r = Reader::new(bytes);
         let (name, author) = (r.string()?, r.string()?);
         let plugin_type = PluginType::from_raw(r.i32()?);
@@ -218,7 +248,7 @@ impl PluginInfo {
         let (frei0r_version, major_version, minor_version) = (r.i32()?, r.i32()?, r.i32()?);
         let count = r.i32()?;
         if !(0..=MAX_PARAMS).contains(&count) {
-            return Err(format!("f0r_get_plugin_info claims {count} parameters"));
+            return Err(DescriptionError::TooManyParams { count });
         }
         let flags = r.u32()?;
         let explanation = r.string()?;
@@ -246,30 +276,27 @@ impl PluginInfo {
     }
 
     /// Whether a plugin built against frei0r 1.x can say this about itself (see `plausible`).
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), DescriptionError> {
         plausible::text("the name", &self.name, Text::Name)?;
         plausible::text("the author", &self.author, Text::Name)?;
         plausible::text("the explanation", &self.explanation, Text::Prose)?;
         if let PluginType::Other(raw) = self.plugin_type {
-            return Err(format!("plugin type {raw} is none of frei0r's (filter, source, mixer2, mixer3)"));
+            return Err(DescriptionError::UnknownPluginType { raw });
         }
         if let ColorModel::Other(raw) = self.color_model {
-            return Err(format!("colour model {raw} is none of frei0r's (bgra8888, rgba8888, packed32)"));
+            return Err(DescriptionError::UnknownColorModel { raw });
         }
         if self.frei0r_version != FREI0R_MAJOR_VERSION {
-            return Err(format!(
-                "it says it was written for frei0r {}, not {FREI0R_MAJOR_VERSION}",
-                self.frei0r_version
-            ));
+            return Err(DescriptionError::OtherFrei0rVersion {
+                version: self.frei0r_version,
+                expected: FREI0R_MAJOR_VERSION,
+            });
         }
         for (index, p) in self.params.iter().enumerate() {
             plausible::text(&format!("parameter {index}'s name"), &p.name, Text::Name)?;
             plausible::text(&format!("parameter {index}'s explanation"), &p.explanation, Text::Prose)?;
             if let ParamKind::Other(raw) = p.kind {
-                return Err(format!(
-                    "parameter {index} ({}) has type {raw}, none of frei0r's (bool, double, color, position, string)",
-                    p.name
-                ));
+                return Err(DescriptionError::UnknownParamKind { index, name: p.name.clone(), raw });
             }
         }
         Ok(())
@@ -320,7 +347,7 @@ impl ParamValue {
     }
 
     /// Decode what the adapter wrote for a parameter of `kind`.
-    fn decode(kind: ParamKind, bytes: &[u8]) -> Result<ParamValue, String> {
+    fn decode(kind: ParamKind, bytes: &[u8]) -> Result<ParamValue, DescriptionError> {
         let mut r = Reader::new(bytes);
         let value = match kind {
             ParamKind::Bool => ParamValue::Bool(r.f64()?),
@@ -330,10 +357,10 @@ impl ParamValue {
             ParamKind::String => {
                 return match bytes.split_last() {
                     Some((0, text)) => Ok(ParamValue::String(String::from_utf8_lossy(text).into_owned())),
-                    _ => Err("a string value without its terminating NUL".into()),
+                    _ => Err(DescriptionError::UnterminatedString),
                 }
             }
-            ParamKind::Other(t) => return Err(format!("a value of the undefined type {t}")),
+            ParamKind::Other(raw) => return Err(DescriptionError::ValueOfUndefinedKind { raw }),
         };
         r.finish()?;
         Ok(value)
@@ -385,23 +412,26 @@ impl Library {
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
         let describe = ext.function_as("ward_frei0r_describe", "f0r_get_plugin_info")?;
         let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.clone(), reason };
-        // Err(Ok(reason)): the plugin described itself badly; Err(Err(e)): the call failed (ward recovered it).
-        let describe_info = || -> Result<PluginInfo, Result<String, ward::Error>> {
-            let bytes = describe_plugin(&describe, library)?;
-            PluginInfo::parse(&bytes).map_err(|reason| Ok(format!("its description: {reason}")))
+        // Err(Ok(what)): the plugin described itself badly; Err(Err(e)): the call failed (ward recovered it).
+        let describe_info = || -> Result<PluginInfo, Result<String, DescribeError>> {
+            let bytes = describe_plugin(&describe, library).map_err(|e| match e {
+                e @ DescribeError::Call { .. } => Err(e),
+                e => Ok(e.to_string()),
+            })?;
+            PluginInfo::parse(&bytes).map_err(|e| Ok(format!("its description: {e}")))
         };
         // A plugin that describes itself badly is a bad call, as much as a crash is: recovered once (the restart
         // may load another build, see `restart_from`) and asked again; refused if it does it again.
         let info = match describe_info() {
             Ok(info) => info,
-            Err(Err(e)) => return Err(bad_plugin(format!("describing the plugin: {e}"))),
+            Err(Err(e)) => return Err(bad_plugin(e.to_string())),
             Err(Ok(what)) => {
                 if ext.declare_fault("ward_frei0r_describe", FaultKind::BadOutput { what: what.clone() }).is_err() {
                     return Err(bad_plugin(what));
                 }
                 describe_info().map_err(|e| match e {
                     Ok(reason) => bad_plugin(reason),
-                    Err(e) => bad_plugin(format!("describing the plugin: {e}")),
+                    Err(e) => bad_plugin(e.to_string()),
                 })?
             }
         };
@@ -477,13 +507,14 @@ impl Library {
 }
 
 /// Ask the adapter for the description, growing the buffer once if it says it needs more.
-fn describe_plugin(describe: &Function, library: u64) -> Result<Vec<u8>, Result<String, ward::Error>> {
+fn describe_plugin(describe: &Function, library: u64) -> Result<Vec<u8>, DescribeError> {
+    let subject = || "the plugin".to_string();
     let mut buf = vec![0u8; DESCRIBE_BUFFER];
     for _ in 0..2 {
         let cap = buf.len() as u64;
         let n = describe
             .call(&mut [Arg::Handle(library), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)
-            .map_err(Err)?
+            .map_err(|source| DescribeError::Call { subject: subject(), source: Box::new(source) })?
             .as_i64()
             .unwrap_or(ADAPTER_ERROR_BELOW);
         if n >= 0 && n as u64 <= cap {
@@ -491,14 +522,14 @@ fn describe_plugin(describe: &Function, library: u64) -> Result<Vec<u8>, Result<
             return Ok(buf);
         }
         if n <= ADAPTER_ERROR_BELOW {
-            return Err(Ok(format!("the adapter could not describe the plugin (code {n})")));
+            return Err(DescribeError::Adapter { subject: subject(), code: n });
         }
         if n.unsigned_abs() > MAX_DESCRIPTION {
-            return Err(Ok(format!("a description of {} bytes is beyond belief", n.unsigned_abs())));
+            return Err(DescribeError::BeyondBelief { subject: subject(), bytes: n.unsigned_abs() });
         }
         buf = vec![0u8; n.unsigned_abs() as usize];
     }
-    Err(Ok("the plugin's description keeps growing".into()))
+    Err(DescribeError::KeepsGrowing { subject: subject() })
 }
 
 /// What one frame through the adapter came to.
@@ -954,8 +985,25 @@ mod tests {
     }
 
     #[test]
+    fn c_values_read_and_written_through_one_table_agree_with_frei0r_h() {
+        assert_eq!(PluginType::from_raw(2), PluginType::Mixer2);
+        assert_eq!(ColorModel::from_raw(1), ColorModel::Rgba8888);
+        assert_eq!(ParamKind::from_raw(4), ParamKind::String);
+        assert_eq!(PluginType::Source.raw(), 1);
+        assert_eq!(ColorModel::Packed32.raw(), 2);
+        assert_eq!(ParamKind::Position.raw(), 3);
+        for v in -2..8 {
+            assert_eq!(PluginType::from_raw(v).raw(), v);
+            assert_eq!(ColorModel::from_raw(v).raw(), v);
+            assert_eq!(ParamKind::from_raw(v).raw(), v);
+        }
+        assert_eq!(PluginType::from_raw(4), PluginType::Other(4));
+        assert_eq!(ParamKind::from_raw(-1), ParamKind::Other(-1));
+    }
+
+    #[test]
     fn values_frei0r_does_not_define_are_refused() {
-        let err = |bytes: Vec<u8>| PluginInfo::parse(&bytes).unwrap_err();
+        let err = |bytes: Vec<u8>| PluginInfo::parse(&bytes).unwrap_err().to_string();
         assert!(err(encode(-327686, 1, 1, &[])).contains("plugin type -327686"));
         assert!(err(encode(0, 2049, 1, &[])).contains("colour model 2049"));
         assert!(err(encode(0, 1, 0, &[])).contains("written for frei0r 0, not 1"));

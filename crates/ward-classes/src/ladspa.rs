@@ -16,6 +16,7 @@ use ward::policy::FunctionPolicy;
 use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
 use crate::adapters::ADAPTER_ERROR_BELOW;
+use crate::error::{DescribeError, DescriptionError};
 use crate::plausible::{self, Text};
 use crate::reader::Reader;
 use crate::{adapters, ClassError, Processed};
@@ -52,9 +53,10 @@ const HAS_RUN: u32 = 0x20;
 
 /// First guess of a description's size.
 const DESCRIBE_BUFFER: usize = 16 * 1024;
-/// Plugins with more ports than this are refused (a description claiming more is malformed). The adapter's
-/// `WARD_LADSPA_MAX_PORTS` is the same: it does not walk the ports of a descriptor claiming more.
-const MAX_PORTS: u32 = 4096;
+/// Plugins with more ports than this are refused (a description claiming more is malformed), natively
+/// (`native_calls`) as under ward. The adapter's `WARD_LADSPA_MAX_PORTS` is the same: it does not walk the ports of a
+/// descriptor claiming more.
+pub(crate) const MAX_PORTS: u32 = 4096;
 /// The largest description believed: MAX_PORTS ports with long names. An adapter asking for more room is refused
 /// rather than given it (the number comes from the domain).
 const MAX_DESCRIPTION: u64 = 4 << 20;
@@ -120,6 +122,11 @@ impl Port {
         !self.is_audio()
     }
 
+    /// How many values this port's buffer holds for a block of `samples` samples.
+    pub fn values_in_block(&self, samples: usize) -> usize {
+        values_in_block(self.descriptor, samples)
+    }
+
     /// The default value the plugin's hints give this control port at `sample_rate`, as LADSPA defines it (bounds
     /// scaled by the sample rate when so hinted; low, middle and high interpolated geometrically on a logarithmic
     /// port); `None` when the port has no default.
@@ -150,6 +157,16 @@ impl Port {
     }
 }
 
+/// How many values a port with `PORT_*` flags `flags` is connected to for a block of `samples` samples: the block's
+/// samples for an audio port, one value for a control port (LADSPA's rule for `run`).
+pub fn values_in_block(flags: i32, samples: usize) -> usize {
+    if flags & PORT_AUDIO != 0 {
+        samples
+    } else {
+        1
+    }
+}
+
 /// What a plugin says about itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Descriptor {
@@ -171,27 +188,30 @@ pub struct Descriptor {
 
 /// Whether a plugin can say this about port `p` (see `plausible`): known hint bits, a defined default, and the
 /// bounds its hint declares are numbers.
-fn check_port(p: u32, name: &str, hint: i32, lower: f32, upper: f32) -> Result<(), String> {
+fn check_port(p: u32, name: &str, hint: i32, lower: f32, upper: f32) -> Result<(), DescriptionError> {
     plausible::text(&format!("port {p}'s name"), name, Text::Name)?;
     if hint & !KNOWN_HINTS != 0 || hint & HINT_DEFAULT_MASK > HINT_DEFAULT_LAST {
-        return Err(format!("port {p} ({name}) has the hint {hint:#x}, which LADSPA does not define"));
+        return Err(DescriptionError::UnknownHint { port: p, name: name.to_string(), hint });
     }
     for (flag, bound, which) in [(HINT_BOUNDED_BELOW, lower, "lower"), (HINT_BOUNDED_ABOVE, upper, "upper")] {
         if hint & flag != 0 && !bound.is_finite() {
-            return Err(format!("port {p} ({name}) has the {which} bound {bound}"));
+            return Err(DescriptionError::BoundNotANumber { port: p, name: name.to_string(), which, bound });
         }
     }
     Ok(())
 }
 
 impl Descriptor {
-    fn parse(index: usize, bytes: &[u8]) -> Result<Descriptor, String> {
+    /// The adapter's description of plugin `index`, checked as the class checks what a plugin says of itself. A
+    /// native host reads the same fields straight from the plugin (`native_calls::ladspa::Plugin::describe`) and
+    /// checks nothing but the port count: it believes the plugin, which is what a native run is there to show.
+    fn parse(index: usize, bytes: &[u8]) -> Result<Descriptor, DescriptionError> {
         let mut r = Reader::new(bytes);
         let unique_id = r.u64()?;
         let properties = r.i32()?;
         let port_count = r.u32()?;
         if port_count > MAX_PORTS {
-            return Err(format!("plugin {index} claims {port_count} ports"));
+            return Err(DescriptionError::TooManyPorts { index, count: u64::from(port_count) });
         }
         let flags = r.u32()?;
         let (label, name, maker, copyright) = (r.string()?, r.string()?, r.string()?, r.string()?);
@@ -204,9 +224,7 @@ impl Descriptor {
             let audio = descriptor & PORT_AUDIO != 0;
             let control = descriptor & PORT_CONTROL != 0;
             if input == output || audio == control {
-                return Err(format!(
-                    "port {p} ({pname}) of {label} has flags {descriptor:#x}: not one direction and kind"
-                ));
+                return Err(DescriptionError::PortFlags { port: p, name: pname, label, flags: descriptor });
             }
             check_port(p, &pname, hint, lower, upper)?;
             ports.push(Port { descriptor, name: pname, hint, lower, upper });
@@ -214,13 +232,13 @@ impl Descriptor {
         r.finish()?;
         plausible::text("the label", &label, Text::Name)?;
         if label.contains(char::is_whitespace) {
-            return Err(format!("the label {label:?} has white space, which LADSPA labels may not"));
+            return Err(DescriptionError::LabelWithWhiteSpace { label });
         }
         plausible::text(&format!("the name of {label}"), &name, Text::Name)?;
         plausible::text(&format!("the maker of {label}"), &maker, Text::Prose)?;
         plausible::text(&format!("the copyright of {label}"), &copyright, Text::Prose)?;
         if properties & !KNOWN_PROPERTIES != 0 {
-            return Err(format!("{label} has properties {properties:#x}, beyond LADSPA's {KNOWN_PROPERTIES:#x}"));
+            return Err(DescriptionError::UnknownProperties { label, properties, known: KNOWN_PROPERTIES });
         }
         Ok(Descriptor {
             index,
@@ -287,7 +305,7 @@ fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<De
     let mut plugins = Vec::with_capacity(count);
     for index in 0..count {
         let bytes = describe_one(&describe, library, index)
-            .map_err(|reason| ClassError::BadPlugin { path: path.to_path_buf(), reason })?;
+            .map_err(|e| ClassError::BadPlugin { path: path.to_path_buf(), reason: e.to_string() })?;
         let d = Descriptor::parse(index, &bytes).map_err(|reason| ClassError::BadPlugin {
             path: path.to_path_buf(),
             reason: format!("plugin {index}: {reason}"),
@@ -407,13 +425,14 @@ impl Library {
 }
 
 /// Ask the adapter for a description, growing the buffer once if it says it needs more.
-fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u8>, String> {
+fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u8>, DescribeError> {
+    let subject = || format!("plugin {index}");
     let mut buf = vec![0u8; DESCRIBE_BUFFER];
     for _ in 0..2 {
         let cap = buf.len() as u64;
         let n = describe
             .call(&mut [Arg::Handle(library), Arg::U64(index as u64), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)
-            .map_err(|e| format!("describing plugin {index}: {e}"))?
+            .map_err(|source| DescribeError::Call { subject: subject(), source: Box::new(source) })?
             .as_i64()
             .unwrap_or(ADAPTER_ERROR_BELOW);
         if n >= 0 && n as u64 <= cap {
@@ -421,14 +440,14 @@ fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u
             return Ok(buf);
         }
         if n <= ADAPTER_ERROR_BELOW {
-            return Err(format!("the adapter could not describe plugin {index} (code {n})"));
+            return Err(DescribeError::Adapter { subject: subject(), code: n });
         }
         if n.unsigned_abs() > MAX_DESCRIPTION {
-            return Err(format!("a description of plugin {index} of {} bytes is beyond belief", n.unsigned_abs()));
+            return Err(DescribeError::BeyondBelief { subject: subject(), bytes: n.unsigned_abs() });
         }
         buf = vec![0u8; n.unsigned_abs() as usize];
     }
-    Err(format!("the description of plugin {index} keeps growing"))
+    Err(DescribeError::KeepsGrowing { subject: subject() })
 }
 
 /// The data of one port for one block: a control port's slice holds its one value. In [`Instance::run_placed`], one
@@ -626,7 +645,7 @@ impl Instance {
             if input && port.is_output() {
                 return Err(self.bad(format!("port {i} ({}) is an output", port.name)));
             }
-            let need = if port.is_audio() { samples } else { 1 };
+            let need = port.values_in_block(samples);
             let end = place.offset.checked_add(need).filter(|&e| e <= len && u32::try_from(e).is_ok());
             let Some(end) = end else {
                 return Err(self.bad(format!("port {i} ({}) needs {need} values, got {len}", port.name)));
@@ -779,7 +798,7 @@ mod tests {
 
     #[test]
     fn values_ladspa_does_not_define_are_refused() {
-        let err = |bytes: Vec<u8>| Descriptor::parse(0, &bytes).unwrap_err();
+        let err = |bytes: Vec<u8>| Descriptor::parse(0, &bytes).unwrap_err().to_string();
         assert!(err(encode("", 0, GAIN)).contains("the label is empty"));
         assert!(err(encode("pro be", 0, GAIN)).contains("white space"));
         assert!(err(encode("probe", 0x10, GAIN)).contains("properties 0x10"));

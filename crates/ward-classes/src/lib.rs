@@ -10,7 +10,7 @@
 //!
 //! * [`ladspa`]: LADSPA audio plugins.
 //! * [`frei0r`]: frei0r video filters.
-//! * [`native`]: both ABIs called directly in this process, without ward (native hosts, campaigns, the corpus).
+//! * [`native_calls`]: both ABIs called directly in this process, without ward (native hosts, campaigns, the corpus).
 
 pub mod abi;
 mod adapters;
@@ -18,12 +18,12 @@ pub mod detect;
 mod error;
 pub mod frei0r;
 pub mod ladspa;
-pub mod native;
+pub mod native_calls;
 mod plausible;
 mod reader;
 
 pub use detect::{class_of, classify, inspect, Class, Classification, ClassifyError, Inspected};
-pub use error::ClassError;
+pub use error::{ClassError, DescriptionError, NativeCallError};
 
 /// What a wrapper did with one processing call.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,6 +3,8 @@
 //! The class declares a fault, ward recovers the extension and the description is read again (see each class's
 //! `open`); a faulty build that described itself wrongly is thereby caught before its wrong words reach the host.
 
+use crate::error::DescriptionError;
+
 /// Whether a piece of text must say something.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Text {
@@ -13,13 +15,18 @@ pub(crate) enum Text {
 }
 
 /// `value`, which the description calls `what`, as a plugin may write it.
-pub(crate) fn text(what: &str, value: &str, kind: Text) -> Result<(), String> {
+pub(crate) fn text(what: &str, value: &str, kind: Text) -> Result<(), DescriptionError> {
     if kind == Text::Name && value.is_empty() {
-        return Err(format!("{what} is empty"));
+        return Err(DescriptionError::EmptyName { what: what.to_string() });
     }
     let allowed = |c: char| kind == Text::Prose && matches!(c, '\n' | '\r' | '\t');
     match value.char_indices().find(|&(_, c)| c.is_control() && !allowed(c)) {
-        Some((at, c)) => Err(format!("{what} {value:?} has the control character {:#04x} at byte {at}", c as u32)),
+        Some((at, c)) => Err(DescriptionError::ControlCharacter {
+            what: what.to_string(),
+            value: value.to_string(),
+            code: c as u32,
+            at,
+        }),
         None => Ok(()),
     }
 }
@@ -32,8 +39,8 @@ mod tests {
     fn names_must_say_something_printable() {
         assert!(text("the name", "Comb Filter", Text::Name).is_ok());
         assert!(text("the name", "Ä Öl ©", Text::Name).is_ok());
-        assert_eq!(text("the name", "", Text::Name).unwrap_err(), "the name is empty");
-        let e = text("the name", "H\u{5}i", Text::Name).unwrap_err();
+        assert_eq!(text("the name", "", Text::Name).unwrap_err().to_string(), "the name is empty");
+        let e = text("the name", "H\u{5}i", Text::Name).unwrap_err().to_string();
         assert!(e.contains("control character 0x05 at byte 1"), "{e}");
         assert!(text("the name", "two\nlines", Text::Name).is_err());
     }

@@ -12,9 +12,9 @@ use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use ward::{Arg, Event, Function, Isolation, Policy, RestartVia, RetType, Supervisor};
 
-use crate::floor;
-use crate::native::NativeLib;
-use crate::report::{self, say, Columns};
+use crate::hosts::floor;
+use crate::hosts::native_host::NativeLib;
+use crate::output::{self, say, Columns};
 
 /// How much to measure.
 #[derive(Clone, Copy)]
@@ -60,10 +60,10 @@ enum Target {
 impl Target {
     fn text(&self) -> String {
         match *self {
-            Target::AtMostNs(ns) => format!("<= {}", report::fmt_ns(ns)),
-            Target::AtLeastOpsPerS(r) => format!(">= {}", report::fmt_rate(r, "calls/s")),
+            Target::AtMostNs(ns) => format!("<= {}", output::fmt_ns(ns)),
+            Target::AtLeastOpsPerS(r) => format!(">= {}", output::fmt_rate(r, "calls/s")),
             Target::AtMostRatio(r) => format!("<= {r:.2}x"),
-            Target::AtMostNsAbove(ns) => format!("<= first + {}", report::fmt_ns(ns)),
+            Target::AtMostNsAbove(ns) => format!("<= first + {}", output::fmt_ns(ns)),
         }
     }
 
@@ -157,11 +157,11 @@ impl Out {
             load: self.load,
         };
         if self.json {
-            return report::json_line(&line);
+            return output::json_line(&line);
         }
         let rate = match (line.ops_per_s, line.bytes_per_s) {
-            (Some(r), _) => report::fmt_rate(r, "calls/s"),
-            (_, Some(r)) => report::fmt_rate(r, "B/s"),
+            (Some(r), _) => output::fmt_rate(r, "calls/s"),
+            (_, Some(r)) => output::fmt_rate(r, "B/s"),
             _ => String::new(),
         };
         let target = match (&line.target, line.target_met) {
@@ -175,10 +175,10 @@ impl Out {
                 name,
                 variant,
                 isolation,
-                &report::fmt_ns(s.ns),
+                &output::fmt_ns(s.ns),
                 &format!("{:.2}x", line.ratio),
                 &rate,
-                &format!("{}-{}", report::fmt_ns(s.min_ns), report::fmt_ns(s.max_ns)),
+                &format!("{}-{}", output::fmt_ns(s.min_ns), output::fmt_ns(s.max_ns)),
                 &target,
             ])
         )?;
@@ -190,7 +190,7 @@ impl Out {
     /// A line that could not be measured on this machine, and why.
     fn skip(&mut self, name: &'static str, variant: &'static str, isolation: &'static str, why: &str) -> Result<()> {
         if self.json {
-            return report::json_line(&serde_json::json!({
+            return output::json_line(&serde_json::json!({
                 "name": name, "variant": variant, "isolation": isolation, "skipped": why,
             }));
         }

@@ -26,7 +26,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::load::Load;
-use crate::report::{say, Columns};
+use crate::output::{say, Columns};
 use crate::run::BadInput;
 
 #[derive(Args)]

@@ -12,11 +12,11 @@ use anyhow::{Context, Result};
 use clap::{value_parser, ArgAction, Args};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ward_campaign::{
-    workload, Campaign, FaultModel, HostEnd, HostRequest, HostRun, Launcher, Mode, Observer, Options, RunRecord,
+    workload, Campaign, FaultModel, HostEnd, HostRequest, HostRun, Launcher, Observer, Options, RunMode, RunRecord,
 };
 
-use crate::child::{self, End};
-use crate::report::{self, say};
+use crate::hosts::child::{self, End};
+use crate::output::{self, say};
 
 #[derive(Args)]
 pub struct CampaignArgs {
@@ -129,7 +129,7 @@ pub fn run(args: CampaignArgs) -> Result<bool> {
         } else {
             String::new()
         };
-        let progress = Progress::new(args.json, isolations.first().copied().unwrap_or(Mode::Process), label);
+        let progress = Progress::new(args.json, isolations.first().copied().unwrap_or(RunMode::Process), label);
         let result = campaign.run(&ChildHosts, &progress);
         progress.bar.finish_and_clear();
         let done = result?;
@@ -208,11 +208,11 @@ impl Launcher for ChildHosts {
         let mut env = Vec::new();
         if let Some(fault) = &request.library_fault {
             match request.mode {
-                Mode::Native => {
+                RunMode::Native => {
                     env = ward::libfault::env_for(request.path, fault)
                         .map_err(|e| ward_campaign::Error::Launch(format!("{e:#}")))?;
                 }
-                Mode::Mpk | Mode::Process | Mode::None => {
+                RunMode::Mpk | RunMode::Process | RunMode::None => {
                     args.extend(["--library-fault".into(), fault.to_string().into()])
                 }
             }
@@ -235,7 +235,7 @@ struct Progress {
     /// Which campaign, when there are several: `[3/22] gverb_1216 `.
     label: String,
     /// The isolation kind the bar's message counts.
-    shown: Mode,
+    shown: RunMode,
     tally: Mutex<Tally>,
     /// The first failure to print a JSON line; the campaign goes on (its records are on disk) and reports it last.
     error: Mutex<Option<anyhow::Error>>,
@@ -249,7 +249,7 @@ struct Tally {
 }
 
 impl Progress {
-    fn new(json: bool, shown: Mode, label: String) -> Progress {
+    fn new(json: bool, shown: RunMode, label: String) -> Progress {
         let target = if !json && std::io::stderr().is_terminal() {
             ProgressDrawTarget::stderr()
         } else {
@@ -273,7 +273,7 @@ impl Progress {
 
     fn count(&self, records: &[RunRecord]) {
         let mut t = self.tally.lock().unwrap_or_else(|e| e.into_inner());
-        let native = records.iter().find(|r| r.isolation == Mode::Native);
+        let native = records.iter().find(|r| r.isolation == RunMode::Native);
         let shown = records.iter().find(|r| r.isolation == self.shown);
         if let (Some(native), Some(shown)) = (native, shown) {
             if native.outcome.host_lost() {
@@ -297,7 +297,7 @@ impl Progress {
             return;
         }
         for r in records {
-            if let Err(e) = report::json_line(r) {
+            if let Err(e) = output::json_line(r) {
                 *error = Some(e);
                 return;
             }

@@ -9,7 +9,7 @@ use clap::Args;
 use ward::check::{CheckReport, KindVerdict};
 use ward::Isolation;
 
-use crate::report::{self, say, Columns};
+use crate::output::{self, say, Columns};
 
 #[derive(Args)]
 pub struct CheckArgs {
@@ -76,9 +76,9 @@ pub fn run(args: CheckArgs) -> Result<bool> {
         match ward::check::check(file) {
             Ok(report) if args.json && args.sandbox => {
                 let protections = protections(&policy, &report.name);
-                report::json_line(&serde_json::json!({ "check": report, "sandbox": protections }))?
+                output::json_line(&serde_json::json!({ "check": report, "sandbox": protections }))?
             }
-            Ok(report) if args.json => report::json_line(&report)?,
+            Ok(report) if args.json => output::json_line(&report)?,
             Ok(report) => reports.push(report),
             Err(e) => {
                 eprintln!("ward: error: {e}");

@@ -11,7 +11,7 @@
 //! `nondeterministic` (ran, not compared).
 
 mod input;
-mod native;
+mod native_runner;
 pub mod runner;
 
 use std::ffi::OsString;
@@ -26,8 +26,8 @@ use clap::{value_parser, Args, ValueEnum};
 use serde::Serialize;
 use ward::Isolation;
 
-use crate::child::{self, End};
-use crate::report::{say, Columns};
+use crate::hosts::child::{self, End};
+use crate::output::{say, Columns};
 
 /// Where Debian installs each collection.
 const LADSPA_DIR: &str = "/usr/lib/ladspa";

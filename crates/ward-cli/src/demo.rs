@@ -15,10 +15,10 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use ward::{Arg, Event, Isolation, Policy, RestartVia, RetType, Signature, Supervisor, ValType, Value};
 
-use crate::child::{self, End};
-use crate::faults;
-use crate::native::{self, NativeOutcome};
-use crate::report::{self, say, Columns};
+use crate::faulty_scenario;
+use crate::hosts::child::{self, End};
+use crate::hosts::native_host::{self, NativeOutcome};
+use crate::output::{self, say, Columns};
 use crate::DemoIsolation;
 
 /// The demo's policy for faulty.so: quick deadline, small limits so runaway faults end fast, the counter's adds
@@ -117,8 +117,11 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
     let well_ok = well_section(isolation, json)?;
     // Under `none` a plugin's crash is the host's: the plugin part runs with process isolation only. The class
     // adapters open their plugins with dlopen, which an mpk domain does not offer.
-    let plugins_ok =
-        if isolation == DemoIsolation::Process { crate::demo_plugins::run(Isolation::Process, json)? } else { true };
+    let plugins_ok = if isolation == DemoIsolation::Process {
+        crate::hosts::demo_plugins::run(Isolation::Process, json)?
+    } else {
+        true
+    };
     Ok(faults_ok && well_ok && plugins_ok)
 }
 
@@ -129,7 +132,7 @@ fn mpk_here(json: bool) -> Result<bool> {
     }
     let why = "this machine has no memory protection keys (PKU): the mpk part did not run";
     if json {
-        report::json_line(&serde_json::json!({ "type": "skipped", "isolation": "mpk", "why": why }))?;
+        output::json_line(&serde_json::json!({ "type": "skipped", "isolation": "mpk", "why": why }))?;
     } else {
         say!("  {why}")?;
     }
@@ -140,10 +143,15 @@ fn mpk_here(json: bool) -> Result<bool> {
 /// leaves out the kinds that need a process of their own.
 fn fault_kinds(isolation: DemoIsolation) -> (&'static str, Vec<(i64, &'static str)>) {
     match isolation {
-        DemoIsolation::Mpk => {
-            ("faulty_mpk", faults::KINDS.iter().copied().filter(|(k, _)| !faults::PROCESS_ONLY.contains(k)).collect())
-        }
-        _ => ("faulty", faults::KINDS.to_vec()),
+        DemoIsolation::Mpk => (
+            "faulty_mpk",
+            faulty_scenario::KINDS
+                .iter()
+                .copied()
+                .filter(|(k, _)| !faulty_scenario::PROCESS_ONLY.contains(k))
+                .collect(),
+        ),
+        _ => ("faulty", faulty_scenario::KINDS.to_vec()),
     }
 }
 
@@ -180,16 +188,16 @@ fn fault_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
         }
         say!(
             "scenario: counter_add(5), counter_add(7), arm(fault), compute(6) = {}?, counter_get() = {}?, host data = {}?",
-            faults::COMPUTE_EXPECTED,
-            faults::COUNTER_EXPECTED,
-            faults::HOST_VALUE
+            faulty_scenario::COMPUTE_EXPECTED,
+            faulty_scenario::COUNTER_EXPECTED,
+            faulty_scenario::HOST_VALUE
         )?;
         say!("")?;
         say!("{}", cols.row(&["#", "fault", "natively", "under ward"]))?;
     }
     let mut contained = 0;
     for &(kind, name) in &kinds {
-        let native = native::run(&faulty, kind).with_context(|| format!("native run of fault {kind} ({name})"))?;
+        let native = native_host::run(&faulty, kind).with_context(|| format!("native run of fault {kind} ({name})"))?;
         let ward = match isolation {
             DemoIsolation::Process | DemoIsolation::Mpk => WardSide::Ran(
                 trial(&faulty, kind, iso_of(isolation))
@@ -202,14 +210,14 @@ fn fault_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
         let row = fault_row(kind, name, iso_name, native, ward);
         contained += usize::from(row.contained);
         if json {
-            report::json_line(&row)?;
+            output::json_line(&row)?;
         } else {
             let mark = if row.contained { "" } else { "NOT CONTAINED: " };
             say!("{}", cols.row(&[&kind.to_string(), name, &row.native, &format!("{mark}{}", row.ward)]))?;
         }
     }
     if json {
-        report::json_line(&serde_json::json!({
+        output::json_line(&serde_json::json!({
             "type": "summary",
             "isolation": iso_name,
             "faults_contained": contained,
@@ -251,15 +259,15 @@ enum WardSide {
 /// `ward __ward-host PATH KIND`: the scenario under ward with isolation `none`, in a host with ordinary limits;
 /// prints the [`WardRun`] as JSON.
 pub fn ward_host_main(path: &Path, kind: i64) -> Result<bool> {
-    native::become_ordinary_host()?;
+    native_host::become_ordinary_host()?;
     let run = trial(path, kind, Isolation::None)?;
-    report::json_line(&run)?;
+    output::json_line(&run)?;
     Ok(true)
 }
 
 fn in_child(path: &Path, kind: i64) -> Result<WardSide> {
     let args: Vec<OsString> = vec!["__ward-host".into(), path.as_os_str().to_owned(), kind.to_string().into()];
-    let run = child::run_bounded(&args, &[], native::BOUND)?;
+    let run = child::run_bounded(&args, &[], native_host::BOUND)?;
     match run.end {
         End::Exited(0) => {
             let line = run.stdout.lines().next().unwrap_or("");
@@ -279,19 +287,19 @@ pub fn trial(path: &Path, kind: i64, isolation: Isolation) -> Result<WardRun> {
     let events = sup.subscribe();
     let ext =
         sup.load_with(path, Some(isolation)).with_context(|| format!("cannot load {} under ward", path.display()))?;
-    for d in faults::ADDS {
+    for d in faulty_scenario::ADDS {
         ext.call("faulty_counter_add", &mut [Arg::I64(d)], RetType::I64)
             .context("faulty_counter_add failed before any fault was armed")?;
     }
-    let host_value = Box::new(AtomicI64::new(faults::HOST_VALUE));
-    let arm_arg = if kind == faults::WILD_WRITE {
+    let host_value = Box::new(AtomicI64::new(faulty_scenario::HOST_VALUE));
+    let arm_arg = if kind == faulty_scenario::WILD_WRITE {
         Arg::Ptr(host_value.as_ptr() as usize)
     } else {
-        Arg::I64(faults::DEFAULT_ARM_ARG)
+        Arg::I64(faulty_scenario::DEFAULT_ARM_ARG)
     };
     ext.call("faulty_arm", &mut [Arg::I64(kind), arm_arg], RetType::Void).context("faulty_arm failed")?;
     let compute = ext
-        .call("faulty_compute", &mut [Arg::I64(faults::COMPUTE_ARG)], RetType::I64)
+        .call("faulty_compute", &mut [Arg::I64(faulty_scenario::COMPUTE_ARG)], RetType::I64)
         .map(|v| v.as_i64().unwrap_or(i64::MIN))
         .map_err(|e| e.to_string());
     let counter = ext
@@ -382,9 +390,9 @@ fn fault_row(
     row.counter = run.counter.as_ref().ok().copied();
     row.host_value = Some(run.host_value);
     row.contained = first_fault.is_some()
-        && row.compute == Some(faults::COMPUTE_EXPECTED)
-        && row.counter == Some(faults::COUNTER_EXPECTED)
-        && run.host_value == faults::HOST_VALUE;
+        && row.compute == Some(faulty_scenario::COMPUTE_EXPECTED)
+        && row.counter == Some(faulty_scenario::COUNTER_EXPECTED)
+        && run.host_value == faulty_scenario::HOST_VALUE;
     row.ward = describe_ward(&run);
     row
 }
@@ -403,12 +411,12 @@ fn describe_ward(run: &WardRun) -> String {
         None => parts.push("no fault seen".to_string()),
     }
     if let Some(r) = run.recoveries.first() {
-        parts.push(format!("restarted in {} ({})", report::fmt_us(r.took_us), r.via));
+        parts.push(format!("restarted in {} ({})", output::fmt_us(r.took_us), r.via));
         parts.push(format!("state replayed ({} calls)", r.replayed));
     }
     let compute = match &run.compute {
-        Ok(v) if *v == faults::COMPUTE_EXPECTED => format!("correct ({v})"),
-        Ok(v) => format!("WRONG ({v}, expected {})", faults::COMPUTE_EXPECTED),
+        Ok(v) if *v == faulty_scenario::COMPUTE_EXPECTED => format!("correct ({v})"),
+        Ok(v) => format!("WRONG ({v}, expected {})", faulty_scenario::COMPUTE_EXPECTED),
         Err(e) => format!("failed: {e}"),
     };
     match run.retried_ok {
@@ -416,12 +424,12 @@ fn describe_ward(run: &WardRun) -> String {
         None => parts.push(format!("compute: {compute}")),
     }
     match &run.counter {
-        Ok(v) if *v == faults::COUNTER_EXPECTED => {}
-        Ok(v) => parts.push(format!("counter WRONG ({v}, expected {})", faults::COUNTER_EXPECTED)),
+        Ok(v) if *v == faulty_scenario::COUNTER_EXPECTED => {}
+        Ok(v) => parts.push(format!("counter WRONG ({v}, expected {})", faulty_scenario::COUNTER_EXPECTED)),
         Err(e) => parts.push(format!("counter_get failed: {e}")),
     }
-    if run.host_value != faults::HOST_VALUE {
-        parts.push(format!("host data corrupted ({} -> {:#x})", faults::HOST_VALUE, run.host_value));
+    if run.host_value != faulty_scenario::HOST_VALUE {
+        parts.push(format!("host data corrupted ({} -> {:#x})", faulty_scenario::HOST_VALUE, run.host_value));
     }
     parts.join("; ")
 }
@@ -494,7 +502,7 @@ fn well_section(isolation: DemoIsolation, json: bool) -> Result<bool> {
         line.isolation = iso_name;
         all &= line.ok;
         if json {
-            report::json_line(&line)?;
+            output::json_line(&line)?;
         } else if line.ok {
             let note = if line.note.is_empty() { String::new() } else { format!(" ({})", line.note) };
             say!("  {} = {}: correct{note}", line.call, line.got)?;

@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 use ward_inject::{FaultType, InjectedFault, Plan};
 
-use crate::report::{self, say, Columns};
+use crate::output::{self, say, Columns};
 
 const DEFAULT_COUNT: u32 = ward_inject::DEFAULT_COUNT as u32;
 
@@ -92,7 +92,7 @@ pub fn run(args: InjectArgs) -> Result<bool> {
 
     if args.json {
         for fault in &injection.faults {
-            report::json_line(&FaultLine { seed: args.seed, fault })?;
+            output::json_line(&FaultLine { seed: args.seed, fault })?;
         }
     } else {
         let columns = Columns::new(&[28, 10, 11]);
@@ -132,7 +132,7 @@ fn list_functions(path: &Path, input: &[u8], json: bool) -> Result<bool> {
     }
     for f in &functions {
         if json {
-            report::json_line(f)?;
+            output::json_line(f)?;
         } else {
             let note = if f.toolchain { "toolchain start-up code: only with --function" } else { "" };
             say!("{}", columns.row(&[&f.name, &format!("{:#x}", f.offset), &f.size.to_string(), &f.section, note]))?;

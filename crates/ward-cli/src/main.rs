@@ -4,19 +4,14 @@
 mod bench;
 mod bench_hosts;
 mod campaign;
-mod campaign_host;
 mod check;
-mod child;
 mod corpus;
 mod demo;
-mod demo_plugins;
-mod faults;
-mod floor;
-mod host;
+mod faulty_scenario;
+mod hosts;
 mod inject;
 mod load;
-mod native;
-mod report;
+mod output;
 mod run;
 
 use std::path::PathBuf;
@@ -78,7 +73,7 @@ enum Command {
     },
     /// Internal: one run of a campaign trial, in a throwaway host (used by `campaign`).
     #[command(name = "__campaign-host", hide = true)]
-    CampaignHost(campaign_host::CampaignHostArgs),
+    CampaignHost(hosts::campaign_host::CampaignHostArgs),
     /// Internal: one plugin run (or one library listed) for `corpus`, in a throwaway process.
     #[command(name = "__corpus-run", hide = true)]
     CorpusRun(corpus::runner::RunArgs),
@@ -144,8 +139,8 @@ fn main() -> ExitCode {
         Command::CorpusRun(a) => corpus::runner::main(a),
         Command::Run(a) => run::run(a),
         Command::Builtins { dir } => run::builtins(dir),
-        Command::CampaignHost(a) => campaign_host::main(a),
-        Command::NativeHost { path, kind } => native::host_main(&path, kind),
+        Command::CampaignHost(a) => hosts::campaign_host::main(a),
+        Command::NativeHost { path, kind } => hosts::native_host::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),
         Command::Busy { parent } => load::busy_main(parent),
     };

@@ -11,10 +11,12 @@
 
 use std::path::PathBuf;
 
+use crate::error::ArgsError;
 use crate::sandbox;
 
+/// What this process was started to do (`--mode serve` or `--mode zygote`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub enum Job {
     /// Load, then serve calls until killed.
     Serve,
     /// Load, then fork a serving incarnation for every `fork` request.
@@ -38,7 +40,7 @@ pub struct ExtensionArg {
 
 #[derive(Debug, Clone)]
 pub struct Args {
-    pub mode: Mode,
+    pub mode: Job,
     /// The process that started this one: it dies with it.
     pub parent: i32,
     pub spin: u32,
@@ -54,7 +56,7 @@ pub struct Args {
 }
 
 impl Args {
-    pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
+    pub fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, ArgsError> {
         let mut mode = None;
         let mut parent = None;
         let mut spin = 2000u32;
@@ -65,13 +67,13 @@ impl Args {
         let mut sandbox = sandbox::Config::strict();
         let mut cgroups = Vec::new();
         while let Some(flag) = it.next() {
-            let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+            let mut value = || it.next().ok_or_else(|| ArgsError::NeedsValue { flag: flag.clone() });
             match flag.as_str() {
                 "--mode" => {
                     mode = Some(match value()?.as_str() {
-                        "serve" => Mode::Serve,
-                        "zygote" => Mode::Zygote,
-                        other => return Err(format!("unknown mode `{other}` (serve or zygote)")),
+                        "serve" => Job::Serve,
+                        "zygote" => Job::Zygote,
+                        other => return Err(ArgsError::UnknownMode { mode: other.to_string() }),
                     })
                 }
                 "--parent" => parent = Some(number(&flag, &value()?)?),
@@ -89,41 +91,41 @@ impl Args {
                     "exec" => sandbox.loosen.exec = true,
                     "fork" => sandbox.loosen.fork = true,
                     "writes" => sandbox.loosen.writes = true,
-                    other => return Err(format!("--allow takes network, exec, fork or writes, got `{other}`")),
+                    other => return Err(ArgsError::UnknownAllowance { what: other.to_string() }),
                 },
                 "--writable" => sandbox.writable.push(PathBuf::from(value()?)),
                 "--cgroup" => cgroups.push(PathBuf::from(value()?)),
                 "--ext" => extensions.push(ExtensionArg { path: PathBuf::from(value()?), init: None, poison: false }),
                 "--poison" => {
-                    let last = extensions.last_mut().ok_or("--poison must follow an --ext")?;
+                    let last = extensions.last_mut().ok_or(ArgsError::BeforeExtension { flag: "--poison" })?;
                     last.poison = true;
                 }
                 "--init" => {
                     let sym = value()?;
-                    let last = extensions.last_mut().ok_or("--init must follow an --ext")?;
+                    let last = extensions.last_mut().ok_or(ArgsError::BeforeExtension { flag: "--init" })?;
                     last.init = Some(sym);
                 }
-                other => return Err(format!("unknown argument `{other}`")),
+                other => return Err(ArgsError::UnknownArgument { arg: other.to_string() }),
             }
         }
-        let mode = mode.ok_or("missing --mode")?;
-        let parent = parent.ok_or("missing --parent")?;
+        let mode = mode.ok_or(ArgsError::Missing { flag: "--mode" })?;
+        let parent = parent.ok_or(ArgsError::Missing { flag: "--parent" })?;
         if extensions.is_empty() {
-            return Err("no --ext given".into());
+            return Err(ArgsError::NoExtension);
         }
         Ok(Args { mode, parent, spin, limits, extensions, arena, read_past, sandbox, cgroups })
     }
 }
 
-fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, String> {
-    text.parse().map_err(|_| format!("{flag} takes a number, got `{text}`"))
+fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, ArgsError> {
+    text.parse().map_err(|_| ArgsError::NotANumber { flag: flag.to_string(), text: text.to_string() })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(s: &str) -> Result<Args, String> {
+    fn parse(s: &str) -> Result<Args, ArgsError> {
         Args::parse(s.split_whitespace().map(String::from))
     }
 
@@ -136,7 +138,7 @@ mod tests {
         .unwrap();
         assert!(a.arena);
         assert!(!parse("--mode serve --parent 1 --ext /a.so").unwrap().arena);
-        assert_eq!(a.mode, Mode::Zygote);
+        assert_eq!(a.mode, Job::Zygote);
         assert_eq!(a.parent, 42);
         assert_eq!(a.spin, 7);
         assert_eq!(a.limits.address_space_mb, 256);

@@ -4,6 +4,7 @@
 use std::ffi::{c_void, CStr, CString};
 
 use crate::args::ExtensionArg;
+use crate::error::LoadError;
 
 pub struct Library {
     handles: Vec<*mut c_void>,
@@ -21,7 +22,7 @@ pub struct Callee {
 }
 
 impl Library {
-    pub fn load(extensions: &[ExtensionArg]) -> Result<Library, String> {
+    pub fn load(extensions: &[ExtensionArg]) -> Result<Library, LoadError> {
         let mut library = Library { handles: Vec::new(), poisoned: Vec::new(), functions: Vec::new() };
         for ext in extensions {
             library.load_one(ext)?;
@@ -31,22 +32,24 @@ impl Library {
 
     /// Load one more extension and run its init function; returns its index. When init fails the extension is
     /// closed again, so the set loaded is the set the host knows.
-    pub fn load_one(&mut self, ext: &ExtensionArg) -> Result<u32, String> {
+    pub fn load_one(&mut self, ext: &ExtensionArg) -> Result<u32, LoadError> {
         let path = CString::new(ext.path.as_os_str().as_encoded_bytes())
-            .map_err(|_| format!("extension path {} contains a NUL byte", ext.path.display()))?;
+            .map_err(|_| LoadError::NulInPath { path: ext.path.clone() })?;
         // SAFETY: path is a valid C string; dlopen runs the extension's constructors, which is what loading means.
         let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if handle.is_null() {
-            return Err(format!("cannot load {}: {}", ext.path.display(), dlerror()));
+            return Err(LoadError::Dlopen { path: ext.path.clone(), reason: dlerror() });
         }
         if let Some(init) = &ext.init {
             let failed = match lookup(handle, init) {
-                None => Some(format!("init function `{init}` not found in {}", ext.path.display())),
+                None => Some(LoadError::NoInit { init: init.clone(), path: ext.path.clone() }),
                 Some(f) => {
                     // SAFETY: policy declares `init` as `int64_t init(void)`; no arguments are read.
                     let ret = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
-                    (ret.int != 0).then(|| {
-                        format!("init function `{init}` of {} returned {}", ext.path.display(), ret.int as i64)
+                    (ret.int != 0).then(|| LoadError::InitFailed {
+                        init: init.clone(),
+                        path: ext.path.clone(),
+                        code: ret.int as i64,
                     })
                 }
             };
@@ -58,7 +61,7 @@ impl Library {
         }
         self.handles.push(handle);
         self.poisoned.push(ext.poison);
-        u32::try_from(self.handles.len() - 1).map_err(|_| "too many extensions".to_string())
+        u32::try_from(self.handles.len() - 1).map_err(|_| LoadError::TooMany)
     }
 
     /// The function table, by the indices [`Library::resolve`] returned.

@@ -26,7 +26,8 @@
 //! (see [`zygote`]).
 
 mod args;
-mod faults;
+mod error;
+mod fault_handler;
 mod loader;
 mod sandbox;
 mod serve;
@@ -39,7 +40,8 @@ use ward_xpc::arena::view::ArenaView;
 use ward_xpc::pool::{MappedPool, PoolGeometry, POOL_IN, POOL_OUT};
 use ward_xpc::Region;
 
-use crate::args::{Args, Mode};
+use crate::args::{Args, Job};
+use crate::error::SetupError;
 use ward_xpc::control::ControlSocket;
 
 /// Descriptor numbers the host hands over.
@@ -93,15 +95,15 @@ fn main() -> ExitCode {
         };
     // SAFETY: the host passed fd 3 as the control socket; nothing else in this process owns it.
     let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(FD_CONTROL) });
-    if let Err(message) = joined {
-        report_error(&control, &message);
+    if let Err(e) = joined {
+        report_error(&control, &e.to_string());
         return ExitCode::from(2);
     }
     // The host knows this process by the pidfd it sends with `ready`: the pid it would say is its namespace's.
     let own = match own_pidfd() {
         Ok(fd) => fd,
         Err(e) => {
-            report_error(&control, &format!("cannot open a pidfd of the domain: {e}"));
+            report_error(&control, &SetupError::Pidfd(e).to_string());
             return ExitCode::from(2);
         }
     };
@@ -115,7 +117,7 @@ fn main() -> ExitCode {
             let _ = control.send(&ready, Some(own.as_fd()));
             drop(own);
             match setup.args.mode {
-                Mode::Serve => {
+                Job::Serve => {
                     let mut setup = setup;
                     match setup.arena.as_mut() {
                         Some(arena) => arena.attach(control),
@@ -123,31 +125,31 @@ fn main() -> ExitCode {
                     }
                     serve::run(setup)
                 }
-                Mode::Zygote => zygote::run(setup, control),
+                Job::Zygote => zygote::run(setup, control),
             }
         }
-        Err(message) => {
-            report_error(&control, &message);
+        Err(e) => {
+            report_error(&control, &e.to_string());
             ExitCode::from(2)
         }
     }
 }
 
-fn setup(args: Args, namespace: bool) -> Result<Setup, String> {
+fn setup(args: Args, namespace: bool) -> Result<Setup, SetupError> {
     // SAFETY: the host passed FD_REGION for the shared region; this process owns it from here on.
     let region_fd = unsafe { OwnedFd::from_raw_fd(FD_REGION) };
     // SAFETY: likewise FD_POOL_IN for the input pool.
     let in_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_IN) };
     // SAFETY: likewise FD_POOL_OUT for the output pool.
     let out_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_OUT) };
-    let region = Region::open_domain(region_fd).map_err(|e| format!("cannot map the shared region: {e}"))?;
+    let region = Region::open_domain(region_fd).map_err(SetupError::Region)?;
     // Before the pools: finding the main thread's stack reads /proc/self/maps, longer with every mapping.
-    faults::install(region.clone()).map_err(|e| format!("cannot install fault handlers: {e}"))?;
-    let geometry = PoolGeometry::standard(args.read_past).map_err(|e| format!("bad pool geometry: {e}"))?;
+    fault_handler::install(region.clone()).map_err(SetupError::FaultHandlers)?;
+    let geometry = PoolGeometry::standard(args.read_past).map_err(SetupError::PoolGeometry)?;
     let pool_in = MappedPool::map(in_fd, POOL_IN, geometry.clone(), false)
-        .map_err(|e| format!("cannot map the input pool: {e}"))?;
-    let pool_out =
-        MappedPool::map(out_fd, POOL_OUT, geometry, true).map_err(|e| format!("cannot map the output pool: {e}"))?;
+        .map_err(|source| SetupError::Pool { which: "input", source })?;
+    let pool_out = MappedPool::map(out_fd, POOL_OUT, geometry, true)
+        .map_err(|source| SetupError::Pool { which: "output", source })?;
     let arena = args.arena.then(|| {
         let limit = usize::try_from(args.limits.address_space_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         ArenaView::with_read_past(if limit == 0 { ARENA_CACHE } else { ARENA_CACHE.min(limit / 4) }, args.read_past)
@@ -155,14 +157,14 @@ fn setup(args: Args, namespace: bool) -> Result<Setup, String> {
     // SAFETY: getpid has no preconditions.
     let own = unsafe { libc::getpid() };
     let role = match args.mode {
-        Mode::Serve => sandbox::Role::Serving { own },
-        Mode::Zygote => sandbox::Role::Zygote { host: (!namespace).then_some(args.parent) },
+        Job::Serve => sandbox::Role::Serving { own },
+        Job::Zygote => sandbox::Role::Zygote { host: (!namespace).then_some(args.parent) },
     };
-    sandbox::apply(&args.sandbox, role).map_err(|e| e.to_string())?;
+    sandbox::apply(&args.sandbox, role)?;
     let library = loader::Library::load(&args.extensions)?;
     // After loading: the limits hold the extensions' calls (and the zygote's incarnations inherit them), not the
     // dynamic linker's start-up.
-    faults::apply_limits(&args.limits).map_err(|e| format!("cannot apply resource limits: {e}"))?;
+    fault_handler::apply_limits(&args.limits).map_err(SetupError::Limits)?;
     Ok(Setup { region, pool_in, pool_out, arena, library, args })
 }
 
@@ -179,7 +181,7 @@ fn own_pidfd() -> std::io::Result<OwnedFd> {
 
 /// Move this process into the domain's cgroup, one directory per hierarchy. First, before the sandbox forbids
 /// writing files and before any extension code runs; the zygote's forks inherit it.
-fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), String> {
+fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), SetupError> {
     use std::io::Write;
     let own = std::process::id().to_string();
     for dir in dirs {
@@ -188,7 +190,7 @@ fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), String> {
             .write(true)
             .open(&procs)
             .and_then(|mut f| f.write_all(own.as_bytes()))
-            .map_err(|e| format!("cannot join the domain's cgroup ({}): {e}", procs.display()))?;
+            .map_err(|source| SetupError::Cgroup { procs: procs.clone(), source })?;
     }
     Ok(())
 }

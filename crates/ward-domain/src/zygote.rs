@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use ward_xpc::control::{ControlSocket, LoadRequest};
 
 use crate::args::ExtensionArg;
+use crate::error::TrialLoadError;
 use crate::{loader, serve, Setup};
 
 /// The incarnation forked last, until its end is reported.
@@ -51,7 +52,7 @@ pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
             // only an init function could fail: the trial is for the rest.
             let risky = ext.init.is_some() || !loader::is_loaded(&ext.path);
             let tried = if risky { trial_load(&mut setup, &ext) } else { Ok(()) };
-            let loaded = tried.and_then(|()| setup.library.load_one(&ext));
+            let loaded = tried.and_then(|()| Ok(setup.library.load_one(&ext)?));
             let mut answer = match loaded {
                 Ok(index) => format!("loaded {index}"),
                 Err(reason) => format!("error {reason}"),
@@ -107,11 +108,11 @@ const TRIAL_TIMEOUT_MS: i32 = 30_000;
 
 /// Load `ext` in a forked child, which then exits: Err when loading it killed or hung that child. A load that merely
 /// fails (dlopen's error, an init function's result) is reported by the zygote's own attempt.
-fn trial_load(setup: &mut Setup, ext: &ExtensionArg) -> Result<(), String> {
+fn trial_load(setup: &mut Setup, ext: &ExtensionArg) -> Result<(), TrialLoadError> {
     // SAFETY: this process is single-threaded (the zygote never starts threads), so the child is a consistent copy.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(format!("fork failed: {}", std::io::Error::last_os_error()));
+        return Err(TrialLoadError::Fork(std::io::Error::last_os_error()));
     }
     if pid == 0 {
         // SAFETY: prctl has no memory preconditions; _exit ends the child without running the extensions'
@@ -134,12 +135,12 @@ fn trial_load(setup: &mut Setup, ext: &ExtensionArg) -> Result<(), String> {
             // SAFETY: killing the child we forked, not yet reaped.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             let _ = wait_for(pid);
-            return Err(format!("loading it did not finish within {} s", TRIAL_TIMEOUT_MS / 1000));
+            return Err(TrialLoadError::TimedOut { seconds: (TRIAL_TIMEOUT_MS / 1000) as u64 });
         }
     }
     match wait_for(pid).as_str() {
         "exit code 0" => Ok(()),
-        ended => Err(format!("it killed the process loading it ({})", ended.trim_start_matches("exit "))),
+        ended => Err(TrialLoadError::Killed { ended: ended.trim_start_matches("exit ").to_string() }),
     }
 }
 

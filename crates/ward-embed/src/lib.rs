@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use ward_xpc::mix::Fnv1a;
+
 /// One embedded shared object.
 #[derive(Debug)]
 pub struct Embedded {
@@ -81,19 +83,13 @@ impl EmbeddedSet {
     /// FNV-1a (64 bit) over the names and bytes of every member.
     fn content_hash(&self) -> u64 {
         *self.hash.get_or_init(|| {
-            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-            let mut feed = |bytes: &[u8]| {
-                for &b in bytes {
-                    hash ^= u64::from(b);
-                    hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-                }
-            };
+            let mut hash = Fnv1a::new();
             for member in self.members {
-                feed(member.file_name.as_bytes());
-                feed(&(member.bytes.len() as u64).to_le_bytes());
-                feed(member.bytes);
+                hash.write(member.file_name.as_bytes());
+                hash.write(&(member.bytes.len() as u64).to_le_bytes());
+                hash.write(member.bytes);
             }
-            hash
+            hash.finish()
         })
     }
 

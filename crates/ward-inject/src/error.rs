@@ -1,7 +1,7 @@
 //! What can go wrong when injecting faults. Every variant is a problem with the input (the object, or what was
 //! asked of it), so each message says what is wrong and what to do instead.
 
-use crate::fault::FaultType;
+use crate::fault_type::FaultType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InjectError {

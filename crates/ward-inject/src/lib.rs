@@ -20,19 +20,19 @@ mod ehframe;
 mod elf;
 mod encode;
 mod error;
-mod fault;
+mod fault_type;
+mod injected;
 mod mutate;
 mod plan;
-mod report;
 mod rng;
 
 pub use elf::{functions, Function};
 pub use error::{InjectError, UnknownFaultType};
-pub use fault::FaultType;
-pub use report::InjectedFault;
+pub use fault_type::FaultType;
+pub use injected::InjectedFault;
 
 use decode::Listing;
-use report::{hex, Disasm};
+use injected::{hex, Disasm};
 use rng::Rng;
 
 /// How many faults a plan asks for unless told otherwise: Nooks injected five per trial.

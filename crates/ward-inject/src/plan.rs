@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 use crate::decode::Listing;
-use crate::fault::FaultType;
+use crate::fault_type::FaultType;
 use crate::mutate;
 use crate::rng::Rng;
 

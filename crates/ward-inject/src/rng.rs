@@ -1,23 +1,19 @@
 //! The injector's only source of randomness: SplitMix64 seeded from the plan's seed. A campaign replays a trial
 //! from its seed alone, so nothing here may depend on the OS, the time, or hash-map iteration order.
 
+use ward_xpc::mix::SplitMix64;
+
 pub(crate) struct Rng {
-    state: u64,
+    stream: SplitMix64,
 }
 
 impl Rng {
     pub(crate) fn new(seed: u64) -> Self {
-        Rng { state: seed }
+        Rng { stream: SplitMix64::new(seed) }
     }
 
-    /// SplitMix64 (Steele, Lea and Flood): a Weyl sequence through a 64-bit finaliser. Every seed, 0 included,
-    /// gives a full-period, well-mixed stream.
     pub(crate) fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.stream.next_u64()
     }
 
     /// A number in `0..n` (`n > 0`). Multiply-high keeps the bias below 2^-64 * n, far under anything a campaign

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::path::Path;
 
 use ward::{Isolation, Supervisor};
-use ward_classes::frei0r::{ColorModel, Instance, Library, ParamKind, ParamValue, PluginType};
+use ward_classes::frei0r::{Instance, Library, ParamKind, ParamValue};
 use ward_classes::ClassError;
 
 use crate::c_string;
@@ -58,37 +58,6 @@ impl ProxyLibrary {
     }
 }
 
-// The C values of the class's enums (frei0r.h).
-fn plugin_type_code(t: PluginType) -> c_int {
-    match t {
-        PluginType::Filter => 0,
-        PluginType::Source => 1,
-        PluginType::Mixer2 => 2,
-        PluginType::Mixer3 => 3,
-        PluginType::Other(v) => v,
-    }
-}
-
-fn color_model_code(c: ColorModel) -> c_int {
-    match c {
-        ColorModel::Bgra8888 => 0,
-        ColorModel::Rgba8888 => 1,
-        ColorModel::Packed32 => 2,
-        ColorModel::Other(v) => v,
-    }
-}
-
-fn param_kind_code(k: ParamKind) -> c_int {
-    match k {
-        ParamKind::Bool => 0,
-        ParamKind::Double => 1,
-        ParamKind::Color => 2,
-        ParamKind::Position => 3,
-        ParamKind::String => 4,
-        ParamKind::Other(v) => v,
-    }
-}
-
 fn library(id: u64) -> Option<std::sync::Arc<ProxyLibrary>> {
     match runtime::get()?.plugin(id)? {
         Plugin::Frei0r(lib) => Some(lib),
@@ -121,8 +90,8 @@ pub unsafe extern "C" fn ward_preload_f0r_get_plugin_info(library_id: u64, info:
     let raw = RawPluginInfo {
         name: lib.name.as_ptr(),
         author: lib.author.as_ptr(),
-        plugin_type: plugin_type_code(i.plugin_type),
-        color_model: color_model_code(i.color_model),
+        plugin_type: i.plugin_type.raw(),
+        color_model: i.color_model.raw(),
         frei0r_version: i.frei0r_version,
         major_version: i.major_version,
         minor_version: i.minor_version,
@@ -146,11 +115,8 @@ pub unsafe extern "C" fn ward_preload_f0r_get_param_info(library_id: u64, info: 
         return;
     };
     if !info.is_null() {
-        let raw = RawParamInfo {
-            name: names.name.as_ptr(),
-            kind: param_kind_code(param.kind),
-            explanation: names.explanation.as_ptr(),
-        };
+        let raw =
+            RawParamInfo { name: names.name.as_ptr(), kind: param.kind.raw(), explanation: names.explanation.as_ptr() };
         // SAFETY: per the contract; the strings live as long as the library.
         unsafe { (info as *mut RawParamInfo).write(raw) };
     }

@@ -305,7 +305,7 @@ unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
     let ProxyInstance { instance, connected, scratch, warned } = inst;
     let descriptor = Arc::clone(instance.descriptor());
     let ports = &descriptor.ports;
-    let lengths: Vec<usize> = ports.iter().map(|p| if p.is_audio() { samples } else { 1 }).collect();
+    let lengths: Vec<usize> = ports.iter().map(|p| p.values_in_block(samples)).collect();
     // SAFETY: per this function's contract, which is what `host_regions` needs.
     let outcome = match unsafe { host_regions(ports, connected, &lengths, scratch) } {
         Some((mut regions, placements)) => {
@@ -378,7 +378,7 @@ mod tests {
     type Given = (Vec<(*const f32, usize, bool)>, Vec<Placement>);
 
     fn given(ports: &[Port], connected: &[*mut f32], samples: usize) -> Given {
-        let lengths: Vec<usize> = ports.iter().map(|p| if p.is_audio() { samples } else { 1 }).collect();
+        let lengths: Vec<usize> = ports.iter().map(|p| p.values_in_block(samples)).collect();
         let mut scratch = vec![Vec::new(); ports.len()];
         // SAFETY: every pointer the tests pass points into a live vector long enough for its port.
         let (regions, placements) =

@@ -35,7 +35,19 @@ pub(crate) struct Runtime {
     verbose: bool,
 }
 
-static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+static RUNTIME: OnceLock<Result<Runtime, EnvironmentError>> = OnceLock::new();
+
+/// Why the environment `ward run` set is unusable.
+#[derive(Debug, thiserror::Error)]
+enum EnvironmentError {
+    /// In the core's words.
+    #[error("WARD_ISOLATION: {0}")]
+    Isolation(String),
+    #[error("the policy (WARD_POLICY) is unusable: {0}")]
+    Policy(ward::policy::PolicyError),
+    #[error("cannot open the log {}: {source}", path.display())]
+    Log { path: PathBuf, source: std::io::Error },
+}
 
 /// The runtime, set up from the environment on first use; `None` when the environment is unusable.
 pub(crate) fn get() -> Option<&'static Runtime> {
@@ -44,20 +56,18 @@ pub(crate) fn get() -> Option<&'static Runtime> {
 
 /// The runtime, or why the environment is unusable (a policy that cannot be read, say), in which case no plugin of
 /// a known class is loaded at all: without ward it would be unprotected, and ward cannot run it as asked.
-fn runtime_or_why() -> Result<&'static Runtime, &'static str> {
-    RUNTIME.get_or_init(Runtime::from_env).as_ref().map_err(String::as_str)
+fn runtime_or_why() -> Result<&'static Runtime, &'static EnvironmentError> {
+    RUNTIME.get_or_init(Runtime::from_env).as_ref()
 }
 
 impl Runtime {
-    fn from_env() -> Result<Runtime, String> {
+    fn from_env() -> Result<Runtime, EnvironmentError> {
         let isolation = match std::env::var("WARD_ISOLATION") {
-            Ok(s) if !s.is_empty() => Some(s.parse::<Isolation>().map_err(|e| format!("WARD_ISOLATION: {e}"))?),
+            Ok(s) if !s.is_empty() => Some(s.parse::<Isolation>().map_err(EnvironmentError::Isolation)?),
             _ => None,
         };
         let policy = match std::env::var_os("WARD_POLICY") {
-            Some(p) if !p.is_empty() => {
-                Policy::from_file(Path::new(&p)).map_err(|e| format!("the policy (WARD_POLICY) is unusable: {e}"))?
-            }
+            Some(p) if !p.is_empty() => Policy::from_file(Path::new(&p)).map_err(EnvironmentError::Policy)?,
             _ => Policy::default(),
         };
         let log = match std::env::var_os("WARD_LOG") {
@@ -66,7 +76,7 @@ impl Runtime {
                     .create(true)
                     .append(true)
                     .open(&p)
-                    .map_err(|e| format!("cannot open the log {}: {e}", PathBuf::from(&p).display()))?;
+                    .map_err(|source| EnvironmentError::Log { path: PathBuf::from(&p), source })?;
                 Some(Mutex::new(file))
             }
             _ => None,
@@ -150,7 +160,7 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
     };
     let rt = match runtime_or_why() {
         Ok(rt) => rt,
-        Err(why) => return refuse(path, &key, None, why),
+        Err(why) => return refuse(path, &key, None, &why.to_string()),
     };
     let id = rt.next_id.fetch_add(1, Ordering::Relaxed);
     let plugin = match class {

@@ -305,13 +305,11 @@ mod tests {
         bad[24 + 8] = 0x4; // BufIn
         assert!(BatchView::parse(&bad).is_err());
         // Random bytes with a plausible header: never a panic.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = crate::mix::SplitMix64::new(0);
         for _ in 0..50_000 {
             let mut r = good.clone();
             for b in r.iter_mut().skip(16) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next_u64();
                 if x.is_multiple_of(5) {
                     *b = x as u8;
                 }

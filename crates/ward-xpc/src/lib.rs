@@ -39,6 +39,7 @@ pub mod deadline;
 pub mod futex;
 #[allow(unsafe_code)]
 pub mod layout;
+pub mod mix;
 pub mod pool;
 #[allow(unsafe_code)]
 pub mod ring;

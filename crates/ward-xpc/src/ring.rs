@@ -1020,7 +1020,7 @@ mod tests {
     }
 
     fn checksum(rec: &[u8]) -> u64 {
-        rec.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+        crate::mix::fnv1a(rec)
     }
 
     #[test]

@@ -1336,13 +1336,10 @@ mod tests {
         assert_eq!(WireArg::default().kind, ArgKind::Int);
     }
 
-    struct XorShift(u64);
-    impl XorShift {
+    struct Rng(crate::mix::SplitMix64);
+    impl Rng {
         fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
+            self.0.next_u64()
         }
         fn below(&mut self, n: u64) -> u64 {
             self.next() % n
@@ -1351,7 +1348,7 @@ mod tests {
 
     #[test]
     fn random_records_never_panic() {
-        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng(crate::mix::SplitMix64::new(0));
         let mut parsed = 0;
         for _ in 0..100_000 {
             let size = rng.below(600) as usize;

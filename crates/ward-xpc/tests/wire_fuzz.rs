@@ -16,6 +16,7 @@
 
 use ward_xpc::batch::{BatchView, BatchWriter};
 use ward_xpc::layout::{MIN_RING_CAPACITY, REQ_DATA_OFF};
+use ward_xpc::mix::SplitMix64;
 use ward_xpc::wire::{CallView, RecordHeader, MAX_ARGS};
 use ward_xpc::{ArgKind, ArgList, Message, Op, Region, RetKind, RingError, Status, WireArg, MAX_RECORD};
 
@@ -32,22 +33,18 @@ fn seed() -> u64 {
 }
 
 /// splitmix64: a small generator whose whole state is one word, so a case is named by the seed and its index.
-struct Generator(u64);
+struct Generator(SplitMix64);
 
 impl Generator {
     /// The generator of case `case` of a run seeded with `seed`.
     fn for_case(seed: u64, case: u64) -> Generator {
-        let mut g = Generator(seed ^ case.wrapping_mul(0xa076_1d64_78bd_642f));
+        let mut g = Generator(SplitMix64::new(seed ^ case.wrapping_mul(0xa076_1d64_78bd_642f)));
         g.next();
         g
     }
 
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number in `0..n` (n > 0).

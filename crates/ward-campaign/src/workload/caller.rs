@@ -7,14 +7,16 @@ use std::ffi::c_void;
 
 use ward::{Arg, Extension, Function, RetType, Value};
 
-/// Makes calls into an extension by symbol name. Errors are text: a workload records them, it does not act on them.
+use super::WorkloadError;
+
+/// Makes calls into an extension by symbol name. A workload records errors as text, it does not act on them.
 pub trait Caller {
-    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, String>;
+    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, WorkloadError>;
 }
 
 /// Where a native host finds an extension's functions (the host's own dlopen/dlsym).
 pub trait Symbols {
-    fn address(&self, symbol: &str) -> Result<*const c_void, String>;
+    fn address(&self, symbol: &str) -> Result<*const c_void, WorkloadError>;
 }
 
 /// Calls through ward: the extension's domain, with its policy, recovery and events.
@@ -30,14 +32,14 @@ impl<'e> WardCaller<'e> {
 }
 
 impl Caller for WardCaller<'_> {
-    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, String> {
+    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, WorkloadError> {
         if !self.functions.contains_key(symbol) {
             // Resolved once: later calls skip the lookup, as a host holding function handles would.
-            let f = self.ext.function(symbol).map_err(|e| e.to_string())?;
+            let f = self.ext.function(symbol)?;
             self.functions.insert(symbol.to_string(), f);
         }
         let function = &self.functions[symbol];
-        function.call(args, ret).map_err(|e| e.to_string())
+        Ok(function.call(args, ret)?)
     }
 }
 
@@ -59,7 +61,7 @@ impl<'s> NativeCaller<'s> {
 }
 
 impl Caller for NativeCaller<'_> {
-    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, String> {
+    fn call(&mut self, symbol: &str, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, WorkloadError> {
         let address = match self.resolved.get(symbol) {
             Some(&a) => a,
             None => {
@@ -72,7 +74,7 @@ impl Caller for NativeCaller<'_> {
         let regs = ward::call::pack_in_process(args, &mut copies, Ok, |_| {
             Err("a native host passes its own function pointer (Arg::Ptr)".into())
         })
-        .map_err(|e| format!("{symbol}: {e}"))?;
+        .map_err(|reason| WorkloadError::Arguments { symbol: symbol.to_string(), reason })?;
         // SAFETY: `address` came from the extension's symbol table; `new`'s contract makes the caller of `call`
         // match the function's C declaration, and every pointer packed above borrows memory that `args` keeps
         // alive until this call returns.

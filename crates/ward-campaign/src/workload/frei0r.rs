@@ -4,7 +4,7 @@
 //! plugin's info and each output frame (the digest of its bytes and the mean of each byte of a pixel), so native
 //! and ward runs compare byte for byte.
 //!
-//! Natively the host calls the plugin's entry points (`native`); under ward, through the frei0r class wrapper,
+//! Natively the host calls the plugin's entry points (`native_plugins`); under ward, through the frei0r class wrapper,
 //! which opens the plugin in the domain with the class adapter. A frame the wrapper bypasses (the plugin failed
 //! even after recovery, or is disabled) is noted as such: the host was told, and its output is the class's fallback
 //! (a copy of the first input frame), recorded as usual.
@@ -16,8 +16,8 @@ use ward::{Extension, Isolation, Policy, Supervisor};
 use ward_classes::frei0r::{Instance, Library, PluginInfo, PluginType};
 use ward_classes::Processed;
 
-use super::native::{self, Frei0rInstance, Words};
-use super::{class_policy, digest, Recorder, Symbols, Workload};
+use super::native_plugins::{self, Frei0rInstance, Words};
+use super::{class_policy, digest, Recorder, Symbols, Workload, WorkloadError};
 use crate::plan::mix;
 
 pub struct Frei0r;
@@ -49,16 +49,16 @@ impl Workload for Frei0r {
     }
 
     fn run_native(&self, symbols: &dyn Symbols, out: &mut Recorder) {
-        let lib = native::frei0r(symbols);
-        let lib = lib.and_then(|lib| if lib.init() { Ok(lib) } else { Err("its f0r_init failed".into()) });
+        let lib = native_plugins::frei0r(symbols);
+        let lib = lib.and_then(|lib| if lib.init() { Ok(lib) } else { Err(WorkloadError::InitFailed) });
         let (lib, info) = match lib {
             Ok(lib) => {
                 let info = lib.info();
-                out.call("info", || Ok::<&PluginInfo, String>(&info), |i| describe(i));
+                out.call("info", || Ok::<&PluginInfo, WorkloadError>(&info), |i| describe(i));
                 (lib, info)
             }
             Err(e) => {
-                out.call("info", || Err::<(), String>(e), |_| String::new());
+                out.call("info", || Err::<(), WorkloadError>(e), |_| String::new());
                 return;
             }
         };
@@ -71,7 +71,7 @@ impl Workload for Frei0r {
         for frame in 0..FRAMES {
             let call = || {
                 native_frame(&info, &mut instance, frame, &mut output)?;
-                Ok::<String, String>(frame_text(&words_bytes(output.words())))
+                Ok::<String, WorkloadError>(frame_text(&words_bytes(output.words())))
             };
             out.call(frame_call(frame), call, String::clone);
         }
@@ -84,15 +84,11 @@ impl Workload for Frei0r {
         path: &Path,
         isolation: Isolation,
         out: &mut Recorder,
-    ) -> Result<Extension, String> {
-        let lib = Library::open(sup, path, Some(isolation)).map_err(|e| e.to_string())?;
+    ) -> Result<Extension, WorkloadError> {
+        let lib = Library::open(sup, path, Some(isolation))?;
         let info = lib.info().clone();
-        out.call("info", || Ok::<&PluginInfo, String>(&info), |i| describe(i));
-        let instance = out.call(
-            construct_call(),
-            || lib.construct(WIDTH, HEIGHT).map_err(|e| e.to_string()),
-            |_| "instance".into(),
-        );
+        out.call("info", || Ok::<&PluginInfo, WorkloadError>(&info), |i| describe(i));
+        let instance = out.call(construct_call(), || lib.construct(WIDTH, HEIGHT), |_| "instance".into());
         let Some(mut instance) = instance else {
             skip_frames(out, "no instance");
             return Ok(lib.extension().clone());
@@ -105,7 +101,7 @@ impl Workload for Frei0r {
                     Processed::Ran => {}
                     Processed::Bypassed { reason } => bypassed = Some(reason),
                 }
-                Ok::<String, String>(frame_text(&output))
+                Ok::<String, WorkloadError>(frame_text(&output))
             };
             out.call(frame_call(frame), call, String::clone);
             if let Some(reason) = bypassed {
@@ -149,8 +145,8 @@ fn describe(i: &PluginInfo) -> String {
 }
 
 /// How many input frames the plugin's type takes; an error for a type frei0r does not define.
-fn input_frames(info: &PluginInfo) -> Result<usize, String> {
-    info.plugin_type.input_frames().ok_or_else(|| format!("{:?} is no frei0r plugin type", info.plugin_type))
+fn input_frames(info: &PluginInfo) -> Result<usize, WorkloadError> {
+    info.plugin_type.input_frames().ok_or(WorkloadError::UndefinedPluginType { plugin_type: info.plugin_type })
 }
 
 /// Input frame `input` (0 to 2) of frame `frame`, as pixels: gradients that move from frame to frame, a bright
@@ -196,7 +192,7 @@ fn native_frame(
     instance: &mut Frei0rInstance<'_>,
     frame: usize,
     output: &mut Words,
-) -> Result<(), String> {
+) -> Result<(), WorkloadError> {
     let count = input_frames(info)?;
     let time = frame as f64 / RATE;
     let frames: Vec<Words> = (0..count)
@@ -206,10 +202,11 @@ fn native_frame(
             w
         })
         .collect();
-    match info.plugin_type {
+    let updated = match info.plugin_type {
         PluginType::Source | PluginType::Filter => instance.update(time, frames.first(), output),
         _ => instance.update2(time, [frames.first(), frames.get(1), frames.get(2)], output),
-    }
+    };
+    Ok(updated?)
 }
 
 fn ward_frame(
@@ -217,7 +214,7 @@ fn ward_frame(
     instance: &mut Instance,
     frame: usize,
     output: &mut [u8],
-) -> Result<Processed, String> {
+) -> Result<Processed, WorkloadError> {
     let count = input_frames(info)?;
     let time = frame as f64 / RATE;
     let frames: Vec<Vec<u8>> = (0..count).map(|k| words_bytes(&image(frame, k))).collect();
@@ -226,7 +223,7 @@ fn ward_frame(
         PluginType::Source | PluginType::Filter => instance.update_bytes(time, input(0).unwrap_or(&[]), output),
         _ => instance.update2_bytes(time, input(0), input(1), input(2), output),
     };
-    processed.map_err(|e| e.to_string())
+    Ok(processed?)
 }
 
 #[cfg(test)]

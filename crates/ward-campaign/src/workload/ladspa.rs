@@ -4,7 +4,7 @@
 //! plugin's description, and after each block every output port (an audio port as the digest, RMS and peak of its
 //! samples, a control port as its value), so native and ward runs compare sample for sample.
 //!
-//! Natively the host calls the plugin through its descriptor (`native`); under ward, through the LADSPA class
+//! Natively the host calls the plugin through its descriptor (`native_plugins`); under ward, through the LADSPA class
 //! wrapper, which opens the library in the domain with the class adapter. A block the wrapper bypasses (the plugin
 //! failed even after recovery, or is disabled) is noted as such: the host was told, and its output is the class's
 //! fallback (the input passed through), recorded as usual.
@@ -19,8 +19,8 @@ use ward_classes::ladspa::{
 };
 use ward_classes::Processed;
 
-use super::native::{self, LadspaInstance, Words};
-use super::{class_policy, digest, Recorder, Symbols, Workload};
+use super::native_plugins::{self, LadspaInstance, Words};
+use super::{class_policy, digest, Recorder, Symbols, Workload, WorkloadError};
 use crate::plan::mix;
 
 pub struct Ladspa;
@@ -53,19 +53,19 @@ impl Workload for Ladspa {
     }
 
     fn run_native(&self, symbols: &dyn Symbols, out: &mut Recorder) {
-        let lib = match native::ladspa(symbols) {
+        let lib = match native_plugins::ladspa(symbols) {
             Ok(lib) => lib,
             Err(e) => {
-                out.call("plugins", || Err::<usize, String>(e), |_| String::new());
+                out.call("plugins", || Err::<usize, WorkloadError>(e), |_| String::new());
                 return;
             }
         };
-        let count = out.call("plugins", || Ok::<usize, String>(lib.count()), usize::to_string).unwrap_or(0);
+        let count = out.call("plugins", || Ok::<usize, WorkloadError>(lib.count()), usize::to_string).unwrap_or(0);
         for index in 0..count.min(MAX_PLUGINS) {
             let plugin = lib.plugin(index);
             let described = out.call(
                 format!("plugin {index}: describe"),
-                || plugin.as_ref().ok_or("ladspa_descriptor returned NULL".to_string())?.describe(index),
+                || Ok::<_, WorkloadError>(plugin.as_ref().ok_or(WorkloadError::NoDescriptor)?.describe(index)?),
                 describe,
             );
             let (Some(plugin), Some(d)) = (plugin, described) else {
@@ -74,7 +74,7 @@ impl Workload for Ladspa {
             };
             let instance = out.call(
                 format!("plugin {index}: instantiate at {SAMPLE_RATE} Hz"),
-                || native::instantiate(&plugin, SAMPLE_RATE, BLOCK),
+                || native_plugins::instantiate(&plugin, SAMPLE_RATE, BLOCK),
                 |_| "instance".into(),
             );
             let Some(mut instance) = instance else {
@@ -86,7 +86,7 @@ impl Workload for Ladspa {
                     format!("plugin {index}: activate"),
                     || {
                         instance.activate();
-                        Ok::<(), String>(())
+                        Ok::<(), WorkloadError>(())
                     },
                     done,
                 );
@@ -95,7 +95,9 @@ impl Workload for Ladspa {
                 let call = || {
                     fill_native(&d, &mut instance, block);
                     instance.run(BLOCK)?;
-                    Ok::<String, String>(outputs(&d, |p| instance.buffer(p).map_or_else(Vec::new, Words::floats)))
+                    Ok::<String, WorkloadError>(outputs(&d, |p| {
+                        instance.buffer(p).map_or_else(Vec::new, Words::floats)
+                    }))
                 };
                 out.call(run_call(index, block), call, String::clone);
             }
@@ -104,7 +106,7 @@ impl Workload for Ladspa {
                     format!("plugin {index}: deactivate"),
                     || {
                         instance.deactivate();
-                        Ok::<(), String>(())
+                        Ok::<(), WorkloadError>(())
                     },
                     done,
                 );
@@ -120,16 +122,16 @@ impl Workload for Ladspa {
         path: &Path,
         isolation: Isolation,
         out: &mut Recorder,
-    ) -> Result<Extension, String> {
-        let lib = Library::open(sup, path, Some(isolation)).map_err(|e| e.to_string())?;
+    ) -> Result<Extension, WorkloadError> {
+        let lib = Library::open(sup, path, Some(isolation))?;
         let count = lib.plugins().len();
-        out.call("plugins", || Ok::<usize, String>(count), usize::to_string);
+        out.call("plugins", || Ok::<usize, WorkloadError>(count), usize::to_string);
         for index in 0..count.min(MAX_PLUGINS) {
             let d = lib.plugins()[index].clone();
-            out.call(format!("plugin {index}: describe"), || Ok::<&Descriptor, String>(&d), |d| describe(d));
+            out.call(format!("plugin {index}: describe"), || Ok::<&Descriptor, WorkloadError>(&d), |d| describe(d));
             let instance = out.call(
                 format!("plugin {index}: instantiate at {SAMPLE_RATE} Hz"),
-                || lib.instantiate(index, SAMPLE_RATE).map_err(|e| e.to_string()),
+                || lib.instantiate(index, SAMPLE_RATE),
                 |_| "instance".into(),
             );
             let Some(mut instance) = instance else {
@@ -182,7 +184,7 @@ fn ward_call(
             bypassed = Some(reason);
             Ok(text)
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
     };
     out.call(call, result, String::clone);
     if let Some(reason) = bypassed {
@@ -267,7 +269,7 @@ fn signal(channel: usize, block: usize) -> Vec<f32> {
 
 /// A buffer per port, zero: a block of samples for an audio port, one value for a control port.
 fn port_buffers(d: &Descriptor) -> Vec<Vec<f32>> {
-    d.ports.iter().map(|p| vec![0.0; if p.is_audio() { BLOCK } else { 1 }]).collect()
+    d.ports.iter().map(|p| vec![0.0; p.values_in_block(BLOCK)]).collect()
 }
 
 /// The inputs of block `block`: the test signal on audio inputs, the control values on control inputs.

@@ -10,9 +10,10 @@
 //! extension's by its name ([`for_path`]).
 
 mod caller;
+mod error;
 mod frei0r;
 mod ladspa;
-mod native;
+mod native_plugins;
 mod recorder;
 mod well;
 
@@ -23,6 +24,7 @@ use ward::{Extension, Isolation, Policy, Supervisor};
 use ward_classes::Class;
 
 pub use caller::{Caller, NativeCaller, Symbols, WardCaller};
+pub use error::WorkloadError;
 pub use recorder::{count_differences, first_difference, Entry, Recorder, Span};
 
 /// What a host does with one kind of extension.
@@ -55,7 +57,7 @@ pub trait Workload: Sync {
         path: &Path,
         isolation: Isolation,
         out: &mut Recorder,
-    ) -> Result<Extension, String>;
+    ) -> Result<Extension, WorkloadError>;
 }
 
 /// Every workload.
@@ -89,12 +91,7 @@ pub fn available() -> String {
 /// FNV-1a (64 bit) of `bytes`: how a plugin workload writes a buffer into its output, so that equal outputs are
 /// equal text and a report line stays short.
 pub(crate) fn digest(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
+    ward_xpc::mix::fnv1a(bytes)
 }
 
 /// Restarts a plugin's domain may have in a minute: enough for a deterministic fault in every block or frame to

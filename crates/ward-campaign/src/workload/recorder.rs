@@ -39,10 +39,10 @@ impl Recorder {
     }
 
     /// Make one call: `f` does it, `show` writes a successful result. Returns the result for later calls to use.
-    pub fn call<T>(
+    pub fn call<T, E: std::fmt::Display>(
         &mut self,
         call: impl Into<String>,
-        f: impl FnOnce() -> Result<T, String>,
+        f: impl FnOnce() -> Result<T, E>,
         show: impl FnOnce(&T) -> String,
     ) -> Option<T> {
         let start = self.origin.elapsed();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ward::policy::FunctionOverride;
 use ward::{Arg, Extension, Isolation, Policy, RetType, Signature, Supervisor, ValType, Value};
 
-use super::{Caller, NativeCaller, Recorder, Symbols, WardCaller, Workload};
+use super::{Caller, NativeCaller, Recorder, Symbols, WardCaller, Workload, WorkloadError};
 
 pub struct Well;
 
@@ -58,15 +58,15 @@ impl Workload for Well {
         path: &Path,
         isolation: Isolation,
         out: &mut Recorder,
-    ) -> Result<Extension, String> {
-        let ext = sup.load_with(path, Some(isolation)).map_err(|e| e.to_string())?;
+    ) -> Result<Extension, WorkloadError> {
+        let ext = sup.load_with(path, Some(isolation))?;
         let callback = sup.register_callback(Signature::new(&[ValType::I64], RetType::I64), |args| {
             Value::I64(square(args.first().and_then(Value::as_i64).unwrap_or(0)))
         });
         let mut caller = WardCaller::new(&ext);
-        match &callback {
-            Ok(cb) => sequence(&mut caller, Ok(Arg::Callback(cb)), out),
-            Err(e) => sequence(&mut caller, Err(e.to_string()), out),
+        match callback {
+            Ok(cb) => sequence(&mut caller, Ok(Arg::Callback(&cb)), out),
+            Err(e) => sequence(&mut caller, Err(WorkloadError::from(e)), out),
         }
         Ok(ext)
     }
@@ -77,7 +77,7 @@ extern "C" fn square(x: i64) -> i64 {
     x.wrapping_mul(x)
 }
 
-fn sequence(c: &mut dyn Caller, callback: Result<Arg<'_>, String>, out: &mut Recorder) {
+fn sequence(c: &mut dyn Caller, callback: Result<Arg<'_>, WorkloadError>, out: &mut Recorder) {
     // int64_t well_add(int64_t, int64_t)
     for (a, b) in [(2i64, 40i64), (-7, 1_000_000_007)] {
         let call = || c.call("well_add", &mut [Arg::I64(a), Arg::I64(b)], RetType::I64);

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 
 use ward::Event;
+use ward_xpc::mix::SplitMix64;
 
 /// The files the extension's image was switched to (`restart_from`), in order.
 pub fn switched_to(events: &Receiver<Event>) -> Vec<PathBuf> {
@@ -19,17 +20,11 @@ pub fn switched_to(events: &Receiver<Event>) -> Vec<PathBuf> {
         .collect()
 }
 
-/// A deterministic test image: pseudo-random pixels (xorshift), every channel used.
+/// A deterministic test image: pseudo-random pixels (splitmix64), every channel used.
 pub fn image(seed: u32, pixels: usize) -> Vec<u32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9) | 1;
-    (0..pixels)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x
-        })
-        .collect()
+    let mut stream = SplitMix64::new(u64::from(seed));
+    // The high half: SplitMix64's best-mixed bits.
+    (0..pixels).map(|_| (stream.next_u64() >> 32) as u32).collect()
 }
 
 /// For the tests that need PKU, which are marked `#[ignore = "needs PKU"]` (`scripts/test` runs them where the

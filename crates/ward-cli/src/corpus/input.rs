@@ -2,6 +2,7 @@
 //! under ward so that both feed a plugin exactly the same bytes and hash its output the same way.
 
 use ward_classes::ladspa::{Port, HINT_BOUNDED_ABOVE, HINT_BOUNDED_BELOW, HINT_SAMPLE_RATE};
+use ward_xpc::mix::Fnv1a;
 
 /// LADSPA: the sample rate every plugin is instantiated at.
 pub const SAMPLE_RATE: u64 = 48_000;
@@ -93,25 +94,20 @@ pub fn image(input: usize, frame: usize) -> Vec<u32> {
 }
 
 /// 64-bit FNV-1a over the output bytes, and how many there were.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Digest {
-    pub hash: u64,
+    hash: Fnv1a,
     pub bytes: u64,
-}
-
-impl Default for Digest {
-    fn default() -> Self {
-        Digest { hash: 0xcbf2_9ce4_8422_2325, bytes: 0 }
-    }
 }
 
 impl Digest {
     pub fn bytes(&mut self, data: &[u8]) {
-        for &b in data {
-            self.hash ^= u64::from(b);
-            self.hash = self.hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        self.hash.write(data);
         self.bytes += data.len() as u64;
+    }
+
+    pub fn hash(&self) -> u64 {
+        self.hash.finish()
     }
 
     pub fn f32s(&mut self, data: &[f32]) {
@@ -123,7 +119,7 @@ impl Digest {
     }
 
     pub fn hex(&self) -> String {
-        format!("{:016x}", self.hash)
+        format!("{:016x}", self.hash())
     }
 }
 
@@ -166,7 +162,7 @@ mod tests {
     fn digest_is_fnv1a() {
         let mut d = Digest::default();
         d.bytes(b"a");
-        assert_eq!(d.hash, 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(d.hash(), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(d.bytes, 1);
     }
 }

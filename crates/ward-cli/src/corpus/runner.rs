@@ -18,7 +18,7 @@ use ward::{Isolation, Policy, Supervisor};
 use ward_classes::{frei0r, ladspa, Processed};
 
 use super::input::{self, Digest, BLOCKS, HEIGHT, MAX_BLOCK, SAMPLE_RATE, TIMES, WIDTH};
-use super::{native, Class, Listed};
+use super::{native_runner, Class, Listed};
 
 /// How the helper runs the plugin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -52,7 +52,7 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "isolation")]
     list: bool,
     path: PathBuf,
-    /// Natively: fill uninitialised heap and stack memory with patterns first (see `native::Memory`).
+    /// Natively: fill uninitialised heap and stack memory with patterns first (see `native_runner::Memory`).
     #[arg(long)]
     perturb: bool,
     /// The plugin's index in its library (0 for frei0r).
@@ -67,12 +67,12 @@ enum Reply {
 }
 
 pub fn main(args: RunArgs) -> Result<bool> {
-    native::no_core_files();
+    native_runner::no_core_files();
     let mut lines = Vec::new();
     if args.list {
         let listed = match args.class {
-            Class::Ladspa => native::ladspa_list(&args.path),
-            Class::Frei0r => native::frei0r_list(&args.path),
+            Class::Ladspa => native_runner::ladspa_list(&args.path),
+            Class::Frei0r => native_runner::frei0r_list(&args.path),
         };
         match listed {
             Ok(plugins) => lines.extend(plugins.iter().map(Listed::line)),
@@ -81,10 +81,12 @@ pub fn main(args: RunArgs) -> Result<bool> {
     } else {
         let index = args.index.unwrap_or(0);
         let how = args.isolation.unwrap_or(How::Native);
-        let memory = if args.perturb { native::Memory::Perturbed } else { native::Memory::AsIs };
+        let memory = if args.perturb { native_runner::Memory::Perturbed } else { native_runner::Memory::AsIs };
         let result = match (args.class, how) {
-            (Class::Ladspa, How::Native) => native::ladspa_run(&args.path, index, memory).map(|d| Reply::Digest(d, 0)),
-            (Class::Frei0r, How::Native) => native::frei0r_run(&args.path, memory).map(|d| Reply::Digest(d, 0)),
+            (Class::Ladspa, How::Native) => {
+                native_runner::ladspa_run(&args.path, index, memory).map(|d| Reply::Digest(d, 0))
+            }
+            (Class::Frei0r, How::Native) => native_runner::frei0r_run(&args.path, memory).map(|d| Reply::Digest(d, 0)),
             (Class::Ladspa, how) => ladspa_ward(&args.path, index, isolation(how)),
             (Class::Frei0r, how) => frei0r_ward(&args.path, isolation(how)),
         };
@@ -128,8 +130,7 @@ fn ladspa_ward(path: &Path, index: usize, isolation: Isolation) -> Result<Reply,
     let plugin = lib.plugins().get(index).cloned().ok_or_else(|| format!("the library has no plugin #{index}"))?;
     let mut inst = lib.instantiate(index, SAMPLE_RATE).map_err(|e| e.to_string())?;
     let ports = &plugin.ports;
-    let mut buffers: Vec<Vec<f32>> =
-        ports.iter().map(|p| vec![0.0; if p.is_audio() { MAX_BLOCK } else { 1 }]).collect();
+    let mut buffers: Vec<Vec<f32>> = ports.iter().map(|p| vec![0.0; p.values_in_block(MAX_BLOCK)]).collect();
     let mut signals = Vec::new();
     for (port, buf) in ports.iter().zip(buffers.iter_mut()) {
         if port.is_input() && port.is_control() {
@@ -169,7 +170,7 @@ fn ladspa_ward(path: &Path, index: usize, isolation: Isolation) -> Result<Reply,
         note(inst.run(samples, &mut views).map_err(|e| e.to_string())?, &mut bypass);
         for (port, buf) in ports.iter().zip(buffers.iter()) {
             if port.is_output() {
-                digest.f32s(&buf[..if port.is_audio() { samples } else { 1 }]);
+                digest.f32s(&buf[..port.values_in_block(samples)]);
             }
         }
         at += samples;

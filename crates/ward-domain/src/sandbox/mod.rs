@@ -198,7 +198,7 @@ fn landlock(config: &Config) -> Result<(), SandboxError> {
 
 fn filter(role: Role, loosen: Loosen) -> Result<(), SandboxError> {
     let fail = |what: &str, e: String| SandboxError::Filter(format!("{what}: {e}"));
-    let rules = syscalls::rules(role, loosen).map_err(|e| fail("rules", e))?;
+    let rules = syscalls::rules(role, loosen).map_err(|e| fail("rules", e.to_string()))?;
     let allow_list = SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, TargetArch::x86_64)
         .map_err(|e| fail("allow-list", e.to_string()))?;
     let allow_list: BpfProgram =

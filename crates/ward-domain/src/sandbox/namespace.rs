@@ -40,7 +40,7 @@ pub enum Outcome {
 pub fn enter() -> Outcome {
     let user = match unshare_pid_and_mounts() {
         Ok(user) => user,
-        Err(why) => return Outcome::Refused(why),
+        Err(why) => return Outcome::Refused(why.to_string()),
     };
     // Private before anything is mounted: the fresh /proc must not propagate into the host's mount namespace.
     // SAFETY: mount with null source, type and data and MS_REC | MS_PRIVATE only changes propagation of the mounts
@@ -76,26 +76,37 @@ pub fn enter() -> Outcome {
     run_init(status_write, user, private_error)
 }
 
+/// Why the domain has no PID namespace of its own, or no fresh `/proc` in it.
+#[derive(Debug, thiserror::Error)]
+enum NamespaceError {
+    #[error("unshare(CLONE_NEWPID | CLONE_NEWNS): {plain}")]
+    Unshare { plain: io::Error },
+    #[error(
+        "unshare(CLONE_NEWPID | CLONE_NEWNS): {plain}; with a user namespace: {with_user} (no unprivileged user \
+         namespaces here?)"
+    )]
+    UnshareWithUser { plain: io::Error, with_user: io::Error },
+    #[error("cannot mount a fresh /proc: {source}{hint}")]
+    MountProc { source: io::Error, hint: &'static str },
+}
+
 /// `unshare(CLONE_NEWPID | CLONE_NEWNS)`, with a user namespace where the caller lacks the privilege for it: Ok(true)
 /// when a user namespace was needed.
-fn unshare_pid_and_mounts() -> Result<bool, String> {
+fn unshare_pid_and_mounts() -> Result<bool, NamespaceError> {
     // SAFETY: unshare takes flags only.
     if unsafe { libc::unshare(libc::CLONE_NEWPID | libc::CLONE_NEWNS) } == 0 {
         return Ok(false);
     }
     let plain = io::Error::last_os_error();
     if plain.raw_os_error() != Some(libc::EPERM) {
-        return Err(format!("unshare(CLONE_NEWPID | CLONE_NEWNS): {plain}"));
+        return Err(NamespaceError::Unshare { plain });
     }
     // SAFETY: getuid and getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     // SAFETY: unshare takes flags only; the process is single-threaded, as CLONE_NEWUSER requires.
     if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS) } != 0 {
         let with_user = io::Error::last_os_error();
-        return Err(format!(
-            "unshare(CLONE_NEWPID | CLONE_NEWNS): {plain}; with a user namespace: {with_user} (no unprivileged user \
-             namespaces here?)"
-        ));
+        return Err(NamespaceError::UnshareWithUser { plain, with_user });
     }
     // Now in a user namespace: without its own uid and gid mapped, the domain would read files as nobody. The
     // kernel lets a process map its own ids (after giving up setgroups); failing that, the domain cannot work.
@@ -120,7 +131,7 @@ fn run_init(status: OwnedFd, user: bool, private_error: Option<String>) -> Outco
     }
     let proc = match private_error {
         Some(why) => Some(why),
-        None => mount_proc(user).err(),
+        None => mount_proc(user).err().map(|e| e.to_string()),
     };
     // SAFETY: init is single-threaded (a fork of a single-threaded process), so the child is a consistent copy.
     let domain = unsafe { libc::fork() };
@@ -168,7 +179,7 @@ fn run_init(status: OwnedFd, user: bool, private_error: Option<String>) -> Outco
 }
 
 /// Mount a fresh `proc` on `/proc`, showing this namespace's processes (`/proc/self` of a plugin keeps working).
-fn mount_proc(user: bool) -> Result<(), String> {
+fn mount_proc(user: bool) -> Result<(), NamespaceError> {
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     // SAFETY: source, target and type are NUL-terminated literals; no data. Mounts are private in this namespace
     // (checked by the caller), so nothing reaches the host's mount namespace.
@@ -176,7 +187,7 @@ fn mount_proc(user: bool) -> Result<(), String> {
     if rc != 0 {
         let e = io::Error::last_os_error();
         let hint = if user { " (in a user namespace the kernel wants an unobstructed /proc to copy)" } else { "" };
-        return Err(format!("cannot mount a fresh /proc: {e}{hint}"));
+        return Err(NamespaceError::MountProc { source: e, hint });
     }
     Ok(())
 }

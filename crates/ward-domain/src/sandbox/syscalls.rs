@@ -8,7 +8,7 @@
 //! forks and signals only itself. Loosening ([`Loosen`]) adds network, program execution, child processes or file
 //! writes back, per extension, from the policy.
 
-use seccompiler::{SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition, SeccompRule};
+use seccompiler::{BackendError, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition, SeccompRule};
 
 /// Which process the filter is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,21 +327,30 @@ fn allowed(role: Role, loosen: Loosen) -> Vec<Allowed> {
     list
 }
 
+/// A rule of the allow-list seccompiler would not take.
+#[derive(Debug, thiserror::Error)]
+#[error("system call {nr}: {source}")]
+pub struct RuleError {
+    nr: i64,
+    source: BackendError,
+}
+
 /// The allow-list as seccompiler rules.
-pub fn rules(role: Role, loosen: Loosen) -> Result<std::collections::BTreeMap<i64, Vec<SeccompRule>>, String> {
+pub fn rules(role: Role, loosen: Loosen) -> Result<std::collections::BTreeMap<i64, Vec<SeccompRule>>, RuleError> {
     let mut map = std::collections::BTreeMap::new();
     for entry in allowed(role, loosen) {
         let mut rules = Vec::new();
         for alternative in &entry.when {
-            let conditions = alternative.iter().map(|arg| condition(*arg)).collect::<Result<Vec<_>, String>>()?;
-            rules.push(SeccompRule::new(conditions).map_err(|e| format!("system call {}: {e}", entry.nr))?);
+            let rule_error = |source| RuleError { nr: entry.nr, source };
+            let conditions = alternative.iter().map(|arg| condition(*arg)).collect::<Result<Vec<_>, _>>();
+            rules.push(SeccompRule::new(conditions.map_err(rule_error)?).map_err(rule_error)?);
         }
         map.insert(entry.nr, rules);
     }
     Ok(map)
 }
 
-fn condition(arg: Arg) -> Result<SeccompCondition, String> {
+fn condition(arg: Arg) -> Result<SeccompCondition, BackendError> {
     let (index, op, value) = match arg {
         Arg::Is(i, v) => (i, Op::Eq, v),
         Arg::IsNot(i, v) => (i, Op::Ne, v),
@@ -349,7 +358,7 @@ fn condition(arg: Arg) -> Result<SeccompCondition, String> {
         Arg::Set(i, mask) => (i, Op::MaskedEq(mask), mask),
         Arg::NotNegative(i) => (i, Op::MaskedEq(0x8000_0000), 0),
     };
-    SeccompCondition::new(index, Len::Dword, op, value).map_err(|e| e.to_string())
+    SeccompCondition::new(index, Len::Dword, op, value)
 }
 
 /// System calls answered with `ENOSYS` instead of a fault, so that the C library falls back to one the list

@@ -7,7 +7,7 @@
 //!
 //! Mutations never change an instruction's length: shorter encodings are padded with NOPs, longer ones refused.
 
-mod control;
+mod control_flow;
 mod elide;
 mod interface;
 mod operand;
@@ -18,7 +18,7 @@ mod text;
 use iced_x86::{Instruction, OpAccess, OpKind, Register};
 
 use crate::decode::Listing;
-use crate::fault::FaultType;
+use crate::fault_type::FaultType;
 use crate::rng::Rng;
 
 /// Indices (into `listing.instrs`) of the instructions `fault` applies to, in address order.
@@ -28,9 +28,9 @@ pub(crate) fn sites(fault: FaultType, listing: &Listing<'_>) -> Vec<usize> {
         FaultType::Destination => operand::destination_sites(listing),
         FaultType::Pointer => pointer::sites(listing),
         FaultType::Interface => interface::sites(listing),
-        FaultType::Branch => control::branch_sites(listing),
-        FaultType::Loop => control::loop_sites(listing),
-        FaultType::OffByOne => control::off_by_one_sites(listing),
+        FaultType::Branch => control_flow::branch_sites(listing),
+        FaultType::Loop => control_flow::loop_sites(listing),
+        FaultType::OffByOne => control_flow::off_by_one_sites(listing),
         FaultType::Text => text::sites(listing),
         FaultType::Nop => elide::nop_sites(listing),
         FaultType::Init => elide::init_sites(listing),
@@ -44,8 +44,8 @@ pub(crate) fn apply(fault: FaultType, listing: &Listing<'_>, i: usize, rng: &mut
         FaultType::Destination => operand::apply_destination(listing, i, rng),
         FaultType::Pointer => pointer::apply(listing, i, rng),
         FaultType::Branch | FaultType::Nop | FaultType::Init | FaultType::Interface => Some(elide::drop(listing, i)),
-        FaultType::Loop => control::apply_loop(listing, i),
-        FaultType::OffByOne => control::apply_off_by_one(listing, i, rng),
+        FaultType::Loop => control_flow::apply_loop(listing, i),
+        FaultType::OffByOne => control_flow::apply_off_by_one(listing, i, rng),
         FaultType::Text => text::apply(listing, i, rng),
     }?;
     let original = listing.bytes(i);

@@ -1,17 +1,17 @@
 //! The corpus's native runners: a plugin loaded with dlopen straight into this (throwaway) process and driven
 //! through its C interface, with no ward at all, the way an ordinary host would. The calls into the plugin are
-//! `ward_classes::native`'s; what is the corpus's own is here: the memory the plugin finds (perturbed or not), the
+//! `ward_classes::native_calls`'s; what is the corpus's own is here: the memory the plugin finds (perturbed or not), the
 //! margins around its buffers, and the checks on what it does. Every unsafe block of the corpus is here.
 
 use std::path::Path;
 
 use ward_classes::ladspa::{Port, PORT_AUDIO, PORT_CONTROL, PORT_INPUT, PORT_OUTPUT};
-use ward_classes::native::ladspa::Entry;
-use ward_classes::native::{frei0r, ladspa, Words};
+use ward_classes::native_calls::ladspa::Entry;
+use ward_classes::native_calls::{frei0r, ladspa, Words};
 
 use super::input::{self, Digest, BLOCKS, HEIGHT, MAX_BLOCK, SAMPLE_RATE, TIMES, WIDTH};
 use super::Listed;
-use crate::native::NativeLib;
+use crate::hosts::native_host::NativeLib;
 
 /// Values of margin on each side of a LADSPA port buffer, and rows on each side of a frei0r frame.
 const PORT_MARGIN: usize = 64;
@@ -106,7 +106,7 @@ fn ladspa_library(lib: &NativeLib) -> Result<ladspa::Library, String> {
     let sym = lib.symbol("ladspa_descriptor").map_err(|e| format!("no LADSPA library: {e:#}"))?;
     // SAFETY: `sym` is the library's `ladspa_descriptor` (non-null: `symbol` refuses NULL), and the library is
     // never unloaded in this process.
-    unsafe { ladspa::Library::from_entry(sym) }
+    unsafe { ladspa::Library::from_entry(sym) }.map_err(|e| e.to_string())
 }
 
 /// Every plugin of a LADSPA library, as `ladspa_descriptor` lists them.
@@ -159,7 +159,7 @@ pub fn ladspa_run(path: &Path, index: usize, memory: Memory) -> Result<Digest, S
     // One buffer per port, kept for the whole run: audio ports hold the largest block, control ports one value,
     // each between margins (floats as bits).
     let mut buffers: Vec<Words> =
-        ports.iter().map(|p| Words::padded(if p.is_audio() { MAX_BLOCK } else { 1 }, PORT_MARGIN)).collect();
+        ports.iter().map(|p| Words::padded(p.values_in_block(MAX_BLOCK), PORT_MARGIN)).collect();
     let mut signals = Vec::new();
     for (port, buf) in ports.iter().zip(buffers.iter_mut()) {
         if port.is_input() && port.is_control() {
@@ -176,7 +176,7 @@ pub fn ladspa_run(path: &Path, index: usize, memory: Memory) -> Result<Digest, S
     let mut instance =
         d.instantiate(SAMPLE_RATE).map_err(|_| format!("instantiate at {SAMPLE_RATE} Hz returned NULL"))?;
     for (p, buf) in buffers.into_iter().enumerate() {
-        instance.connect_port(p, buf)?;
+        instance.connect_port(p, buf).map_err(|e| e.to_string())?;
     }
     if d.has(Entry::Activate) {
         memory.before_call();
@@ -188,7 +188,7 @@ pub fn ladspa_run(path: &Path, index: usize, memory: Memory) -> Result<Digest, S
         let mut k = 0;
         for (p, port) in ports.iter().enumerate() {
             let buf = instance.buffer_mut(p).expect("every port is connected");
-            let used = if port.is_audio() { samples } else { 1 };
+            let used = port.values_in_block(samples);
             if port.is_input() && port.is_audio() {
                 let signal = &signals[k][at..at + samples];
                 buf.words_mut()[..samples].iter_mut().zip(signal).for_each(|(d, s)| *d = s.to_bits());
@@ -200,11 +200,11 @@ pub fn ladspa_run(path: &Path, index: usize, memory: Memory) -> Result<Digest, S
             }
         }
         memory.before_call();
-        instance.run(samples)?;
+        instance.run(samples).map_err(|e| e.to_string())?;
         for (p, port) in ports.iter().enumerate() {
             if port.is_output() {
                 let buf = instance.buffer(p).expect("every port is connected");
-                let used = if port.is_audio() { samples } else { 1 };
+                let used = port.values_in_block(samples);
                 if !outside_holds(buf, used, CANARY) {
                     // Not called again: no deactivate nor cleanup after it wrote where it should not.
                     instance.abandon();
@@ -227,7 +227,7 @@ fn frei0r_library(lib: &NativeLib) -> Result<frei0r::Library, String> {
         lib.symbol(required).map_err(|e| format!("no frei0r library: {e:#}"))?;
     }
     // SAFETY: `symbol` finds the named symbols of the library, which is never unloaded in this process.
-    unsafe { frei0r::Library::from_lookup(|name| lib.symbol(name).ok()) }
+    unsafe { frei0r::Library::from_lookup(|name| lib.symbol(name).ok()) }.map_err(|e| e.to_string())
 }
 
 fn frei0r_init(f: &frei0r::Library) -> Result<(), String> {
@@ -281,7 +281,7 @@ pub fn frei0r_run(path: &Path, memory: Memory) -> Result<Digest, String> {
         return Err("neither f0r_update nor f0r_update2".into());
     }
     memory.before_call();
-    let mut instance = f.construct(WIDTH, HEIGHT)?;
+    let mut instance = f.construct(WIDTH, HEIGHT).map_err(|e| e.to_string())?;
     let pixels = (WIDTH * HEIGHT) as usize;
     let margin = FRAME_MARGIN_ROWS * WIDTH as usize;
     // One output frame for all updates, as hosts (and the class adapter) keep one; every frame between margins.
@@ -297,9 +297,11 @@ pub fn frei0r_run(path: &Path, memory: Memory) -> Result<Digest, String> {
         memory.before_call();
         // Every frame holds WIDTH x HEIGHT pixels; a source's input is NULL, as are a mixer's unused inputs.
         if inputs <= 1 && has_update {
-            instance.update(time, images.first(), &mut out)?;
+            instance.update(time, images.first(), &mut out).map_err(|e| e.to_string())?;
         } else {
-            instance.update2(time, [images.first(), images.get(1), images.get(2)], &mut out)?;
+            instance
+                .update2(time, [images.first(), images.get(1), images.get(2)], &mut out)
+                .map_err(|e| e.to_string())?;
         }
         if !outside_holds(&out, pixels, CANARY) {
             // Not called again: no f0r_destruct nor f0r_deinit after it wrote where it should not.

@@ -10,12 +10,12 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use ward::libfault::LibraryFault;
-use ward_campaign::host::{self, HostReport, SETUP_FAILED};
-use ward_campaign::workload::{self, Symbols};
-use ward_campaign::Mode;
+use ward_campaign::trial_host::{self, HostReport, SETUP_FAILED};
+use ward_campaign::workload::{self, Symbols, WorkloadError};
+use ward_campaign::RunMode;
 
-use crate::native::NativeLib;
-use crate::report;
+use crate::hosts::native_host::NativeLib;
+use crate::output;
 
 /// A campaign host's address space: room for the workload and ward, not for a runaway allocation.
 const ADDRESS_SPACE: u64 = 1 << 30;
@@ -57,24 +57,24 @@ pub fn main(args: CampaignHostArgs) -> Result<bool> {
             std::process::exit(SETUP_FAILED);
         }
     };
-    report::json_line(&seen)?;
+    output::json_line(&seen)?;
     Ok(true)
 }
 
 fn run(args: &CampaignHostArgs) -> Result<HostReport> {
-    crate::host::become_ordinary_host(ADDRESS_SPACE)?;
+    crate::hosts::ordinary::become_ordinary_host(ADDRESS_SPACE)?;
     let workload =
         workload::by_name(&args.workload).with_context(|| format!("no workload called {}", args.workload))?;
-    let mode: Mode = args.mode.parse()?;
+    let mode: RunMode = args.mode.parse()?;
     match mode.isolation() {
         None if args.library_fault.is_some() => {
             bail!("--library-fault is for hosts under ward; a native host gets its library fault from its environment")
         }
         None => {
             let lib = NativeLib::open(&args.path)?;
-            Ok(host::run_native(workload, &Loaded(&lib)))
+            Ok(trial_host::run_native(workload, &Loaded(&lib)))
         }
-        Some(isolation) => host::run_ward(
+        Some(isolation) => trial_host::run_ward(
             workload,
             &args.path,
             isolation,
@@ -91,7 +91,7 @@ fn run(args: &CampaignHostArgs) -> Result<HostReport> {
 struct Loaded<'a>(&'a NativeLib);
 
 impl Symbols for Loaded<'_> {
-    fn address(&self, symbol: &str) -> Result<*const c_void, String> {
-        self.0.symbol(symbol).map_err(|e| format!("{e:#}"))
+    fn address(&self, symbol: &str) -> Result<*const c_void, WorkloadError> {
+        self.0.symbol(symbol).map_err(|e| WorkloadError::Symbol { reason: format!("{e:#}") })
     }
 }

@@ -58,6 +58,13 @@ pub struct HangDetection {
     pub detected_after_us: u64,
 }
 
+/// Why a trial's host could not set itself up (the workload's own failures are part of its report).
+#[derive(Debug, thiserror::Error)]
+pub enum TrialHostError {
+    #[error("cannot start the event listener thread: {0}")]
+    ListenerThread(std::io::Error),
+}
+
 /// Run `workload` natively; `symbols` are the extension's, loaded into this process.
 pub fn run_native(workload: &dyn Workload, symbols: &dyn Symbols) -> HostReport {
     let mut out = Recorder::new(Instant::now());
@@ -83,7 +90,7 @@ pub fn run_ward(
     restart_from: Option<&Path>,
     library_fault: Option<LibraryFault>,
     poison: bool,
-) -> Result<HostReport, String> {
+) -> Result<HostReport, TrialHostError> {
     let origin = Instant::now();
     let mut policy = workload.policy(deadline);
     let name = ward::extension_name(path);
@@ -104,7 +111,7 @@ pub fn run_ward(
             let stats = ext.stats();
             (stats.restarts, stats.disabled, None)
         }
-        Err(e) => (0, false, Some(e)),
+        Err(e) => (0, false, Some(e.to_string())),
     };
     let bypassed = out.bypasses().to_vec();
     let events = listener.finish();
@@ -133,7 +140,7 @@ struct Listener {
 const LISTEN_POLL: Duration = Duration::from_millis(20);
 
 impl Listener {
-    fn start(events: Receiver<Event>, origin: Instant) -> Result<Listener, String> {
+    fn start(events: Receiver<Event>, origin: Instant) -> Result<Listener, TrialHostError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -150,7 +157,7 @@ impl Listener {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the event listener thread: {e}"))?;
+            .map_err(TrialHostError::ListenerThread)?;
         Ok(Listener { stop, thread })
     }
 

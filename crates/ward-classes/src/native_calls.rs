@@ -113,12 +113,13 @@ pub mod ladspa {
 
     use super::{text, Words};
     use crate::abi::LadspaDescriptor as RawDescriptor;
-    use crate::ladspa::{Descriptor, Port, PORT_AUDIO};
+    use crate::error::NativeCallError;
+    use crate::ladspa::{Descriptor, Port};
 
     /// More descriptors than any LADSPA library has: a guard against one that never returns NULL (the adapter's).
     pub const MAX_DESCRIPTORS: usize = 4096;
-    /// Plugins with more ports are refused by [`Plugin::describe`] (as the LADSPA class refuses them).
-    pub const MAX_PORTS: usize = 4096;
+    /// Plugins with more ports are refused by [`Plugin::describe`] (the LADSPA class's bound).
+    pub const MAX_PORTS: usize = crate::ladspa::MAX_PORTS as usize;
 
     type DescriptorFn = unsafe extern "C" fn(c_ulong) -> *const RawDescriptor;
 
@@ -145,9 +146,9 @@ pub mod ladspa {
         /// # Safety
         /// A non-null `address` is the `ladspa_descriptor` of a library that stays loaded for as long as the
         /// returned value and everything from it are used.
-        pub unsafe fn from_entry(address: *const c_void) -> Result<Library, String> {
+        pub unsafe fn from_entry(address: *const c_void) -> Result<Library, NativeCallError> {
             if address.is_null() {
-                return Err("ladspa_descriptor is NULL".into());
+                return Err(NativeCallError::NullEntry { symbol: "ladspa_descriptor" });
             }
             // SAFETY: `address` is the library's non-null `ladspa_descriptor` (the caller's contract), which
             // ladspa.h declares as `const LADSPA_Descriptor *ladspa_descriptor(unsigned long)`: `DescriptorFn`.
@@ -159,8 +160,9 @@ pub mod ladspa {
         ///
         /// # Safety
         /// As [`Library::from_entry`], for what `lookup` returns for `ladspa_descriptor`.
-        pub unsafe fn from_lookup(lookup: impl Fn(&str) -> Option<*const c_void>) -> Result<Library, String> {
-            let address = lookup("ladspa_descriptor").ok_or("it exports no ladspa_descriptor")?;
+        pub unsafe fn from_lookup(lookup: impl Fn(&str) -> Option<*const c_void>) -> Result<Library, NativeCallError> {
+            let address =
+                lookup("ladspa_descriptor").ok_or(NativeCallError::NotExported { symbol: "ladspa_descriptor" })?;
             // SAFETY: the caller's contract is this function's.
             unsafe { Library::from_entry(address) }
         }
@@ -272,11 +274,13 @@ pub mod ladspa {
             }
         }
 
-        /// The plugin's descriptor, read as the adapter reads it; `index` is its place in the library.
-        pub fn describe(&self, index: usize) -> Result<Descriptor, String> {
+        /// The plugin's descriptor, read as the adapter reads it; `index` is its place in the library. Unlike the
+        /// class (`ladspa::Descriptor::parse`), nothing the plugin says is checked for plausibility but its port
+        /// count: a native host believes the plugin, and a native run is there to show what that costs.
+        pub fn describe(&self, index: usize) -> Result<Descriptor, NativeCallError> {
             let d = self.raw;
             if self.port_count() > MAX_PORTS {
-                return Err(format!("plugin {index} claims {} ports", d.port_count));
+                return Err(NativeCallError::TooManyPorts { index, count: d.port_count });
             }
             Ok(Descriptor {
                 index,
@@ -296,14 +300,14 @@ pub mod ladspa {
         }
 
         /// An instance at `sample_rate`, no port connected yet.
-        pub fn instantiate(&self, sample_rate: u64) -> Result<Instance<'l>, String> {
+        pub fn instantiate(&self, sample_rate: u64) -> Result<Instance<'l>, NativeCallError> {
             let d = self.raw;
-            let instantiate = d.instantiate.ok_or("the descriptor has no instantiate")?;
-            let connect = d.connect_port.ok_or("the descriptor has no connect_port")?;
+            let instantiate = d.instantiate.ok_or(NativeCallError::NoFunction { function: "instantiate" })?;
+            let connect = d.connect_port.ok_or(NativeCallError::NoFunction { function: "connect_port" })?;
             // SAFETY: a descriptor's `instantiate` takes the descriptor itself and the sample rate (ladspa.h).
             let handle = unsafe { instantiate(d, sample_rate as c_ulong) };
             if handle.is_null() {
-                return Err("instantiate returned NULL".into());
+                return Err(NativeCallError::InstantiateReturnedNull);
             }
             Ok(Instance { plugin: *self, connect, handle, ports: Vec::new(), live: true })
         }
@@ -312,7 +316,8 @@ pub mod ladspa {
     /// A port's buffer, connected.
     struct Connected {
         buffer: Words,
-        audio: bool,
+        /// The port's `PORT_*` flags.
+        flags: i32,
     }
 
     /// An instance of a LADSPA plugin with the buffers connected to its ports; cleaned up when dropped.
@@ -329,11 +334,11 @@ pub mod ladspa {
 
     impl Instance<'_> {
         /// Connect `port` to `buffer`, which the instance keeps (replacing the buffer connected before, if any).
-        pub fn connect_port(&mut self, port: usize, mut buffer: Words) -> Result<(), String> {
+        pub fn connect_port(&mut self, port: usize, mut buffer: Words) -> Result<(), NativeCallError> {
             if port >= self.plugin.port_count() {
-                return Err(format!("port {port} of {}", self.plugin.port_count()));
+                return Err(NativeCallError::NoSuchPort { port, count: self.plugin.port_count() });
             }
-            let audio = self.plugin.port_flags(port) & PORT_AUDIO != 0;
+            let flags = self.plugin.port_flags(port);
             // SAFETY: `handle` is the live instance `instantiate` returned; `buffer` is kept below, alive and
             // unmoved until the plugin is cleaned up or the port connected elsewhere, and `run` checks that it
             // holds as many values as the plugin is told to use.
@@ -341,7 +346,7 @@ pub mod ladspa {
             if self.ports.len() <= port {
                 self.ports.resize_with(port + 1, || None);
             }
-            self.ports[port] = Some(Connected { buffer, audio });
+            self.ports[port] = Some(Connected { buffer, flags });
             Ok(())
         }
 
@@ -363,23 +368,20 @@ pub mod ladspa {
         }
 
         /// Every port connected to a buffer of at least `samples` values (an audio port) or one (a control port).
-        fn check(&self, samples: usize) -> Result<(), String> {
+        fn check(&self, samples: usize) -> Result<(), NativeCallError> {
             for p in 0..self.plugin.port_count() {
-                let c = self.ports.get(p).and_then(Option::as_ref).ok_or(format!("port {p} is not connected"))?;
-                let need = if c.audio { samples } else { 1 };
+                let c = self.ports.get(p).and_then(Option::as_ref).ok_or(NativeCallError::NotConnected { port: p })?;
+                let need = crate::ladspa::values_in_block(c.flags, samples);
                 if c.buffer.len < need {
-                    return Err(format!(
-                        "a block of {samples} samples is longer than the {} of port {p}'s buffer",
-                        c.buffer.len
-                    ));
+                    return Err(NativeCallError::BufferTooShort { samples, len: c.buffer.len, port: p });
                 }
             }
             Ok(())
         }
 
         /// `run` on a block of `samples` samples.
-        pub fn run(&mut self, samples: usize) -> Result<(), String> {
-            let run = self.plugin.raw.run.ok_or("the descriptor has no run")?;
+        pub fn run(&mut self, samples: usize) -> Result<(), NativeCallError> {
+            let run = self.plugin.raw.run.ok_or(NativeCallError::NoFunction { function: "run" })?;
             self.check(samples)?;
             // SAFETY: `run` takes the handle and a sample count (ladspa.h); every port is connected to a buffer
             // that holds at least `samples` floats if it is an audio port, one if a control port (checked).
@@ -388,8 +390,9 @@ pub mod ladspa {
         }
 
         /// `run_adding` on a block of `samples` samples.
-        pub fn run_adding(&mut self, samples: usize) -> Result<(), String> {
-            let run_adding = self.plugin.raw.run_adding.ok_or("the descriptor has no run_adding")?;
+        pub fn run_adding(&mut self, samples: usize) -> Result<(), NativeCallError> {
+            let run_adding =
+                self.plugin.raw.run_adding.ok_or(NativeCallError::NoFunction { function: "run_adding" })?;
             self.check(samples)?;
             // SAFETY: as in `run`.
             unsafe { run_adding(self.handle, samples as c_ulong) };
@@ -430,10 +433,11 @@ pub mod frei0r {
 
     use super::{text, Words};
     use crate::abi::{F0rParamInfo as RawParamInfo, F0rPluginInfo as RawPluginInfo};
+    use crate::error::NativeCallError;
     use crate::frei0r::{ColorModel, ParamInfo, ParamKind, PluginInfo, PluginType};
 
-    /// Parameter counts beyond this are not believed (the frei0r adapter's).
-    const MAX_PARAMS: c_int = 1024;
+    /// Parameter counts beyond this are not believed (the frei0r class's and its adapter's).
+    const MAX_PARAMS: c_int = crate::frei0r::MAX_PARAMS;
 
     type InitFn = unsafe extern "C" fn() -> c_int;
     type DeinitFn = unsafe extern "C" fn();
@@ -473,11 +477,12 @@ pub mod frei0r {
         /// # Safety
         /// What `lookup` returns for a `f0r_*` name is that symbol of a library that stays loaded for as long as
         /// the returned value and everything from it are used.
-        pub unsafe fn from_lookup(lookup: impl Fn(&str) -> Option<*const c_void>) -> Result<Library, String> {
+        pub unsafe fn from_lookup(lookup: impl Fn(&str) -> Option<*const c_void>) -> Result<Library, NativeCallError> {
             // SAFETY: `GetPluginInfoFn` is the declaration of `f0r_get_plugin_info` in frei0r.h
             // (include/ward_frei0r_abi.h), and the address is that function (the caller's contract).
             let get_plugin_info = unsafe { function(lookup("f0r_get_plugin_info")) };
-            let get_plugin_info = get_plugin_info.ok_or("it exports no f0r_get_plugin_info")?;
+            let get_plugin_info =
+                get_plugin_info.ok_or(NativeCallError::NotExported { symbol: "f0r_get_plugin_info" })?;
             // SAFETY: each field's type is the declaration of its function in frei0r.h, and each address is that
             // function (the caller's contract).
             unsafe {
@@ -544,7 +549,8 @@ pub mod frei0r {
             raw
         }
 
-        /// What the plugin says about itself and its parameters, read as the adapter reads it.
+        /// What the plugin says about itself and its parameters, read as the adapter reads it. Unlike the class
+        /// (`frei0r::PluginInfo::parse`), nothing is checked for plausibility: a native host believes the plugin.
         pub fn info(&self) -> PluginInfo {
             let raw = self.raw_info(0);
             let count = if raw.num_params > 0 && raw.num_params <= MAX_PARAMS { raw.num_params } else { 0 };
@@ -584,12 +590,12 @@ pub mod frei0r {
         }
 
         /// `f0r_construct`: an instance for frames of `width` x `height` pixels.
-        pub fn construct(&self, width: u32, height: u32) -> Result<Instance<'_>, String> {
-            let construct = self.construct.ok_or("it exports no f0r_construct")?;
+        pub fn construct(&self, width: u32, height: u32) -> Result<Instance<'_>, NativeCallError> {
+            let construct = self.construct.ok_or(NativeCallError::NotExported { symbol: "f0r_construct" })?;
             // SAFETY: `f0r_construct(unsigned width, unsigned height) -> f0r_instance_t`.
             let handle = unsafe { construct(width, height) };
             if handle.is_null() {
-                return Err(format!("f0r_construct({width}, {height}) returned NULL"));
+                return Err(NativeCallError::ConstructReturnedNull { width, height });
             }
             Ok(Instance { lib: self, handle, pixels: width as usize * height as usize, live: true })
         }
@@ -605,17 +611,17 @@ pub mod frei0r {
     }
 
     impl Instance<'_> {
-        fn check(&self, frames: &[Option<&Words>], output: &Words) -> Result<(), String> {
+        fn check(&self, frames: &[Option<&Words>], output: &Words) -> Result<(), NativeCallError> {
             let wrong = frames.iter().flatten().chain(std::iter::once(&output)).find(|f| f.len != self.pixels);
             match wrong {
-                Some(f) => Err(format!("a frame of {} pixels, not {}", f.len, self.pixels)),
+                Some(f) => Err(NativeCallError::FrameSize { len: f.len, pixels: self.pixels }),
                 None => Ok(()),
             }
         }
 
         /// `f0r_update`: `input` is `None` for a source.
-        pub fn update(&mut self, time: f64, input: Option<&Words>, output: &mut Words) -> Result<(), String> {
-            let update = self.lib.update.ok_or("it exports no f0r_update")?;
+        pub fn update(&mut self, time: f64, input: Option<&Words>, output: &mut Words) -> Result<(), NativeCallError> {
+            let update = self.lib.update.ok_or(NativeCallError::NotExported { symbol: "f0r_update" })?;
             self.check(&[input], output)?;
             let input = input.map_or(std::ptr::null(), Words::as_ptr);
             // SAFETY: `f0r_update(instance, time, inframe, outframe)`; each frame given holds the instance's
@@ -625,8 +631,13 @@ pub mod frei0r {
         }
 
         /// `f0r_update2` with up to three input frames (`None` crosses as NULL).
-        pub fn update2(&mut self, time: f64, inputs: [Option<&Words>; 3], output: &mut Words) -> Result<(), String> {
-            let update2 = self.lib.update2.ok_or("it exports no f0r_update2")?;
+        pub fn update2(
+            &mut self,
+            time: f64,
+            inputs: [Option<&Words>; 3],
+            output: &mut Words,
+        ) -> Result<(), NativeCallError> {
+            let update2 = self.lib.update2.ok_or(NativeCallError::NotExported { symbol: "f0r_update2" })?;
             self.check(&inputs, output)?;
             let [a, b, c] = inputs.map(|f| f.map_or(std::ptr::null(), Words::as_ptr));
             // SAFETY: as in `update`, with `f0r_update2`'s three input frames.

@@ -34,7 +34,7 @@ impl Columns {
 /// `say!(...)`: like `println!`, but a closed stdout is an error to return, not a panic.
 macro_rules! say {
     ($($arg:tt)*) => {
-        $crate::report::line(&format!($($arg)*))
+        $crate::output::line(&format!($($arg)*))
     };
 }
 pub(crate) use say;

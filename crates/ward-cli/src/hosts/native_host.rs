@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::child::{self, End};
-use crate::faults;
+use crate::faulty_scenario;
+use crate::hosts::child::{self, End};
 
 /// A host with ordinary limits: the memory bomb and the descriptor leak end instead of eating the machine.
 const HOST_ADDRESS_SPACE: u64 = 512 << 20;
@@ -66,7 +66,7 @@ fn dlerror() -> String {
 /// Give this process the limits of an ordinary host (with the demo's address space), no core files, and the default
 /// action for SIGSEGV/SIGBUS.
 pub fn become_ordinary_host() -> Result<()> {
-    crate::host::become_ordinary_host(HOST_ADDRESS_SPACE)
+    crate::hosts::ordinary::become_ordinary_host(HOST_ADDRESS_SPACE)
 }
 
 /// The child: load, run the scenario, report. Does not return when the fault takes the process down.
@@ -100,21 +100,22 @@ fn scenario(path: &Path, kind: i64) -> Result<String> {
     let compute = unsafe { std::mem::transmute::<*const c_void, Compute>(compute) };
 
     // The host's own data, on the heap like most host state; a wild write aims at it.
-    let host_value = Box::new(AtomicI64::new(faults::HOST_VALUE));
-    let arm_arg = if kind == faults::WILD_WRITE { host_value.as_ptr() as i64 } else { faults::DEFAULT_ARM_ARG };
+    let host_value = Box::new(AtomicI64::new(faulty_scenario::HOST_VALUE));
+    let arm_arg =
+        if kind == faulty_scenario::WILD_WRITE { host_value.as_ptr() as i64 } else { faulty_scenario::DEFAULT_ARM_ARG };
     // SAFETY: the calls match the signatures above; what the armed fault then does to this process is the point
     // of this throwaway host.
     let result = unsafe {
-        for d in faults::ADDS {
+        for d in faulty_scenario::ADDS {
             add(d);
         }
         arm(kind, arm_arg);
-        compute(faults::COMPUTE_ARG)
+        compute(faulty_scenario::COMPUTE_ARG)
     };
     let now = host_value.load(Ordering::SeqCst);
-    Ok(if now != faults::HOST_VALUE {
-        format!("corrupted {}->{now:#x} returned {result}", faults::HOST_VALUE)
-    } else if result == faults::COMPUTE_EXPECTED {
+    Ok(if now != faulty_scenario::HOST_VALUE {
+        format!("corrupted {}->{now:#x} returned {result}", faulty_scenario::HOST_VALUE)
+    } else if result == faulty_scenario::COMPUTE_EXPECTED {
         format!("ok {result}")
     } else {
         format!("returned {result}")

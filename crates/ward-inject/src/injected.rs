@@ -3,7 +3,7 @@
 use iced_x86::{Decoder, DecoderOptions, Formatter, Instruction, IntelFormatter, MemorySizeOptions};
 use serde::Serialize;
 
-use crate::fault::FaultType;
+use crate::fault_type::FaultType;
 
 /// One mutated instruction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

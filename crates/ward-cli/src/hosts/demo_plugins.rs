@@ -9,7 +9,7 @@ use ward_classes::frei0r;
 use ward_classes::ladspa::{self, PortBuffer};
 use ward_classes::Processed;
 
-use crate::report::{self, say};
+use crate::output::{self, say};
 
 /// Samples per LADSPA block.
 const BLOCK: usize = 1024;
@@ -81,7 +81,7 @@ pub fn run(isolation: Isolation, json: bool) -> Result<bool> {
     for line in lines {
         all &= line.ok;
         if json {
-            report::json_line(&line)?;
+            output::json_line(&line)?;
         } else {
             let verdict = if line.ok { "correct" } else { "WRONG" };
             say!(
