@@ -12,12 +12,16 @@
 //! * [`frei0r`]: frei0r video filters.
 //! * [`native_calls`]: both ABIs called directly in this process, without ward (native hosts, campaigns, the corpus).
 
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
 pub mod abi;
 mod adapters;
 pub mod detect;
 mod error;
 pub mod frei0r;
 pub mod ladspa;
+#[allow(unsafe_code)]
 pub mod native_calls;
 mod plausible;
 mod reader;

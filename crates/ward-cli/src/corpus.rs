@@ -11,6 +11,7 @@
 //! `nondeterministic` (ran, not compared).
 
 mod input;
+#[allow(unsafe_code)]
 mod native_runner;
 pub mod runner;
 

@@ -7,6 +7,9 @@
 pub mod campaign_host;
 pub mod child;
 pub mod demo_plugins;
+#[allow(unsafe_code)]
 pub mod floor;
+#[allow(unsafe_code)]
 pub mod native_host;
+#[allow(unsafe_code)]
 pub mod ordinary;

@@ -1,7 +1,11 @@
 //! `ward`: the command-line program. This file parses arguments and maps outcomes to exit statuses:
 //! 0 success, 1 a check failed or the run could not complete, 2 bad input.
 
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
 mod bench;
+#[allow(unsafe_code)]
 mod bench_hosts;
 mod campaign;
 mod check;
@@ -10,6 +14,7 @@ mod demo;
 mod faulty_scenario;
 mod hosts;
 mod inject;
+#[allow(unsafe_code)]
 mod load;
 mod output;
 mod run;

@@ -25,15 +25,24 @@
 //! forks a fresh, already-initialised incarnation for each, which narrows its system call filter before serving
 //! (see [`zygote`]).
 
+#![deny(unsafe_code)]
+
 mod args;
 mod error;
+#[allow(unsafe_code)]
 mod fault_handler;
+#[allow(unsafe_code)]
 mod loader;
+#[allow(unsafe_code)]
 mod sandbox;
+#[allow(unsafe_code)]
 mod serve;
+#[allow(unsafe_code)]
+mod startup;
+#[allow(unsafe_code)]
 mod zygote;
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::process::ExitCode;
 
 use ward_xpc::arena::view::ArenaView;
@@ -44,11 +53,7 @@ use crate::args::{Args, Job};
 use crate::error::SetupError;
 use ward_xpc::control::ControlSocket;
 
-/// Descriptor numbers the host hands over.
-const FD_CONTROL: i32 = 3;
-const FD_REGION: i32 = 4;
-const FD_POOL_IN: i32 = 5;
-const FD_POOL_OUT: i32 = 6;
+use crate::startup::{close_other_descriptors, die_with, own_pidfd, Inherited};
 /// Idle arena windows kept mapped between calls at most (a quarter of the address-space limit when that is lower):
 /// a video host lends the same few frames again and again.
 const ARENA_CACHE: usize = 256 << 20;
@@ -93,8 +98,11 @@ fn main() -> ExitCode {
                 false
             }
         };
-    // SAFETY: the host passed fd 3 as the control socket; nothing else in this process owns it.
-    let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(FD_CONTROL) });
+    let Some(inherited) = Inherited::take() else {
+        eprintln!("ward-domain: the host's descriptors were taken twice");
+        return ExitCode::from(2);
+    };
+    let control = ControlSocket::from_fd(inherited.control);
     if let Err(e) = joined {
         report_error(&control, &e.to_string());
         return ExitCode::from(2);
@@ -107,7 +115,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match setup(args, namespace) {
+    match setup(args, namespace, inherited.region, inherited.pool_in, inherited.pool_out) {
         Ok(setup) => {
             let mut ready = match &without {
                 Some(why) => format!("ready\n{why}"),
@@ -135,13 +143,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn setup(args: Args, namespace: bool) -> Result<Setup, SetupError> {
-    // SAFETY: the host passed FD_REGION for the shared region; this process owns it from here on.
-    let region_fd = unsafe { OwnedFd::from_raw_fd(FD_REGION) };
-    // SAFETY: likewise FD_POOL_IN for the input pool.
-    let in_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_IN) };
-    // SAFETY: likewise FD_POOL_OUT for the output pool.
-    let out_fd = unsafe { OwnedFd::from_raw_fd(FD_POOL_OUT) };
+fn setup(
+    args: Args,
+    namespace: bool,
+    region_fd: OwnedFd,
+    in_fd: OwnedFd,
+    out_fd: OwnedFd,
+) -> Result<Setup, SetupError> {
     let region = Region::open_domain(region_fd).map_err(SetupError::Region)?;
     // Before the pools: finding the main thread's stack reads /proc/self/maps, longer with every mapping.
     fault_handler::install(region.clone()).map_err(SetupError::FaultHandlers)?;
@@ -154,8 +162,7 @@ fn setup(args: Args, namespace: bool) -> Result<Setup, SetupError> {
         let limit = usize::try_from(args.limits.address_space_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         ArenaView::with_read_past(if limit == 0 { ARENA_CACHE } else { ARENA_CACHE.min(limit / 4) }, args.read_past)
     });
-    // SAFETY: getpid has no preconditions.
-    let own = unsafe { libc::getpid() };
+    let own = startup::own_pid();
     let role = match args.mode {
         Job::Serve => sandbox::Role::Serving { own },
         Job::Zygote => sandbox::Role::Zygote { host: (!namespace).then_some(args.parent) },
@@ -166,17 +173,6 @@ fn setup(args: Args, namespace: bool) -> Result<Setup, SetupError> {
     // dynamic linker's start-up.
     fault_handler::apply_limits(&args.limits).map_err(SetupError::Limits)?;
     Ok(Setup { region, pool_in, pool_out, arena, library, args })
-}
-
-/// A pidfd of this process, for the host (which cannot use a pid from inside a namespace).
-fn own_pidfd() -> std::io::Result<OwnedFd> {
-    // SAFETY: getpid has no preconditions; pidfd_open takes a pid and flags, no pointers.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: pidfd_open returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Move this process into the domain's cgroup, one directory per hierarchy. First, before the sandbox forbids
@@ -200,32 +196,4 @@ fn report_error(control: &ControlSocket, message: &str) {
     let mut text = format!("error {message}");
     ward_xpc::control::fit(&mut text);
     let _ = control.send(&text, None);
-}
-
-/// Be killed when the thread that started this process ends (`PR_SET_PDEATHSIG`), and say whether `parent` is still
-/// this process's parent. The host starts domains without running anything in the child before exec, so the domain
-/// sets this itself; a host that ended before that has left this process to another parent, which the check sees.
-fn die_with(parent: i32) -> bool {
-    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number, no pointers.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
-        return false;
-    }
-    // SAFETY: getppid has no preconditions.
-    unsafe { libc::getppid() == parent }
-}
-
-/// Close every descriptor the host did not give us (a host may leak descriptors without `O_CLOEXEC`).
-fn close_other_descriptors() {
-    let first = FD_POOL_OUT + 1;
-    // SAFETY: close_range only closes descriptors; none from `first` on is owned by anything in this process yet.
-    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
-    if rc != 0 {
-        // Kernels before 5.9: close them one by one.
-        // SAFETY: sysconf has no preconditions.
-        let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
-        for fd in first..(max.clamp(0, 65536) as i32) {
-            // SAFETY: as above; EBADF for unused numbers is harmless.
-            unsafe { libc::close(fd) };
-        }
-    }
 }

@@ -4,6 +4,8 @@
 //! Used by the built-in test extensions, the class adapters and the preload proxies: each crate names its set with
 //! a prefix and lists its members with [`embedded!`].
 
+#![deny(unsafe_code)]
+
 #[cfg(feature = "build")]
 pub mod build;
 
@@ -210,6 +212,8 @@ fn private_to(dir: &Path, uid: u32) -> io::Result<bool> {
     Ok(meta.file_type().is_dir() && meta.uid() == uid && meta.mode() & 0o022 == 0)
 }
 
+// The crate's one system call without a safe wrapper in its dependencies.
+#[allow(unsafe_code)]
 fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }

@@ -32,6 +32,8 @@
 //!   (`ports`), has NULL port arrays (`null_ports`) or an unterminated name (`unterminated`). Never load them
 //!   natively: they kill or hang whoever does.
 
+#![deny(unsafe_code)]
+
 use std::io;
 use std::path::{Path, PathBuf};
 

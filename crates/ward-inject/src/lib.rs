@@ -15,6 +15,8 @@
 //!   instruction boundary; relative branches that are re-encoded keep their targets;
 //! - faults never share a byte.
 
+#![deny(unsafe_code)]
+
 mod decode;
 mod ehframe;
 mod elf;

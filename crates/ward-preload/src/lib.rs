@@ -27,13 +27,22 @@
 //! This crate is one of the few whose job is unsafe code: it implements C entry points called by foreign code with
 //! raw pointers. Every unsafe block says why it is sound, given the class's C contract.
 
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
 mod frei0r;
+#[allow(unsafe_code)]
 mod heap;
+#[allow(unsafe_code)]
 mod interpose;
+#[allow(unsafe_code)]
 mod ladspa;
+#[allow(unsafe_code)]
 mod proxy;
 mod runtime;
+#[allow(unsafe_code)]
 mod search;
+#[allow(unsafe_code)]
 mod signals;
 
 /// A plugin's name or description as a C string for the host (a NUL inside, which C cannot carry, is dropped).

@@ -25,6 +25,7 @@
 //! A serving process adds a second, narrower filter ([`serving`]): no child processes, signals to itself only.
 //! The zygote keeps the first, since it forks and watches its incarnations.
 
+#[allow(unsafe_code)]
 pub mod namespace;
 pub mod syscalls;
 
