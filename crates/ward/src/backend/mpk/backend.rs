@@ -34,18 +34,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ward_abi::{RegArgs, RegRet};
+use ward_mpk::assess::imports::{self, ImportClass};
+use ward_mpk::assess::{assess, scan, Image, Reason};
+use ward_mpk::domain::checks;
+use ward_mpk::domain::gate::{self, FloatState, GateFault, Occupancy, Presence};
+use ward_mpk::domain::lanes::Lanes;
+use ward_mpk::domain::loader::{self, ImportRequest, Placed};
+use ward_mpk::domain::memory::{self, page_size, KeyedRegion};
+use ward_mpk::domain::pku::{self, Pkru, ProtectionKey};
+use ward_mpk::domain::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
+use ward_mpk::domain::thread_block::{ThreadBlocks, TlsLayout};
 use ward_xpc::Deadline;
 
-use super::checks;
-use super::gate::{self, FloatState, GateFault, Occupancy, Presence};
-use super::imports::{self, ImportClass};
-use super::lanes::Lanes;
-use super::loader::{self, ImportRequest, Placed};
-use super::memory::{self, page_size, KeyedRegion};
-use super::pku::{self, Pkru, ProtectionKey};
-use super::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
-use super::thread_block::{ThreadBlocks, TlsLayout};
-use super::{assess, Image, Reason};
 use crate::backend::direct::DirectFn;
 use crate::backend::{Added, Backend, BackendError, ExtensionSpec, Frame, Refused, Step, WireValue};
 use crate::call::RetType;
@@ -342,7 +342,7 @@ fn seal_thunks(at: usize, len: usize, key: u32, path: &Path) -> Result<(), MpkEr
     // The thunks hold addresses; an address whose bytes spell WRPKRU, XRSTOR or WRFSBASE would give the domain one.
     // SAFETY: the thunk pages were written by the caller and lie in its region.
     let code = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
-    if !super::scan::find_forbidden(code).is_empty() {
+    if !scan::find_forbidden(code).is_empty() {
         return Err(MpkError::Refused {
             path: path.to_path_buf(),
             why: "an address in the runtime's thunks contains a forbidden instruction's bytes".into(),

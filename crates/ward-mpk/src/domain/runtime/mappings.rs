@@ -9,12 +9,12 @@ use std::ffi::c_void;
 use super::{allocate, block, give_back, live_block, RuntimeBlock};
 
 /// Protection changes the runtime remembers (each a range the domain made other than read-write, or set back).
-pub(crate) const PROTECTED_SLOTS: usize = 256;
+pub const PROTECTED_SLOTS: usize = 256;
 
 /// One protection change of heap pages: `[start, start + len)` got `prot`.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
-pub(crate) struct Protection {
+pub struct Protection {
     start: usize,
     len: usize,
     prot: i32,
@@ -254,7 +254,7 @@ mod tests {
         let mut heap = vec![0u8; 4096];
         let mut b = fresh(&mut heap);
         let bp: *mut RuntimeBlock = &mut **b;
-        assert_eq!(rt_sysconf(libc::_SC_PAGESIZE, 0, 0, 0, 0, bp), super::super::super::memory::page_size() as i64);
+        assert_eq!(rt_sysconf(libc::_SC_PAGESIZE, 0, 0, 0, 0, bp), crate::domain::memory::page_size() as i64);
         assert!(rt_sysconf(libc::_SC_NPROCESSORS_ONLN, 0, 0, 0, 0, bp) >= 1);
         assert_eq!(rt_sysconf(libc::_SC_OPEN_MAX, 0, 0, 0, 0, bp), -1);
         assert_eq!(super::super::errno(), libc::EINVAL);

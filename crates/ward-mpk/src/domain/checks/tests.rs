@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::backend::mpk::imports::{self, ImportClass};
+use crate::assess::imports::{self, ImportClass};
 
 /// Reads real memory (the tests' own buffers) and records which bytes a check reads and which ranges it reads or
 /// writes whole.

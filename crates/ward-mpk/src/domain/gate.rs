@@ -146,7 +146,7 @@ const _: () = assert!(offset_of!(GateFrame, floats) == offset_of!(GateFrame, int
 /// A fault raised inside a domain, as the signal handler saw it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GateFault {
+pub struct GateFault {
     pub signal: i32,
     /// `si_code`: for SIGSEGV, `SEGV_MAPERR`, `SEGV_ACCERR` or [`pku::SEGV_PKUERR`].
     pub code: i32,
@@ -166,7 +166,7 @@ pub(crate) struct GateFault {
 
 /// An outward call its argument check refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Refused {
+pub struct Refused {
     /// The host function the domain called, as it imported it.
     pub function: &'static str,
     pub why: Refusal,
@@ -174,17 +174,17 @@ pub(crate) struct Refused {
 
 impl GateFault {
     /// The refusal, when an outward stub's argument check refused the call.
-    pub(crate) fn refused(&self) -> Option<Refused> {
+    pub fn refused(&self) -> Option<Refused> {
         refusal(self.refused_slot, self.refusal_code)
     }
 
     /// How the domain asked to end the process, when that is what the fault is: the runtime's kind and status.
-    pub(crate) fn ending(&self) -> Option<(u64, i32)> {
+    pub fn ending(&self) -> Option<(u64, i32)> {
         (self.ending_kind != 0).then_some((self.ending_kind, self.ending_status as i32))
     }
 
     /// A write or read of memory the domain's key rights forbid (host memory written, another domain touched).
-    pub(crate) fn is_key_violation(&self) -> bool {
+    pub fn is_key_violation(&self) -> bool {
         self.signal == libc::SIGSEGV && self.code == pku::SEGV_PKUERR
     }
 }
@@ -594,7 +594,7 @@ const FAULT_SIGNALS: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGI
 /// The signal the watchdog sends a thread past its deadline: a real-time signal near the top, clear of glibc's own
 /// (at the bottom of the range) and of the ones programs usually pick (`SIGRTMIN + n`). One a host sends itself
 /// (anything but the watchdog's queued signal, see `watchdog::from_watchdog`) is passed on to the host's handler.
-pub(crate) fn timeout_signal() -> libc::c_int {
+pub fn timeout_signal() -> libc::c_int {
     libc::SIGRTMAX() - 2
 }
 
@@ -638,7 +638,7 @@ impl Drop for AltStack {
 }
 
 /// The process-wide signal key (allocated, and the handlers installed, on first use).
-pub(crate) fn signal_key() -> io::Result<u32> {
+pub fn signal_key() -> io::Result<u32> {
     match INSTALLED.get_or_init(install) {
         Ok(installed) => Ok(installed.signal_key.number()),
         Err(errno) => Err(io::Error::from_raw_os_error(*errno)),
@@ -761,7 +761,7 @@ fn unregister_rseq() -> io::Result<()> {
 }
 
 /// Allow `key` in this thread's PKRU (the host's rights on this thread).
-pub(crate) fn allow_on_this_thread(key: u32) {
+pub fn allow_on_this_thread(key: u32) {
     set_this_thread(Pkru::current().allow(key));
 }
 
@@ -784,13 +784,13 @@ fn set_this_thread(pkru: Pkru) {
 /// the same way; `close` returns once none is left in the domain's code. A thread that is out in the host stays
 /// there undisturbed, and its call ends when it comes back.
 #[derive(Debug, Default)]
-pub(crate) struct Occupancy {
+pub struct Occupancy {
     epoch: AtomicU64,
 }
 
 /// One thread's presence in one domain, for a thread closing the domain to look at.
 #[derive(Debug)]
-pub(crate) struct Occupant {
+pub struct Occupant {
     tid: libc::pid_t,
     /// 1 while the thread runs the domain's code: from the gate's entry to its way out or its resume path, less
     /// its calls out to the host. (Only one activation of a thread runs at a time, so one word does for nested
@@ -806,13 +806,13 @@ const EVICT_AGAIN_AFTER: std::time::Duration = std::time::Duration::from_millis(
 
 impl Occupancy {
     /// The epoch calls made now are made in.
-    pub(crate) fn epoch(&self) -> u64 {
+    pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
     }
 
     /// Closes the domain to every call made before (see [`Occupancy`]) and waits until none of `occupants` (every
     /// thread that has entered the domain) is running its code.
-    pub(crate) fn close<'a>(&self, occupants: impl Iterator<Item = &'a Occupant> + Clone) {
+    pub fn close<'a>(&self, occupants: impl Iterator<Item = &'a Occupant> + Clone) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
         // The gate marks a thread running with a plain store, then reads the epoch, and this thread stores the
         // epoch, then reads the marks: without a barrier on both sides each could miss the other's store. The
@@ -856,7 +856,7 @@ impl Occupancy {
 
 impl Occupant {
     /// This thread's.
-    pub(crate) fn for_this_thread() -> Occupant {
+    pub fn for_this_thread() -> Occupant {
         // SAFETY: gettid has no preconditions.
         Occupant { tid: unsafe { libc::gettid() }, running: AtomicU64::new(0) }
     }
@@ -876,7 +876,7 @@ impl Occupant {
 
 /// Where a call into a domain records itself: the domain's [`Occupancy`] and this thread's [`Occupant`] there.
 #[derive(Clone, Copy)]
-pub(crate) struct Presence<'a> {
+pub struct Presence<'a> {
     pub occupancy: &'a Occupancy,
     pub occupant: &'a Occupant,
     /// The epoch the call was made in ([`Occupancy::epoch`] when it was prepared).
@@ -889,7 +889,7 @@ const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 
 /// Readies this process for [`Occupancy::close`]'s barrier (registers it for private expedited `membarrier`, once);
 /// an error when the kernel cannot (before Linux 4.14).
-pub(crate) fn closing_ready() -> io::Result<()> {
+pub fn closing_ready() -> io::Result<()> {
     static REGISTERED: OnceLock<Result<(), i32>> = OnceLock::new();
     let registered = REGISTERED.get_or_init(|| {
         // SAFETY: membarrier takes integers only; registering changes nothing but what the process may ask later.
@@ -931,7 +931,7 @@ static NEVER_CLOSED: AtomicU64 = AtomicU64::new(0);
 /// a stack `rights` lets it write, used by no other call in progress; `thread_pointer` is a thread block this thread
 /// was given by the domain's `ThreadBlocks`, alive for the whole call; a `presence`'s occupant is this thread's.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn call(
+pub unsafe fn call(
     func: *const c_void,
     args: &RegArgs,
     rights: Pkru,
@@ -1042,7 +1042,7 @@ pub(crate) unsafe fn call(
 /// Floating-point control state: MXCSR (rounding, flush-to-zero, denormals-are-zero, exception masks and flags)
 /// and the x87 control word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FloatState {
+pub struct FloatState {
     pub mxcsr: u32,
     pub x87_control: u16,
 }
@@ -1054,10 +1054,10 @@ impl FloatState {
     /// What a process starts with on x86-64 Linux: every exception masked, round to nearest, no flush to zero;
     /// x87 at extended precision.
     #[cfg(test)]
-    pub(crate) const INITIAL: FloatState = FloatState { mxcsr: 0x1f80, x87_control: 0x037f };
+    pub const INITIAL: FloatState = FloatState { mxcsr: 0x1f80, x87_control: 0x037f };
 
     /// This thread's state now, without MXCSR's exception flags.
-    pub(crate) fn of_this_thread() -> FloatState {
+    pub fn of_this_thread() -> FloatState {
         let mut mxcsr = 0u32;
         let mut x87_control = 0u16;
         // SAFETY: both instructions only store the current control state into the two locals.
@@ -1086,18 +1086,18 @@ impl FloatState {
 /// A domain's floating-point control state, which it keeps from call to call as it would in a process of its own,
 /// while the host keeps its own: the gate loads it on entry and saves what the domain leaves.
 #[derive(Debug)]
-pub(crate) struct FloatControl(AtomicU64);
+pub struct FloatControl(AtomicU64);
 
 impl FloatControl {
-    pub(crate) const fn new(state: FloatState) -> FloatControl {
+    pub const fn new(state: FloatState) -> FloatControl {
         FloatControl(AtomicU64::new(state.pack()))
     }
 
-    pub(crate) fn get(&self) -> FloatState {
+    pub fn get(&self) -> FloatState {
         FloatState::unpack(self.0.load(Ordering::Relaxed))
     }
 
-    pub(crate) fn set(&self, state: FloatState) {
+    pub fn set(&self, state: FloatState) {
         self.0.store(state.pack(), Ordering::Relaxed);
     }
 }
@@ -1110,7 +1110,7 @@ const OUTWARD_STACK_WORDS: usize = 16;
 const _: () = assert!(OUTWARD_STACK_WORDS.is_multiple_of(2));
 
 /// Number of distinct outward entry points (host functions a domain may be handed at once).
-pub(crate) const OUTWARD_SLOTS: usize = 1024;
+pub const OUTWARD_SLOTS: usize = 1024;
 /// Bytes between consecutive outward stubs (a 6-byte `mov r11d, imm32` and a jump of at most 5, padded).
 const OUTWARD_STRIDE: usize = 16;
 
@@ -1147,7 +1147,7 @@ extern "C" fn current_activation_inside() -> *mut GateFrame {
 /// `target` must be a System V function taking register-passed arguments and at most [`OUTWARD_STACK_WORDS`]
 /// eightbytes of stack-passed ones (it is called with whatever the domain passes) that returns normally, and stay
 /// valid while any domain may call the stub.
-pub(crate) unsafe fn outward_stub(slot: usize, target: *const c_void) -> Option<*const c_void> {
+pub unsafe fn outward_stub(slot: usize, target: *const c_void) -> Option<*const c_void> {
     let cell = OUTWARD_TARGETS.get(slot)?;
     cell.store(target as usize, Ordering::Release);
     let base = ward_mpk_outward_stubs as *const u8;
@@ -1157,14 +1157,18 @@ pub(crate) unsafe fn outward_stub(slot: usize, target: *const c_void) -> Option<
 /// The outward stub for `target`, shared by every domain: the first request for a target takes the next free slot,
 /// which keeps it for the life of the process (targets are the host's library functions and callback entries, a
 /// bounded set). None when every slot is taken.
-pub(crate) fn outward_for(target: *const c_void) -> Option<*const c_void> {
+pub fn outward_for(target: *const c_void) -> Option<*const c_void> {
     outward_for_checked(target, None)
 }
 
 /// The outward stub for `target`, as [`outward_for`] gives it, with `check` run on the arguments of every call made
 /// through it from inside a domain (see `checks`). Every request for one target must bring the same check (the
 /// imports of one function under its names, `getc` and `_IO_getc`, do).
-pub(crate) fn outward_for_checked(target: *const c_void, check: Option<&'static GateCheck>) -> Option<*const c_void> {
+// `target` is not dereferenced here: the stub jumps to it when a domain calls the stub. The callers are the mpk
+// backend's binding of imports and callbacks, which pass only host functions that stay loaded (see the SAFETY
+// comment below); making this `unsafe` would move that promise to their call sites.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn outward_for_checked(target: *const c_void, check: Option<&'static GateCheck>) -> Option<*const c_void> {
     static BY_TARGET: std::sync::Mutex<Option<std::collections::HashMap<usize, usize>>> = std::sync::Mutex::new(None);
     let mut table = BY_TARGET.lock().unwrap_or_else(|e| e.into_inner());
     let table = table.get_or_insert_with(std::collections::HashMap::new);
@@ -1239,7 +1243,7 @@ fn refusal(slot: usize, code: u64) -> Option<Refused> {
 /// that domain, directly (A, then the host, then A) or with other domains' calls in between (A, B, then A): below
 /// the part of the stack the latest such call was using (and its red zone), 16-byte aligned. None when no call of
 /// this thread is out of that domain.
-pub(crate) fn nested_stack_top(stack: std::ops::Range<usize>) -> Option<*mut u8> {
+pub fn nested_stack_top(stack: std::ops::Range<usize>) -> Option<*mut u8> {
     let mut frame = ACTIVE.with(Cell::get);
     // SAFETY: a non-null ACTIVE is this thread's live activation, and each `below` the live one it interrupted
     // (each `call` puts the one it replaced back before it returns).
@@ -1317,7 +1321,7 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context
 
 /// Ends the domain's call on this thread as the domain asking to end the process: `kind` (nonzero) and `status`
 /// come back in the fault ([`GateFault::ending`]). For the domain runtime, running inside the domain.
-pub(crate) fn end_call(kind: u64, status: i32) -> ! {
+pub fn end_call(kind: u64, status: i32) -> ! {
     // SAFETY: the trap raises SIGILL at a known address; the handler takes the thread back to its gate (the
     // runtime calls this only inside a domain's call).
     unsafe { ward_mpk_end(kind, status as u32 as u64) }
@@ -1433,7 +1437,7 @@ unsafe fn real_sigaction(signal: libc::c_int, act: *const libc::sigaction, old: 
 
 /// The entry ward wraps host handlers in (what the kernel has installed for a wrapped signal).
 #[cfg(test)]
-pub(crate) fn host_signal_entry() -> libc::sighandler_t {
+pub fn host_signal_entry() -> libc::sighandler_t {
     ward_mpk_host_signal_entry as *const () as libc::sighandler_t
 }
 
@@ -1444,7 +1448,7 @@ pub(crate) fn host_signal_entry() -> libc::sighandler_t {
 ///
 /// # Safety
 /// As `sigaction`'s.
-pub(crate) unsafe fn host_sigaction(
+pub unsafe fn host_sigaction(
     signal: libc::c_int,
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
@@ -1507,7 +1511,7 @@ pub(crate) unsafe fn host_sigaction(
 /// installs later is wrapped at the next domain load or the next thread's first gate call, or at once when it goes
 /// through `ward-preload`'s `sigaction`. glibc's own two signals cannot be changed through `sigaction`; its set-id
 /// signal is wrapped past it ([`adopt_glibc_setxid_handler`]), its cancellation signal stays as it is.
-pub(crate) fn adopt_host_handlers() {
+pub fn adopt_host_handlers() {
     if !matches!(INSTALLED.get(), Some(Ok(_))) {
         return;
     }

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::*;
-use crate::backend::mpk::pku::HOST_KEY;
-use crate::backend::mpk::require_pku;
-use crate::backend::mpk::thread_block::{ThreadBlocks, TlsLayout};
+use crate::domain::pku::HOST_KEY;
+use crate::domain::require_pku;
+use crate::domain::thread_block::{ThreadBlocks, TlsLayout};
 
 /// The floating-point control of the tests' domains: a process's initial state, which no test but the one that
 /// checks it changes (that one has its own).
@@ -1117,7 +1117,7 @@ extern "C" fn format_through(
 #[ignore = "needs PKU"]
 fn a_sprintf_that_would_run_past_the_domains_memory_faults_in_the_domain_and_one_that_fits_runs() {
     let d = TestDomain::new();
-    let check = crate::backend::mpk::checks::for_import("sprintf");
+    let check = crate::domain::checks::for_import("sprintf");
     let stub = outward_for_checked(f(libc::sprintf as *const ()), check).expect("an outward slot") as u64;
     let format = c"%s";
     let short = c"hello";
@@ -1179,7 +1179,7 @@ fn a_domain_runs_with_a_thread_block_of_its_own_and_the_host_gets_its_own_back()
     assert_eq!(d.call(f(stack_guard_here as *const ()), &[]).unwrap().int, stack_guard_here(), "the same guard");
     // The copy of the kernel's restartable-sequences area reads as unregistered (glibc's `sched_getcpu` then asks
     // the kernel instead of reading a stale processor number).
-    if let Some((rseq_offset, _)) = crate::backend::mpk::thread_block::rseq_area() {
+    if let Some((rseq_offset, _)) = crate::domain::thread_block::rseq_area() {
         let cpu_id = d.call(f(thread_word_here as *const ()), &[(rseq_offset + 4) as u64]).unwrap().int;
         assert_eq!(cpu_id as i64, -1, "the domain's rseq cpu_id");
     }

@@ -22,9 +22,10 @@ mod libraries;
 mod locks;
 mod mappings;
 
-pub(crate) use self::libfault::function as library_fault_function;
+pub use self::libfault::function as library_fault_function;
 use self::libfault::FaultPlan;
-pub(crate) use self::libraries::LibraryTable;
+pub use self::libfault::{InjectedFault, InjectedFaultKind};
+pub use self::libraries::LibraryTable;
 use self::mappings::Protection;
 
 /// Size classes of the heap: class `k` holds blocks of `16 << k` bytes, header included.
@@ -41,16 +42,16 @@ const RANDOM_SEP: usize = 3;
 
 /// How a domain ended a call by asking to end the process: the kinds the runtime's `exit` and `abort` end a call
 /// with (`gate::end_call`), which come back with the thread's fault.
-pub(crate) const ENDED_EXIT: u64 = 1;
-pub(crate) const ENDED_ABORT: u64 = 2;
+pub const ENDED_EXIT: u64 = 1;
+pub const ENDED_ABORT: u64 = 2;
 
 /// Bytes before the block in the runtime page: its lock word, on a cache line of its own. The word lies outside
 /// the block because the thread holding the lock borrows the whole block.
-pub(crate) const LOCK_BYTES: usize = 64;
+pub const LOCK_BYTES: usize = 64;
 
 /// The runtime's state, [`LOCK_BYTES`] into the domain's runtime page.
 #[repr(C)]
-pub(crate) struct RuntimeBlock {
+pub struct RuntimeBlock {
     heap_start: usize,
     heap_top: usize,
     heap_end: usize,
@@ -97,7 +98,7 @@ impl RuntimeBlock {
     ///
     /// # Safety
     /// `block` is writable memory of `size_of::<RuntimeBlock>()` bytes, aligned for it, used by nothing else.
-    pub(crate) unsafe fn init(block: *mut RuntimeBlock, heap: usize, heap_len: usize, key: u32) {
+    pub unsafe fn init(block: *mut RuntimeBlock, heap: usize, heap_len: usize, key: u32) {
         // SAFETY: the caller's guarantee; all-zero is a valid block (every field is an integer, a null pointer or an
         // array of integers).
         unsafe {
@@ -115,41 +116,40 @@ impl RuntimeBlock {
     }
 
     /// Injects `fault` into the calls bound to [`library_fault_function`]s.
-    pub(crate) fn set_library_fault(&mut self, fault: &crate::libfault::LibraryFault) {
-        self.library_fault = FaultPlan::new(fault);
+    pub fn set_library_fault(&mut self, fault: impl Into<InjectedFault>) {
+        self.library_fault = FaultPlan::new(&fault.into());
     }
 
     /// Keeps the heap past what is in use inaccessible from now on (the caller has made it so): see `guard_top`.
-    pub(crate) fn guard_heap_top(&mut self) {
+    pub fn guard_heap_top(&mut self) {
         self.guard_top = 1;
         self.committed = self.heap_top.next_multiple_of(self.page);
     }
 
     /// Where the accessible heap ends when the rest is kept inaccessible (a restore puts that back).
-    pub(crate) fn heap_committed(&self) -> Option<usize> {
+    pub fn heap_committed(&self) -> Option<usize> {
         (self.guard_top != 0).then(|| self.committed.clamp(self.heap_start, self.heap_end))
     }
 
     /// The part of the heap in use since the block was laid out: what a snapshot must keep.
-    pub(crate) fn heap_used(&self) -> (usize, usize) {
+    pub fn heap_used(&self) -> (usize, usize) {
         (self.heap_start, self.heap_top)
     }
 
     /// Hands the domain the libraries its `dlopen` opens: a table laid out by [`LibraryTable`] at `at`.
-    pub(crate) fn set_libraries(&mut self, at: usize, len: usize) {
+    pub fn set_libraries(&mut self, at: usize, len: usize) {
         self.libraries = at;
         self.libraries_len = len;
     }
 
     /// The heap's ranges whose protection the domain changed, clamped to the heap: what a restore re-applies.
-    pub(crate) fn protected_ranges(&self) -> Vec<(usize, usize, i32)> {
+    pub fn protected_ranges(&self) -> Vec<(usize, usize, i32)> {
         mappings::ranges(self)
     }
 
     /// The address of `std::nothrow` in this block.
-    pub(crate) fn nothrow_address(block: *mut RuntimeBlock) -> usize {
-        // SAFETY: only the field's address is taken.
-        unsafe { ptr::addr_of_mut!((*block).nothrow) as usize }
+    pub fn nothrow_address(block: *mut RuntimeBlock) -> usize {
+        block as usize + std::mem::offset_of!(RuntimeBlock, nothrow)
     }
 
     /// Whether an allocation failed for want of room: a hint for classifying a fault, read while other threads
@@ -157,14 +157,14 @@ impl RuntimeBlock {
     ///
     /// # Safety
     /// `block` is a block laid out by [`RuntimeBlock::init`], readable by this thread.
-    pub(crate) unsafe fn exhausted(block: *const RuntimeBlock) -> bool {
+    pub unsafe fn exhausted(block: *const RuntimeBlock) -> bool {
         // SAFETY: the caller's guarantee; the word is an aligned u32, read as an atomic (the domain's threads write
         // it as a plain word, so a value read is one some thread wrote).
         unsafe { AtomicU32::from_ptr(ptr::addr_of!((*block).exhausted).cast_mut()).load(Ordering::Relaxed) != 0 }
     }
 
     /// Destructors registered with `__cxa_atexit`, newest first.
-    pub(crate) fn destructors(&self) -> Vec<(usize, usize)> {
+    pub fn destructors(&self) -> Vec<(usize, usize)> {
         let n = self.atexit_count.min(ATEXIT_SLOTS);
         self.atexit[..n].iter().rev().copied().collect()
     }
@@ -175,7 +175,7 @@ type Raw = *const c_void;
 
 /// The runtime's functions by import name. Names not here that the classification calls domain runtime are
 /// data (`std::nothrow`, bound by the backend).
-pub(crate) fn function(name: &str) -> Option<Raw> {
+pub fn function(name: &str) -> Option<Raw> {
     let f: Raw = match name {
         "malloc" | "_Znwm" | "_Znam" => rt_malloc as Raw,
         "_ZnwmRKSt9nothrow_t" | "_ZnamRKSt9nothrow_t" => rt_malloc as Raw,
@@ -243,7 +243,7 @@ pub(crate) fn function(name: &str) -> Option<Raw> {
 }
 
 /// The fault function for an import of the `exit` group.
-pub(crate) fn fault_function(name: &str) -> Raw {
+pub fn fault_function(name: &str) -> Raw {
     match name {
         "exit" | "_exit" | "_Exit" | "quick_exit" => rt_exit as Raw,
         _ => rt_abort as Raw,
@@ -392,7 +392,7 @@ fn block<'a>(b: *mut RuntimeBlock) -> Locked<'a> {
 ///
 /// # Safety
 /// `block` is a block laid out by [`RuntimeBlock::init`] (with its lock word before it), writable by this thread.
-pub(crate) unsafe fn with_block<R>(block_at: *mut RuntimeBlock, f: impl FnOnce(&mut RuntimeBlock) -> R) -> R {
+pub unsafe fn with_block<R>(block_at: *mut RuntimeBlock, f: impl FnOnce(&mut RuntimeBlock) -> R) -> R {
     f(&mut block(block_at))
 }
 
@@ -663,7 +663,7 @@ extern "C" fn rt_qsort_r(base: *mut u8, n: usize, size: usize, compare: usize, a
 /// Sets the calling thread's errno (for the runtime, and for the host-side signal functions). Inside a domain the FS
 /// base is the domain's thread block, so this is the domain's errno, the one the extension reads through
 /// `__errno_location`; the host's is untouched.
-pub(crate) fn set_errno(value: i32) {
+pub fn set_errno(value: i32) {
     // SAFETY: glibc's `__errno_location` gives the address of errno in the running thread's block, always writable
     // by the code running on it.
     unsafe { *libc::__errno_location() = value };
@@ -671,7 +671,7 @@ pub(crate) fn set_errno(value: i32) {
 
 /// The calling thread's errno (the tests read what the runtime set).
 #[cfg(test)]
-pub(crate) fn errno() -> i32 {
+pub fn errno() -> i32 {
     // SAFETY: as in set_errno.
     unsafe { *libc::__errno_location() }
 }

@@ -1,5 +1,5 @@
 //! Run-time library faults in an mpk domain: what the preloaded `ward_libfault` does in a process domain
-//! (`crate::libfault`), done by the domain runtime. The imports of one image (the extension, or the plugin its
+//! (ward's `libfault`), done by the domain runtime. The imports of one image (the extension, or the plugin its
 //! class adapter opens) that the fault's kind concerns are bound to the functions here instead of their usual
 //! binding; every other image keeps its own. The count of eligible calls lives in the runtime block, so a restore
 //! from the snapshot taken after loading goes back to the count loading left, as a process forked from a zygote
@@ -10,12 +10,34 @@ use std::ffi::{c_char, c_int, c_void};
 use super::{
     block, rt_abort, rt_calloc, rt_free, rt_malloc, rt_memalign, rt_posix_memalign, rt_realloc, Raw, RuntimeBlock,
 };
-use crate::libfault::{LibraryFault, LibraryFaultKind};
+
+/// What an injected library fault does to the faulted image's calls: the kinds of ward's `InjectedFaultKind`,
+/// which parses and checks them (ward's mpk backend converts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InjectedFaultKind {
+    /// Allocations fail with `ENOMEM`.
+    Alloc,
+    /// `free` does nothing.
+    Leak,
+    /// Copies write [`InjectedFault::extra`] bytes too many.
+    CopyOverrun,
+}
+
+/// One library fault for the domain runtime to inject: the `nth` eligible call of its kind (from 1) and the
+/// `count - 1` after it (`count` 0: every one from the `nth` on). Built from ward's `LibraryFault`, already checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InjectedFault {
+    pub kind: InjectedFaultKind,
+    pub nth: u64,
+    pub count: u64,
+    /// Bytes too many per copy overrun; unused by the other kinds.
+    pub extra: u64,
+}
 
 /// The fault a domain's runtime injects, in its block (all zero: none).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct FaultPlan {
+pub struct FaultPlan {
     /// 0: none; else [`code`] of the kind.
     kind: u32,
     nth: u64,
@@ -29,23 +51,17 @@ const ALLOC: u32 = 1;
 const LEAK: u32 = 2;
 const COPY: u32 = 3;
 
-fn code(kind: LibraryFaultKind) -> u32 {
+fn code(kind: InjectedFaultKind) -> u32 {
     match kind {
-        LibraryFaultKind::Alloc => ALLOC,
-        LibraryFaultKind::Leak => LEAK,
-        LibraryFaultKind::CopyOverrun => COPY,
+        InjectedFaultKind::Alloc => ALLOC,
+        InjectedFaultKind::Leak => LEAK,
+        InjectedFaultKind::CopyOverrun => COPY,
     }
 }
 
 impl FaultPlan {
-    pub(crate) fn new(fault: &LibraryFault) -> FaultPlan {
-        FaultPlan {
-            kind: code(fault.kind()),
-            nth: fault.nth(),
-            count: fault.count(),
-            extra: fault.extra().unwrap_or(LibraryFault::DEFAULT_EXTRA),
-            calls: 0,
-        }
+    pub fn new(fault: &InjectedFault) -> FaultPlan {
+        FaultPlan { kind: code(fault.kind), nth: fault.nth, count: fault.count, extra: fault.extra, calls: 0 }
     }
 
     /// Whether this eligible call of `kind` gets the fault; counts it.
@@ -70,24 +86,24 @@ impl FaultPlan {
 
 /// The function an import of the faulted image is bound to under `kind`, when the kind concerns it (the same
 /// functions `ward_libfault` interposes on).
-pub(crate) fn function(kind: LibraryFaultKind, name: &str) -> Option<Raw> {
-    let f: Raw = match (kind, name) {
-        (LibraryFaultKind::Alloc, "malloc") => lf_malloc as Raw,
-        (LibraryFaultKind::Alloc, "calloc") => lf_calloc as Raw,
-        (LibraryFaultKind::Alloc, "realloc") => lf_realloc as Raw,
-        (LibraryFaultKind::Alloc, "memalign" | "aligned_alloc") => lf_memalign as Raw,
-        (LibraryFaultKind::Alloc, "posix_memalign") => lf_posix_memalign as Raw,
-        (LibraryFaultKind::Leak, "free") => lf_free as Raw,
-        (LibraryFaultKind::CopyOverrun, "memcpy") => lf_memcpy as Raw,
-        (LibraryFaultKind::CopyOverrun, "memmove") => lf_memmove as Raw,
-        (LibraryFaultKind::CopyOverrun, "memset") => lf_memset as Raw,
-        (LibraryFaultKind::CopyOverrun, "strcpy") => lf_strcpy as Raw,
-        (LibraryFaultKind::CopyOverrun, "strncpy") => lf_strncpy as Raw,
-        (LibraryFaultKind::CopyOverrun, "__memcpy_chk") => lf_memcpy_chk as Raw,
-        (LibraryFaultKind::CopyOverrun, "__memmove_chk") => lf_memmove_chk as Raw,
-        (LibraryFaultKind::CopyOverrun, "__memset_chk") => lf_memset_chk as Raw,
-        (LibraryFaultKind::CopyOverrun, "__strcpy_chk") => lf_strcpy_chk as Raw,
-        (LibraryFaultKind::CopyOverrun, "__strncpy_chk") => lf_strncpy_chk as Raw,
+pub fn function(kind: impl Into<InjectedFaultKind>, name: &str) -> Option<Raw> {
+    let f: Raw = match (kind.into(), name) {
+        (InjectedFaultKind::Alloc, "malloc") => lf_malloc as Raw,
+        (InjectedFaultKind::Alloc, "calloc") => lf_calloc as Raw,
+        (InjectedFaultKind::Alloc, "realloc") => lf_realloc as Raw,
+        (InjectedFaultKind::Alloc, "memalign" | "aligned_alloc") => lf_memalign as Raw,
+        (InjectedFaultKind::Alloc, "posix_memalign") => lf_posix_memalign as Raw,
+        (InjectedFaultKind::Leak, "free") => lf_free as Raw,
+        (InjectedFaultKind::CopyOverrun, "memcpy") => lf_memcpy as Raw,
+        (InjectedFaultKind::CopyOverrun, "memmove") => lf_memmove as Raw,
+        (InjectedFaultKind::CopyOverrun, "memset") => lf_memset as Raw,
+        (InjectedFaultKind::CopyOverrun, "strcpy") => lf_strcpy as Raw,
+        (InjectedFaultKind::CopyOverrun, "strncpy") => lf_strncpy as Raw,
+        (InjectedFaultKind::CopyOverrun, "__memcpy_chk") => lf_memcpy_chk as Raw,
+        (InjectedFaultKind::CopyOverrun, "__memmove_chk") => lf_memmove_chk as Raw,
+        (InjectedFaultKind::CopyOverrun, "__memset_chk") => lf_memset_chk as Raw,
+        (InjectedFaultKind::CopyOverrun, "__strcpy_chk") => lf_strcpy_chk as Raw,
+        (InjectedFaultKind::CopyOverrun, "__strncpy_chk") => lf_strncpy_chk as Raw,
         _ => return None,
     };
     Some(f)
@@ -252,12 +268,12 @@ mod tests {
 
     #[test]
     fn the_nth_eligible_call_and_count_after_it_are_hit_and_other_kinds_are_not_counted() {
-        let fault = LibraryFault::new(LibraryFaultKind::Alloc, 3).unwrap().with_count(2).unwrap();
+        let fault = InjectedFault { kind: InjectedFaultKind::Alloc, nth: 3, count: 2, extra: 64 };
         let mut plan = FaultPlan::new(&fault);
         assert!(!plan.hits(LEAK), "another kind");
         let hits: Vec<bool> = (0..6).map(|_| plan.hits(ALLOC)).collect();
         assert_eq!(hits, [false, false, true, true, false, false]);
-        let every = LibraryFault::new(LibraryFaultKind::Leak, 2).unwrap().with_count(0).unwrap();
+        let every = InjectedFault { kind: InjectedFaultKind::Leak, nth: 2, count: 0, extra: 64 };
         let mut plan = FaultPlan::new(&every);
         let hits: Vec<bool> = (0..4).map(|_| plan.hits(LEAK)).collect();
         assert_eq!(hits, [false, true, true, true], "count 0: every call from the nth on");
@@ -265,18 +281,19 @@ mod tests {
 
     #[test]
     fn a_copy_overrun_writes_extra_bytes_once() {
-        let fault = LibraryFault::new(LibraryFaultKind::CopyOverrun, 1).unwrap().with_extra(8).unwrap();
+        // Count 1: what ward's `LibraryFault` defaults a copy overrun to (its conversion is tested in ward).
+        let fault = InjectedFault { kind: InjectedFaultKind::CopyOverrun, nth: 1, count: 1, extra: 8 };
         let mut plan = FaultPlan::new(&fault);
         assert_eq!(plan.overrun(), 8);
-        assert_eq!(plan.overrun(), 0, "count 1 by default");
+        assert_eq!(plan.overrun(), 0, "count 1");
     }
 
     #[test]
     fn only_the_functions_of_the_faults_kind_are_rebound() {
-        assert!(function(LibraryFaultKind::Alloc, "malloc").is_some());
-        assert!(function(LibraryFaultKind::Alloc, "free").is_none());
-        assert!(function(LibraryFaultKind::Leak, "free").is_some());
-        assert!(function(LibraryFaultKind::CopyOverrun, "__memcpy_chk").is_some());
-        assert!(function(LibraryFaultKind::CopyOverrun, "malloc").is_none());
+        assert!(function(InjectedFaultKind::Alloc, "malloc").is_some());
+        assert!(function(InjectedFaultKind::Alloc, "free").is_none());
+        assert!(function(InjectedFaultKind::Leak, "free").is_some());
+        assert!(function(InjectedFaultKind::CopyOverrun, "__memcpy_chk").is_some());
+        assert!(function(InjectedFaultKind::CopyOverrun, "malloc").is_none());
     }
 }

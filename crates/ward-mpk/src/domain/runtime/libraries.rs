@@ -18,18 +18,18 @@ use std::ffi::{c_char, c_void, CStr};
 use super::{block, RuntimeBlock};
 
 /// Bytes of the `dlerror` message, its NUL included.
-pub(crate) const ERROR_BYTES: usize = 256;
+pub const ERROR_BYTES: usize = 256;
 const LIBRARY_WORDS: usize = 4;
 const EXPORT_WORDS: usize = 3;
 
 /// A table of libraries, laid out for the domain.
-pub(crate) struct LibraryTable {
+pub struct LibraryTable {
     pub bytes: Vec<u8>,
 }
 
 impl LibraryTable {
     /// The table of `libraries`: each a path and its exports (name to address).
-    pub(crate) fn new(libraries: &[(&[u8], &HashMap<String, usize>)]) -> LibraryTable {
+    pub fn new(libraries: &[(&[u8], &HashMap<String, usize>)]) -> LibraryTable {
         let exports: usize = libraries.iter().map(|(_, e)| e.len()).sum();
         let mut words: Vec<u64> = Vec::with_capacity(1 + libraries.len() * LIBRARY_WORDS + exports * EXPORT_WORDS);
         let mut strings: Vec<u8> = Vec::new();

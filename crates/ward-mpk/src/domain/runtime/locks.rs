@@ -225,7 +225,7 @@ mod tests {
 
     /// Whether this machine has FSGSBASE (as every machine with mpk domains does); when not, says so.
     fn fsgsbase_here() -> bool {
-        let here = crate::backend::mpk::thread_block::fsgsbase_enabled();
+        let here = crate::domain::thread_block::fsgsbase_enabled();
         if !here {
             eprintln!("no FSGSBASE on this machine: the runtime's mutexes name their holders with it; not run");
         }
