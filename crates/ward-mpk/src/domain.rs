@@ -12,9 +12,6 @@ pub mod gate;
 // Each host thread's stack and argument area in a domain.
 #[allow(unsafe_code)]
 pub mod lanes;
-// `signal`, `sysv_signal` and `sigset` for hosts, built on the gate's `host_sigaction`.
-#[allow(unsafe_code)]
-pub mod legacy_signals;
 // Places an extension's image in a domain's memory and relocates it.
 #[allow(unsafe_code)]
 pub mod loader;

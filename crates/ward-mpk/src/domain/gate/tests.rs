@@ -8,8 +8,15 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::mem::MaybeUninit;
+
+use super::assembly::{ward_mpk_host_signal_entry, ward_mpk_refuse, ward_mpk_signal_entry};
+use super::handlers::real_sigaction;
+use super::host_signals::GLIBC_SETXID;
+use super::outward::OUTWARD_TARGETS;
 use super::*;
-use crate::domain::pku::HOST_KEY;
+use crate::domain::memory::KeyedRegion;
+use crate::domain::pku::{ProtectionKey, HOST_KEY};
 use crate::domain::require_pku;
 use crate::domain::thread_block::{ThreadBlocks, TlsLayout};
 

@@ -10,8 +10,7 @@
 mod backend;
 
 pub(crate) use self::backend::{GatedCall, MpkBackend, MpkConfig};
-pub(crate) use ward_mpk::domain::gate::host_sigaction;
-pub(crate) use ward_mpk::domain::legacy_signals::{host_signal, host_sigset, host_sysv_signal, SIG_HOLD};
+pub(crate) use ward_mpk::domain::gate::{host_sigaction, host_signal, host_sigset, host_sysv_signal, SIG_HOLD};
 pub(crate) use ward_mpk::pku_available;
 
 use ward_mpk::domain::runtime::{InjectedFault, InjectedFaultKind};
