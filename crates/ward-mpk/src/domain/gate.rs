@@ -140,7 +140,7 @@ struct GateFrame {
     /// the gate): a signal outside that span is not this call's, and the resume path is safe anywhere inside it.
     inside: u64,
     /// The fault, when the call ended in one (written by the signal handler; signal 0 until then).
-    fault: GateFault,
+    fault: Caught,
     /// The thread pointer (FS base) the domain runs with: this thread's block in the domain (see `thread_block`).
     domain_fs: u64,
     /// The host's thread pointer at entry (written by the gate), put back on the way out.
@@ -168,10 +168,25 @@ struct GateFrame {
 // The floats follow the ints, as in RegArgs: the argument loader reads both from one base.
 const _: () = assert!(offset_of!(GateFrame, floats) == offset_of!(GateFrame, ints) + 48);
 
-/// A fault raised inside a domain, as the signal handler saw it.
+/// How a call into a domain ended when it did not return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateFault {
+    /// A signal ended it: one the processor raised in the domain's code, or [`timeout_signal`], sent by the
+    /// [`watchdog`] past the call's deadline (code `SI_QUEUE`) or by a thread closing the domain.
+    Signal(SignalFault),
+    /// An outward stub's argument check refused a call the domain made to the host.
+    Refused(RefusedCall),
+    /// The domain asked to end the process: the runtime's `exit` or `abort` ([`end_call`]).
+    Ended(Ending),
+    /// The gate ended it without a signal: the domain was closed ([`Occupancy::close`]) since the call was made,
+    /// and the call was about to go into it, or back into it from the host.
+    Closed,
+}
+
+/// A signal that ended a call, as the handler saw it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GateFault {
+pub struct SignalFault {
     pub signal: i32,
     /// `si_code`: for SIGSEGV, `SEGV_MAPERR`, `SEGV_ACCERR` or [`pku::SEGV_PKUERR`].
     pub code: i32,
@@ -179,38 +194,101 @@ pub struct GateFault {
     pub addr: usize,
     /// The program counter at the fault.
     pub pc: usize,
-    /// When the fault is an outward stub's argument check refusing the call: the stub's slot and the refusal's
-    /// code (0: not a refusal). [`GateFault::refused`] reads them.
-    refused_slot: usize,
-    refusal_code: u64,
-    /// When the fault is the domain asking to end the process (the runtime's `exit` or `abort`, see [`end_call`]):
-    /// how (a nonzero kind the runtime defines) and the status it gave. Kind 0: not an ending.
-    ending_kind: u64,
-    ending_status: u64,
+}
+
+impl SignalFault {
+    /// A write or read of memory the domain's key rights forbid (host memory written, another domain touched).
+    pub fn is_key_violation(&self) -> bool {
+        self.signal == libc::SIGSEGV && self.code == pku::SEGV_PKUERR
+    }
 }
 
 /// An outward call its argument check refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused {
+pub struct RefusedCall {
     /// The host function the domain called, as it imported it.
     pub function: &'static str,
     pub why: Refusal,
 }
 
-impl GateFault {
-    /// The refusal, when an outward stub's argument check refused the call.
-    pub fn refused(&self) -> Option<Refused> {
-        refusal(self.refused_slot, self.refusal_code)
+/// How the domain asked to end the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// `exit` (and its kind) with this status.
+    Exit { status: i32 },
+    /// `abort`.
+    Abort,
+}
+
+impl Ending {
+    /// The two words the trap at `ward_mpk_end` carries: a nonzero kind, and the status.
+    fn words(self) -> (u64, u64) {
+        match self {
+            Ending::Exit { status } => (1, u64::from(status as u32)),
+            Ending::Abort => (2, 0),
+        }
     }
 
-    /// How the domain asked to end the process, when that is what the fault is: the runtime's kind and status.
-    pub fn ending(&self) -> Option<(u64, i32)> {
-        (self.ending_kind != 0).then_some((self.ending_kind, self.ending_status as i32))
+    fn from_words(kind: u64, status: u64) -> Option<Ending> {
+        match kind {
+            1 => Some(Ending::Exit { status: status as u32 as i32 }),
+            2 => Some(Ending::Abort),
+            _ => None,
+        }
     }
+}
 
-    /// A write or read of memory the domain's key rights forbid (host memory written, another domain touched).
-    pub fn is_key_violation(&self) -> bool {
-        self.signal == libc::SIGSEGV && self.code == pku::SEGV_PKUERR
+/// What the signal handler records in the frame of the call it ends (signal 0 while it has recorded nothing: the
+/// gate ended the call itself); made a [`GateFault`] once the call is back in the host. In the frame, so of C's
+/// layout like it (the assembly never touches it).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Caught {
+    signal: SignalFault,
+    /// What the trap's argument registers said, when the signal is a trap at one of ward's two known addresses.
+    trap: Trap,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+enum Trap {
+    None,
+    /// At `ward_mpk_refuse`: the outward stub's slot and the refusal's code.
+    Refusal {
+        slot: usize,
+        code: u64,
+    },
+    /// At `ward_mpk_end`: the words of an [`Ending`].
+    Ending {
+        kind: u64,
+        status: u64,
+    },
+}
+
+impl Caught {
+    const NOTHING: Caught = Caught { signal: SignalFault { signal: 0, code: 0, addr: 0, pc: 0 }, trap: Trap::None };
+
+    /// A trap whose words name no refusal (a slot with no stub or no check) or no ending is the illegal
+    /// instruction it is.
+    fn into_fault(self) -> GateFault {
+        match self.trap {
+            Trap::Refusal { slot, code } => {
+                if let Some(refused) = refusal(slot, code) {
+                    return GateFault::Refused(refused);
+                }
+            }
+            Trap::Ending { kind, status } => {
+                if let Some(ending) = Ending::from_words(kind, status) {
+                    return GateFault::Ended(ending);
+                }
+            }
+            Trap::None => {}
+        }
+        if self.signal.signal == 0 {
+            GateFault::Closed
+        } else {
+            GateFault::Signal(self.signal)
+        }
     }
 }
 
@@ -294,16 +372,7 @@ pub unsafe fn call(
         outside: 0,
         domain_rsp_out: 0,
         inside: 0,
-        fault: GateFault {
-            signal: 0,
-            code: 0,
-            addr: 0,
-            pc: 0,
-            refused_slot: 0,
-            refusal_code: 0,
-            ending_kind: 0,
-            ending_status: 0,
-        },
+        fault: Caught::NOTHING,
         domain_fs: thread_pointer as u64,
         host_fs: 0,
         below,
@@ -351,7 +420,7 @@ pub unsafe fn call(
             float_control.set(FloatState { mxcsr: frame.domain_mxcsr, x87_control: frame.domain_x87_control as u16 });
             Ok(RegRet { int: frame.ret_int, float: frame.ret_float })
         }
-        _ => Err(frame.fault),
+        _ => Err(frame.fault.into_fault()),
     })
 }
 
@@ -390,12 +459,13 @@ pub fn nested_stack_top(stack: std::ops::Range<usize>) -> Option<*mut u8> {
     None
 }
 
-/// Ends the domain's call on this thread as the domain asking to end the process: `kind` (nonzero) and `status`
-/// come back in the fault ([`GateFault::ending`]). For the domain runtime, running inside the domain.
-pub fn end_call(kind: u64, status: i32) -> ! {
+/// Ends the domain's call on this thread as the domain asking to end the process: the call comes back as
+/// [`GateFault::Ended`]. For the domain runtime, running inside the domain.
+pub fn end_call(ending: Ending) -> ! {
+    let (kind, status) = ending.words();
     // SAFETY: the trap raises SIGILL at a known address; the handler takes the thread back to its gate (the
     // runtime calls this only inside a domain's call).
-    unsafe { ward_mpk_end(kind, status as u32 as u64) }
+    unsafe { ward_mpk_end(kind, status) }
 }
 
 #[cfg(test)]

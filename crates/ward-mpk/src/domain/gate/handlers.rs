@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use super::assembly::{ward_mpk_end, ward_mpk_gate_resume, ward_mpk_refuse, ward_mpk_signal_entry};
 use super::host_signals::adopt_host_handlers;
-use super::{allow_on_this_thread, GateFault, ACTIVE};
+use super::{allow_on_this_thread, Caught, SignalFault, Trap, ACTIVE};
 use crate::domain::memory::KeyedRegion;
 use crate::domain::pku::{self, Pkru, ProtectionKey};
 use crate::domain::{thread_block, watchdog};
@@ -244,14 +244,14 @@ pub(super) extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo
         // A trap at one of ward's two known addresses carries its words in the first two argument registers.
         let arguments = (gregs[libc::REG_RDI as usize] as u64, gregs[libc::REG_RSI as usize] as u64);
         let trapped_at = |at: usize| signal == libc::SIGILL && pc == at;
-        let (refused_slot, refusal_code) = if trapped_at(ward_mpk_refuse as *const () as usize) {
-            (arguments.0 as usize, arguments.1)
+        let trap = if trapped_at(ward_mpk_refuse as *const () as usize) {
+            Trap::Refusal { slot: arguments.0 as usize, code: arguments.1 }
+        } else if trapped_at(ward_mpk_end as *const () as usize) {
+            Trap::Ending { kind: arguments.0, status: arguments.1 }
         } else {
-            (0, 0)
+            Trap::None
         };
-        let (ending_kind, ending_status) =
-            if trapped_at(ward_mpk_end as *const () as usize) { arguments } else { (0, 0) };
-        (*frame).fault = GateFault { signal, code, addr, pc, refused_slot, refusal_code, ending_kind, ending_status };
+        (*frame).fault = Caught { signal: SignalFault { signal, code, addr, pc }, trap };
         gregs[libc::REG_RIP as usize] = ward_mpk_gate_resume as *const () as i64;
         gregs[libc::REG_RBX as usize] = frame as i64;
     }

@@ -6,7 +6,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use super::assembly::ward_mpk_refuse;
-use super::Refused;
+use super::RefusedCall;
 use crate::domain::checks::{self, Arguments, GateCheck, Refusal, Touch};
 
 /// Eightbytes of stack arguments an outward stub passes on to its host function: sixteen, so a call with up to
@@ -122,9 +122,9 @@ pub(super) extern "C" fn check_outward_arguments(slot: usize, image: *const u64)
 }
 
 /// The refusal a trap at `ward_mpk_refuse` carries.
-pub(super) fn refusal(slot: usize, code: u64) -> Option<Refused> {
+pub(super) fn refusal(slot: usize, code: u64) -> Option<RefusedCall> {
     let why = Refusal::from_code(code)?;
     // SAFETY: non-null entries are `&'static GateCheck`s stored by `outward_for_checked`.
     let check = unsafe { OUTWARD_CHECKS.get(slot)?.load(Ordering::Acquire).as_ref()? };
-    Some(Refused { function: check.name, why })
+    Some(RefusedCall { function: check.name, why })
 }

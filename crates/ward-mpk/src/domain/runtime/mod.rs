@@ -27,6 +27,7 @@ use self::libfault::FaultPlan;
 pub use self::libfault::{InjectedFault, InjectedFaultKind};
 pub use self::libraries::LibraryTable;
 use self::mappings::Protection;
+use super::gate::Ending;
 
 /// Size classes of the heap: class `k` holds blocks of `16 << k` bytes, header included.
 const CLASSES: usize = 36;
@@ -39,11 +40,6 @@ const ATEXIT_SLOTS: usize = 64;
 /// glibc's `random()` state: the TYPE_3 additive generator, `r[i] = r[i-3] + r[i-31]`.
 const RANDOM_DEG: usize = 31;
 const RANDOM_SEP: usize = 3;
-
-/// How a domain ended a call by asking to end the process: the kinds the runtime's `exit` and `abort` end a call
-/// with (`gate::end_call`), which come back with the thread's fault.
-pub const ENDED_EXIT: u64 = 1;
-pub const ENDED_ABORT: u64 = 2;
 
 /// Bytes before the block in the runtime page: its lock word, on a cache line of its own. The word lies outside
 /// the block because the thread holding the lock borrows the whole block.
@@ -812,11 +808,11 @@ extern "C" fn rt_lcong48(params: *const u16, _: usize, _: usize, _: usize, _: us
 // ---- the end of the process, as faults ----
 
 extern "C" fn rt_exit(status: i32, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> ! {
-    super::gate::end_call(ENDED_EXIT, status)
+    super::gate::end_call(Ending::Exit { status })
 }
 
 extern "C" fn rt_abort(_: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> ! {
-    super::gate::end_call(ENDED_ABORT, 0)
+    super::gate::end_call(Ending::Abort)
 }
 
 #[cfg(test)]

@@ -37,12 +37,12 @@ use ward_abi::{RegArgs, RegRet};
 use ward_mpk::assess::imports::{self, ImportClass};
 use ward_mpk::assess::{assess, scan, Image, Reason};
 use ward_mpk::domain::checks;
-use ward_mpk::domain::gate::{self, FloatState, GateFault, Occupancy, Presence};
+use ward_mpk::domain::gate::{self, Ending, FloatState, GateFault, Occupancy, Presence};
 use ward_mpk::domain::lanes::Lanes;
 use ward_mpk::domain::loader::{self, ImportRequest, Placed};
 use ward_mpk::domain::memory::{self, page_size, KeyedRegion};
 use ward_mpk::domain::pku::{self, Pkru, ProtectionKey};
-use ward_mpk::domain::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
+use ward_mpk::domain::runtime::{self, LibraryTable, RuntimeBlock};
 use ward_mpk::domain::thread_block::{ThreadBlocks, TlsLayout};
 use ward_xpc::Deadline;
 
@@ -236,6 +236,26 @@ impl DomainMemory {
 
     /// What a fault at the gate means.
     fn classify(&self, fault: &GateFault) -> BackendError {
+        let fault = match fault {
+            GateFault::Signal(fault) => fault,
+            GateFault::Refused(refused) => {
+                return BackendError::Fault(FaultKind::Protocol {
+                    what: format!("the extension called {} with {}", refused.function, refused.why.describe()),
+                })
+            }
+            // How the domain asked to end the process comes with this thread's fault, not from the shared block.
+            GateFault::Ended(Ending::Exit { status }) => {
+                return BackendError::Fault(FaultKind::Exited { status: *status })
+            }
+            GateFault::Ended(Ending::Abort) => {
+                return BackendError::Fault(FaultKind::Signal {
+                    signo: libc::SIGABRT,
+                    cause: SignalCause::Abort,
+                    addr: None,
+                })
+            }
+            GateFault::Closed => return BackendError::Closed,
+        };
         if fault.signal == gate::timeout_signal() {
             return BackendError::TimedOut;
         }
@@ -248,22 +268,6 @@ impl DomainMemory {
             pc = format_args!("{:#x}", fault.pc),
             "mpk: fault in a domain"
         );
-        if let Some(refused) = fault.refused() {
-            return BackendError::Fault(FaultKind::Protocol {
-                what: format!("the extension called {} with {}", refused.function, refused.why.describe()),
-            });
-        }
-        // How the domain asked to end the process comes with this thread's fault, not from the shared block.
-        if let Some((ENDED_EXIT, status)) = fault.ending() {
-            return BackendError::Fault(FaultKind::Exited { status });
-        }
-        if let Some((ENDED_ABORT, _)) = fault.ending() {
-            return BackendError::Fault(FaultKind::Signal {
-                signo: libc::SIGABRT,
-                cause: SignalCause::Abort,
-                addr: None,
-            });
-        }
         // The fault is this thread's, so the stack it overflowed is this thread's lane's.
         let overflowed = self.lanes.for_this_thread().is_ok_and(|lane| lane.stack_guard().contains(&fault.addr));
         self.host_access();
