@@ -713,7 +713,9 @@ impl Probe for Touch {
     }
 
     fn word(&mut self, at: usize) -> u64 {
-        // SAFETY: as in `byte`; read bytewise-unaligned since a domain's pointers need not be aligned.
+        // SAFETY: a read of any address, under the domain's rights: harmless where the domain may read, a fault the
+        // gate's handler ends the call on where it may not; read bytewise-unaligned since a domain's pointers need
+        // not be aligned.
         u64::from_le_bytes(unsafe { std::ptr::read_volatile(at as *const [u8; 8]) })
     }
 

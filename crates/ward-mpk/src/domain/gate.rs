@@ -353,7 +353,8 @@ pub unsafe fn call(
     let same_domain_below =
         unsafe { below.as_ref() }.filter(|b| b.outside != 0 && b.domain_pkru == u64::from(rights.0)).is_some();
     let domain_float = if same_domain_below {
-        // SAFETY: as above; the outward stub stored the domain's control there when it called out.
+        // SAFETY: `below`, non-null here, is this thread's live activation, in host memory; the outward stub stored
+        // the domain's control there when it called out.
         unsafe { FloatState { mxcsr: (*below).domain_mxcsr, x87_control: (*below).domain_x87_control as u16 } }
     } else {
         float_control.get()

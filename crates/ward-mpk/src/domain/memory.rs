@@ -20,7 +20,8 @@ pub struct KeyedRegion {
 
 // SAFETY: the region is plain memory owned by this object; which threads may touch it is up to PKRU, not to Rust.
 unsafe impl Send for KeyedRegion {}
-// SAFETY: as above; the object itself is never mutated through a shared reference.
+// SAFETY: the region is plain memory owned by this object, and the object itself is never mutated through a shared
+// reference.
 unsafe impl Sync for KeyedRegion {}
 
 impl KeyedRegion {

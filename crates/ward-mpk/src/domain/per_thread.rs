@@ -46,7 +46,8 @@ impl<T: Send + Sync + 'static> PerThread<T> {
         };
         let forget: Arc<dyn Forget> = self.clone();
         CACHE.with(|c| c.borrow_mut().add(self.id, value.cast(), Arc::downgrade(&forget)));
-        // SAFETY: as above: the map holds it.
+        // SAFETY: the map holds the value until this thread ends or the map goes, and `self` is alive for the
+        // reference's lifetime.
         Ok(unsafe { &*value })
     }
 

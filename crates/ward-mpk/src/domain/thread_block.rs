@@ -315,7 +315,7 @@ impl ThreadBlocks {
     /// No call may be running in the domain, and this thread must be allowed to write the domain's key.
     pub unsafe fn reset(&self) {
         for block in self.blocks.all() {
-            // SAFETY: the caller's guarantee.
+            // SAFETY: no call runs in the domain and this thread may write its key (this function's contract).
             unsafe { block.reset() };
         }
     }

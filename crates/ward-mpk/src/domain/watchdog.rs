@@ -168,7 +168,7 @@ fn eviction_value(cookie: u64) -> u64 {
 /// Whether `info` is an eviction [`evict`] sent (in this process). Async-signal-safe.
 pub fn is_eviction(info: &libc::siginfo_t) -> bool {
     let cookie = SIGNAL_COOKIE.load(Ordering::Relaxed);
-    // SAFETY: as in `from_watchdog`.
+    // SAFETY: for SI_QUEUE the kernel fills the sender's pid and the value (the `_rt` member of the union).
     cookie != 0
         && info.si_code == libc::SI_QUEUE
         && unsafe { info.si_pid() } == std::process::id() as libc::pid_t

@@ -21,7 +21,7 @@ impl Probe for Record {
         unsafe { *(at as *const u8) }
     }
     fn word(&mut self, at: usize) -> u64 {
-        // SAFETY: as above.
+        // SAFETY: the tests hand the checks pointers to their own live buffers.
         unsafe { (at as *const u64).read_unaligned() }
     }
     fn read(&mut self, at: usize, len: usize) {

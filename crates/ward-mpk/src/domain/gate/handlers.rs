@@ -370,6 +370,7 @@ pub(super) unsafe fn real_sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> libc::c_int {
-    // SAFETY: the caller's guarantee.
+    // SAFETY: `act` and `old` are null or valid and a handler follows the C signal handler ABI (this function's
+    // contract).
     unsafe { __sigaction(signal, act, old) }
 }

@@ -41,7 +41,8 @@ pub unsafe fn host_sigaction(
         && signal != GLIBC_SETXID
         && (1..=libc::SIGRTMAX()).contains(&signal);
     if !taken_over {
-        // SAFETY: the caller's guarantee.
+        // SAFETY: `act` and `old` are null or valid and a handler follows the C signal handler ABI: this function's
+        // contract, which is `sigaction`'s.
         return unsafe { real_sigaction(signal, act, old) };
     }
     let previous = match host_action(signal) {
@@ -62,7 +63,7 @@ pub unsafe fn host_sigaction(
         if handled_signals().contains(&signal) {
             remember_host_action(signal, Some(*act));
         } else if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-            // SAFETY: the caller's guarantee.
+            // SAFETY: `act` is valid (this function's contract) and its handler is SIG_DFL or SIG_IGN.
             if unsafe { real_sigaction(signal, act, ptr::null_mut()) } != 0 {
                 return -1;
             }
@@ -149,7 +150,8 @@ struct KernelAction {
 /// As `sigaction`'s: `act` and `old` are null or valid, and a handler installed follows the C signal handler ABI
 /// and returns through `act.restorer`.
 unsafe fn kernel_sigaction(signal: libc::c_int, act: *const KernelAction, old: *mut KernelAction) -> libc::c_long {
-    // SAFETY: the caller's guarantee; the set size is the kernel's (64 signals).
+    // SAFETY: `act` and `old` are null or valid, a handler follows the C ABI and returns through its restorer (this
+    // function's contract); the set size is the kernel's (64 signals).
     unsafe { libc::syscall(libc::SYS_rt_sigaction, signal, act, old, 8usize) }
 }
 
@@ -181,8 +183,9 @@ fn adopt_glibc_setxid_handler() {
     unsafe { libc::sigemptyset(&mut glibcs.sa_mask) };
     for other in 1..=64 {
         if current.mask & (1u64 << (other - 1)) != 0 {
-            // SAFETY: as above. glibc's sigaddset refuses its own two signals, so they stay out; a second set-id
-            // signal cannot come while this one is handled (the caller holds glibc's lock until all have counted).
+            // SAFETY: sa_mask is a valid set and `other` a signal number. glibc's sigaddset refuses its own two
+            // signals, so they stay out; a second set-id signal cannot come while this one is handled (the caller holds
+            // glibc's lock until all have counted).
             unsafe { libc::sigaddset(&mut glibcs.sa_mask, other) };
         }
     }
@@ -228,7 +231,8 @@ pub(super) extern "C" fn on_host_signal(signal: libc::c_int, info: *mut libc::si
     let was_outside = unsafe { frame.as_mut().map(|f| std::mem::replace(&mut f.outside, 1)) };
     run_host_action(&host, signal, info, context);
     if let Some(outside) = was_outside {
-        // SAFETY: as above.
+        // SAFETY: `frame`, non-null here, is this thread's live activation, in host memory; only this thread writes
+        // it.
         unsafe { (*frame).outside = outside };
     }
 }
@@ -282,7 +286,7 @@ unsafe fn install_disposition(
 /// # Safety
 /// `handler` is SIG_DFL, SIG_IGN or a function that follows the C signal handler ABI.
 pub unsafe fn host_signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: the caller's guarantee.
+    // SAFETY: `handler` is SIG_DFL, SIG_IGN or a C signal handler (this function's contract).
     unsafe { install_disposition(signal, handler, libc::SA_RESTART, true) }
 }
 
@@ -292,7 +296,7 @@ pub unsafe fn host_signal(signal: c_int, handler: libc::sighandler_t) -> libc::s
 /// # Safety
 /// As for [`host_signal`].
 pub unsafe fn host_sysv_signal(signal: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: the caller's guarantee.
+    // SAFETY: `handler` is SIG_DFL, SIG_IGN or a C signal handler (this function's contract).
     unsafe { install_disposition(signal, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false) }
 }
 
@@ -336,7 +340,8 @@ pub unsafe fn host_sigset(signal: c_int, disposition: libc::sighandler_t) -> lib
         }
         return old.sa_sigaction;
     }
-    // SAFETY: the caller's guarantee.
+    // SAFETY: `disposition`, not SIG_HOLD here, is SIG_DFL, SIG_IGN or a C signal handler (this function's
+    // contract).
     let previous = unsafe { install_disposition(signal, disposition, 0, false) };
     if previous == libc::SIG_ERR {
         return libc::SIG_ERR;
@@ -383,7 +388,7 @@ mod tests {
         }
         assert_eq!(action(ours), action(glibcs));
         assert_eq!(action(ours).1, libc::SA_RESETHAND | libc::SA_NODEFER);
-        // SAFETY: as above.
+        // SAFETY: the handler follows the C ABI and does nothing; the signals are sent by no one.
         unsafe {
             assert_eq!(host_signal(ours, handler), handler);
             libc::signal(glibcs, handler);
@@ -391,7 +396,8 @@ mod tests {
         assert_eq!(action(ours), action(glibcs));
         assert_eq!(action(ours).1, libc::SA_RESTART);
         // sigset: SIG_HOLD blocks and keeps the action; a handler unblocks and says the signal was held.
-        // SAFETY: as above; the signals are blocked on this thread only while the test runs.
+        // SAFETY: the handler follows the C ABI and does nothing; the signals are sent by no one, and blocked on this
+        // thread only while the test runs.
         unsafe {
             assert_eq!(host_sigset(ours, SIG_HOLD), handler, "the previous handler");
             assert_eq!(sigset(glibcs, SIG_HOLD), handler);

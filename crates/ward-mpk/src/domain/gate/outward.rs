@@ -95,7 +95,8 @@ pub(super) extern "C" fn check_outward_arguments(slot: usize, image: *const u64)
     // Each stub loads its own slot; a faulty domain that jumped into the common body past one carries any number,
     // which must not pick the host code to run.
     if OUTWARD_TARGETS.get(slot).is_none_or(|target| target.load(Ordering::Acquire) == 0) {
-        // SAFETY: as below; a trap without a refusal is an illegal instruction of the domain's.
+        // SAFETY: the trap ends the call at the gate (the handler knows its address), and nothing here continues; a
+        // trap without a refusal is an illegal instruction of the domain's.
         unsafe { ward_mpk_refuse(slot, 0) }
     }
     let Some(cell) = OUTWARD_CHECKS.get(slot) else {

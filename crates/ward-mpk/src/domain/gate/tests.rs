@@ -205,7 +205,7 @@ fn another_domains_memory_is_out_of_reach() {
     assert!(read.is_key_violation(), "{read:?}");
     let write = a.call(f(write_word as *const ()), &[b.data_word() as u64, 6]).unwrap_err().signalled();
     assert!(write.is_key_violation(), "{write:?}");
-    // SAFETY: as above.
+    // SAFETY: b's data page, which this thread may read.
     assert_eq!(unsafe { b.data_word().read_volatile() }, 5);
 }
 
@@ -612,8 +612,8 @@ static SLOW_HOST_DONE: AtomicU64 = AtomicU64::new(0);
 /// the host well before it passes.
 const CALL_OUT_DEADLINE: Duration = Duration::from_secs(2);
 
-/// In the host, called out of a domain: busy until the domain's deadline has surely passed, then return. The
-/// deadline was armed before the domain called out, so waiting the whole deadline from here outlasts it, however slowly the
+/// In the host, called out of a domain: busy until the domain's deadline has surely passed, then return. The deadline
+/// was armed before the domain called out, so waiting the whole deadline from here outlasts it, however slowly the
 /// domain got here.
 extern "C" fn slow_host(x: u64) -> u64 {
     SLOW_HOST_ENTERED.store(1, Ordering::SeqCst);
@@ -923,7 +923,7 @@ fn under_round_toward_zero_a_tenth_is_not_rounded_to_nearest() {
     // SAFETY: ldmxcsr with the host's own control bits and round toward zero, then the host's MXCSR back.
     unsafe { asm!("ldmxcsr dword ptr [{m}]", m = in(reg) &toward_zero, options(nostack, readonly)) };
     let rounded = a_tenth_is_rounded_to_nearest();
-    // SAFETY: as above.
+    // SAFETY: ldmxcsr with the host's own MXCSR, as it was before the test.
     unsafe { asm!("ldmxcsr dword ptr [{m}]", m = in(reg) &host.mxcsr, options(nostack, readonly)) };
     assert!(!rounded, "the helper the floating-point tests use tells the two roundings apart");
 }
@@ -1223,7 +1223,7 @@ extern "C" fn set_errno_through_libc(value: u64) -> u64 {
 
 /// In a domain: errno, through libc.
 extern "C" fn errno_through_libc() -> u64 {
-    // SAFETY: as above.
+    // SAFETY: glibc's errno of the running thread (inside a domain, the domain's block), readable by it.
     unsafe { *libc::__errno_location() as u64 }
 }
 
@@ -1456,11 +1456,11 @@ fn closing_a_domain_ends_the_call_running_in_it_and_keeps_calls_made_before_from
     let me = Occupant::for_this_thread();
     let write = f(write_word as *const ());
     assert!(call_present(&d, &occupancy, &me, before, write, &[arrived as u64, 5]).is_err());
-    // SAFETY: as above.
+    // SAFETY: `arrived` is a word of the domain's data, which this thread's rights allow (it allocated the key).
     assert_eq!(unsafe { arrived.read_volatile() }, 1, "the stale call did not run");
     // One made now does.
     call_present(&d, &occupancy, &me, occupancy.epoch(), write, &[arrived as u64, 5]).unwrap();
-    // SAFETY: as above.
+    // SAFETY: `arrived` is a word of the domain's data, which this thread's rights allow.
     assert_eq!(unsafe { arrived.read_volatile() }, 5);
 }
 

@@ -7,9 +7,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::{
-    block, rt_abort, rt_calloc, rt_free, rt_malloc, rt_memalign, rt_posix_memalign, rt_realloc, Raw, RuntimeBlock,
-};
+use super::{block, rt_calloc, rt_free, rt_malloc, rt_memalign, rt_posix_memalign, rt_realloc, Raw, RuntimeBlock};
 
 /// What an injected library fault does to the faulted image's calls: the kinds of ward's `InjectedFaultKind`,
 /// which parses and checks them (ward's mpk backend converts).
@@ -116,28 +114,57 @@ fn failed() -> *mut c_void {
     std::ptr::null_mut()
 }
 
-extern "C" fn lf_malloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_malloc(
+    size: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     if block(b).library_fault.hits(ALLOC) {
         return failed();
     }
     rt_malloc(size, 0, 0, 0, 0, b)
 }
 
-extern "C" fn lf_calloc(n: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_calloc(
+    n: usize,
+    size: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     if block(b).library_fault.hits(ALLOC) {
         return failed();
     }
     rt_calloc(n, size, 0, 0, 0, b)
 }
 
-extern "C" fn lf_realloc(p: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_realloc(
+    p: usize,
+    size: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     if block(b).library_fault.hits(ALLOC) {
         return failed();
     }
     rt_realloc(p, size, 0, 0, 0, b)
 }
 
-extern "C" fn lf_memalign(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_memalign(
     align: usize,
     size: usize,
     _: usize,
@@ -151,7 +178,9 @@ extern "C" fn lf_memalign(
     rt_memalign(align, size, 0, 0, 0, b)
 }
 
-extern "C" fn lf_posix_memalign(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_posix_memalign(
     out: *mut *mut c_void,
     align: usize,
     size: usize,
@@ -167,7 +196,9 @@ extern "C" fn lf_posix_memalign(
 
 // ---- leak: a hit frees nothing (free(NULL) is not counted) ----
 
-extern "C" fn lf_free(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_free(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
     if p != 0 && block(b).library_fault.hits(LEAK) {
         return;
     }
@@ -180,85 +211,149 @@ extern "C" fn lf_free(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut 
 // the destination's size here, with the wrong length, as glibc's would: a failed check is the domain's abort (glibc's
 // would end the host's process from inside the domain).
 
-extern "C" fn lf_memcpy(dst: usize, src: usize, n: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_memcpy(dst: usize, src: usize, n: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
     let n = n + block(b).library_fault.overrun();
     // SAFETY: the extension's own call, with the length made wrong on purpose: what it touches is the domain's
     // business, and a fault there is the domain's (the gate recovers it).
     unsafe { libc::memcpy(dst as *mut c_void, src as *const c_void, n) as usize }
 }
 
-extern "C" fn lf_memmove(dst: usize, src: usize, n: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_memmove(dst: usize, src: usize, n: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
     let n = n + block(b).library_fault.overrun();
-    // SAFETY: as in `lf_memcpy`.
+    // SAFETY: the extension's own call (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     unsafe { libc::memmove(dst as *mut c_void, src as *const c_void, n) as usize }
 }
 
-extern "C" fn lf_memset(dst: usize, c: c_int, n: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_memset(dst: usize, c: c_int, n: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
     let n = n + block(b).library_fault.overrun();
-    // SAFETY: as in `lf_memcpy`.
+    // SAFETY: the extension's own call (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     unsafe { libc::memset(dst as *mut c_void, c, n) as usize }
 }
 
 /// The string at `src`, its terminator and `extra` bytes after it in the source, moved to `dst`.
 fn copy_string(dst: usize, src: usize, extra: usize) -> usize {
-    // SAFETY: as in `lf_memcpy`: the extension's own strings.
+    // SAFETY: the extension's own strings (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     unsafe {
         let n = libc::strlen(src as *const c_char) + 1 + extra;
         libc::memmove(dst as *mut c_void, src as *const c_void, n) as usize
     }
 }
 
-extern "C" fn lf_strcpy(dst: usize, src: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_strcpy(dst: usize, src: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
     let extra = block(b).library_fault.overrun();
     copy_string(dst, src, extra)
 }
 
-extern "C" fn lf_strncpy(dst: usize, src: usize, n: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_strncpy(dst: usize, src: usize, n: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
     let n = n + block(b).library_fault.overrun();
-    // SAFETY: as in `lf_memcpy`.
+    // SAFETY: the extension's own call (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     unsafe { libc::strncpy(dst as *mut c_char, src as *const c_char, n) as usize }
 }
 
 /// Ends the call as glibc's fortified check would, as the domain's abort, when `n` bytes exceed `dstlen`.
-fn check(n: usize, dstlen: usize, b: *mut RuntimeBlock) {
+fn check(n: usize, dstlen: usize) {
     if n > dstlen {
-        rt_abort(0, 0, 0, 0, 0, b);
+        crate::domain::gate::end_call(crate::domain::gate::Ending::Abort);
     }
 }
 
-extern "C" fn lf_memcpy_chk(dst: usize, src: usize, n: usize, dstlen: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_memcpy_chk(
+    dst: usize,
+    src: usize,
+    n: usize,
+    dstlen: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> usize {
     let n = n + block(b).library_fault.overrun();
-    check(n, dstlen, b);
-    // SAFETY: as in `lf_memcpy`.
+    check(n, dstlen);
+    // SAFETY: the extension's own call (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     unsafe { libc::memcpy(dst as *mut c_void, src as *const c_void, n) as usize }
 }
 
-extern "C" fn lf_memmove_chk(dst: usize, src: usize, n: usize, dstlen: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_memmove_chk(
+    dst: usize,
+    src: usize,
+    n: usize,
+    dstlen: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> usize {
     let n = n + block(b).library_fault.overrun();
-    check(n, dstlen, b);
-    // SAFETY: as in `lf_memcpy`.
+    check(n, dstlen);
+    // SAFETY: the extension's own call (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     unsafe { libc::memmove(dst as *mut c_void, src as *const c_void, n) as usize }
 }
 
-extern "C" fn lf_memset_chk(dst: usize, c: c_int, n: usize, dstlen: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_memset_chk(
+    dst: usize,
+    c: c_int,
+    n: usize,
+    dstlen: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> usize {
     let n = n + block(b).library_fault.overrun();
-    check(n, dstlen, b);
-    // SAFETY: as in `lf_memcpy`.
+    check(n, dstlen);
+    // SAFETY: the extension's own call (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     unsafe { libc::memset(dst as *mut c_void, c, n) as usize }
 }
 
-extern "C" fn lf_strcpy_chk(dst: usize, src: usize, dstlen: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_strcpy_chk(
+    dst: usize,
+    src: usize,
+    dstlen: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> usize {
     let extra = block(b).library_fault.overrun();
-    // SAFETY: as in `lf_memcpy`.
+    // SAFETY: the extension's own call (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     let n = unsafe { libc::strlen(src as *const c_char) } + 1 + extra;
-    check(n, dstlen, b);
+    check(n, dstlen);
     copy_string(dst, src, extra)
 }
 
-extern "C" fn lf_strncpy_chk(dst: usize, src: usize, n: usize, dstlen: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+unsafe extern "C" fn lf_strncpy_chk(
+    dst: usize,
+    src: usize,
+    n: usize,
+    dstlen: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> usize {
     let n = n + block(b).library_fault.overrun();
-    check(n, dstlen, b);
-    // SAFETY: as in `lf_memcpy`.
+    check(n, dstlen);
+    // SAFETY: the extension's own call (the thunk contract), the length made wrong on purpose: a fault is the
+    // domain's.
     unsafe { libc::strncpy(dst as *mut c_char, src as *const c_char, n) as usize }
 }
 
