@@ -312,6 +312,16 @@ fn assert_child_said(out: &std::process::Output, says: &str) {
     assert!(stdout.contains(says), "the child did not say {says:?}: {stdout}");
 }
 
+/// The test it is written in, run again in a child process as `case` ([`in_a_child_process`]), where it runs
+/// `child`; here, the child ran to its end and printed `says` ([`assert_child_said`]).
+macro_rules! in_a_child_that_says {
+    ($case:expr, $says:expr, $child:expr) => {
+        if let Some(out) = in_a_child_process($case, this_test!(), $child) {
+            assert_child_said(&out, $says);
+        }
+    };
+}
+
 static HOST_TRAPS: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn host_trap_handler(_: libc::c_int) {
@@ -331,9 +341,7 @@ fn a_fault_outside_any_domain_goes_to_the_handler_the_host_installed() {
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's own trap reached its handler");
         println!("child: host handler chained");
     };
-    if let Some(out) = in_a_child_process("host-handler", this_test!(), child) {
-        assert_child_said(&out, "child: host handler chained");
-    }
+    in_a_child_that_says!("host-handler", "child: host handler chained", child);
 }
 
 #[test]
@@ -351,9 +359,7 @@ fn a_host_handler_put_in_wards_place_is_chained_to_once_ward_looks_again() {
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's own trap reached its handler");
         println!("child: replaced handler chained");
     };
-    if let Some(out) = in_a_child_process("replaced-handler", this_test!(), child) {
-        assert_child_said(&out, "child: replaced handler chained");
-    }
+    in_a_child_that_says!("replaced-handler", "child: replaced handler chained", child);
 }
 
 #[test]
@@ -556,9 +562,7 @@ fn a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts() {
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's trap reached the host's handler");
         println!("child: host fault while outside went to the host");
     };
-    if let Some(out) = in_a_child_process("outward-host-fault", this_test!(), child) {
-        assert_child_said(&out, "went to the host");
-    }
+    in_a_child_that_says!("outward-host-fault", "went to the host", child);
 }
 
 extern "C" fn spin_forever() {
