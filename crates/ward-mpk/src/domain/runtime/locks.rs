@@ -27,10 +27,14 @@ const _: () = assert!(std::mem::size_of::<Mutex>() <= 40);
 /// The mutex types' bits of `kind` (`PTHREAD_MUTEX_KIND_MASK_NP`).
 const KIND_MASK: i32 = 3;
 
-fn mutex<'a>(m: usize) -> &'a Mutex {
-    // SAFETY: the extension passes a `pthread_mutex_t *` (40 bytes, laid out as above, every field an integer that
-    // any bits make valid); it may only lie about memory it can write itself. The fields are atomics, so threads
-    // of the domain share it soundly.
+/// The mutex at `m`.
+///
+/// # Safety
+/// `m` is a `pthread_mutex_t *` the extension passed (the thunk contract): 40 bytes it may write, alive for `'a`.
+unsafe fn mutex<'a>(m: usize) -> &'a Mutex {
+    // SAFETY: by this function's contract `m` names 40 bytes of the domain's, laid out as above, every field an
+    // integer that any bits make valid; the extension may only lie about memory it can write itself. The fields
+    // are atomics, so threads of the domain share it soundly.
     unsafe { &*(m as *const Mutex) }
 }
 
