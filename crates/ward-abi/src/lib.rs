@@ -40,10 +40,13 @@
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 compile_error!("ward-abi supports only x86-64 Linux (System V ABI, ELF)");
 
+// First, so that its assembly macros are in scope in the modules below.
+#[macro_use]
+mod regs;
+
 mod call;
 mod callback;
 mod poisoned;
-mod regs;
 #[cfg(test)]
 mod testutil;
 

@@ -33,7 +33,7 @@ pub struct RegRet {
     pub float: u64,
 }
 
-// The assembly in `call` and `callback` hard-codes these offsets and sizes.
+// The assembly in `call` and `callback`, and the two macros below, hard-code these offsets and sizes.
 const _: () = {
     assert!(core::mem::offset_of!(RegArgs, ints) == 0);
     assert!(core::mem::offset_of!(RegArgs, floats) == 48);
@@ -42,6 +42,64 @@ const _: () = {
     assert!(core::mem::offset_of!(RegRet, float) == 8);
     assert!(core::mem::size_of::<RegRet>() == 16);
 };
+
+/// Assembly (Intel syntax, one instruction a line) that stores the fourteen argument registers into a [`RegArgs`]
+/// image at `[BASE]`: `rdi, rsi, rdx, rcx, r8, r9`, then the low halves of `xmm0..xmm7`. `BASE` is a string
+/// literal naming the address: a register, or a register plus anything the assembler adds (`rsp`,
+/// `"\\base + \\offset"` inside a `.macro`, `"rbx + {ints}"` with an operand). For `asm!` and `global_asm!`
+/// templates: the one copy of the spill that the callback stubs here and the mpk gate's outward stubs both make of
+/// a C caller's arguments. Clobbers nothing.
+#[rustfmt::skip]
+#[macro_export]
+macro_rules! store_argument_registers {
+    ($base:literal) => {
+        concat!(
+            "mov qword ptr [", $base, "], rdi\n",
+            "mov qword ptr [", $base, " + 8], rsi\n",
+            "mov qword ptr [", $base, " + 16], rdx\n",
+            "mov qword ptr [", $base, " + 24], rcx\n",
+            "mov qword ptr [", $base, " + 32], r8\n",
+            "mov qword ptr [", $base, " + 40], r9\n",
+            "movq qword ptr [", $base, " + 48], xmm0\n",
+            "movq qword ptr [", $base, " + 56], xmm1\n",
+            "movq qword ptr [", $base, " + 64], xmm2\n",
+            "movq qword ptr [", $base, " + 72], xmm3\n",
+            "movq qword ptr [", $base, " + 80], xmm4\n",
+            "movq qword ptr [", $base, " + 88], xmm5\n",
+            "movq qword ptr [", $base, " + 96], xmm6\n",
+            "movq qword ptr [", $base, " + 104], xmm7\n",
+        )
+    };
+}
+
+/// Assembly that loads the fourteen argument registers from a [`RegArgs`] image at `[BASE]`: the reverse of
+/// [`store_argument_registers!`], with `BASE` written the same way. The one copy of the load that [`call_native`]
+/// and the mpk gate (entering a domain, and an outward stub calling the host) both make before a call. Writes
+/// only the fourteen registers, so `BASE` must not use one of them.
+///
+/// [`call_native`]: crate::call_native
+#[rustfmt::skip]
+#[macro_export]
+macro_rules! load_argument_registers {
+    ($base:literal) => {
+        concat!(
+            "mov rdi, qword ptr [", $base, "]\n",
+            "mov rsi, qword ptr [", $base, " + 8]\n",
+            "mov rdx, qword ptr [", $base, " + 16]\n",
+            "mov rcx, qword ptr [", $base, " + 24]\n",
+            "mov r8, qword ptr [", $base, " + 32]\n",
+            "mov r9, qword ptr [", $base, " + 40]\n",
+            "movq xmm0, qword ptr [", $base, " + 48]\n",
+            "movq xmm1, qword ptr [", $base, " + 56]\n",
+            "movq xmm2, qword ptr [", $base, " + 64]\n",
+            "movq xmm3, qword ptr [", $base, " + 72]\n",
+            "movq xmm4, qword ptr [", $base, " + 80]\n",
+            "movq xmm5, qword ptr [", $base, " + 88]\n",
+            "movq xmm6, qword ptr [", $base, " + 96]\n",
+            "movq xmm7, qword ptr [", $base, " + 104]\n",
+        )
+    };
+}
 
 impl RegRet {
     /// `xmm0` as a `double` return.

@@ -12,7 +12,6 @@
 //! Plugins are read as the class adapters read them (`crates/ward-classes/adapters`): a NULL string is empty, a
 //! string is read up to 64 KiB, a missing port array reads as zeros. A library is found through a symbol lookup
 //! (dlsym, or a trial host's loader); it must stay loaded for as long as anything from it is used.
-#![allow(unsafe_code)]
 
 use std::ffi::c_char;
 

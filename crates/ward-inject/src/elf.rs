@@ -18,11 +18,9 @@ use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader};
 use object::{Endianness, Object, ObjectSection, ObjectSymbol, SectionIndex, SymbolFlags};
 use serde::Serialize;
 
-use crate::error::InjectError;
+use ward_mpk::assess::elf::{check_ident, Unreadable, IDENT_AND_TYPE_LEN};
 
-/// Positions in `e_ident` (the ELF specification's EI_CLASS and EI_DATA).
-const EI_CLASS: usize = 4;
-const EI_DATA: usize = 5;
+use crate::error::InjectError;
 
 /// A stretch of machine code the injector may mutate: one function, or one executable section (or segment) of an
 /// object without function symbols.
@@ -108,32 +106,33 @@ pub fn functions(bytes: &[u8]) -> Result<Vec<Function>, InjectError> {
 }
 
 /// Checks the identification bytes before handing the file to the parser, so each common mistake gets its own
-/// message rather than a generic parse error.
+/// message rather than a generic parse error. The checks themselves are the mpk loader's (`check_ident`, which
+/// `ward check` and loading use too); the injector words them its own way, and takes executables as well.
 fn check_header(bytes: &[u8]) -> Result<(), InjectError> {
     if bytes.len() < 4 || bytes[..4] != elf::ELFMAG {
         return Err(InjectError::NotElf);
     }
-    if bytes.len() < 20 {
+    if bytes.len() < IDENT_AND_TYPE_LEN {
         return Err(InjectError::Malformed("truncated ELF header".into()));
     }
-    match bytes[EI_CLASS] {
-        elf::ELFCLASS64 => {}
-        elf::ELFCLASS32 => return Err(InjectError::Not64Bit),
-        c => return Err(InjectError::Malformed(format!("unknown ELF class {c}"))),
-    }
-    if bytes[EI_DATA] != elf::ELFDATA2LSB {
-        return Err(InjectError::Malformed("big-endian ELF file; x86-64 objects are little-endian".into()));
-    }
-    let e_type = u16::from_le_bytes([bytes[16], bytes[17]]);
-    let e_machine = u16::from_le_bytes([bytes[18], bytes[19]]);
-    if e_machine != elf::EM_X86_64 {
-        return Err(InjectError::WrongMachine(e_machine, machine_name(e_machine)));
-    }
-    match e_type {
-        elf::ET_DYN | elf::ET_EXEC => Ok(()),
-        elf::ET_REL => Err(InjectError::Relocatable),
-        elf::ET_CORE => Err(InjectError::Malformed("a core dump, not a shared object".into())),
-        t => Err(InjectError::Malformed(format!("ELF type {t} is neither a shared object nor an executable"))),
+    match check_ident(bytes) {
+        Ok(()) | Err(Unreadable::Executable) => Ok(()),
+        Err(Unreadable::Elf32) => Err(InjectError::Not64Bit),
+        Err(Unreadable::BigEndian) => {
+            Err(InjectError::Malformed("big-endian ELF file; x86-64 objects are little-endian".into()))
+        }
+        Err(Unreadable::Machine(machine)) => Err(InjectError::WrongMachine(machine, machine_name(machine))),
+        Err(Unreadable::Relocatable) => Err(InjectError::Relocatable),
+        Err(Unreadable::Core) => Err(InjectError::Malformed("a core dump, not a shared object".into())),
+        Err(Unreadable::OtherType(t)) => {
+            Err(InjectError::Malformed(format!("ELF type {t} is neither a shared object nor an executable")))
+        }
+        // An unknown class, as `unknown ELF class N`.
+        Err(Unreadable::Malformed(why)) => Err(InjectError::Malformed(why)),
+        // Not from the header's first bytes (the magic and the length were checked above).
+        Err(other @ (Unreadable::NoElfHeader | Unreadable::NoSectionHeaders)) => {
+            Err(InjectError::Malformed(other.to_string()))
+        }
     }
 }
 
@@ -273,11 +272,35 @@ mod tests {
     fn header(class: u8, machine: u16, e_type: u16) -> Vec<u8> {
         let mut h = vec![0u8; 64];
         h[..4].copy_from_slice(&elf::ELFMAG);
-        h[EI_CLASS] = class;
-        h[EI_DATA] = elf::ELFDATA2LSB;
+        h[4] = class; // EI_CLASS
+        h[5] = elf::ELFDATA2LSB; // EI_DATA
         h[16..18].copy_from_slice(&e_type.to_le_bytes());
         h[18..20].copy_from_slice(&machine.to_le_bytes());
         h
+    }
+
+    /// The loader's header checks, in the injector's words; an executable passes (its code can be mutated).
+    #[test]
+    fn the_header_checks_are_the_loaders_in_the_injectors_words() {
+        let malformed = |bytes: &[u8]| match check_header(bytes) {
+            Err(InjectError::Malformed(why)) => why,
+            other => panic!("not malformed: {other:?}"),
+        };
+        assert_eq!(malformed(b"\x7fELF\x02\x01\x01"), "truncated ELF header");
+        let mut big = header(elf::ELFCLASS64, elf::EM_X86_64, elf::ET_DYN);
+        big[5] = elf::ELFDATA2MSB;
+        assert_eq!(malformed(&big), "big-endian ELF file; x86-64 objects are little-endian");
+        assert_eq!(
+            malformed(&header(elf::ELFCLASS64, elf::EM_X86_64, elf::ET_CORE)),
+            "a core dump, not a shared object"
+        );
+        assert_eq!(
+            malformed(&header(elf::ELFCLASS64, elf::EM_X86_64, 0x1234)),
+            "ELF type 4660 is neither a shared object nor an executable"
+        );
+        assert_eq!(malformed(&header(7, elf::EM_X86_64, elf::ET_DYN)), "unknown ELF class 7");
+        assert!(check_header(&header(elf::ELFCLASS64, elf::EM_X86_64, elf::ET_EXEC)).is_ok());
+        assert!(check_header(&header(elf::ELFCLASS64, elf::EM_X86_64, elf::ET_DYN)).is_ok());
     }
 
     #[test]

@@ -24,11 +24,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Serialize, Serializer};
 
-use crate::backend::mpk::{self, Image};
+use ward_mpk::assess::{self, elf, Image};
+
 use crate::error::Error;
 use crate::policy::Isolation;
 
-pub use crate::backend::mpk::{Forbidden, ForbiddenSite, Import, ImportClass, ImportRef, Reason, SymbolKind};
+pub use ward_mpk::assess::{Forbidden, ForbiddenSite, Import, ImportClass, ImportRef, Reason, SymbolKind};
 
 /// The isolation kinds a report gives a verdict on, in report order. `auto` is not one: it picks mpk when the
 /// verdict and the processor allow it, process otherwise.
@@ -88,7 +89,7 @@ pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<CheckReport, Error> {
     if image.no_dlopen {
         loadability.push(Reason::NotDlopenable);
     }
-    let assessment = mpk::assess(&image);
+    let assessment = assess::assess(&image);
     let mut mpk_reasons = loadability.clone();
     mpk_reasons.extend(assessment.reasons);
 
@@ -108,18 +109,18 @@ pub fn check_bytes(path: &Path, bytes: &[u8]) -> Result<CheckReport, Error> {
 /// Refuse what is not a 64-bit x86-64 ELF shared object, by its header alone (what loading needs), for the reasons
 /// [`check`] gives.
 pub(crate) fn check_header(path: &Path) -> Result<(), Error> {
-    let mut header = Vec::with_capacity(mpk::elf::IDENT_AND_TYPE_LEN);
+    let mut header = Vec::with_capacity(elf::IDENT_AND_TYPE_LEN);
     open(path)?
-        .take(mpk::elf::IDENT_AND_TYPE_LEN as u64)
+        .take(elf::IDENT_AND_TYPE_LEN as u64)
         .read_to_end(&mut header)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    mpk::elf::check_ident(&header).map_err(|unreadable| unreadable_error(path, unreadable))
+    elf::check_ident(&header).map_err(|unreadable| unreadable_error(path, unreadable))
 }
 
 /// The error for a file that is not an x86-64 ELF shared object: not ELF at all, or ELF that cannot be used.
-fn unreadable_error(path: &Path, unreadable: mpk::elf::Unreadable) -> Error {
+fn unreadable_error(path: &Path, unreadable: elf::Unreadable) -> Error {
     match unreadable {
-        mpk::elf::Unreadable::NoElfHeader => Error::NotElf { path: path.into(), reason: unreadable.to_string() },
+        elf::Unreadable::NoElfHeader => Error::NotElf { path: path.into(), reason: unreadable.to_string() },
         other => Error::Unusable { path: path.into(), reason: other.to_string() },
     }
 }

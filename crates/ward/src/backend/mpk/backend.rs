@@ -34,17 +34,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ward_abi::{RegArgs, RegRet};
+use ward_mpk::assess::imports::{self, ImportClass};
+use ward_mpk::assess::{assess, scan, Image, Reason};
+use ward_mpk::domain::checks;
+use ward_mpk::domain::gate::{self, Ending, FloatState, GateFault, Occupancy, Presence};
+use ward_mpk::domain::lanes::Lanes;
+use ward_mpk::domain::loader::{self, ImportRequest, Placed};
+use ward_mpk::domain::memory::{self, page_size, KeyedRegion};
+use ward_mpk::domain::pku::{self, Pkru, ProtectionKey};
+use ward_mpk::domain::runtime::{self, LibraryTable, RuntimeBlock};
+use ward_mpk::domain::thread_block::{ThreadBlocks, TlsLayout};
 
-use super::checks;
-use super::gate::{self, FloatState, GateFault, Occupancy, Presence};
-use super::imports::{self, ImportClass};
-use super::lanes::Lanes;
-use super::loader::{self, ImportRequest, Placed};
-use super::memory::{self, page_size, KeyedRegion};
-use super::pku::{self, Pkru, ProtectionKey};
-use super::runtime::{self, LibraryTable, RuntimeBlock, ENDED_ABORT, ENDED_EXIT};
-use super::thread_block::{ThreadBlocks, TlsLayout};
-use super::{assess, Image, Reason};
 use crate::backend::{
     Added, Backend, BackendError, Callable, ExtensionSpec, Refused, StartError, ThreadFunction, Unlocked, WireValue,
 };
@@ -235,6 +235,26 @@ impl DomainMemory {
 
     /// What a fault at the gate means.
     fn classify(&self, fault: &GateFault) -> BackendError {
+        let fault = match fault {
+            GateFault::Signal(fault) => fault,
+            GateFault::Refused(refused) => {
+                return BackendError::Fault(FaultKind::Protocol {
+                    what: format!("the extension called {} with {}", refused.function, refused.why.describe()),
+                })
+            }
+            // How the domain asked to end the process comes with this thread's fault, not from the shared block.
+            GateFault::Ended(Ending::Exit { status }) => {
+                return BackendError::Fault(FaultKind::Exited { status: *status })
+            }
+            GateFault::Ended(Ending::Abort) => {
+                return BackendError::Fault(FaultKind::Signal {
+                    signo: libc::SIGABRT,
+                    cause: SignalCause::Abort,
+                    addr: None,
+                })
+            }
+            GateFault::Closed => return BackendError::Closed,
+        };
         if fault.signal == gate::timeout_signal() {
             return BackendError::TimedOut;
         }
@@ -247,22 +267,6 @@ impl DomainMemory {
             pc = format_args!("{:#x}", fault.pc),
             "mpk: fault in a domain"
         );
-        if let Some(refused) = fault.refused() {
-            return BackendError::Fault(FaultKind::Protocol {
-                what: format!("the extension called {} with {}", refused.function, refused.why.describe()),
-            });
-        }
-        // How the domain asked to end the process comes with this thread's fault, not from the shared block.
-        if let Some((ENDED_EXIT, status)) = fault.ending() {
-            return BackendError::Fault(FaultKind::Exited { status });
-        }
-        if let Some((ENDED_ABORT, _)) = fault.ending() {
-            return BackendError::Fault(FaultKind::Signal {
-                signo: libc::SIGABRT,
-                cause: SignalCause::Abort,
-                addr: None,
-            });
-        }
         // The fault is this thread's, so the stack it overflowed is this thread's lane's.
         let overflowed = self.lanes.for_this_thread().is_ok_and(|lane| lane.stack_guard().contains(&fault.addr));
         self.host_access();
@@ -341,7 +345,7 @@ fn seal_thunks(at: usize, len: usize, key: u32, path: &Path) -> Result<(), MpkEr
     // The thunks hold addresses; an address whose bytes spell WRPKRU, XRSTOR or WRFSBASE would give the domain one.
     // SAFETY: the thunk pages were written by the caller and lie in its region.
     let code = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
-    if !super::scan::find_forbidden(code).is_empty() {
+    if !scan::find_forbidden(code).is_empty() {
         return Err(MpkError::Refused {
             path: path.to_path_buf(),
             why: "an address in the runtime's thunks contains a forbidden instruction's bytes".into(),

@@ -25,7 +25,7 @@ type Header = elf::FileHeader64<LE>;
 
 /// One undefined symbol the binder is asked for.
 #[derive(Debug)]
-pub(crate) struct ImportRequest<'a> {
+pub struct ImportRequest<'a> {
     pub name: &'a str,
     pub version: Option<&'a str>,
     /// The library that version comes from (`libmvec.so.1`), from `.gnu.version_r`.
@@ -36,7 +36,7 @@ pub(crate) struct ImportRequest<'a> {
 
 /// Why an image could not be placed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LoadError {
+pub enum LoadError {
     #[error("malformed ELF: {0}")]
     Malformed(String),
     #[error("the image needs {needed} bytes of address space; the domain reserves {reserved}")]
@@ -54,7 +54,7 @@ fn malformed(e: impl std::fmt::Display) -> LoadError {
 }
 
 /// The address space an image needs: from its first load segment's page to its last one's end, in whole pages.
-pub(crate) fn span(bytes: &[u8], page: usize) -> Result<usize, LoadError> {
+pub fn span(bytes: &[u8], page: usize) -> Result<usize, LoadError> {
     let header = Header::parse(bytes).map_err(malformed)?;
     let endian = header.endian().map_err(malformed)?;
     let (low, high) = load_bounds(header, endian, bytes, page)?;
@@ -88,7 +88,7 @@ fn load_bounds(header: &Header, endian: LE, bytes: &[u8], page: usize) -> Result
 
 /// An image's thread-local storage: what each thread's copy starts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TlsTemplate {
+pub struct TlsTemplate {
     /// `.tdata`: the initialised part.
     pub init: Vec<u8>,
     /// The whole block (`.tdata` and `.tbss`), in bytes.
@@ -99,7 +99,7 @@ pub(crate) struct TlsTemplate {
 
 /// Where an image's thread-local storage is in every thread block of its domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TlsModule {
+pub struct TlsModule {
     /// The module number `DTPMOD64` gives and `__tls_get_addr` is asked for.
     pub id: usize,
     /// The block starts this many bytes below the thread pointer.
@@ -107,7 +107,7 @@ pub(crate) struct TlsModule {
 }
 
 /// The image's `PT_TLS` segment, if it has one.
-pub(crate) fn tls_template(bytes: &[u8], page: usize) -> Result<Option<TlsTemplate>, LoadError> {
+pub fn tls_template(bytes: &[u8], page: usize) -> Result<Option<TlsTemplate>, LoadError> {
     let header = Header::parse(bytes).map_err(malformed)?;
     let endian = header.endian().map_err(malformed)?;
     let Some(ph) =
@@ -130,7 +130,7 @@ pub(crate) fn tls_template(bytes: &[u8], page: usize) -> Result<Option<TlsTempla
 
 /// An image placed in domain memory.
 #[derive(Debug)]
-pub(crate) struct Placed {
+pub struct Placed {
     /// Exported definitions: name to run-time address.
     pub exports: HashMap<String, usize>,
     /// Initialisers to run once placed, in order: `DT_INIT`, then the `DT_INIT_ARRAY` entries.
@@ -140,7 +140,7 @@ pub(crate) struct Placed {
 }
 
 impl Placed {
-    pub(crate) fn export(&self, name: &str) -> Option<usize> {
+    pub fn export(&self, name: &str) -> Option<usize> {
         self.exports.get(name).copied()
     }
 }
@@ -150,7 +150,7 @@ impl Placed {
 ///
 /// # Safety
 /// `at..at + len` is memory the caller owns and may write, used by nothing else.
-pub(crate) unsafe fn place(
+pub unsafe fn place(
     bytes: &[u8],
     at: *mut u8,
     len: usize,

@@ -26,7 +26,7 @@
 
 /// What a host gate checks before its function runs: the checks of one import.
 #[derive(Debug)]
-pub(crate) struct GateCheck {
+pub struct GateCheck {
     /// The import, as the extension names it.
     pub name: &'static str,
     pub checks: &'static [Check],
@@ -34,7 +34,7 @@ pub(crate) struct GateCheck {
 
 /// One argument check. `arg` is the index of an integer-class argument (0 = `rdi`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Check {
+pub enum Check {
     /// A NUL-terminated string the function reads.
     Str { arg: usize, null_ok: bool },
     /// Bytes the function reads.
@@ -54,7 +54,7 @@ pub(crate) enum Check {
 
 /// How long a buffer is.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Len {
+pub enum Len {
     Bytes(usize),
     /// The value of an integer argument.
     Arg(usize),
@@ -66,7 +66,7 @@ pub(crate) enum Len {
 
 /// The buffer `sprintf` writes: as long as the formatted text and its NUL.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Output {
+pub struct Output {
     /// The argument that points at the buffer.
     pub dst: usize,
     /// The argument that gives the buffer's size, in a fortified form (`(size_t) -1`: unknown).
@@ -75,7 +75,7 @@ pub(crate) struct Output {
 
 /// Where the arguments after a format are.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Rest {
+pub enum Rest {
     /// In the call's own variadic arguments, after the format.
     Variadic,
     /// In a `va_list` that is this argument.
@@ -84,7 +84,7 @@ pub(crate) enum Rest {
 
 /// The fortified forms' argument rules (glibc's `debug/` functions), which end the process with `__chk_fail`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Fortify {
+pub enum Fortify {
     /// `__snprintf_chk`: the object size must not be smaller than `maxlen`.
     MaxlenFits { maxlen: usize, slen: usize },
     /// `__sprintf_chk`: the object must not be of zero bytes.
@@ -96,14 +96,14 @@ pub(crate) enum Fortify {
 /// Why a gate refused a call (the code the trap carries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u64)]
-pub(crate) enum Refusal {
+pub enum Refusal {
     NotAStream = 1,
     TooManyArguments = 2,
     Fortified = 3,
 }
 
 impl Refusal {
-    pub(crate) fn from_code(code: u64) -> Option<Refusal> {
+    pub fn from_code(code: u64) -> Option<Refusal> {
         match code {
             1 => Some(Refusal::NotAStream),
             2 => Some(Refusal::TooManyArguments),
@@ -112,7 +112,7 @@ impl Refusal {
         }
     }
 
-    pub(crate) fn describe(self) -> &'static str {
+    pub fn describe(self) -> &'static str {
         match self {
             Refusal::NotAStream => "a FILE pointer that is no stream",
             Refusal::TooManyArguments => "more arguments than a host gate passes on",
@@ -138,7 +138,7 @@ const ASCTIME_BYTES: usize = 26;
 
 /// How a check reaches memory: by touching it inside the domain ([`Touch`]), or a record of what it would touch
 /// (the tests').
-pub(crate) trait Probe {
+pub trait Probe {
     /// A byte of memory the function reads.
     fn byte(&mut self, at: usize) -> u8;
     /// Eight bytes the check itself needs (a `va_list`, a stack argument, a stream's flags).
@@ -151,7 +151,7 @@ pub(crate) trait Probe {
 
 /// The arguments as the outward stub saved them: six integer registers, eight vector registers (their low eight
 /// bytes), and the caller's stack arguments.
-pub(crate) struct Arguments {
+pub struct Arguments {
     pub ints: [u64; 6],
     /// The low eight bytes of `xmm0` to `xmm7`.
     pub floats: [u64; 8],
@@ -162,7 +162,7 @@ pub(crate) struct Arguments {
 }
 
 /// Runs every check of one import. Err: the call is refused.
-pub(crate) fn run(check: &GateCheck, args: &Arguments, probe: &mut impl Probe) -> Result<(), Refusal> {
+pub fn run(check: &GateCheck, args: &Arguments, probe: &mut impl Probe) -> Result<(), Refusal> {
     for c in check.checks {
         run_one(*c, args, probe)?;
     }
@@ -678,7 +678,7 @@ fn scanf(probe: &mut impl Probe, format: usize, args: &mut Cursor) -> Result<(),
 
 /// The probe a gate runs: it touches the memory inside the domain, with the domain's rights, so a pointer the
 /// domain may not use faults here as the domain's.
-pub(crate) struct Touch;
+pub struct Touch;
 
 /// The smallest page: touching one byte in each 4 KiB of a range touches every page of it.
 const PAGE: usize = 4096;
@@ -713,7 +713,9 @@ impl Probe for Touch {
     }
 
     fn word(&mut self, at: usize) -> u64 {
-        // SAFETY: as in `byte`; read bytewise-unaligned since a domain's pointers need not be aligned.
+        // SAFETY: a read of any address, under the domain's rights: harmless where the domain may read, a fault the
+        // gate's handler ends the call on where it may not; read bytewise-unaligned since a domain's pointers need
+        // not be aligned.
         u64::from_le_bytes(unsafe { std::ptr::read_volatile(at as *const [u8; 8]) })
     }
 
@@ -736,7 +738,7 @@ impl Probe for Touch {
 
 /// The checks of the host-gated imports, by the name the extension imports. An import not named here is passed
 /// to the host as it is (callbacks, and functions whose arguments are all values).
-pub(crate) fn for_import(name: &str) -> Option<&'static GateCheck> {
+pub fn for_import(name: &str) -> Option<&'static GateCheck> {
     TABLE.iter().find(|c| c.name == name)
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// One domain's values of type `T`, one per host thread.
-pub(crate) struct PerThread<T> {
+pub struct PerThread<T> {
     /// Unique for the life of the process: what the threads' caches know these values by.
     id: u64,
     /// By thread id. A value of a thread that has ended is dropped by the thread's cache as it ends, so an id here
@@ -18,13 +18,13 @@ pub(crate) struct PerThread<T> {
 }
 
 impl<T: Send + Sync + 'static> PerThread<T> {
-    pub(crate) fn new() -> Arc<PerThread<T>> {
+    pub fn new() -> Arc<PerThread<T>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Arc::new(PerThread { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), by_thread: Mutex::new(HashMap::new()) })
     }
 
     /// This thread's value, made by `make` on its first call.
-    pub(crate) fn get_or_make(self: &Arc<Self>, make: impl FnOnce() -> io::Result<T>) -> io::Result<&T> {
+    pub fn get_or_make(self: &Arc<Self>, make: impl FnOnce() -> io::Result<T>) -> io::Result<&T> {
         if let Some(value) = CACHE.with(|c| c.borrow().find(self.id)) {
             // SAFETY: the cache holds this thread's values only, each kept by its map (`by_thread`) until this
             // thread ends or the map goes; `self` is alive for the reference's lifetime.
@@ -46,12 +46,13 @@ impl<T: Send + Sync + 'static> PerThread<T> {
         };
         let forget: Arc<dyn Forget> = self.clone();
         CACHE.with(|c| c.borrow_mut().add(self.id, value.cast(), Arc::downgrade(&forget)));
-        // SAFETY: as above: the map holds it.
+        // SAFETY: the map holds the value until this thread ends or the map goes, and `self` is alive for the
+        // reference's lifetime.
         Ok(unsafe { &*value })
     }
 
     /// Every thread's value now.
-    pub(crate) fn all(&self) -> Vec<Arc<T>> {
+    pub fn all(&self) -> Vec<Arc<T>> {
         self.by_thread.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
     }
 }

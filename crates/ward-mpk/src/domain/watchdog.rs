@@ -115,7 +115,7 @@ fn slot<'a>() -> &'a Slot {
 
 /// Arms this thread's deadline to `after` from now, in place of the one armed (a nested call's deadline replaces
 /// its caller's for its own time). Returns the one it replaced, for [`restore`].
-pub(crate) fn arm(after: Duration) -> io::Result<u64> {
+pub fn arm(after: Duration) -> io::Result<u64> {
     let slot = slot();
     let after_ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
     let previous = slot.deadline_ns.load(Ordering::Relaxed);
@@ -134,7 +134,7 @@ pub(crate) fn arm(after: Duration) -> io::Result<u64> {
 }
 
 /// Puts back the deadline [`arm`] replaced (0: none).
-pub(crate) fn restore(previous: u64) {
+pub fn restore(previous: u64) {
     if let Some(slot) = this_threads_slot() {
         slot.deadline_ns.store(previous, Ordering::Relaxed);
     }
@@ -142,7 +142,7 @@ pub(crate) fn restore(previous: u64) {
 
 /// Whether this thread's armed deadline has passed: a timeout signal that finds it not (its call is over, or the
 /// next call's deadline is not reached yet) is stale. Async-signal-safe.
-pub(crate) fn passed() -> bool {
+pub fn passed() -> bool {
     this_threads_slot().is_some_and(|slot| {
         let deadline = slot.deadline_ns.load(Ordering::Relaxed);
         deadline != 0 && now_ns() >= deadline
@@ -151,7 +151,7 @@ pub(crate) fn passed() -> bool {
 
 /// Whether `info` is a signal this process's watchdog sent (queued with its value, from this process).
 /// Async-signal-safe.
-pub(crate) fn from_watchdog(info: &libc::siginfo_t) -> bool {
+pub fn from_watchdog(info: &libc::siginfo_t) -> bool {
     let cookie = SIGNAL_COOKIE.load(Ordering::Relaxed);
     // SAFETY: for SI_QUEUE the kernel fills the sender's pid and the value (the `_rt` member of the union).
     cookie != 0
@@ -166,9 +166,9 @@ fn eviction_value(cookie: u64) -> u64 {
 }
 
 /// Whether `info` is an eviction [`evict`] sent (in this process). Async-signal-safe.
-pub(crate) fn is_eviction(info: &libc::siginfo_t) -> bool {
+pub fn is_eviction(info: &libc::siginfo_t) -> bool {
     let cookie = SIGNAL_COOKIE.load(Ordering::Relaxed);
-    // SAFETY: as in `from_watchdog`.
+    // SAFETY: for SI_QUEUE the kernel fills the sender's pid and the value (the `_rt` member of the union).
     cookie != 0
         && info.si_code == libc::SI_QUEUE
         && unsafe { info.si_pid() } == std::process::id() as libc::pid_t
@@ -178,7 +178,7 @@ pub(crate) fn is_eviction(info: &libc::siginfo_t) -> bool {
 /// Sends thread `tid` of this process the timeout signal as an *eviction*: a domain it is running in was closed
 /// (another thread's call faulted in it), and the handler ends the thread's call if it is still inside that
 /// domain. An eviction that finds the thread elsewhere is dropped, so sending one late does no harm.
-pub(crate) fn evict(tid: libc::pid_t) -> io::Result<()> {
+pub fn evict(tid: libc::pid_t) -> io::Result<()> {
     // Nothing may have armed a deadline yet.
     choose_cookie();
     let info = QueuedSignalInfo::timeout(eviction_value(SIGNAL_COOKIE.load(Ordering::Relaxed)));
@@ -194,7 +194,7 @@ pub(crate) fn evict(tid: libc::pid_t) -> io::Result<()> {
 }
 
 /// The handler has taken this thread's timeout signal: the watchdog may send another. Async-signal-safe.
-pub(crate) fn heard() {
+pub fn heard() {
     if let Some(slot) = this_threads_slot() {
         slot.signal_queued.store(false, Ordering::SeqCst);
     }
@@ -202,7 +202,7 @@ pub(crate) fn heard() {
 
 /// Whether this thread has a deadline armed.
 #[cfg(test)]
-pub(crate) fn armed() -> bool {
+pub fn armed() -> bool {
     this_threads_slot().is_some_and(|slot| slot.deadline_ns.load(Ordering::Relaxed) != 0)
 }
 
@@ -392,7 +392,7 @@ mod tests {
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, crate::backend::mpk::gate::timeout_signal());
+            libc::sigaddset(&mut set, crate::domain::gate::timeout_signal());
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         }
     }
@@ -422,7 +422,7 @@ mod tests {
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, crate::backend::mpk::gate::timeout_signal());
+            libc::sigaddset(&mut set, crate::domain::gate::timeout_signal());
             let mut info: libc::siginfo_t = std::mem::zeroed();
             let bound = libc::timespec { tv_sec: 30, tv_nsec: 0 };
             (libc::sigtimedwait(&set, &mut info, &bound) > 0).then_some(info)
@@ -435,7 +435,7 @@ mod tests {
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigpending(&mut set);
-            libc::sigismember(&set, crate::backend::mpk::gate::timeout_signal()) == 1
+            libc::sigismember(&set, crate::domain::gate::timeout_signal()) == 1
         }
     }
 
@@ -461,7 +461,7 @@ mod tests {
     #[test]
     fn a_timeout_numbered_signal_the_host_sends_itself_is_not_the_watchdogs() {
         block_the_timeout_signal();
-        let signal = crate::backend::mpk::gate::timeout_signal();
+        let signal = crate::domain::gate::timeout_signal();
         // SAFETY: raise sends the signal to this thread, which blocks it.
         assert_eq!(unsafe { libc::raise(signal) }, 0);
         let raised = take_the_timeout_signal().expect("raise queues the signal");
@@ -505,10 +505,7 @@ mod tests {
         if pid == 0 {
             // SAFETY: a plain handler that only increments an atomic.
             unsafe {
-                libc::signal(
-                    crate::backend::mpk::gate::timeout_signal(),
-                    note_signal as *const () as libc::sighandler_t,
-                )
+                libc::signal(crate::domain::gate::timeout_signal(), note_signal as *const () as libc::sighandler_t)
             };
             let signalled =
                 arm(Duration::from_millis(1)).is_ok() && eventually(|| SIGNALLED.load(Ordering::SeqCst) > 0);

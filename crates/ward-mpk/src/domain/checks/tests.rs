@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
-use crate::backend::mpk::imports::{self, ImportClass};
+use crate::assess::imports::{self, ImportClass};
 
 /// Reads real memory (the tests' own buffers) and records which bytes a check reads and which ranges it reads or
 /// writes whole.
@@ -21,7 +21,7 @@ impl Probe for Record {
         unsafe { *(at as *const u8) }
     }
     fn word(&mut self, at: usize) -> u64 {
-        // SAFETY: as above.
+        // SAFETY: the tests hand the checks pointers to their own live buffers.
         unsafe { (at as *const u64).read_unaligned() }
     }
     fn read(&mut self, at: usize, len: usize) {

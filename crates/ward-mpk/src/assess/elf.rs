@@ -22,11 +22,11 @@ const EI_DATA: usize = 5;
 const E_TYPE: Range<usize> = 16..18;
 const E_MACHINE: Range<usize> = 18..20;
 /// The header is 64 bytes in ELF64; reading `e_machine` needs only the first 20.
-pub(crate) const IDENT_AND_TYPE_LEN: usize = 20;
+pub const IDENT_AND_TYPE_LEN: usize = 20;
 
 /// Why a file is not something the checker can read as an x86-64 shared object. Each names what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Unreadable {
+pub enum Unreadable {
     NoElfHeader,
     Elf32,
     BigEndian,
@@ -79,7 +79,7 @@ fn machine_name(machine: u16) -> &'static str {
 
 /// A `PF_X` `PT_LOAD` segment: bytes the processor may execute once the extension is mapped.
 #[derive(Debug, Clone)]
-pub(crate) struct ExecSegment<'data> {
+pub struct ExecSegment<'data> {
     /// File offset of the first byte.
     pub offset: u64,
     /// Virtual address of the first byte, as linked.
@@ -90,7 +90,7 @@ pub(crate) struct ExecSegment<'data> {
 
 /// A named stretch of the address space: a function symbol, or an allocated section.
 #[derive(Debug, Clone)]
-pub(crate) struct Span {
+pub struct Span {
     pub name: String,
     pub address: u64,
     pub size: u64,
@@ -115,7 +115,7 @@ pub enum SymbolKind {
 
 /// One undefined symbol of `.dynsym`.
 #[derive(Debug, Clone)]
-pub(crate) struct RawImport {
+pub struct RawImport {
     pub name: String,
     /// The symbol version it asks for (`GLIBC_2.2.5`), when versioned.
     pub version: Option<String>,
@@ -127,7 +127,7 @@ pub(crate) struct RawImport {
 
 /// An extension as the mpk loader sees it.
 #[derive(Debug, Clone)]
-pub(crate) struct Image<'data> {
+pub struct Image<'data> {
     pub exec_segments: Vec<ExecSegment<'data>>,
     /// A `PT_INTERP` segment or `DF_1_PIE`: a position-independent executable, which `dlopen` refuses.
     pub is_pie: bool,
@@ -145,7 +145,7 @@ pub(crate) struct Image<'data> {
 
 impl<'data> Image<'data> {
     /// Reads `bytes` as an x86-64 ELF shared object.
-    pub(crate) fn parse(bytes: &'data [u8]) -> Result<Image<'data>, Unreadable> {
+    pub fn parse(bytes: &'data [u8]) -> Result<Image<'data>, Unreadable> {
         check_ident(bytes)?;
         let malformed = |e: object::Error| Unreadable::Malformed(e.to_string());
         let header = Header::parse(bytes).map_err(malformed)?;
@@ -224,18 +224,18 @@ impl<'data> Image<'data> {
     }
 
     /// The function containing `address` as `name+0xoff`, if a function symbol covers it.
-    pub(crate) fn function_at(&self, address: u64) -> Option<String> {
+    pub fn function_at(&self, address: u64) -> Option<String> {
         self.functions.iter().find(|f| f.contains(address)).map(|f| format!("{}+{:#x}", f.name, address - f.address))
     }
 
     /// The allocated section containing `address`.
-    pub(crate) fn section_at(&self, address: u64) -> Option<String> {
+    pub fn section_at(&self, address: u64) -> Option<String> {
         self.sections.iter().find(|s| s.contains(address)).map(|s| s.name.clone())
     }
 }
 
 /// Checks the identification bytes before the parser sees the file, so each common mistake gets its own message.
-pub(crate) fn check_ident(bytes: &[u8]) -> Result<(), Unreadable> {
+pub fn check_ident(bytes: &[u8]) -> Result<(), Unreadable> {
     if bytes.len() < IDENT_AND_TYPE_LEN || bytes[..4] != elf::ELFMAG {
         return Err(Unreadable::NoElfHeader);
     }

@@ -18,18 +18,18 @@ use std::ffi::{c_char, c_void, CStr};
 use super::{block, RuntimeBlock};
 
 /// Bytes of the `dlerror` message, its NUL included.
-pub(crate) const ERROR_BYTES: usize = 256;
+pub const ERROR_BYTES: usize = 256;
 const LIBRARY_WORDS: usize = 4;
 const EXPORT_WORDS: usize = 3;
 
 /// A table of libraries, laid out for the domain.
-pub(crate) struct LibraryTable {
+pub struct LibraryTable {
     pub bytes: Vec<u8>,
 }
 
 impl LibraryTable {
     /// The table of `libraries`: each a path and its exports (name to address).
-    pub(crate) fn new(libraries: &[(&[u8], &HashMap<String, usize>)]) -> LibraryTable {
+    pub fn new(libraries: &[(&[u8], &HashMap<String, usize>)]) -> LibraryTable {
         let exports: usize = libraries.iter().map(|(_, e)| e.len()).sum();
         let mut words: Vec<u64> = Vec::with_capacity(1 + libraries.len() * LIBRARY_WORDS + exports * EXPORT_WORDS);
         let mut strings: Vec<u8> = Vec::new();
@@ -143,7 +143,9 @@ fn c_text<'a>(p: *const c_char) -> &'a [u8] {
     unsafe { CStr::from_ptr(p) }.to_bytes()
 }
 
-pub(super) extern "C" fn rt_dlopen(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_dlopen(
     path: *const c_char,
     _: i32,
     _: usize,
@@ -172,7 +174,9 @@ pub(super) extern "C" fn rt_dlopen(
     }
 }
 
-pub(super) extern "C" fn rt_dlsym(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_dlsym(
     handle: usize,
     name: *const c_char,
     _: usize,
@@ -197,7 +201,9 @@ pub(super) extern "C" fn rt_dlsym(
     }
 }
 
-pub(super) extern "C" fn rt_dlerror(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_dlerror(
     _: usize,
     _: usize,
     _: usize,
@@ -214,7 +220,9 @@ pub(super) extern "C" fn rt_dlerror(
     b.dl_error.as_ptr().cast()
 }
 
-pub(super) extern "C" fn rt_dlclose(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_dlclose(
     handle: usize,
     _: usize,
     _: usize,
@@ -239,41 +247,49 @@ mod tests {
 
     #[test]
     fn dlopen_finds_the_loaded_library_by_path_and_dlsym_its_exports() {
-        let exports: HashMap<String, usize> =
-            [("ladspa_descriptor", 0x1000), ("a", 0x2000), ("zz", 0x3000)].map(|(n, a)| (n.to_string(), a)).into();
-        let other: HashMap<String, usize> = [("f0r_init".to_string(), 0x4000)].into();
-        let table = LibraryTable::new(&[(b"/usr/lib/ladspa/amp.so", &exports), (b"/x/frei0r.so", &other)]);
-        let mut heap = vec![0u8; 4096];
-        let mut b = fresh(&mut heap);
-        b.set_libraries(table.bytes.as_ptr() as usize, table.bytes.len());
-        let bp: *mut RuntimeBlock = &mut **b;
+        // SAFETY: the thunk contract: `bp` is a block laid out by `fresh`, alive for the test, and every name is a
+        // NUL-terminated string, as is the message `dlerror` hands back.
+        unsafe {
+            let exports: HashMap<String, usize> =
+                [("ladspa_descriptor", 0x1000), ("a", 0x2000), ("zz", 0x3000)].map(|(n, a)| (n.to_string(), a)).into();
+            let other: HashMap<String, usize> = [("f0r_init".to_string(), 0x4000)].into();
+            let table = LibraryTable::new(&[(b"/usr/lib/ladspa/amp.so", &exports), (b"/x/frei0r.so", &other)]);
+            let mut heap = vec![0u8; 4096];
+            let mut b = fresh(&mut heap);
+            b.set_libraries(table.bytes.as_ptr() as usize, table.bytes.len());
+            let bp: *mut RuntimeBlock = &mut **b;
 
-        let amp = rt_dlopen(c"/usr/lib/ladspa/amp.so".as_ptr(), 2, 0, 0, 0, bp);
-        assert_ne!(amp, 0);
-        assert_eq!(rt_dlopen(c"amp.so".as_ptr(), 2, 0, 0, 0, bp), amp, "a bare name finds it too");
-        assert_eq!(rt_dlsym(amp, c"ladspa_descriptor".as_ptr(), 0, 0, 0, bp), 0x1000);
-        assert_eq!(rt_dlsym(amp, c"zz".as_ptr(), 0, 0, 0, bp), 0x3000);
-        assert_eq!(rt_dlsym(amp, c"f0r_init".as_ptr(), 0, 0, 0, bp), 0, "another library's export");
-        let message = rt_dlerror(0, 0, 0, 0, 0, bp);
-        // SAFETY: dlerror returned the block's NUL-terminated message.
-        assert_eq!(unsafe { CStr::from_ptr(message.cast()) }.to_bytes(), b"undefined symbol: f0r_init");
-        assert!(rt_dlerror(0, 0, 0, 0, 0, bp).is_null(), "read once");
-        let frei0r = rt_dlopen(c"/x/frei0r.so".as_ptr(), 2, 0, 0, 0, bp);
-        assert_eq!(rt_dlsym(frei0r, c"f0r_init".as_ptr(), 0, 0, 0, bp), 0x4000);
-        assert_eq!(rt_dlclose(frei0r, 0, 0, 0, 0, bp), 0);
+            let amp = rt_dlopen(c"/usr/lib/ladspa/amp.so".as_ptr(), 2, 0, 0, 0, bp);
+            assert_ne!(amp, 0);
+            assert_eq!(rt_dlopen(c"amp.so".as_ptr(), 2, 0, 0, 0, bp), amp, "a bare name finds it too");
+            assert_eq!(rt_dlsym(amp, c"ladspa_descriptor".as_ptr(), 0, 0, 0, bp), 0x1000);
+            assert_eq!(rt_dlsym(amp, c"zz".as_ptr(), 0, 0, 0, bp), 0x3000);
+            assert_eq!(rt_dlsym(amp, c"f0r_init".as_ptr(), 0, 0, 0, bp), 0, "another library's export");
+            let message = rt_dlerror(0, 0, 0, 0, 0, bp);
+            // The message: dlerror returned the block's NUL-terminated one.
+            assert_eq!(CStr::from_ptr(message.cast()).to_bytes(), b"undefined symbol: f0r_init");
+            assert!(rt_dlerror(0, 0, 0, 0, 0, bp).is_null(), "read once");
+            let frei0r = rt_dlopen(c"/x/frei0r.so".as_ptr(), 2, 0, 0, 0, bp);
+            assert_eq!(rt_dlsym(frei0r, c"f0r_init".as_ptr(), 0, 0, 0, bp), 0x4000);
+            assert_eq!(rt_dlclose(frei0r, 0, 0, 0, 0, bp), 0);
+        }
     }
 
     #[test]
     fn dlopen_of_anything_else_fails_with_a_reason() {
-        let mut heap = vec![0u8; 4096];
-        let mut b = fresh(&mut heap);
-        let bp: *mut RuntimeBlock = &mut **b;
-        assert_eq!(rt_dlopen(c"libm.so.6".as_ptr(), 2, 0, 0, 0, bp), 0);
-        let message = rt_dlerror(0, 0, 0, 0, 0, bp);
-        // SAFETY: as above.
-        let text = unsafe { CStr::from_ptr(message.cast()) }.to_str().expect("text");
-        assert!(text.starts_with("libm.so.6: an mpk domain opens only"), "{text}");
-        assert_eq!(rt_dlsym(1234, c"x".as_ptr(), 0, 0, 0, bp), 0);
-        assert_eq!(rt_dlclose(1234, 0, 0, 0, 0, bp), 1);
+        // SAFETY: the thunk contract: `bp` is a block laid out by `fresh`, alive for the test, and every name is a
+        // NUL-terminated string, as is the message `dlerror` hands back.
+        unsafe {
+            let mut heap = vec![0u8; 4096];
+            let mut b = fresh(&mut heap);
+            let bp: *mut RuntimeBlock = &mut **b;
+            assert_eq!(rt_dlopen(c"libm.so.6".as_ptr(), 2, 0, 0, 0, bp), 0);
+            let message = rt_dlerror(0, 0, 0, 0, 0, bp);
+            // The message: dlerror returned the block's NUL-terminated one.
+            let text = CStr::from_ptr(message.cast()).to_str().expect("text");
+            assert!(text.starts_with("libm.so.6: an mpk domain opens only"), "{text}");
+            assert_eq!(rt_dlsym(1234, c"x".as_ptr(), 0, 0, 0, bp), 0);
+            assert_eq!(rt_dlclose(1234, 0, 0, 0, 0, bp), 1);
+        }
     }
 }

@@ -9,12 +9,12 @@ use std::ffi::c_void;
 use super::{allocate, block, give_back, live_block, RuntimeBlock};
 
 /// Protection changes the runtime remembers (each a range the domain made other than read-write, or set back).
-pub(crate) const PROTECTED_SLOTS: usize = 256;
+pub const PROTECTED_SLOTS: usize = 256;
 
 /// One protection change of heap pages: `[start, start + len)` got `prot`.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
-pub(crate) struct Protection {
+pub struct Protection {
     start: usize,
     len: usize,
     prot: i32,
@@ -63,7 +63,9 @@ fn fail(errno: i32) -> i32 {
 
 // `mmap`'s sixth argument (the file offset) arrives as the block: only anonymous mappings are made, and they have
 // no offset. The address is a hint, which the heap does not take.
-pub(super) extern "C" fn rt_mmap(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mmap(
     _hint: usize,
     len: usize,
     prot: i32,
@@ -108,7 +110,10 @@ pub(super) extern "C" fn rt_mmap(
 
 /// Unmaps a whole mapping `mmap` made (its start; the length is the mapping's own). Part of a mapping, or memory
 /// `mmap` did not hand out, is refused with EINVAL.
-pub(super) extern "C" fn rt_munmap(
+///
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_munmap(
     addr: usize,
     _len: usize,
     _: usize,
@@ -146,7 +151,9 @@ pub(super) extern "C" fn rt_munmap(
     0
 }
 
-pub(super) extern "C" fn rt_mprotect(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mprotect(
     addr: usize,
     len: usize,
     prot: i32,
@@ -194,7 +201,16 @@ fn protect(b: &mut RuntimeBlock, addr: usize, len: usize, prot: i32) -> i32 {
     0
 }
 
-pub(super) extern "C" fn rt_sysconf(name: i32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i64 {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_sysconf(
+    name: i32,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> i64 {
     let mut locked = block(b);
     let b = &mut *locked;
     match name {
@@ -212,51 +228,63 @@ mod tests {
 
     #[test]
     fn mmap_hands_out_zeroed_pages_and_munmap_takes_back_only_whole_mappings() {
-        let mut heap = vec![0u8; 1 << 20];
-        let mut b = fresh(&mut heap);
-        let bp: *mut RuntimeBlock = &mut **b;
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-        let p = rt_mmap(0, 5000, READ_WRITE, flags, -1, bp) as usize;
-        assert_ne!(p, libc::MAP_FAILED as usize);
-        assert_eq!(p % b.page, 0);
-        // SAFETY: 5000 bytes (two pages) were mapped at p.
-        assert!(unsafe { std::slice::from_raw_parts(p as *const u8, 5000) }.iter().all(|&x| x == 0));
-        assert_eq!(rt_munmap(p + b.page, 4096, 0, 0, 0, bp), -1, "part of a mapping");
-        assert_eq!(super::super::errno(), libc::EINVAL);
-        assert_eq!(rt_munmap(p, 5000, 0, 0, 0, bp), 0);
-        assert_eq!(rt_munmap(p, 5000, 0, 0, 0, bp), -1, "twice");
-        let shared = rt_mmap(0, 4096, READ_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, bp);
-        assert_eq!(shared, libc::MAP_FAILED);
-        let file = rt_mmap(0, 4096, READ_WRITE, libc::MAP_PRIVATE, 3, bp);
-        assert_eq!(file, libc::MAP_FAILED);
-        let exec = rt_mmap(0, 4096, libc::PROT_READ | libc::PROT_EXEC, flags, -1, bp);
-        assert_eq!(exec, libc::MAP_FAILED);
-        assert_eq!(super::super::errno(), libc::EACCES);
+        // SAFETY: the thunk contract: `bp` is a block laid out by `fresh`, alive for the test, whose heap the mappings
+        // come from; the slice read lies in the 5000 bytes mapped at `p`.
+        unsafe {
+            let mut heap = vec![0u8; 1 << 20];
+            let mut b = fresh(&mut heap);
+            let bp: *mut RuntimeBlock = &mut **b;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            let p = rt_mmap(0, 5000, READ_WRITE, flags, -1, bp) as usize;
+            assert_ne!(p, libc::MAP_FAILED as usize);
+            assert_eq!(p % b.page, 0);
+            // 5000 bytes (two pages) were mapped at p.
+            assert!(std::slice::from_raw_parts(p as *const u8, 5000).iter().all(|&x| x == 0));
+            assert_eq!(rt_munmap(p + b.page, 4096, 0, 0, 0, bp), -1, "part of a mapping");
+            assert_eq!(super::super::errno(), libc::EINVAL);
+            assert_eq!(rt_munmap(p, 5000, 0, 0, 0, bp), 0);
+            assert_eq!(rt_munmap(p, 5000, 0, 0, 0, bp), -1, "twice");
+            let shared = rt_mmap(0, 4096, READ_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, bp);
+            assert_eq!(shared, libc::MAP_FAILED);
+            let file = rt_mmap(0, 4096, READ_WRITE, libc::MAP_PRIVATE, 3, bp);
+            assert_eq!(file, libc::MAP_FAILED);
+            let exec = rt_mmap(0, 4096, libc::PROT_READ | libc::PROT_EXEC, flags, -1, bp);
+            assert_eq!(exec, libc::MAP_FAILED);
+            assert_eq!(super::super::errno(), libc::EACCES);
+        }
     }
 
     #[test]
     fn mprotect_refuses_execute_and_memory_outside_the_heap() {
-        let mut heap = vec![0u8; 1 << 20];
-        let mut b = fresh(&mut heap);
-        let bp: *mut RuntimeBlock = &mut **b;
-        let p = rt_mmap(0, 8192, READ_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, bp) as usize;
-        assert_eq!(rt_mprotect(p, 4096, libc::PROT_READ | libc::PROT_EXEC, 0, 0, bp), -1);
-        assert_eq!(super::super::errno(), libc::EACCES);
-        let outside = b.heap_end;
-        assert_eq!(rt_mprotect(outside, 4096, libc::PROT_READ, 0, 0, bp), -1);
-        assert_eq!(rt_mprotect(p + 1, 4096, libc::PROT_READ, 0, 0, bp), -1);
-        assert_eq!(super::super::errno(), libc::EINVAL);
-        assert!(ranges(&b).is_empty(), "nothing refused is remembered");
+        // SAFETY: the thunk contract: `bp` is a block laid out by `fresh`, alive for the test, whose heap the mappings
+        // come from.
+        unsafe {
+            let mut heap = vec![0u8; 1 << 20];
+            let mut b = fresh(&mut heap);
+            let bp: *mut RuntimeBlock = &mut **b;
+            let p = rt_mmap(0, 8192, READ_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, bp) as usize;
+            assert_eq!(rt_mprotect(p, 4096, libc::PROT_READ | libc::PROT_EXEC, 0, 0, bp), -1);
+            assert_eq!(super::super::errno(), libc::EACCES);
+            let outside = b.heap_end;
+            assert_eq!(rt_mprotect(outside, 4096, libc::PROT_READ, 0, 0, bp), -1);
+            assert_eq!(rt_mprotect(p + 1, 4096, libc::PROT_READ, 0, 0, bp), -1);
+            assert_eq!(super::super::errno(), libc::EINVAL);
+            assert!(ranges(&b).is_empty(), "nothing refused is remembered");
+        }
     }
 
     #[test]
     fn sysconf_answers_the_page_size_and_refuses_the_rest() {
-        let mut heap = vec![0u8; 4096];
-        let mut b = fresh(&mut heap);
-        let bp: *mut RuntimeBlock = &mut **b;
-        assert_eq!(rt_sysconf(libc::_SC_PAGESIZE, 0, 0, 0, 0, bp), super::super::super::memory::page_size() as i64);
-        assert!(rt_sysconf(libc::_SC_NPROCESSORS_ONLN, 0, 0, 0, 0, bp) >= 1);
-        assert_eq!(rt_sysconf(libc::_SC_OPEN_MAX, 0, 0, 0, 0, bp), -1);
-        assert_eq!(super::super::errno(), libc::EINVAL);
+        // SAFETY: the thunk contract: `bp` is a block laid out by `fresh`, alive for the test, whose heap the mappings
+        // come from.
+        unsafe {
+            let mut heap = vec![0u8; 4096];
+            let mut b = fresh(&mut heap);
+            let bp: *mut RuntimeBlock = &mut **b;
+            assert_eq!(rt_sysconf(libc::_SC_PAGESIZE, 0, 0, 0, 0, bp), crate::domain::memory::page_size() as i64);
+            assert!(rt_sysconf(libc::_SC_NPROCESSORS_ONLN, 0, 0, 0, 0, bp) >= 1);
+            assert_eq!(rt_sysconf(libc::_SC_OPEN_MAX, 0, 0, 0, 0, bp), -1);
+            assert_eq!(super::super::errno(), libc::EINVAL);
+        }
     }
 }

@@ -67,7 +67,7 @@ impl ImportClass {
 
 /// Imports the runtime treats alike, and how it honours them (or why it cannot).
 #[derive(Debug)]
-pub(crate) struct Group {
+pub struct Group {
     /// A short identifier, carried in reports (`heap`, `stdio`, `mappings`).
     pub id: &'static str,
     pub class: ImportClass,
@@ -77,11 +77,11 @@ pub(crate) struct Group {
 }
 
 /// Identifiers of groups the analysis treats specially.
-pub(crate) const THREAD_START: &str = "thread-start";
+pub const THREAD_START: &str = "thread-start";
 /// The imports of the `dynamic-loading` group the domain runtime answers for an extension loaded together with the
 /// libraries it opens (a class adapter and its plugin): for any other extension they stay reasons.
-pub(crate) const LIBRARY_LOOKUP: &[&str] = &["dlopen", "dlsym", "dlerror", "dlclose"];
-pub(crate) const TLS: &str = "tls";
+pub const LIBRARY_LOOKUP: &[&str] = &["dlopen", "dlsym", "dlerror", "dlclose"];
+pub const TLS: &str = "tls";
 
 use ImportClass::*;
 
@@ -957,7 +957,7 @@ const LIBM_FUNCTIONS: &[&str] = &[
 ];
 
 /// Libraries whose exports are libm's.
-pub(crate) const LIBM_LIBRARIES: &[&str] = &["libm.so.6", "libmvec.so.1"];
+pub const LIBM_LIBRARIES: &[&str] = &["libm.so.6", "libmvec.so.1"];
 
 /// Name prefixes of the C++ runtime, checked in order (the first match wins).
 const CXX_PREFIXES: &[(&str, &str)] = &[
@@ -1015,12 +1015,12 @@ fn is_libm_function(name: &str) -> bool {
 
 /// Every name the table binds through a host gate.
 #[cfg(test)]
-pub(crate) fn host_gate_names() -> impl Iterator<Item = &'static str> {
+pub fn host_gate_names() -> impl Iterator<Item = &'static str> {
     GROUPS.iter().filter(|g| g.class == HostGate).flat_map(|g| g.names.iter().copied())
 }
 
 /// How the import `name`, whose version (if any) comes from `library`, is bound.
-pub(crate) fn classify(name: &str, library: Option<&str>) -> &'static Group {
+pub fn classify(name: &str, library: Option<&str>) -> &'static Group {
     let table = table();
     for base in base_names(name) {
         if let Some(group) = table.get(base) {
@@ -1092,12 +1092,12 @@ mod tests {
     fn every_domain_runtime_name_has_a_function() {
         for group in GROUPS.iter().filter(|g| g.class == DomainRuntime) {
             for name in group.names.iter().filter(|&&n| n != "_ZSt7nothrow") {
-                assert!(super::super::runtime::function(name).is_some(), "{name} of {}", group.id);
+                assert!(crate::domain::runtime::function(name).is_some(), "{name} of {}", group.id);
             }
         }
         for name in LIBRARY_LOOKUP {
             assert_eq!(id(name, None), "dynamic-loading", "{name}");
-            assert!(super::super::runtime::function(name).is_some(), "{name}");
+            assert!(crate::domain::runtime::function(name).is_some(), "{name}");
         }
     }
 

@@ -11,6 +11,21 @@
 //! Several host threads may run in a domain at once, so a function holds the block's lock while it uses the block
 //! ([`block`]). A thread that faults holding it leaves it held; the restore after the fault puts the lock word back
 //! with the block, and the domain's other threads were ended before that (`gate::Occupancy`).
+//!
+//! # Safety: the thunk contract
+//!
+//! Every `rt_` function here and in the submodules, and every `lf_` one in `libfault`, is an `unsafe extern "C" fn`
+//! with one contract, which each names instead of restating it: it is called only through a thunk of the domain it
+//! serves (or by a test standing in for one), so
+//! - `b`, the sixth argument, is that domain's [`RuntimeBlock`] (for the functions that read it: the lock
+//!   functions do not), laid out by [`RuntimeBlock::init`] with its lock word [`LOCK_BYTES`] before it, alive for
+//!   the call;
+//! - it runs on a thread inside that domain, with the domain's rights, or on a host thread whose rights cover the
+//!   domain's memory;
+//! - every other argument is what the C function it stands for is given by a caller keeping that function's own
+//!   contract (a pointer names memory of the size the C function reads or writes, a string ends in a NUL, a
+//!   comparison function is one). An extension that breaks it faults in its own domain, as it would in its own
+//!   process: the function's unsafe operations touch only what the arguments name, with the domain's rights.
 
 use std::ffi::c_void;
 use std::ops::{Deref, DerefMut};
@@ -22,10 +37,12 @@ mod libraries;
 mod locks;
 mod mappings;
 
-pub(crate) use self::libfault::function as library_fault_function;
+pub use self::libfault::function as library_fault_function;
 use self::libfault::FaultPlan;
-pub(crate) use self::libraries::LibraryTable;
+pub use self::libfault::{InjectedFault, InjectedFaultKind};
+pub use self::libraries::LibraryTable;
 use self::mappings::Protection;
+use super::gate::Ending;
 
 /// Size classes of the heap: class `k` holds blocks of `16 << k` bytes, header included.
 const CLASSES: usize = 36;
@@ -39,18 +56,13 @@ const ATEXIT_SLOTS: usize = 64;
 const RANDOM_DEG: usize = 31;
 const RANDOM_SEP: usize = 3;
 
-/// How a domain ended a call by asking to end the process: the kinds the runtime's `exit` and `abort` end a call
-/// with (`gate::end_call`), which come back with the thread's fault.
-pub(crate) const ENDED_EXIT: u64 = 1;
-pub(crate) const ENDED_ABORT: u64 = 2;
-
 /// Bytes before the block in the runtime page: its lock word, on a cache line of its own. The word lies outside
 /// the block because the thread holding the lock borrows the whole block.
-pub(crate) const LOCK_BYTES: usize = 64;
+pub const LOCK_BYTES: usize = 64;
 
 /// The runtime's state, [`LOCK_BYTES`] into the domain's runtime page.
 #[repr(C)]
-pub(crate) struct RuntimeBlock {
+pub struct RuntimeBlock {
     heap_start: usize,
     heap_top: usize,
     heap_end: usize,
@@ -97,9 +109,9 @@ impl RuntimeBlock {
     ///
     /// # Safety
     /// `block` is writable memory of `size_of::<RuntimeBlock>()` bytes, aligned for it, used by nothing else.
-    pub(crate) unsafe fn init(block: *mut RuntimeBlock, heap: usize, heap_len: usize, key: u32) {
-        // SAFETY: the caller's guarantee; all-zero is a valid block (every field is an integer, a null pointer or an
-        // array of integers).
+    pub unsafe fn init(block: *mut RuntimeBlock, heap: usize, heap_len: usize, key: u32) {
+        // SAFETY: `block` is writable, aligned and unshared (this function's contract); all-zero is a valid block
+        // (every field is an integer, a null pointer or an array of integers).
         unsafe {
             ptr::write_bytes(block, 0, 1);
             (*block).heap_start = heap;
@@ -115,41 +127,40 @@ impl RuntimeBlock {
     }
 
     /// Injects `fault` into the calls bound to [`library_fault_function`]s.
-    pub(crate) fn set_library_fault(&mut self, fault: &crate::libfault::LibraryFault) {
-        self.library_fault = FaultPlan::new(fault);
+    pub fn set_library_fault(&mut self, fault: impl Into<InjectedFault>) {
+        self.library_fault = FaultPlan::new(&fault.into());
     }
 
     /// Keeps the heap past what is in use inaccessible from now on (the caller has made it so): see `guard_top`.
-    pub(crate) fn guard_heap_top(&mut self) {
+    pub fn guard_heap_top(&mut self) {
         self.guard_top = 1;
         self.committed = self.heap_top.next_multiple_of(self.page);
     }
 
     /// Where the accessible heap ends when the rest is kept inaccessible (a restore puts that back).
-    pub(crate) fn heap_committed(&self) -> Option<usize> {
+    pub fn heap_committed(&self) -> Option<usize> {
         (self.guard_top != 0).then(|| self.committed.clamp(self.heap_start, self.heap_end))
     }
 
     /// The part of the heap in use since the block was laid out: what a snapshot must keep.
-    pub(crate) fn heap_used(&self) -> (usize, usize) {
+    pub fn heap_used(&self) -> (usize, usize) {
         (self.heap_start, self.heap_top)
     }
 
     /// Hands the domain the libraries its `dlopen` opens: a table laid out by [`LibraryTable`] at `at`.
-    pub(crate) fn set_libraries(&mut self, at: usize, len: usize) {
+    pub fn set_libraries(&mut self, at: usize, len: usize) {
         self.libraries = at;
         self.libraries_len = len;
     }
 
     /// The heap's ranges whose protection the domain changed, clamped to the heap: what a restore re-applies.
-    pub(crate) fn protected_ranges(&self) -> Vec<(usize, usize, i32)> {
+    pub fn protected_ranges(&self) -> Vec<(usize, usize, i32)> {
         mappings::ranges(self)
     }
 
     /// The address of `std::nothrow` in this block.
-    pub(crate) fn nothrow_address(block: *mut RuntimeBlock) -> usize {
-        // SAFETY: only the field's address is taken.
-        unsafe { ptr::addr_of_mut!((*block).nothrow) as usize }
+    pub fn nothrow_address(block: *mut RuntimeBlock) -> usize {
+        block as usize + std::mem::offset_of!(RuntimeBlock, nothrow)
     }
 
     /// Whether an allocation failed for want of room: a hint for classifying a fault, read while other threads
@@ -157,14 +168,14 @@ impl RuntimeBlock {
     ///
     /// # Safety
     /// `block` is a block laid out by [`RuntimeBlock::init`], readable by this thread.
-    pub(crate) unsafe fn exhausted(block: *const RuntimeBlock) -> bool {
+    pub unsafe fn exhausted(block: *const RuntimeBlock) -> bool {
         // SAFETY: the caller's guarantee; the word is an aligned u32, read as an atomic (the domain's threads write
         // it as a plain word, so a value read is one some thread wrote).
         unsafe { AtomicU32::from_ptr(ptr::addr_of!((*block).exhausted).cast_mut()).load(Ordering::Relaxed) != 0 }
     }
 
     /// Destructors registered with `__cxa_atexit`, newest first.
-    pub(crate) fn destructors(&self) -> Vec<(usize, usize)> {
+    pub fn destructors(&self) -> Vec<(usize, usize)> {
         let n = self.atexit_count.min(ATEXIT_SLOTS);
         self.atexit[..n].iter().rev().copied().collect()
     }
@@ -175,7 +186,7 @@ type Raw = *const c_void;
 
 /// The runtime's functions by import name. Names not here that the classification calls domain runtime are
 /// data (`std::nothrow`, bound by the backend).
-pub(crate) fn function(name: &str) -> Option<Raw> {
+pub fn function(name: &str) -> Option<Raw> {
     let f: Raw = match name {
         "malloc" | "_Znwm" | "_Znam" => rt_malloc as Raw,
         "_ZnwmRKSt9nothrow_t" | "_ZnamRKSt9nothrow_t" => rt_malloc as Raw,
@@ -243,7 +254,7 @@ pub(crate) fn function(name: &str) -> Option<Raw> {
 }
 
 /// The fault function for an import of the `exit` group.
-pub(crate) fn fault_function(name: &str) -> Raw {
+pub fn fault_function(name: &str) -> Raw {
     match name {
         "exit" | "_exit" | "_Exit" | "quick_exit" => rt_exit as Raw,
         _ => rt_abort as Raw,
@@ -368,11 +379,12 @@ fn give_back(b: &mut RuntimeBlock, p: usize) {
 
 /// The block, locked until the value is dropped.
 ///
-/// # Safety (of every `rt_` function)
-/// Called only through a thunk, which passes the domain's block as the sixth argument.
-fn block<'a>(b: *mut RuntimeBlock) -> Locked<'a> {
-    // SAFETY: the thunk passes the block of the domain this code runs in, [`LOCK_BYTES`] into its runtime page,
-    // whose first word is the lock (zero when the block is laid out, and so in the snapshot).
+/// # Safety
+/// `b` is a block laid out by [`RuntimeBlock::init`], [`LOCK_BYTES`] into its runtime page, that outlives `'a`:
+/// what the thunk contract (module doc) promises of the sixth argument.
+unsafe fn block<'a>(b: *mut RuntimeBlock) -> Locked<'a> {
+    // SAFETY: by this function's contract the lock word lies LOCK_BYTES before `b`, in the runtime page (zero
+    // when the block is laid out, and so in the snapshot), alive for 'a.
     let lock = unsafe { &*(b.cast::<u8>().sub(LOCK_BYTES).cast::<AtomicU32>()) };
     while lock.swap(1, Ordering::Acquire) != 0 {
         let mut spins = 0u32;
@@ -392,7 +404,7 @@ fn block<'a>(b: *mut RuntimeBlock) -> Locked<'a> {
 ///
 /// # Safety
 /// `block` is a block laid out by [`RuntimeBlock::init`] (with its lock word before it), writable by this thread.
-pub(crate) unsafe fn with_block<R>(block_at: *mut RuntimeBlock, f: impl FnOnce(&mut RuntimeBlock) -> R) -> R {
+pub unsafe fn with_block<R>(block_at: *mut RuntimeBlock, f: impl FnOnce(&mut RuntimeBlock) -> R) -> R {
     f(&mut block(block_at))
 }
 
@@ -414,7 +426,8 @@ impl Deref for Locked<'_> {
 
 impl DerefMut for Locked<'_> {
     fn deref_mut(&mut self) -> &mut RuntimeBlock {
-        // SAFETY: as in `deref`.
+        // SAFETY: the lock is held (see `block`): no other thread uses the block meanwhile, and the runtime does
+        // not take it again while it holds it; `&mut self` makes this the only reference.
         unsafe { &mut *self.block }
     }
 }
@@ -440,11 +453,29 @@ pub(super) fn give_way() {
     }
 }
 
-extern "C" fn rt_malloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_malloc(
+    size: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     allocate(&mut block(b), size, HEADER)
 }
 
-extern "C" fn rt_calloc(n: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_calloc(
+    n: usize,
+    size: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     let mut locked = block(b);
     let b = &mut *locked;
     let Some(bytes) = n.checked_mul(size) else {
@@ -476,11 +507,22 @@ fn reallocate(b: &mut RuntimeBlock, p: usize, size: usize) -> *mut c_void {
     q
 }
 
-extern "C" fn rt_realloc(p: usize, size: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_realloc(
+    p: usize,
+    size: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     reallocate(&mut block(b), p, size)
 }
 
-extern "C" fn rt_reallocarray(
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_reallocarray(
     p: usize,
     n: usize,
     size: usize,
@@ -499,7 +541,9 @@ extern "C" fn rt_reallocarray(
     }
 }
 
-extern "C" fn rt_free(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_free(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
     give_back(&mut block(b), p);
 }
 
@@ -511,7 +555,9 @@ fn aligned(b: &mut RuntimeBlock, align: usize, size: usize) -> *mut c_void {
     allocate(b, size, align.max(HEADER))
 }
 
-extern "C" fn rt_posix_memalign(
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_posix_memalign(
     out: *mut *mut c_void,
     align: usize,
     size: usize,
@@ -533,7 +579,9 @@ extern "C" fn rt_posix_memalign(
     0
 }
 
-extern "C" fn rt_memalign(
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_memalign(
     align: usize,
     size: usize,
     _: usize,
@@ -544,7 +592,9 @@ extern "C" fn rt_memalign(
     aligned(&mut block(b), align, size)
 }
 
-extern "C" fn rt_new_aligned(
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_new_aligned(
     size: usize,
     align: usize,
     _: usize,
@@ -555,15 +605,35 @@ extern "C" fn rt_new_aligned(
     aligned(&mut block(b), align, size)
 }
 
-extern "C" fn rt_valloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_valloc(
+    size: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     aligned(&mut block(b), 4096, size)
 }
 
-extern "C" fn rt_pvalloc(size: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_pvalloc(
+    size: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     aligned(&mut block(b), 4096, size.div_ceil(4096).max(1) * 4096)
 }
 
-extern "C" fn rt_usable_size(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_usable_size(p: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> usize {
     if p == 0 {
         0
     } else {
@@ -587,19 +657,47 @@ fn duplicate(b: &mut RuntimeBlock, src: *const u8, len: usize, unit: usize) -> *
     p
 }
 
-extern "C" fn rt_strdup(s: *const u8, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_strdup(
+    s: *const u8,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     // SAFETY: the extension passes a C string; reading it faults in the domain if it does not.
     let len = unsafe { libc::strlen(s.cast()) };
     duplicate(&mut block(b), s, len, 1)
 }
 
-extern "C" fn rt_strndup(s: *const u8, n: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
-    // SAFETY: as for strdup, reading at most n bytes.
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_strndup(
+    s: *const u8,
+    n: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
+    // SAFETY: `s` is the extension's string (the thunk contract), read up to its NUL or n bytes, whichever comes
+    // first.
     let len = unsafe { libc::strnlen(s.cast(), n) };
     duplicate(&mut block(b), s, len, 1)
 }
 
-extern "C" fn rt_wcsdup(s: *const u8, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_wcsdup(
+    s: *const u8,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     let mut len = 0usize;
     // SAFETY: the extension passes a wide string ending in a zero wchar_t (4 bytes on Linux).
     while unsafe { (s as *const u32).add(len).read_unaligned() } != 0 {
@@ -645,14 +743,25 @@ fn sort(base: *mut u8, n: usize, size: usize, less: &mut dyn FnMut(*const u8, *c
     }
 }
 
-extern "C" fn rt_qsort(base: *mut u8, n: usize, size: usize, compare: usize, _: usize, _: *mut RuntimeBlock) {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_qsort(base: *mut u8, n: usize, size: usize, compare: usize, _: usize, _: *mut RuntimeBlock) {
     // SAFETY: the extension passes its comparison function, `int (*)(const void *, const void *)`; passing it a
     // third argument it ignores is harmless in the System V ABI.
     let compare: Compare = unsafe { std::mem::transmute(compare) };
     sort(base, n, size, &mut |a, b| compare(a.cast(), b.cast(), ptr::null_mut()) < 0);
 }
 
-extern "C" fn rt_qsort_r(base: *mut u8, n: usize, size: usize, compare: usize, arg: usize, _: *mut RuntimeBlock) {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_qsort_r(
+    base: *mut u8,
+    n: usize,
+    size: usize,
+    compare: usize,
+    arg: usize,
+    _: *mut RuntimeBlock,
+) {
     // SAFETY: the extension passes `int (*)(const void *, const void *, void *)` and its argument.
     let compare: Compare = unsafe { std::mem::transmute(compare) };
     sort(base, n, size, &mut |a, b| compare(a.cast(), b.cast(), arg as *mut c_void) < 0);
@@ -663,7 +772,7 @@ extern "C" fn rt_qsort_r(base: *mut u8, n: usize, size: usize, compare: usize, a
 /// Sets the calling thread's errno (for the runtime, and for the host-side signal functions). Inside a domain the FS
 /// base is the domain's thread block, so this is the domain's errno, the one the extension reads through
 /// `__errno_location`; the host's is untouched.
-pub(crate) fn set_errno(value: i32) {
+pub fn set_errno(value: i32) {
     // SAFETY: glibc's `__errno_location` gives the address of errno in the running thread's block, always writable
     // by the code running on it.
     unsafe { *libc::__errno_location() = value };
@@ -671,12 +780,15 @@ pub(crate) fn set_errno(value: i32) {
 
 /// The calling thread's errno (the tests read what the runtime set).
 #[cfg(test)]
-pub(crate) fn errno() -> i32 {
-    // SAFETY: as in set_errno.
+pub fn errno() -> i32 {
+    // SAFETY: glibc's `__errno_location` gives the address of errno in the running thread's block, readable by the
+    // code running on it.
     unsafe { *libc::__errno_location() }
 }
 
-extern "C" fn rt_cxa_atexit(func: usize, arg: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i32 {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_cxa_atexit(func: usize, arg: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i32 {
     let mut locked = block(b);
     let b = &mut *locked;
     if b.atexit_count >= ATEXIT_SLOTS {
@@ -689,7 +801,10 @@ extern "C" fn rt_cxa_atexit(func: usize, arg: usize, _: usize, _: usize, _: usiz
 
 /// The destructors run when the domain is torn down (the backend calls them); an extension's own fini code calls
 /// this first, which has nothing to do then.
-extern "C" fn rt_cxa_finalize(_: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) {}
+///
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_cxa_finalize(_: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) {}
 
 // ---- random numbers ----
 
@@ -724,22 +839,45 @@ fn next_random(b: &mut RuntimeBlock) -> i64 {
     i64::from(result)
 }
 
-extern "C" fn rt_random(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i64 {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_random(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i64 {
     next_random(&mut block(b))
 }
 
-extern "C" fn rt_srandom(seed: u32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_srandom(seed: u32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
     srandom_state(&mut block(b), seed);
 }
 
 /// The domain keeps one generator; `initstate` reseeds it and hands back a token `setstate` accepts.
-extern "C" fn rt_initstate(seed: u32, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+///
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_initstate(
+    seed: u32,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     srandom_state(&mut block(b), seed);
     // SAFETY: only the field's address is taken.
     unsafe { ptr::addr_of_mut!((*b).random).cast() }
 }
 
-extern "C" fn rt_setstate(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut c_void {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_setstate(
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut c_void {
     // SAFETY: only the field's address is taken.
     unsafe { ptr::addr_of_mut!((*b).random).cast() }
 }
@@ -754,7 +892,10 @@ fn next48(b: &mut RuntimeBlock) -> u64 {
 
 /// `strtok` with the position kept in the domain's block: glibc's keeps it in the host's libc, where the domain may
 /// not write, and the host's own parsing would go on from the extension's string.
-extern "C" fn rt_strtok(
+///
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_strtok(
     text: *mut libc::c_char,
     delimiters: *const libc::c_char,
     _: usize,
@@ -771,15 +912,21 @@ fn next_token(b: &mut RuntimeBlock, text: *mut libc::c_char, delimiters: *const 
     unsafe { libc::strtok_r(text, delimiters, &mut b.strtok_next) }
 }
 
-extern "C" fn rt_drand48(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> f64 {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_drand48(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> f64 {
     next48(&mut block(b)) as f64 / (1u64 << 48) as f64
 }
 
-extern "C" fn rt_mrand48(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i64 {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_mrand48(_: usize, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> i64 {
     i64::from((next48(&mut block(b)) >> 16) as u32 as i32)
 }
 
-extern "C" fn rt_srand48(seed: i64, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_srand48(seed: i64, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
     let mut locked = block(b);
     let b = &mut *locked;
     b.rand48 = [0x330e, seed as u16, (seed >> 16) as u16];
@@ -787,7 +934,16 @@ extern "C" fn rt_srand48(seed: i64, _: usize, _: usize, _: usize, _: usize, b: *
     b.rand48_add = 0xb;
 }
 
-extern "C" fn rt_seed48(seed: *const u16, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) -> *mut u16 {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_seed48(
+    seed: *const u16,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    b: *mut RuntimeBlock,
+) -> *mut u16 {
     let mut locked = block(b);
     let b = &mut *locked;
     // SAFETY: the extension passes three unsigned shorts.
@@ -798,7 +954,9 @@ extern "C" fn rt_seed48(seed: *const u16, _: usize, _: usize, _: usize, _: usize
     b.rand48.as_mut_ptr()
 }
 
-extern "C" fn rt_lcong48(params: *const u16, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_lcong48(params: *const u16, _: usize, _: usize, _: usize, _: usize, b: *mut RuntimeBlock) {
     let mut locked = block(b);
     let b = &mut *locked;
     // SAFETY: the extension passes seven unsigned shorts: the state, the multiplier, the addend.
@@ -811,12 +969,16 @@ extern "C" fn rt_lcong48(params: *const u16, _: usize, _: usize, _: usize, _: us
 
 // ---- the end of the process, as faults ----
 
-extern "C" fn rt_exit(status: i32, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> ! {
-    super::gate::end_call(ENDED_EXIT, status)
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_exit(status: i32, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> ! {
+    super::gate::end_call(Ending::Exit { status })
 }
 
-extern "C" fn rt_abort(_: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> ! {
-    super::gate::end_call(ENDED_ABORT, 0)
+/// # Safety
+/// The thunk contract (module doc).
+unsafe extern "C" fn rt_abort(_: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> ! {
+    super::gate::end_call(Ending::Abort)
 }
 
 #[cfg(test)]

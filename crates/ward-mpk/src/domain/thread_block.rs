@@ -30,15 +30,15 @@ use super::pku;
 
 /// Offset from the thread pointer of the word holding the host thread's pointer: inside `tcbhead_t`'s
 /// `__glibc_unused2` (bytes 0x80 to 0x280), which glibc keeps only for the struct's size.
-pub(crate) const HOST_POINTER_AT: usize = 0x200;
+pub const HOST_POINTER_AT: usize = 0x200;
 /// Offset of the check word: the host thread's pointer XOR [`TCB_SECRET`].
-pub(crate) const HOST_CHECK_AT: usize = 0x208;
+pub const HOST_CHECK_AT: usize = 0x208;
 
 /// Offset of the table of the extensions' TLS modules: word `i` is how far below the thread pointer module `i + 1`'s
 /// block starts. It ends before `__glibc_unused2` does (0x280).
-pub(crate) const TLS_MODULES_AT: usize = 0x210;
+pub const TLS_MODULES_AT: usize = 0x210;
 /// How many images of one domain may have thread-local storage of their own.
-pub(crate) const TLS_MODULES: usize = 12;
+pub const TLS_MODULES: usize = 12;
 const _: () = assert!(TLS_MODULES_AT + TLS_MODULES * 8 <= 0x280);
 
 std::arch::global_asm!(
@@ -74,16 +74,16 @@ extern "C" {
 }
 
 /// The domain runtime's `__tls_get_addr`.
-pub(crate) fn tls_get_addr() -> *const c_void {
+pub fn tls_get_addr() -> *const c_void {
     ward_mpk_tls_get_addr as *const c_void
 }
 
 /// The secret of the check word: random, odd (so never 0, and an all-zero control block never passes), set once
 /// before the first block is made.
-pub(crate) static TCB_SECRET: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+pub static TCB_SECRET: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 
 /// Makes the secret random; called once, before any thread block exists (with the fault handlers' installation).
-pub(crate) fn choose_secret() {
+pub fn choose_secret() {
     let mut bytes = [0u8; 8];
     // SAFETY: getrandom fills at most the 8 bytes of the buffer it is given.
     let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
@@ -95,7 +95,7 @@ pub(crate) fn choose_secret() {
 /// Whether the kernel lets user code read and write the FS base itself (`rdfsbase`/`wrfsbase`, Linux 5.9 and
 /// later on processors that have them): the gate switches the thread block with them, a system call being far
 /// too slow for a crossing.
-pub(crate) fn fsgsbase_enabled() -> bool {
+pub fn fsgsbase_enabled() -> bool {
     const HWCAP2_FSGSBASE: u64 = 1 << 1;
     // SAFETY: getauxval reads the auxiliary vector the kernel gave the process.
     let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) };
@@ -103,7 +103,7 @@ pub(crate) fn fsgsbase_enabled() -> bool {
 }
 
 /// This thread's thread pointer (the FS base), read where it is the host's.
-pub(crate) fn host_thread_pointer() -> usize {
+pub fn host_thread_pointer() -> usize {
     let pointer: usize;
     // SAFETY: on x86-64 glibc the first word of the thread control block, at fs:0, points at the block itself.
     unsafe {
@@ -146,7 +146,7 @@ extern "C" {
 
 /// Where glibc keeps each thread's restartable-sequences area, from the thread pointer, and its size; None when
 /// glibc registers none.
-pub(crate) fn rseq_area() -> Option<(isize, u32)> {
+pub fn rseq_area() -> Option<(isize, u32)> {
     // SAFETY: plain reads of two constants glibc sets before any user code runs.
     let (offset, size) = unsafe { (__rseq_offset, __rseq_size) };
     (size > 0).then_some((offset, size))
@@ -173,14 +173,14 @@ fn copy_mapped(from: usize, to: *mut u8, len: usize) {
 /// Where a domain's images keep their own thread-local storage in its thread blocks: below the host's static TLS
 /// copy, each block aligned as its image asks.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct TlsLayout {
+pub struct TlsLayout {
     modules: Vec<(TlsModule, TlsTemplate)>,
 }
 
 impl TlsLayout {
     /// Lays out the templates (one per image, in order; None for an image without TLS) and gives each image its
     /// module.
-    pub(crate) fn new(templates: &[Option<TlsTemplate>]) -> io::Result<(TlsLayout, Vec<Option<TlsModule>>)> {
+    pub fn new(templates: &[Option<TlsTemplate>]) -> io::Result<(TlsLayout, Vec<Option<TlsModule>>)> {
         let mut below = static_tls_size()?;
         let mut layout = TlsLayout::default();
         let mut modules = Vec::with_capacity(templates.len());
@@ -291,19 +291,19 @@ impl ThreadBlock {
 }
 
 /// A domain's thread blocks, one per host thread that has called it.
-pub(crate) struct ThreadBlocks {
+pub struct ThreadBlocks {
     key: u32,
     tls: TlsLayout,
     blocks: Arc<PerThread<ThreadBlock>>,
 }
 
 impl ThreadBlocks {
-    pub(crate) fn new(key: u32, tls: TlsLayout) -> ThreadBlocks {
+    pub fn new(key: u32, tls: TlsLayout) -> ThreadBlocks {
         ThreadBlocks { key, tls, blocks: PerThread::new() }
     }
 
     /// The thread pointer this thread runs this domain's code with, made on its first call.
-    pub(crate) fn pointer_for_this_thread(&self) -> io::Result<usize> {
+    pub fn pointer_for_this_thread(&self) -> io::Result<usize> {
         let block = self.blocks.get_or_make(|| ThreadBlock::new(self.key, host_thread_pointer(), &self.tls))?;
         Ok(block.pointer)
     }
@@ -313,9 +313,9 @@ impl ThreadBlocks {
     ///
     /// # Safety
     /// No call may be running in the domain, and this thread must be allowed to write the domain's key.
-    pub(crate) unsafe fn reset(&self) {
+    pub unsafe fn reset(&self) {
         for block in self.blocks.all() {
-            // SAFETY: the caller's guarantee.
+            // SAFETY: no call runs in the domain and this thread may write its key (this function's contract).
             unsafe { block.reset() };
         }
     }
@@ -323,7 +323,7 @@ impl ThreadBlocks {
     /// Makes every block's static TLS copy, as it is now, what a restore puts back: called once the domain's
     /// initialisers have run, when its snapshot is taken, so that thread-locals they set come back with the rest.
     /// Blocks made later start from the images' templates, as a thread that did not load the library would.
-    pub(crate) fn keep_as_pristine(&self) {
+    pub fn keep_as_pristine(&self) {
         for block in self.blocks.all() {
             block.keep_as_pristine();
         }

@@ -17,14 +17,14 @@ use super::per_thread::PerThread;
 use super::pku;
 
 /// Bytes of a lane's stack (a thread's main stack is usually as large).
-pub(crate) const STACK_BYTES: usize = 8 << 20;
+pub const STACK_BYTES: usize = 8 << 20;
 /// Bytes of a lane's argument area (address space only, until used).
-pub(crate) const ARGUMENT_BYTES: usize = 256 << 20;
+pub const ARGUMENT_BYTES: usize = 256 << 20;
 /// Alignment of a buffer in the argument area.
 const ARGUMENT_ALIGN: usize = 16;
 
 /// One thread's room in a domain.
-pub(crate) struct Lane {
+pub struct Lane {
     pub stack: KeyedRegion,
     arguments: KeyedRegion,
     /// The argument area's first free byte: only this lane's thread uses it, and its calls nest strictly, so it is
@@ -41,7 +41,7 @@ pub(crate) struct Lane {
 
 /// Why a buffer found no room in a lane's argument area.
 #[derive(Debug)]
-pub(crate) enum NoRoom {
+pub enum NoRoom {
     Full,
     Protect(io::Error),
 }
@@ -71,12 +71,12 @@ impl Lane {
     }
 
     /// Where the argument area's top is: what [`Lane::release_arguments`] goes back to.
-    pub(crate) fn arguments_mark(&self) -> usize {
+    pub fn arguments_mark(&self) -> usize {
         self.arguments_top.load(Ordering::Relaxed)
     }
 
     /// Gives back the argument area above `mark` (what a call took).
-    pub(crate) fn release_arguments(&self, mark: usize) {
+    pub fn release_arguments(&self, mark: usize) {
         self.arguments_top.store(mark, Ordering::Relaxed);
     }
 
@@ -84,7 +84,7 @@ impl Lane {
     ///
     /// The buffer ends at a guard page (less up to 15 bytes: it starts 16-byte aligned), so a domain writing past
     /// it faults instead of overwriting the next buffer, as in a process domain's pools.
-    pub(crate) fn argument_space(&self, len: usize) -> Result<*mut u8, NoRoom> {
+    pub fn argument_space(&self, len: usize) -> Result<*mut u8, NoRoom> {
         let page = page_size();
         let top = self.arguments_top.load(Ordering::Relaxed);
         let first = top.checked_next_multiple_of(page).ok_or(NoRoom::Full)?;
@@ -113,14 +113,14 @@ impl Lane {
     }
 
     /// The page below the stack, which a stack overflow touches.
-    pub(crate) fn stack_guard(&self) -> std::ops::Range<usize> {
+    pub fn stack_guard(&self) -> std::ops::Range<usize> {
         let start = self.stack.start() as usize;
         start - page_size()..start
     }
 }
 
 /// A domain's lanes, one per host thread that has called it.
-pub(crate) struct Lanes {
+pub struct Lanes {
     key: u32,
     /// The floating-point control a new lane starts with, and a restore puts back: the loading thread's while the
     /// domain loads, then what its initialisers left.
@@ -129,18 +129,18 @@ pub(crate) struct Lanes {
 }
 
 impl Lanes {
-    pub(crate) fn new(key: u32, float: FloatState) -> Lanes {
+    pub fn new(key: u32, float: FloatState) -> Lanes {
         Lanes { key, initial_float: FloatControl::new(float), lanes: PerThread::new() }
     }
 
     /// Makes `float` what new lanes start with and what [`Lanes::reset_float_control`] puts back (when the snapshot
     /// is taken).
-    pub(crate) fn keep_float_control(&self, float: FloatState) {
+    pub fn keep_float_control(&self, float: FloatState) {
         self.initial_float.set(float);
     }
 
     /// Puts every lane's floating-point control back as it was kept (with the rest of the domain, after a fault).
-    pub(crate) fn reset_float_control(&self) {
+    pub fn reset_float_control(&self) {
         let float = self.initial_float.get();
         for lane in self.lanes.all() {
             lane.float_control.set(float);
@@ -148,12 +148,12 @@ impl Lanes {
     }
 
     /// This thread's lane, made on its first call.
-    pub(crate) fn for_this_thread(&self) -> io::Result<&Lane> {
+    pub fn for_this_thread(&self) -> io::Result<&Lane> {
         self.lanes.get_or_make(|| Lane::new(self.key, self.initial_float.get()))
     }
 
     /// Every lane now (for a thread closing the domain).
-    pub(crate) fn all(&self) -> Vec<Arc<Lane>> {
+    pub fn all(&self) -> Vec<Arc<Lane>> {
         self.lanes.all()
     }
 }

@@ -8,15 +8,15 @@ use std::arch::asm;
 use std::io;
 
 /// `si_code` of a SIGSEGV raised by a protection-key check (`asm-generic/siginfo.h`); libc does not name it.
-pub(crate) const SEGV_PKUERR: i32 = 4;
+pub const SEGV_PKUERR: i32 = 4;
 
 /// The key every page starts with: the host's.
-pub(crate) const HOST_KEY: u32 = 0;
+pub const HOST_KEY: u32 = 0;
 
 /// Whether this processor has protection keys and the kernel has enabled them: CPUID leaf 7's OSPKE bit, which the
 /// processor sets only once the kernel has turned PKU on (CR4.PKE). pkey_alloc's refusal cannot tell: a kernel
 /// without PKU support in use answers EINVAL or ENOSPC.
-pub(crate) fn available() -> bool {
+pub fn available() -> bool {
     const OSPKE: u32 = 1 << 4;
     if std::arch::x86_64::__cpuid(0).eax < 7 {
         return false;
@@ -28,11 +28,11 @@ pub(crate) fn available() -> bool {
 /// One protection key of this process, freed on drop. Pages still tagged with it keep the tag; the kernel may hand
 /// the key out again, so free a key only after unmapping (or retagging) its pages.
 #[derive(Debug)]
-pub(crate) struct ProtectionKey(u32);
+pub struct ProtectionKey(u32);
 
 impl ProtectionKey {
     /// A fresh key, with all access allowed on this thread (other threads keep their PKRU).
-    pub(crate) fn allocate() -> io::Result<ProtectionKey> {
+    pub fn allocate() -> io::Result<ProtectionKey> {
         // SAFETY: pkey_alloc(flags = 0, access_rights = 0) only reserves a key number; it touches no memory.
         let key = unsafe { libc::syscall(libc::SYS_pkey_alloc, 0u64, 0u64) };
         if key < 0 {
@@ -42,7 +42,7 @@ impl ProtectionKey {
         u32::try_from(key).map(ProtectionKey).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
     }
 
-    pub(crate) fn number(&self) -> u32 {
+    pub fn number(&self) -> u32 {
         self.0
     }
 }
@@ -56,25 +56,25 @@ impl Drop for ProtectionKey {
 
 /// A PKRU value: which keys a thread may read and write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pkru(pub u32);
+pub struct Pkru(pub u32);
 
 impl Pkru {
     /// Every key denied (reads and writes).
-    pub(crate) const DENY_ALL: Pkru = Pkru(0x5555_5555);
+    pub const DENY_ALL: Pkru = Pkru(0x5555_5555);
 
     /// This value with `key` readable and writable.
-    pub(crate) const fn allow(self, key: u32) -> Pkru {
+    pub const fn allow(self, key: u32) -> Pkru {
         Pkru(self.0 & !(0b11 << (2 * key)))
     }
 
     /// This value with `key` readable only.
-    pub(crate) const fn read_only(self, key: u32) -> Pkru {
+    pub const fn read_only(self, key: u32) -> Pkru {
         Pkru((self.0 & !(0b11 << (2 * key))) | (0b10 << (2 * key)))
     }
 
     /// This value with every key `other` lets be written allowed as well (bit by bit, no loop over keys: it is on
     /// the gate's path).
-    pub(crate) const fn allowing_writes_of(self, other: Pkru) -> Pkru {
+    pub const fn allowing_writes_of(self, other: Pkru) -> Pkru {
         // Bit 2k of `restricted` is set when key k is restricted in `other` (AD or WD).
         let restricted = other.0 | (other.0 >> 1);
         let writable = !restricted & 0x5555_5555;
@@ -82,19 +82,19 @@ impl Pkru {
     }
 
     /// Whether `key` may be written.
-    pub(crate) const fn writes(self, key: u32) -> bool {
+    pub const fn writes(self, key: u32) -> bool {
         self.0 & (0b11 << (2 * key)) == 0
     }
 
     /// Whether `key` may be read.
     #[cfg(test)]
-    pub(crate) const fn reads(self, key: u32) -> bool {
+    pub const fn reads(self, key: u32) -> bool {
         self.0 & (0b01 << (2 * key)) == 0
     }
 
     /// This thread's PKRU. Only on a machine where [`available`] is true (RDPKRU is an invalid instruction
     /// elsewhere).
-    pub(crate) fn current() -> Pkru {
+    pub fn current() -> Pkru {
         let value: u32;
         // SAFETY: RDPKRU (ecx = 0) reads PKRU into eax and zeroes edx; it touches no memory. The caller runs only
         // where PKU is enabled, so it does not fault.
@@ -108,7 +108,7 @@ impl Pkru {
 /// # Safety
 /// `[addr, addr + len)` must be page-aligned memory this caller owns the mapping of: a change of protection there
 /// must not break anyone else's assumptions.
-pub(crate) unsafe fn protect_with_key(addr: *mut u8, len: usize, prot: i32, key: u32) -> io::Result<()> {
+pub unsafe fn protect_with_key(addr: *mut u8, len: usize, prot: i32, key: u32) -> io::Result<()> {
     // SAFETY: the caller owns the range (see above); pkey_mprotect changes protections and the key, nothing else.
     let r = unsafe { libc::syscall(libc::SYS_pkey_mprotect, addr as usize, len, prot as u64, u64::from(key)) };
     if r != 0 {

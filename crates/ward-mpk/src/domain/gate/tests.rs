@@ -8,10 +8,17 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::mem::MaybeUninit;
+
+use super::assembly::{ward_mpk_host_signal_entry, ward_mpk_refuse, ward_mpk_signal_entry};
+use super::handlers::real_sigaction;
+use super::host_signals::GLIBC_SETXID;
+use super::outward::OUTWARD_TARGETS;
 use super::*;
-use crate::backend::mpk::pku::HOST_KEY;
-use crate::backend::mpk::require_pku;
-use crate::backend::mpk::thread_block::{ThreadBlocks, TlsLayout};
+use crate::domain::memory::KeyedRegion;
+use crate::domain::pku::{ProtectionKey, HOST_KEY};
+use crate::domain::require_pku;
+use crate::domain::thread_block::{ThreadBlocks, TlsLayout};
 
 /// The floating-point control of the tests' domains: a process's initial state, which no test but the one that
 /// checks it changes (that one has its own).
@@ -132,6 +139,16 @@ extern "C" fn breakpoint() {
 
 static HOST_WORD: AtomicU64 = AtomicU64::new(7);
 
+impl GateFault {
+    /// The signal that ended the call; fails the test when it ended otherwise.
+    fn signalled(self) -> SignalFault {
+        match self {
+            GateFault::Signal(fault) => fault,
+            other => panic!("the call ended without a signal: {other:?}"),
+        }
+    }
+}
+
 fn f(func: *const ()) -> *const c_void {
     func.cast()
 }
@@ -150,7 +167,7 @@ fn a_domain_call_returns_its_result_and_runs_on_the_domain_stack() {
 fn a_write_into_host_memory_faults_and_leaves_it_unchanged_and_the_thread_goes_on() {
     let d = TestDomain::new();
     let at = HOST_WORD.as_ptr();
-    let fault = d.call(f(write_word as *const ()), &[at as u64, 99]).unwrap_err();
+    let fault = d.call(f(write_word as *const ()), &[at as u64, 99]).unwrap_err().signalled();
     assert!(fault.is_key_violation(), "{fault:?}");
     assert_eq!(fault.addr, at as usize);
     assert_eq!(HOST_WORD.load(Ordering::SeqCst), 7, "the host's word is unchanged");
@@ -184,11 +201,11 @@ fn another_domains_memory_is_out_of_reach() {
     let b = TestDomain::new();
     // SAFETY: b's data page, which this thread may write.
     unsafe { b.data_word().write_volatile(5) };
-    let read = a.call(f(read_word as *const ()), &[b.data_word() as u64]).unwrap_err();
+    let read = a.call(f(read_word as *const ()), &[b.data_word() as u64]).unwrap_err().signalled();
     assert!(read.is_key_violation(), "{read:?}");
-    let write = a.call(f(write_word as *const ()), &[b.data_word() as u64, 6]).unwrap_err();
+    let write = a.call(f(write_word as *const ()), &[b.data_word() as u64, 6]).unwrap_err().signalled();
     assert!(write.is_key_violation(), "{write:?}");
-    // SAFETY: as above.
+    // SAFETY: b's data page, which this thread may read.
     assert_eq!(unsafe { b.data_word().read_volatile() }, 5);
 }
 
@@ -196,12 +213,12 @@ fn another_domains_memory_is_out_of_reach() {
 #[ignore = "needs PKU"]
 fn a_null_dereference_an_illegal_instruction_and_a_breakpoint_are_caught() {
     let d = TestDomain::new();
-    let null = d.call(f(read_word as *const ()), &[0]).unwrap_err();
+    let null = d.call(f(read_word as *const ()), &[0]).unwrap_err().signalled();
     assert_eq!((null.signal, null.code, null.addr), (libc::SIGSEGV, 1, 0), "SEGV_MAPERR at 0");
-    let ill = d.call(f(illegal_instruction as *const ()), &[]).unwrap_err();
+    let ill = d.call(f(illegal_instruction as *const ()), &[]).unwrap_err().signalled();
     assert_eq!(ill.signal, libc::SIGILL);
     assert_eq!(ill.pc, ill.addr, "SIGILL reports the instruction");
-    let trap = d.call(f(breakpoint as *const ()), &[]).unwrap_err();
+    let trap = d.call(f(breakpoint as *const ()), &[]).unwrap_err().signalled();
     assert_eq!(trap.signal, libc::SIGTRAP);
     assert_eq!(d.call(f(add as *const ()), &[1, 1]).unwrap().int, 2);
 }
@@ -210,7 +227,7 @@ fn a_null_dereference_an_illegal_instruction_and_a_breakpoint_are_caught() {
 #[ignore = "needs PKU"]
 fn a_stack_overflow_inside_a_domain_is_caught_on_the_alternate_stack() {
     let d = TestDomain::new();
-    let fault = d.call(f(recurse as *const ()), &[1 << 20]).unwrap_err();
+    let fault = d.call(f(recurse as *const ()), &[1 << 20]).unwrap_err().signalled();
     assert_eq!(fault.signal, libc::SIGSEGV);
     let guard = d.stack.start() as usize - super::super::memory::page_size();
     assert!((guard..d.stack.start() as usize).contains(&fault.addr), "the guard page below the stack: {fault:?}");
@@ -250,7 +267,7 @@ fn two_threads_in_one_domain_one_faulting() {
         for i in 0..1000 {
             assert_eq!(d.call(f(add as *const ()), &[i, 1]).unwrap().int, i + 1);
         }
-        let fault = faulting.join().unwrap().unwrap_err();
+        let fault = faulting.join().unwrap().unwrap_err().signalled();
         assert_eq!(fault.signal, libc::SIGSEGV);
     });
 }
@@ -295,6 +312,16 @@ fn assert_child_said(out: &std::process::Output, says: &str) {
     assert!(stdout.contains(says), "the child did not say {says:?}: {stdout}");
 }
 
+/// The test it is written in, run again in a child process as `case` ([`in_a_child_process`]), where it runs
+/// `child`; here, the child ran to its end and printed `says` ([`assert_child_said`]).
+macro_rules! in_a_child_that_says {
+    ($case:expr, $says:expr, $child:expr) => {
+        if let Some(out) = in_a_child_process($case, this_test!(), $child) {
+            assert_child_said(&out, $says);
+        }
+    };
+}
+
 static HOST_TRAPS: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn host_trap_handler(_: libc::c_int) {
@@ -308,15 +335,13 @@ fn a_fault_outside_any_domain_goes_to_the_handler_the_host_installed() {
         // SAFETY: installs a plain handler that only bumps an atomic.
         unsafe { libc::signal(libc::SIGTRAP, host_trap_handler as *const () as usize) };
         let d = TestDomain::new();
-        assert_eq!(d.call(f(breakpoint as *const ()), &[]).unwrap_err().signal, libc::SIGTRAP);
+        assert_eq!(d.call(f(breakpoint as *const ()), &[]).unwrap_err().signalled().signal, libc::SIGTRAP);
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 0, "a domain's trap is not the host's");
         breakpoint();
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's own trap reached its handler");
         println!("child: host handler chained");
     };
-    if let Some(out) = in_a_child_process("host-handler", this_test!(), child) {
-        assert_child_said(&out, "child: host handler chained");
-    }
+    in_a_child_that_says!("host-handler", "child: host handler chained", child);
 }
 
 #[test]
@@ -328,15 +353,13 @@ fn a_host_handler_put_in_wards_place_is_chained_to_once_ward_looks_again() {
         // SAFETY: installs a plain handler that only bumps an atomic, straight through glibc, in ward's place.
         unsafe { libc::signal(libc::SIGTRAP, host_trap_handler as *const () as usize) };
         adopt_host_handlers();
-        assert_eq!(d.call(f(breakpoint as *const ()), &[]).unwrap_err().signal, libc::SIGTRAP);
+        assert_eq!(d.call(f(breakpoint as *const ()), &[]).unwrap_err().signalled().signal, libc::SIGTRAP);
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 0, "a domain's trap is not the host's");
         breakpoint();
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's own trap reached its handler");
         println!("child: replaced handler chained");
     };
-    if let Some(out) = in_a_child_process("replaced-handler", this_test!(), child) {
-        assert_child_said(&out, "child: replaced handler chained");
-    }
+    in_a_child_that_says!("replaced-handler", "child: replaced handler chained", child);
 }
 
 #[test]
@@ -395,7 +418,7 @@ fn a_domain_that_calls_out_with_its_stack_pointer_past_its_stack_faults_as_itsel
     // The stub reads the caller's stack arguments before it hands them to the host: here they would lie in the
     // guard page past the domain's stack. That read is the domain's, so the fault is the domain's, not the host's.
     let r = d.call(f(ward_test_call_out_from_the_stack_end as *const ()), &[stub as u64, d.stack.end() as u64]);
-    let fault = r.expect_err("the call faults");
+    let fault = r.expect_err("the call faults").signalled();
     assert_eq!(fault.signal, libc::SIGSEGV);
     assert_eq!(d.call(f(add as *const ()), &[40, 2]).unwrap().int, 42, "the host and the domain go on");
 }
@@ -493,7 +516,9 @@ extern "C" fn host_calls_back_in(_: u64) -> u64 {
     }
     .unwrap()
     .unwrap_err();
-    NESTED_FAULT_SIGNAL.store(fault.signal as u64, Ordering::SeqCst);
+    // Not a signal: 0, which the test's assertion refuses.
+    let signal = if let GateFault::Signal(fault) = fault { fault.signal } else { 0 };
+    NESTED_FAULT_SIGNAL.store(signal as u64, Ordering::SeqCst);
     100
 }
 
@@ -537,9 +562,7 @@ fn a_fault_in_the_host_while_a_domain_has_called_out_is_the_hosts() {
         assert_eq!(HOST_TRAPS.load(Ordering::SeqCst), 1, "the host's trap reached the host's handler");
         println!("child: host fault while outside went to the host");
     };
-    if let Some(out) = in_a_child_process("outward-host-fault", this_test!(), child) {
-        assert_child_said(&out, "went to the host");
-    }
+    in_a_child_that_says!("outward-host-fault", "went to the host", child);
 }
 
 extern "C" fn spin_forever() {
@@ -566,7 +589,7 @@ fn a_call_past_its_deadline_is_interrupted_and_a_prompt_one_is_not() {
             None,
         )
     };
-    let fault = stuck.unwrap().unwrap_err();
+    let fault = stuck.unwrap().unwrap_err().signalled();
     assert_eq!((fault.signal, fault.code), (timeout_signal(), libc::SI_QUEUE));
     args.ints[..2].copy_from_slice(&[2, 2]);
     // SAFETY: add takes two integers.
@@ -593,8 +616,8 @@ static SLOW_HOST_DONE: AtomicU64 = AtomicU64::new(0);
 /// the host well before it passes.
 const CALL_OUT_DEADLINE: Duration = Duration::from_secs(2);
 
-/// In the host, called out of a domain: busy until the domain's deadline has surely passed, then return. The
-/// deadline was armed before the domain called out, so waiting the whole deadline from here outlasts it, however slowly the
+/// In the host, called out of a domain: busy until the domain's deadline has surely passed, then return. The deadline
+/// was armed before the domain called out, so waiting the whole deadline from here outlasts it, however slowly the
 /// domain got here.
 extern "C" fn slow_host(x: u64) -> u64 {
     SLOW_HOST_ENTERED.store(1, Ordering::SeqCst);
@@ -634,7 +657,7 @@ fn a_deadline_passing_while_the_domain_calls_the_host_interrupts_the_domain_once
         )
     };
     assert_eq!(SLOW_HOST_ENTERED.load(Ordering::SeqCst), 1, "the domain called the host before its deadline");
-    assert_eq!(r.unwrap().unwrap_err().signal, timeout_signal());
+    assert_eq!(r.unwrap().unwrap_err().signalled().signal, timeout_signal());
     assert_eq!(SLOW_HOST_DONE.load(Ordering::SeqCst), 1, "the host's code ran to its end");
 }
 
@@ -787,9 +810,10 @@ fn a_domain_that_jumps_into_the_outward_stubs_with_a_slot_of_no_stub_faults_ther
     // The last slot is in range but has no stub: the tests and the backends in this process take far fewer.
     assert_eq!(OUTWARD_TARGETS[OUTWARD_SLOTS - 1].load(Ordering::Acquire), 0, "the last outward slot is free");
     for slot in [(OUTWARD_SLOTS - 1) as u64, OUTWARD_SLOTS as u64, u64::from(u32::MAX)] {
-        let fault = d.call(jump, &[stub, slot]).unwrap_err();
+        let ended = d.call(jump, &[stub, slot]).unwrap_err();
+        assert!(!matches!(ended, GateFault::Refused(_)), "slot {slot}: no check refused it: {ended:?}");
+        let fault = ended.signalled();
         assert_eq!((fault.signal, fault.pc), (libc::SIGILL, ward_mpk_refuse as *const () as usize), "slot {slot}");
-        assert_eq!(fault.refused(), None, "slot {slot}: no check refused it");
     }
     assert_eq!(d.call(f(call_out as *const ()), &[stub, 20]).unwrap().int, 41, "the stub itself still works");
 }
@@ -870,7 +894,7 @@ fn a_domain_that_faults_after_changing_its_floating_point_control_leaves_the_hos
     let domain = FloatControl::new(host);
     // A call to address 8 faults on the fetch, after the state has changed.
     let args = [u64::from(ODD_FLOAT.mxcsr), u64::from(ODD_FLOAT.x87_control), 8];
-    let fault = d.call_with(&domain, f(ward_test_set_float_control as *const ()), &args).unwrap_err();
+    let fault = d.call_with(&domain, f(ward_test_set_float_control as *const ()), &args).unwrap_err().signalled();
     assert_eq!(fault.signal, libc::SIGSEGV);
     assert_eq!(FloatState::of_this_thread(), host, "the host has its own control state back");
     assert_eq!(x87_tag_word(), 0xffff, "the x87 registers are empty again in the host");
@@ -903,7 +927,7 @@ fn under_round_toward_zero_a_tenth_is_not_rounded_to_nearest() {
     // SAFETY: ldmxcsr with the host's own control bits and round toward zero, then the host's MXCSR back.
     unsafe { asm!("ldmxcsr dword ptr [{m}]", m = in(reg) &toward_zero, options(nostack, readonly)) };
     let rounded = a_tenth_is_rounded_to_nearest();
-    // SAFETY: as above.
+    // SAFETY: ldmxcsr with the host's own MXCSR, as it was before the test.
     unsafe { asm!("ldmxcsr dword ptr [{m}]", m = in(reg) &host.mxcsr, options(nostack, readonly)) };
     assert!(!rounded, "the helper the floating-point tests use tells the two roundings apart");
 }
@@ -1117,7 +1141,7 @@ extern "C" fn format_through(
 #[ignore = "needs PKU"]
 fn a_sprintf_that_would_run_past_the_domains_memory_faults_in_the_domain_and_one_that_fits_runs() {
     let d = TestDomain::new();
-    let check = crate::backend::mpk::checks::for_import("sprintf");
+    let check = crate::domain::checks::for_import("sprintf");
     let stub = outward_for_checked(f(libc::sprintf as *const ()), check).expect("an outward slot") as u64;
     let format = c"%s";
     let short = c"hello";
@@ -1129,7 +1153,7 @@ fn a_sprintf_that_would_run_past_the_domains_memory_faults_in_the_domain_and_one
     // Sixteen bytes before the end of the domain's data, and past it the guard page: 33 bytes do not fit.
     let long = c"thirty-two characters, no fewer.";
     let near_end = d.data.end().wrapping_sub(16) as u64;
-    let fault = d.call(call, &[stub, near_end, format.as_ptr() as u64, long.as_ptr() as u64]).unwrap_err();
+    let fault = d.call(call, &[stub, near_end, format.as_ptr() as u64, long.as_ptr() as u64]).unwrap_err().signalled();
     assert_eq!(fault.signal, libc::SIGSEGV, "the check touched the page past the end, as the domain");
     assert_eq!(fault.addr, d.data.end() as usize, "at the first byte past the domain's memory");
 }
@@ -1179,7 +1203,7 @@ fn a_domain_runs_with_a_thread_block_of_its_own_and_the_host_gets_its_own_back()
     assert_eq!(d.call(f(stack_guard_here as *const ()), &[]).unwrap().int, stack_guard_here(), "the same guard");
     // The copy of the kernel's restartable-sequences area reads as unregistered (glibc's `sched_getcpu` then asks
     // the kernel instead of reading a stale processor number).
-    if let Some((rseq_offset, _)) = crate::backend::mpk::thread_block::rseq_area() {
+    if let Some((rseq_offset, _)) = crate::domain::thread_block::rseq_area() {
         let cpu_id = d.call(f(thread_word_here as *const ()), &[(rseq_offset + 4) as u64]).unwrap().int;
         assert_eq!(cpu_id as i64, -1, "the domain's rseq cpu_id");
     }
@@ -1203,7 +1227,7 @@ extern "C" fn set_errno_through_libc(value: u64) -> u64 {
 
 /// In a domain: errno, through libc.
 extern "C" fn errno_through_libc() -> u64 {
-    // SAFETY: as above.
+    // SAFETY: glibc's errno of the running thread (inside a domain, the domain's block), readable by it.
     unsafe { *libc::__errno_location() as u64 }
 }
 
@@ -1336,7 +1360,7 @@ fn setuid_in_another_thread_finishes_while_a_thread_is_inside_a_domain() {
         (inside.map(|r| r.int), helper.join().unwrap())
     });
     assert_eq!(setuid, Some(0), "setuid finished while a thread was inside the domain");
-    assert_eq!(inside.map_err(|f| f.signal), Ok(7), "the thread inside went on as if nothing had come");
+    assert_eq!(inside, Ok(7), "the thread inside went on as if nothing had come");
     // The host still cannot change glibc's signal, as without ward.
     // SAFETY: a query into memory we own.
     let changed = unsafe {
@@ -1428,7 +1452,7 @@ fn closing_a_domain_ends_the_call_running_in_it_and_keeps_calls_made_before_from
         // The other thread is in the domain's code, waiting for a word no one sets: closing ends its call.
         || (),
     );
-    let fault = waiting.expect_err("the call was ended");
+    let fault = waiting.expect_err("the call was ended").signalled();
     assert_eq!(fault.signal, timeout_signal(), "ended by an eviction: {fault:?}");
     assert_ne!(occupancy.epoch(), before);
 
@@ -1436,11 +1460,11 @@ fn closing_a_domain_ends_the_call_running_in_it_and_keeps_calls_made_before_from
     let me = Occupant::for_this_thread();
     let write = f(write_word as *const ());
     assert!(call_present(&d, &occupancy, &me, before, write, &[arrived as u64, 5]).is_err());
-    // SAFETY: as above.
+    // SAFETY: `arrived` is a word of the domain's data, which this thread's rights allow (it allocated the key).
     assert_eq!(unsafe { arrived.read_volatile() }, 1, "the stale call did not run");
     // One made now does.
     call_present(&d, &occupancy, &me, occupancy.epoch(), write, &[arrived as u64, 5]).unwrap();
-    // SAFETY: as above.
+    // SAFETY: `arrived` is a word of the domain's data, which this thread's rights allow.
     assert_eq!(unsafe { arrived.read_volatile() }, 5);
 }
 
@@ -1490,7 +1514,27 @@ fn closing_a_domain_leaves_a_call_out_in_the_host_alone_and_ends_it_when_it_come
         || assert_eq!(OUT_RELEASE.swap(1, Ordering::SeqCst), 0, "the close returned without waiting for the host"),
     );
     let fault = ended.expect_err("the call ended when it came back");
-    assert_eq!(fault.signal, 0, "ended by the gate, not by a signal: {fault:?}");
+    assert_eq!(fault, GateFault::Closed, "ended by the gate, not by a signal: {fault:?}");
     // SAFETY: the domain's word, readable by this thread.
     assert_eq!(unsafe { mark.read_volatile() }, 0, "the domain's code after the call out never ran");
+}
+
+/// What the handler records becomes one of the ways a call ends; a trap whose words name nothing is the illegal
+/// instruction it is. (No PKU needed: no call is made.)
+#[test]
+fn a_caught_signal_becomes_a_fault_a_refusal_an_ending_or_a_closing() {
+    let sigill = SignalFault { signal: libc::SIGILL, code: 2, addr: 0x1000, pc: 0x1000 };
+    let caught = |trap| Caught { signal: sigill, trap };
+    assert_eq!(caught(Trap::None).into_fault(), GateFault::Signal(sigill));
+    assert_eq!(Caught::NOTHING.into_fault(), GateFault::Closed, "no signal recorded: the gate ended it");
+    for ending in [Ending::Exit { status: 3 }, Ending::Exit { status: -1 }, Ending::Abort] {
+        let (kind, status) = ending.words();
+        assert_ne!(kind, 0, "{ending:?}: a kind of 0 would read as none");
+        assert_eq!(caught(Trap::Ending { kind, status }).into_fault(), GateFault::Ended(ending));
+    }
+    assert_eq!(caught(Trap::Ending { kind: 0, status: 0 }).into_fault(), GateFault::Signal(sigill));
+    assert_eq!(caught(Trap::Ending { kind: 99, status: 0 }).into_fault(), GateFault::Signal(sigill));
+    // Code 0 is no refusal; the last slot has no stub and so no check.
+    assert_eq!(caught(Trap::Refusal { slot: 0, code: 0 }).into_fault(), GateFault::Signal(sigill));
+    assert_eq!(caught(Trap::Refusal { slot: OUTWARD_SLOTS - 1, code: 1 }).into_fault(), GateFault::Signal(sigill));
 }

@@ -9,7 +9,7 @@ use super::pku;
 
 /// An anonymous read-write region tagged with one protection key, between two guard pages. Unmapped on drop.
 #[derive(Debug)]
-pub(crate) struct KeyedRegion {
+pub struct KeyedRegion {
     /// The whole mapping, guard pages included.
     base: NonNull<u8>,
     mapped: usize,
@@ -20,12 +20,13 @@ pub(crate) struct KeyedRegion {
 
 // SAFETY: the region is plain memory owned by this object; which threads may touch it is up to PKRU, not to Rust.
 unsafe impl Send for KeyedRegion {}
-// SAFETY: as above; the object itself is never mutated through a shared reference.
+// SAFETY: the region is plain memory owned by this object, and the object itself is never mutated through a shared
+// reference.
 unsafe impl Sync for KeyedRegion {}
 
 impl KeyedRegion {
     /// At least `len` usable bytes (rounded up to pages), zeroed, tagged with `key`.
-    pub(crate) fn new(len: usize, key: u32) -> io::Result<KeyedRegion> {
+    pub fn new(len: usize, key: u32) -> io::Result<KeyedRegion> {
         let page = page_size();
         let len = len.max(1).div_ceil(page) * page;
         let mapped = len + 2 * page;
@@ -51,22 +52,24 @@ impl KeyedRegion {
     }
 
     /// The first usable byte.
-    pub(crate) fn start(&self) -> *mut u8 {
+    pub fn start(&self) -> *mut u8 {
         self.base.as_ptr().wrapping_add(self.page)
     }
 
     /// One past the last usable byte (the top of a stack).
-    pub(crate) fn end(&self) -> *mut u8 {
+    pub fn end(&self) -> *mut u8 {
         self.start().wrapping_add(self.len)
     }
 
-    pub(crate) fn len(&self) -> usize {
+    // A region is never empty (`new` rounds up to at least a page), so no `is_empty`.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether `addr` lies in the usable part.
     #[cfg(test)]
-    pub(crate) fn contains(&self, addr: usize) -> bool {
+    pub fn contains(&self, addr: usize) -> bool {
         (self.start() as usize..self.end() as usize).contains(&addr)
     }
 }
@@ -79,7 +82,7 @@ impl Drop for KeyedRegion {
     }
 }
 
-pub(crate) fn page_size() -> usize {
+pub fn page_size() -> usize {
     // SAFETY: sysconf reads a constant of the process.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(page).unwrap_or(4096)
@@ -87,7 +90,7 @@ pub(crate) fn page_size() -> usize {
 
 /// How much more address space this process may map under its `RLIMIT_AS` (a host run with `ulimit -v`, say):
 /// `None` when it has no limit. A domain's reservations count against the host's limit, as every mapping does.
-pub(crate) fn address_space_room() -> Option<usize> {
+pub fn address_space_room() -> Option<usize> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes one rlimit into the struct it is given, which lives for the call.
     if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 || limit.rlim_cur == libc::RLIM_INFINITY {

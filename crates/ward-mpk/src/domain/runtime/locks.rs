@@ -27,10 +27,14 @@ const _: () = assert!(std::mem::size_of::<Mutex>() <= 40);
 /// The mutex types' bits of `kind` (`PTHREAD_MUTEX_KIND_MASK_NP`).
 const KIND_MASK: i32 = 3;
 
-fn mutex<'a>(m: usize) -> &'a Mutex {
-    // SAFETY: the extension passes a `pthread_mutex_t *` (40 bytes, laid out as above, every field an integer that
-    // any bits make valid); it may only lie about memory it can write itself. The fields are atomics, so threads
-    // of the domain share it soundly.
+/// The mutex at `m`.
+///
+/// # Safety
+/// `m` is a `pthread_mutex_t *` the extension passed (the thunk contract): 40 bytes it may write, alive for `'a`.
+unsafe fn mutex<'a>(m: usize) -> &'a Mutex {
+    // SAFETY: by this function's contract `m` names 40 bytes of the domain's, laid out as above, every field an
+    // integer that any bits make valid; the extension may only lie about memory it can write itself. The fields
+    // are atomics, so threads of the domain share it soundly.
     unsafe { &*(m as *const Mutex) }
 }
 
@@ -42,7 +46,9 @@ fn this_thread() -> u64 {
     pointer
 }
 
-pub(super) extern "C" fn rt_mutex_init(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mutex_init(
     m: usize,
     attr: usize,
     _: usize,
@@ -56,7 +62,8 @@ pub(super) extern "C" fn rt_mutex_init(
         // SAFETY: a `pthread_mutexattr_t *`, whose first int holds the type in glibc.
         unsafe { *(attr as *const i32) & KIND_MASK }
     };
-    // SAFETY: as in `mutex`; initialising is not concurrent with using (POSIX), so a plain write does.
+    // SAFETY: the extension passes a `pthread_mutex_t *` (the thunk contract), 40 bytes it may write, which a Mutex
+    // fits; initialising is not concurrent with using (POSIX), so a plain write does.
     unsafe {
         (m as *mut Mutex).write(Mutex {
             lock: AtomicI32::new(0),
@@ -74,7 +81,17 @@ pub(super) extern "C" fn rt_mutex_init(
 
 /// `pthread_mutex_destroy` and `pthread_mutexattr_destroy`: a mutex or attribute is only words in the caller's
 /// memory, so there is nothing to release.
-pub(super) extern "C" fn rt_destroy(_: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> i32 {
+///
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_destroy(
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: *mut RuntimeBlock,
+) -> i32 {
     0
 }
 
@@ -114,7 +131,16 @@ fn try_take(m: &Mutex, me: u64) -> Take {
     }
 }
 
-pub(super) extern "C" fn rt_mutex_lock(m: usize, _: usize, _: usize, _: usize, _: usize, _: *mut RuntimeBlock) -> i32 {
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mutex_lock(
+    m: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: usize,
+    _: *mut RuntimeBlock,
+) -> i32 {
     let (m, me) = (mutex(m), this_thread());
     let mut tries = 0u32;
     loop {
@@ -133,7 +159,9 @@ pub(super) extern "C" fn rt_mutex_lock(m: usize, _: usize, _: usize, _: usize, _
     }
 }
 
-pub(super) extern "C" fn rt_mutex_trylock(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mutex_trylock(
     m: usize,
     _: usize,
     _: usize,
@@ -147,7 +175,9 @@ pub(super) extern "C" fn rt_mutex_trylock(
     }
 }
 
-pub(super) extern "C" fn rt_mutex_unlock(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mutex_unlock(
     m: usize,
     _: usize,
     _: usize,
@@ -173,7 +203,9 @@ pub(super) extern "C" fn rt_mutex_unlock(
     0
 }
 
-pub(super) extern "C" fn rt_mutexattr_init(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mutexattr_init(
     a: usize,
     _: usize,
     _: usize,
@@ -186,7 +218,9 @@ pub(super) extern "C" fn rt_mutexattr_init(
     0
 }
 
-pub(super) extern "C" fn rt_mutexattr_settype(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mutexattr_settype(
     a: usize,
     kind: i32,
     _: usize,
@@ -197,12 +231,14 @@ pub(super) extern "C" fn rt_mutexattr_settype(
     if !(0..=KIND_MASK).contains(&kind) {
         return libc::EINVAL;
     }
-    // SAFETY: as in rt_mutexattr_init.
+    // SAFETY: a `pthread_mutexattr_t *` (4 bytes, the thunk contract), which the extension may write.
     unsafe { *(a as *mut i32) = (*(a as *const i32) & !KIND_MASK) | kind };
     0
 }
 
-pub(super) extern "C" fn rt_mutexattr_gettype(
+/// # Safety
+/// The thunk contract (the runtime's module doc).
+pub(super) unsafe extern "C" fn rt_mutexattr_gettype(
     a: usize,
     out: usize,
     _: usize,
@@ -210,7 +246,7 @@ pub(super) extern "C" fn rt_mutexattr_gettype(
     _: usize,
     _: *mut RuntimeBlock,
 ) -> i32 {
-    // SAFETY: as in rt_mutexattr_init; `out` is an `int *`.
+    // SAFETY: `a` is a `pthread_mutexattr_t *` (4 bytes) and `out` an `int *` (the thunk contract).
     unsafe { *(out as *mut i32) = *(a as *const i32) & KIND_MASK };
     0
 }
@@ -225,7 +261,7 @@ mod tests {
 
     /// Whether this machine has FSGSBASE (as every machine with mpk domains does); when not, says so.
     fn fsgsbase_here() -> bool {
-        let here = crate::backend::mpk::thread_block::fsgsbase_enabled();
+        let here = crate::domain::thread_block::fsgsbase_enabled();
         if !here {
             eprintln!("no FSGSBASE on this machine: the runtime's mutexes name their holders with it; not run");
         }
@@ -237,12 +273,16 @@ mod tests {
         if !fsgsbase_here() {
             return;
         }
-        let mut m = [0u8; 40];
-        let b = std::ptr::null_mut();
-        assert_eq!(rt_mutex_lock(raw(&mut m), 0, 0, 0, 0, b), 0);
-        assert_eq!(rt_mutex_trylock(raw(&mut m), 0, 0, 0, 0, b), libc::EBUSY);
-        assert_eq!(rt_mutex_unlock(raw(&mut m), 0, 0, 0, 0, b), 0);
-        assert_eq!(rt_mutex_trylock(raw(&mut m), 0, 0, 0, 0, b), 0);
+        // SAFETY: the thunk contract: the lock functions never read the block, so a null one does, and every mutex and
+        // attribute is a live local of the size pthread gives it.
+        unsafe {
+            let mut m = [0u8; 40];
+            let b = std::ptr::null_mut();
+            assert_eq!(rt_mutex_lock(raw(&mut m), 0, 0, 0, 0, b), 0);
+            assert_eq!(rt_mutex_trylock(raw(&mut m), 0, 0, 0, 0, b), libc::EBUSY);
+            assert_eq!(rt_mutex_unlock(raw(&mut m), 0, 0, 0, 0, b), 0);
+            assert_eq!(rt_mutex_trylock(raw(&mut m), 0, 0, 0, 0, b), 0);
+        }
     }
 
     #[test]
@@ -250,30 +290,35 @@ mod tests {
         if !fsgsbase_here() {
             return;
         }
-        let mut m = [0u8; 40];
-        let at = raw(&mut m);
-        let b = std::ptr::null_mut::<RuntimeBlock>() as usize;
-        // Not atomic: only the mutex keeps the two threads' increments apart.
-        let mut counter = 0u64;
-        let counter_at = raw(&mut counter);
-        std::thread::scope(|s| {
-            for _ in 0..2 {
-                s.spawn(move || {
-                    let b = b as *mut RuntimeBlock;
-                    for _ in 0..100_000 {
-                        assert_eq!(rt_mutex_lock(at, 0, 0, 0, 0, b), 0);
-                        // SAFETY: the counter outlives the scope, and the mutex is held.
-                        unsafe {
-                            let c = counter_at as *mut u64;
-                            c.write_volatile(c.read_volatile() + 1);
+        // SAFETY: the thunk contract: the lock functions never read the block, so a null one does, and every mutex and
+        // attribute is a live local of the size pthread gives it; the counter outlives the threads, which write it
+        // holding the mutex.
+        unsafe {
+            let mut m = [0u8; 40];
+            let at = raw(&mut m);
+            let b = std::ptr::null_mut::<RuntimeBlock>() as usize;
+            // Not atomic: only the mutex keeps the two threads' increments apart.
+            let mut counter = 0u64;
+            let counter_at = raw(&mut counter);
+            std::thread::scope(|s| {
+                for _ in 0..2 {
+                    s.spawn(move || {
+                        let b = b as *mut RuntimeBlock;
+                        for _ in 0..100_000 {
+                            assert_eq!(rt_mutex_lock(at, 0, 0, 0, 0, b), 0);
+                            // The counter outlives the scope, and the mutex is held.
+                            {
+                                let c = counter_at as *mut u64;
+                                c.write_volatile(c.read_volatile() + 1);
+                            }
+                            assert_eq!(rt_mutex_unlock(at, 0, 0, 0, 0, b), 0);
                         }
-                        assert_eq!(rt_mutex_unlock(at, 0, 0, 0, 0, b), 0);
-                    }
-                });
-            }
-        });
-        assert_eq!(counter, 200_000, "no increment lost");
-        assert_eq!(rt_mutex_trylock(at, 0, 0, 0, 0, std::ptr::null_mut()), 0, "free at the end");
+                    });
+                }
+            });
+            assert_eq!(counter, 200_000, "no increment lost");
+            assert_eq!(rt_mutex_trylock(at, 0, 0, 0, 0, std::ptr::null_mut()), 0, "free at the end");
+        }
     }
 
     #[test]
@@ -281,24 +326,28 @@ mod tests {
         if !fsgsbase_here() {
             return;
         }
-        let mut m = [0u8; 40];
-        let at = raw(&mut m);
-        let b = std::ptr::null_mut();
-        assert_eq!(rt_mutex_lock(at, 0, 0, 0, 0, b), 0);
-        let there = std::thread::scope(|s| {
-            s.spawn(move || {
-                let b = std::ptr::null_mut();
-                (
-                    rt_mutex_trylock(at, 0, 0, 0, 0, b),
-                    rt_mutex_unlock(at, 0, 0, 0, 0, b),
-                    rt_mutex_trylock(at, 0, 0, 0, 0, b),
-                )
-            })
-            .join()
-            .unwrap()
-        });
-        assert_eq!(there, (libc::EBUSY, 0, libc::EBUSY), "held here, so busy there, before and after its unlock");
-        assert_eq!(rt_mutex_unlock(at, 0, 0, 0, 0, b), 0);
+        // SAFETY: the thunk contract: the lock functions never read the block, so a null one does, and every mutex and
+        // attribute is a live local of the size pthread gives it.
+        unsafe {
+            let mut m = [0u8; 40];
+            let at = raw(&mut m);
+            let b = std::ptr::null_mut();
+            assert_eq!(rt_mutex_lock(at, 0, 0, 0, 0, b), 0);
+            let there = std::thread::scope(|s| {
+                s.spawn(move || {
+                    let b = std::ptr::null_mut();
+                    (
+                        rt_mutex_trylock(at, 0, 0, 0, 0, b),
+                        rt_mutex_unlock(at, 0, 0, 0, 0, b),
+                        rt_mutex_trylock(at, 0, 0, 0, 0, b),
+                    )
+                })
+                .join()
+                .unwrap()
+            });
+            assert_eq!(there, (libc::EBUSY, 0, libc::EBUSY), "held here, so busy there, before and after its unlock");
+            assert_eq!(rt_mutex_unlock(at, 0, 0, 0, 0, b), 0);
+        }
     }
 
     #[test]
@@ -306,23 +355,27 @@ mod tests {
         if !fsgsbase_here() {
             return;
         }
-        let mut attr = 0i32;
-        let b = std::ptr::null_mut();
-        assert_eq!(rt_mutexattr_init(raw(&mut attr), 0, 0, 0, 0, b), 0);
-        assert_eq!(rt_mutexattr_settype(raw(&mut attr), libc::PTHREAD_MUTEX_RECURSIVE, 0, 0, 0, b), 0);
-        let mut m = [0u8; 40];
-        assert_eq!(rt_mutex_init(raw(&mut m), raw(&mut attr), 0, 0, 0, b), 0);
-        assert_eq!(rt_mutex_lock(raw(&mut m), 0, 0, 0, 0, b), 0);
-        assert_eq!(rt_mutex_lock(raw(&mut m), 0, 0, 0, 0, b), 0, "again, recursively");
-        assert_eq!(rt_mutex_unlock(raw(&mut m), 0, 0, 0, 0, b), 0);
-        assert_eq!(rt_mutex_trylock(raw(&mut m), 0, 0, 0, 0, b), 0, "still held once: taken again");
+        // SAFETY: the thunk contract: the lock functions never read the block, so a null one does, and every mutex and
+        // attribute is a live local of the size pthread gives it.
+        unsafe {
+            let mut attr = 0i32;
+            let b = std::ptr::null_mut();
+            assert_eq!(rt_mutexattr_init(raw(&mut attr), 0, 0, 0, 0, b), 0);
+            assert_eq!(rt_mutexattr_settype(raw(&mut attr), libc::PTHREAD_MUTEX_RECURSIVE, 0, 0, 0, b), 0);
+            let mut m = [0u8; 40];
+            assert_eq!(rt_mutex_init(raw(&mut m), raw(&mut attr), 0, 0, 0, b), 0);
+            assert_eq!(rt_mutex_lock(raw(&mut m), 0, 0, 0, 0, b), 0);
+            assert_eq!(rt_mutex_lock(raw(&mut m), 0, 0, 0, 0, b), 0, "again, recursively");
+            assert_eq!(rt_mutex_unlock(raw(&mut m), 0, 0, 0, 0, b), 0);
+            assert_eq!(rt_mutex_trylock(raw(&mut m), 0, 0, 0, 0, b), 0, "still held once: taken again");
 
-        assert_eq!(rt_mutexattr_settype(raw(&mut attr), libc::PTHREAD_MUTEX_ERRORCHECK, 0, 0, 0, b), 0);
-        let mut e = [0u8; 40];
-        assert_eq!(rt_mutex_init(raw(&mut e), raw(&mut attr), 0, 0, 0, b), 0);
-        assert_eq!(rt_mutex_unlock(raw(&mut e), 0, 0, 0, 0, b), libc::EPERM, "not held");
-        assert_eq!(rt_mutex_lock(raw(&mut e), 0, 0, 0, 0, b), 0);
-        assert_eq!(rt_mutex_lock(raw(&mut e), 0, 0, 0, 0, b), libc::EDEADLK);
-        assert_eq!(rt_mutexattr_settype(raw(&mut attr), 7, 0, 0, 0, b), libc::EINVAL);
+            assert_eq!(rt_mutexattr_settype(raw(&mut attr), libc::PTHREAD_MUTEX_ERRORCHECK, 0, 0, 0, b), 0);
+            let mut e = [0u8; 40];
+            assert_eq!(rt_mutex_init(raw(&mut e), raw(&mut attr), 0, 0, 0, b), 0);
+            assert_eq!(rt_mutex_unlock(raw(&mut e), 0, 0, 0, 0, b), libc::EPERM, "not held");
+            assert_eq!(rt_mutex_lock(raw(&mut e), 0, 0, 0, 0, b), 0);
+            assert_eq!(rt_mutex_lock(raw(&mut e), 0, 0, 0, 0, b), libc::EDEADLK);
+            assert_eq!(rt_mutexattr_settype(raw(&mut attr), 7, 0, 0, 0, b), libc::EINVAL);
+        }
     }
 }
