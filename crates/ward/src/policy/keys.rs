@@ -1,6 +1,8 @@
 //! Every key of a policy, written once: the effective policy's field (its type, default and documentation), the key
 //! of the file that sets it, the sections that may, and how its value is read and checked. `section.rs` turns each
-//! list into the effective struct, its override and its file form; a new key is one entry here.
+//! list into the effective struct, its override and its file form; a new key is one entry here. Users learn of it
+//! from the documented example of `mod.rs` and the README; `tests.rs` sets every key and fails until the new one
+//! is set there too.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

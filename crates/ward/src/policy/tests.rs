@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::file::line_column;
+use super::file::{line_column, FileSection};
 use super::*;
 
 /// The example of the module documentation.
@@ -708,6 +708,14 @@ deadline_ms = 40
 destroys = true
 history = true
 "#;
+    // Every key is set above (but deadline_ms, below): a key added to the list without a line here fails.
+    let keys = ExtensionOverride::KEYS.len()
+        + LimitsOverride::KEYS.len()
+        + SandboxOverride::KEYS.len()
+        + FunctionOverride::KEYS.len();
+    let tables = ["limits", "sandbox", "function"].len();
+    let set = text.lines().filter(|line| line.contains(" = ")).count();
+    assert_eq!(set + 1, keys - tables, "a key of keys.rs is not set in this test");
     let policy = parse(text);
     let ms = Duration::from_millis;
     let expected = ExtensionPolicy {
