@@ -38,6 +38,11 @@ impl<'de, S: ValueSeed> DeserializeSeed<'de> for Keyed<S> {
 /// attaches the value's position.
 pub(crate) struct Check<F>(F);
 
+/// What a [`Check`] runs: the key (for messages) and the value read give the value or why it is refused.
+pub(crate) trait CheckFn<T>: FnOnce(&'static str, &Scalar) -> Result<T, KeyError> {}
+
+impl<T, F: FnOnce(&'static str, &Scalar) -> Result<T, KeyError>> CheckFn<T> for F {}
+
 /// A [`Check`] of `f`.
 pub(crate) fn check<T, F: FnOnce(&'static str, &Scalar) -> Result<T, KeyError>>(f: F) -> Check<F> {
     Check(f)
@@ -212,23 +217,17 @@ pub(crate) fn duration(
 }
 
 /// A positive duration in milliseconds.
-pub(crate) fn millis() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<Duration, KeyError>> {
+pub(crate) fn millis() -> Check<impl CheckFn<Duration>> {
     check(|key, v| duration(key, Unit::Milliseconds, None, v))
 }
 
 /// A duration in milliseconds that may be zero, `note` saying what zero means.
-pub(crate) fn millis_or_zero(
-    note: &'static str,
-) -> Check<impl FnOnce(&'static str, &Scalar) -> Result<Duration, KeyError>> {
+pub(crate) fn millis_or_zero(note: &'static str) -> Check<impl CheckFn<Duration>> {
     check(move |key, v| duration(key, Unit::Milliseconds, Some(note), v))
 }
 
 /// A whole number within `min..=max`, as a `T` that holds every number of that range.
-pub(crate) fn whole<T: TryFrom<u64>>(
-    min: u64,
-    max: u64,
-    expected: &'static str,
-) -> Check<impl FnOnce(&'static str, &Scalar) -> Result<T, KeyError>> {
+pub(crate) fn whole<T: TryFrom<u64>>(min: u64, max: u64, expected: &'static str) -> Check<impl CheckFn<T>> {
     check(move |key, v| {
         whole_in(key, min, max, expected, v).and_then(|n| T::try_from(n).map_err(|_| refuse(key, expected, v)))
     })
@@ -245,7 +244,7 @@ pub(crate) fn whole_in(key: &'static str, min: u64, max: u64, expected: &str, va
 }
 
 /// `true` or `false`.
-pub(crate) fn flag() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<bool, KeyError>> {
+pub(crate) fn flag() -> Check<impl CheckFn<bool>> {
     check(|key, v| match v {
         Scalar::Bool(v) => Ok(*v),
         _ => Err(refuse(key, "true or false", v)),
@@ -253,7 +252,7 @@ pub(crate) fn flag() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<bool,
 }
 
 /// One of the keywords of `T`.
-pub(crate) fn keyword<T: Keyword>() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<T, KeyError>> {
+pub(crate) fn keyword<T: Keyword>() -> Check<impl CheckFn<T>> {
     check(|key, v| {
         let found = match v {
             Scalar::Str(s) => T::ALL.iter().copied().find(|k| k.as_str() == s),
@@ -286,7 +285,7 @@ pub(crate) fn check_identifier(what: &'static str, name: &str) -> Result<(), Key
 }
 
 /// A group's name (`group = "demo"`).
-pub(crate) fn group_name() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<String, KeyError>> {
+pub(crate) fn group_name() -> Check<impl CheckFn<String>> {
     check(|key, v| match v {
         Scalar::Str(s) => check_name(key, s).map(|()| s.clone()),
         _ => Err(refuse(key, "a group name (a string of letters, digits, '_', '.' and '-')", v)),
@@ -294,7 +293,7 @@ pub(crate) fn group_name() -> Check<impl FnOnce(&'static str, &Scalar) -> Result
 }
 
 /// The name of a C function (`init = "well_init"`).
-pub(crate) fn function_name() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<String, KeyError>> {
+pub(crate) fn function_name() -> Check<impl CheckFn<String>> {
     check(|key, v| match v {
         Scalar::Str(s) => check_identifier(key, s).map(|()| s.clone()),
         _ => Err(refuse(key, "the name of a C function (a string)", v)),
@@ -302,7 +301,7 @@ pub(crate) fn function_name() -> Check<impl FnOnce(&'static str, &Scalar) -> Res
 }
 
 /// The path of a shared object.
-pub(crate) fn library_path() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<PathBuf, KeyError>> {
+pub(crate) fn library_path() -> Check<impl CheckFn<PathBuf>> {
     check(|key, v| match v {
         Scalar::Str(s) if !s.is_empty() && !s.contains('\0') => Ok(PathBuf::from(s)),
         _ => Err(refuse(key, "the path of a shared object (a non-empty string)", v)),
@@ -310,7 +309,7 @@ pub(crate) fn library_path() -> Check<impl FnOnce(&'static str, &Scalar) -> Resu
 }
 
 /// Some words (a reason).
-pub(crate) fn text() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<String, KeyError>> {
+pub(crate) fn text() -> Check<impl CheckFn<String>> {
     check(|key, v| match v {
         Scalar::Str(s) => Ok(s.clone()),
         _ => Err(refuse(key, "a string", v)),
@@ -321,7 +320,7 @@ pub(crate) fn text() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<Strin
 const MAX_ADDRESS_SPACE_MB: u64 = u64::MAX >> 20;
 
 /// A memory limit in MiB: 0 for none, else at least what an empty domain needs.
-pub(crate) fn domain_megabytes() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<u64, KeyError>> {
+pub(crate) fn domain_megabytes() -> Check<impl CheckFn<u64>> {
     use super::MIN_ADDRESS_SPACE_MB;
     check(|key, v| {
         let expected = format!(
@@ -336,7 +335,7 @@ pub(crate) fn domain_megabytes() -> Check<impl FnOnce(&'static str, &Scalar) -> 
 }
 
 /// A pids limit: 0 for none, else at least what a domain's processes and threads need.
-pub(crate) fn pids() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<u64, KeyError>> {
+pub(crate) fn pids() -> Check<impl CheckFn<u64>> {
     use super::MIN_PIDS;
     check(|key, v| {
         let expected = format!(
@@ -350,7 +349,7 @@ pub(crate) fn pids() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<u64, 
 }
 
 /// A growth factor of at least 1.
-pub(crate) fn factor() -> Check<impl FnOnce(&'static str, &Scalar) -> Result<f64, KeyError>> {
+pub(crate) fn factor() -> Check<impl CheckFn<f64>> {
     check(|key, v| {
         let factor = match v {
             Scalar::Int(i) => *i as f64,
