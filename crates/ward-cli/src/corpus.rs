@@ -173,7 +173,7 @@ fn parse_kinds(list: Option<&str>) -> Result<Vec<Kind>, BadInput> {
         Some(list) => {
             let mut kinds = Vec::new();
             for word in list.split(',').map(str::trim) {
-                let iso: Isolation = word.parse().map_err(BadInput)?;
+                let iso: Isolation = word.parse().map_err(|e: ward::policy::UnknownKeyword| BadInput(e.to_string()))?;
                 if iso == Isolation::Auto {
                     return Err(BadInput(
                         "--isolation auto is no kind of its own (it is mpk or process): name none, process or mpk"

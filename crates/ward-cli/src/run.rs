@@ -48,7 +48,8 @@ pub fn is_bad_input(e: &anyhow::Error) -> bool {
 }
 
 pub fn run(args: RunArgs) -> Result<bool> {
-    let isolation: Isolation = args.isolation.parse().map_err(|e: String| anyhow!(BadInput(e)))?;
+    let isolation: Isolation =
+        args.isolation.parse().map_err(|e: ward::policy::UnknownKeyword| anyhow!(BadInput(e.to_string())))?;
     if isolation == Isolation::Mpk && !ward::mpk_available() {
         return Err(anyhow!(BadInput(
             "--isolation mpk: this machine has no memory protection keys (PKU); use auto (which then runs process \

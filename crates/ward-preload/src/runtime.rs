@@ -42,7 +42,7 @@ static RUNTIME: OnceLock<Result<Runtime, EnvironmentError>> = OnceLock::new();
 enum EnvironmentError {
     /// In the core's words.
     #[error("WARD_ISOLATION: {0}")]
-    Isolation(String),
+    Isolation(ward::policy::UnknownKeyword),
     #[error("the policy (WARD_POLICY) is unusable: {0}")]
     Policy(ward::policy::PolicyError),
     #[error("cannot open the log {}: {source}", path.display())]

@@ -20,47 +20,10 @@
 //! once ([`missing`]) and shown by `ward check --sandbox`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use serde::Deserialize;
-
-/// The effective sandbox of one domain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxPolicy {
-    /// The system call filter.
-    pub seccomp: bool,
-    /// Landlock: files read-only, no TCP, no signals or abstract sockets outside the domain.
-    pub landlock: bool,
-    /// A PID namespace of its own (with a fresh `/proc`): the host's processes out of sight, every process the
-    /// extension forks ending with the domain.
-    pub pid_namespace: bool,
-    /// Sockets allowed.
-    pub network: bool,
-    /// `execve` allowed.
-    pub exec: bool,
-    /// Child processes allowed.
-    pub fork: bool,
-    /// Absolute paths the extension may write beneath.
-    pub writable: Vec<PathBuf>,
-    /// Why the sandbox is loosened (required by the file format when it is).
-    pub reason: Option<String>,
-}
-
-impl Default for SandboxPolicy {
-    fn default() -> Self {
-        SandboxPolicy {
-            seccomp: true,
-            landlock: true,
-            pid_namespace: true,
-            network: false,
-            exec: false,
-            fork: false,
-            writable: Vec::new(),
-            reason: None,
-        }
-    }
-}
+// The sandbox's keys are written with every other key of the policy (`policy/keys.rs`).
+pub use crate::policy::{SandboxOverride, SandboxPolicy};
 
 impl SandboxPolicy {
     /// What this policy gives up against the default, in words ("network", "writes to /x", ...); empty when strict.
@@ -113,108 +76,6 @@ impl SandboxPolicy {
             args.push(path.as_os_str().to_owned());
         }
         args
-    }
-}
-
-/// The sandbox settings of one policy section; every field optional.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SandboxOverride {
-    pub seccomp: Option<bool>,
-    pub landlock: Option<bool>,
-    pub pid_namespace: Option<bool>,
-    pub network: Option<bool>,
-    pub exec: Option<bool>,
-    pub fork: Option<bool>,
-    pub writable: Option<Vec<PathBuf>>,
-    pub reason: Option<String>,
-}
-
-impl SandboxOverride {
-    pub(crate) fn apply(&self, policy: &mut SandboxPolicy) {
-        let flags = [
-            (&self.seccomp, &mut policy.seccomp),
-            (&self.landlock, &mut policy.landlock),
-            (&self.pid_namespace, &mut policy.pid_namespace),
-            (&self.network, &mut policy.network),
-            (&self.exec, &mut policy.exec),
-            (&self.fork, &mut policy.fork),
-        ];
-        for (set, field) in flags {
-            if let Some(value) = set {
-                *field = *value;
-            }
-        }
-        if let Some(paths) = &self.writable {
-            policy.writable = paths.clone();
-        }
-        if let Some(reason) = &self.reason {
-            policy.reason = Some(reason.clone());
-        }
-    }
-}
-
-/// `[... .sandbox]` as written.
-#[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a table of sandbox settings")]
-struct RawSandboxFields {
-    seccomp: Option<bool>,
-    landlock: Option<bool>,
-    pid_namespace: Option<bool>,
-    network: Option<bool>,
-    exec: Option<bool>,
-    fork: Option<bool>,
-    writable: Option<Vec<PathBuf>>,
-    reason: Option<String>,
-}
-
-/// Why a `[... .sandbox]` section is refused (shown with the policy file's line).
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SandboxSectionError {
-    #[error("this sandbox section loosens the sandbox: say why in `reason = \"...\"`")]
-    LoosenedWithoutReason,
-    #[error("writable path `{}` is not absolute", .0.display())]
-    RelativeWritablePath(PathBuf),
-}
-
-/// `[... .sandbox]`, checked: loosening needs a reason, writable paths are absolute.
-#[derive(Default, Deserialize)]
-#[serde(try_from = "RawSandboxFields")]
-pub(crate) struct RawSandbox(SandboxOverride);
-
-impl TryFrom<RawSandboxFields> for RawSandbox {
-    type Error = SandboxSectionError;
-
-    fn try_from(raw: RawSandboxFields) -> Result<Self, SandboxSectionError> {
-        let loosens = raw.seccomp == Some(false)
-            || raw.landlock == Some(false)
-            || raw.pid_namespace == Some(false)
-            || raw.network == Some(true)
-            || raw.exec == Some(true)
-            || raw.fork == Some(true)
-            || raw.writable.as_ref().is_some_and(|w| !w.is_empty());
-        let reason = raw.reason.as_deref().map(str::trim).filter(|r| !r.is_empty());
-        if loosens && reason.is_none() {
-            return Err(SandboxSectionError::LoosenedWithoutReason);
-        }
-        if let Some(relative) = raw.writable.iter().flatten().find(|p| !p.is_absolute()) {
-            return Err(SandboxSectionError::RelativeWritablePath(relative.clone()));
-        }
-        Ok(RawSandbox(SandboxOverride {
-            seccomp: raw.seccomp,
-            landlock: raw.landlock,
-            pid_namespace: raw.pid_namespace,
-            network: raw.network,
-            exec: raw.exec,
-            fork: raw.fork,
-            writable: raw.writable,
-            reason: reason.map(str::to_string),
-        }))
-    }
-}
-
-impl RawSandbox {
-    pub(crate) fn into_override(self) -> SandboxOverride {
-        self.0
     }
 }
 
@@ -386,7 +247,8 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<SandboxOverride, String> {
-        toml::from_str::<RawSandbox>(text).map(RawSandbox::into_override).map_err(|e| e.to_string())
+        let section = format!("[defaults.sandbox]\n{text}\n");
+        crate::policy::Policy::from_toml_str(&section, "test").map(|p| p.defaults.sandbox).map_err(|e| e.to_string())
     }
 
     #[test]
