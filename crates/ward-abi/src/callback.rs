@@ -348,7 +348,8 @@ mod tests {
         // SAFETY: a stub accepts any register-only signature; the dispatcher returns an integer in rax.
         let f = unsafe { core::mem::transmute::<*const c_void, extern "C" fn() -> u64>(callback_stub(201).unwrap()) };
         assert_eq!(f(), 8);
-        // SAFETY: as above.
+        // SAFETY: a stub accepts any register-only signature, here one with no arguments; the dispatcher returns an
+        // integer in rax.
         let r = unsafe { call_native(callback_stub(201).unwrap(), &RegArgs::default()) };
         assert_eq!(r.int, 8);
     }

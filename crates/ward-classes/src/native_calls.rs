@@ -78,7 +78,8 @@ impl Words {
     }
 
     pub fn all_mut(&mut self) -> &mut [u32] {
-        // SAFETY: as in `all`, borrowed mutably as long as `self`.
+        // SAFETY: `Quad` is `repr(C)` over `[u32; 4]`, so the quads are `4 * quads.len()` contiguous, initialised
+        // `u32`s (any bit pattern is a valid `u32`), borrowed mutably as long as `self`.
         unsafe { std::slice::from_raw_parts_mut(self.quads.as_mut_ptr().cast::<u32>(), 4 * self.quads.len()) }
     }
 
@@ -393,7 +394,8 @@ pub mod ladspa {
             let run_adding =
                 self.plugin.raw.run_adding.ok_or(NativeCallError::NoFunction { function: "run_adding" })?;
             self.check(samples)?;
-            // SAFETY: as in `run`.
+            // SAFETY: `run_adding` takes the handle and a sample count (ladspa.h); every port is connected to a
+            // buffer that holds at least `samples` floats if it is an audio port, one if a control port (checked).
             unsafe { run_adding(self.handle, samples as c_ulong) };
             Ok(())
         }
@@ -639,7 +641,9 @@ pub mod frei0r {
             let update2 = self.lib.update2.ok_or(NativeCallError::NotExported { symbol: "f0r_update2" })?;
             self.check(&inputs, output)?;
             let [a, b, c] = inputs.map(|f| f.map_or(std::ptr::null(), Words::as_ptr));
-            // SAFETY: as in `update`, with `f0r_update2`'s three input frames.
+            // SAFETY: `f0r_update2(instance, time, inframe1, inframe2, inframe3, outframe)`; each frame given (the
+            // others NULL) holds the instance's width * height pixels (checked above), 16-byte aligned, and outlives
+            // the call.
             unsafe { update2(self.handle, time, a, b, c, output.as_mut_ptr()) };
             Ok(())
         }

@@ -74,7 +74,9 @@ impl Region {
 
     fn read_u32(&self, off: usize) -> u32 {
         assert!(off + 4 <= self.len);
-        // SAFETY: as in read_u64.
+        // SAFETY: in bounds (checked) of a live mapping, 4-aligned (the
+        // callers pass a u32 field's offset); volatile because the other
+        // process writes it.
         unsafe { std::ptr::read_volatile(self.base.add(off).cast::<u32>()) }
     }
 

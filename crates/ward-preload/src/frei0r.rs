@@ -99,8 +99,9 @@ pub unsafe extern "C" fn ward_preload_f0r_get_plugin_info(library_id: u64, info:
         explanation: lib.explanation.as_ptr(),
     };
     if !info.is_null() {
-        // SAFETY: per the contract; the strings live as long as the library (the host must not use them after
-        // dlclose, as with any plugin).
+        // SAFETY: a non-null `info` points to a writable f0r_plugin_info_t (frei0r contract), which RawPluginInfo
+        // lays out; the strings live as long as the library (the host must not use them after dlclose, as with any
+        // plugin).
         unsafe { (info as *mut RawPluginInfo).write(raw) };
     }
 }
@@ -117,7 +118,8 @@ pub unsafe extern "C" fn ward_preload_f0r_get_param_info(library_id: u64, info: 
     if !info.is_null() {
         let raw =
             RawParamInfo { name: names.name.as_ptr(), kind: param.kind.raw(), explanation: names.explanation.as_ptr() };
-        // SAFETY: per the contract; the strings live as long as the library.
+        // SAFETY: a non-null `info` points to a writable f0r_param_info_t (frei0r contract), which RawParamInfo lays
+        // out; the strings live as long as the library.
         unsafe { (info as *mut RawParamInfo).write(raw) };
     }
 }
@@ -170,7 +172,8 @@ pub unsafe extern "C" fn ward_preload_f0r_destruct(instance: *mut c_void) {
     if instance.is_null() {
         return;
     }
-    // SAFETY: per the contract; it came from Box::into_raw.
+    // SAFETY: the host passes an instance our construct returned (from Box::into_raw) and never uses it again
+    // (frei0r contract), so the box is taken back once.
     let boxed = unsafe { Box::from_raw(instance as *mut ProxyInstance) };
     inside_ward(|| drop(boxed));
     report();
@@ -231,14 +234,16 @@ pub unsafe extern "C" fn ward_preload_f0r_get_param_value(instance_ptr: *mut c_v
         // SAFETY: param points to storage for the parameter's declared type (contract), which the class checked
         // the value against: one double, three floats or two doubles.
         ParamValue::Bool(v) | ParamValue::Double(v) => unsafe { *(param as *mut f64) = v },
-        // SAFETY: as above.
+        // SAFETY: param points to storage for the parameter's declared type (contract), as which the class decoded
+        // the value: a colour, three floats.
         ParamValue::Color { r, g, b } => unsafe {
             let c = param as *mut f32;
             c.write(r);
             c.add(1).write(g);
             c.add(2).write(b);
         },
-        // SAFETY: as above.
+        // SAFETY: param points to storage for the parameter's declared type (contract), as which the class decoded
+        // the value: a position, two doubles.
         ParamValue::Position { x, y } => unsafe {
             let p = param as *mut f64;
             p.write(x);
@@ -295,7 +300,8 @@ pub unsafe extern "C" fn ward_preload_f0r_update(
     }
     let bytes = inst.pixels * 4;
     let [scratch, ..] = &mut inst.scratch;
-    // SAFETY: per the contract.
+    // SAFETY: `in_frame` is null (a source) or points to width × height pixels, `bytes` readable bytes (frei0r
+    // contract), as `input` needs.
     let frame_in = unsafe { input(in_frame, bytes, out_frame, scratch) };
     // SAFETY: the output frame has `bytes` bytes (contract) and the input slice does not alias it (copied if it did).
     let out = unsafe { std::slice::from_raw_parts_mut(out_frame as *mut u8, bytes) };
@@ -326,7 +332,8 @@ pub unsafe extern "C" fn ward_preload_f0r_update2(
     // Frames cross as bytes, as the host has them: no conversion to pixels and back.
     let bytes = inst.pixels * 4;
     let [s1, s2, s3] = &mut inst.scratch;
-    // SAFETY: per the contract.
+    // SAFETY: each input frame is null or points to width × height pixels, `bytes` readable bytes (frei0r
+    // contract), as `input` needs.
     let (i1, i2, i3) = unsafe {
         (input(in1, bytes, out_frame, s1), input(in2, bytes, out_frame, s2), input(in3, bytes, out_frame, s3))
     };

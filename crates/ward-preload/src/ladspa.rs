@@ -43,7 +43,8 @@ pub(crate) struct ProxyLibrary {
 // SAFETY: the raw pointers in a ProxyDescriptor point into buffers the same struct owns, which are never changed
 // after construction; sharing or moving them between threads is as safe as sharing the owned data.
 unsafe impl Send for ProxyLibrary {}
-// SAFETY: as above: immutable after construction.
+// SAFETY: a ProxyLibrary is never changed after construction and its raw pointers point only into buffers it owns,
+// so threads sharing it only read.
 unsafe impl Sync for ProxyLibrary {}
 
 impl ProxyLibrary {
@@ -220,7 +221,8 @@ unsafe extern "C" fn run(handle: *mut c_void, samples: c_ulong) {
 }
 
 unsafe extern "C" fn run_adding(handle: *mut c_void, samples: c_ulong) {
-    // SAFETY: as for run.
+    // SAFETY: the host passes an instance of ours (LADSPA contract), and has connected every port to a buffer of
+    // at least `samples` values (one for a control port).
     unsafe { block(handle, samples as usize, true) }
 }
 
@@ -280,7 +282,9 @@ unsafe fn host_regions<'a>(
                 // (checked above).
                 PortBuffer::Output(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
             } else {
-                // SAFETY: as above; only read.
+                // SAFETY: the region is the union of overlapping port buffers of at least their lengths (contract),
+                // one piece of the host's memory with an aligned start (checked above); regions are disjoint and this
+                // one holds no output, so it is only read.
                 PortBuffer::Input(unsafe { std::slice::from_raw_parts(ptr, len) })
             }
         })
@@ -340,7 +344,9 @@ unsafe fn block(handle: *mut c_void, samples: usize, adding: bool) {
             for (i, port) in ports.iter().enumerate() {
                 let dst = connected[i];
                 if port.is_output() && !dst.is_null() {
-                    // SAFETY: as for the copy in.
+                    // SAFETY: an output port points to at least lengths[i] writable floats (contract); scratch[i] is
+                    // ours and holds lengths[i] (resized above), so no overlap. Copied as bytes: the host's pointer may
+                    // be misaligned.
                     unsafe {
                         std::ptr::copy_nonoverlapping(scratch[i].as_ptr() as *const u8, dst as *mut u8, lengths[i] * 4)
                     };

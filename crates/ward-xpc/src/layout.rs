@@ -304,8 +304,9 @@ impl Region {
         let p = self.fault_ptr();
         // Clear `valid` first so a reader never pairs a set flag with half-written fields.
         self.fault_valid().store(0, Ordering::Release);
-        // SAFETY: as in read_fault_record; the header page is writable in both processes, and the stores are
-        // volatile so none is elided or merged with the flag store below (which is ordered after them by Release).
+        // SAFETY: p points at the FaultRecord inside the header page (see fault_valid), aligned for each field and
+        // writable in both processes; the fields are plain data, and the stores are volatile so none is elided or
+        // merged with the flag store below (which is ordered after them by Release).
         unsafe {
             ptr::write_volatile(ptr::addr_of_mut!((*p).signo), rec.signo);
             ptr::write_volatile(ptr::addr_of_mut!((*p).code), rec.code);

@@ -118,7 +118,9 @@ impl RingShared {
     }
 
     fn atomic_u32(&self, off: usize) -> &AtomicU32 {
-        // SAFETY: as in atomic_u64, for the layout's u32 fields (multiples of 4, < PAGE).
+        // SAFETY: ctrl points at the control page inside the mapping, which self keeps alive (it holds the Region);
+        // `off` is one of the layout's u32 field offsets (multiples of 4, < PAGE), so the pointer is in bounds and
+        // aligned. Both processes access these words only atomically; any bit pattern is a valid u32.
         unsafe { &*self.ctrl.add(off).cast::<AtomicU32>() }
     }
 

@@ -262,8 +262,9 @@ impl SharedMemory {
         if len == 0 {
             return Ok(());
         }
-        // SAFETY: as in `protect`: a page-aligned range inside our own mapping, to which no reference exists; the
-        // advice only makes later accesses fault, it changes no contents.
+        // SAFETY: the range is page-aligned and inside our own mapping (check_pages above), and no reference into
+        // the mapping exists (this type hands out none); the advice only makes later accesses fault, it changes no
+        // contents.
         let rc = unsafe { libc::madvise(self.base.as_ptr().add(offset).cast(), len, MADV_GUARD_INSTALL) };
         if rc == 0 {
             return Ok(());

@@ -66,7 +66,8 @@ fn a_child_domain_echoes_records() {
     const N: u64 = 50_000;
     let region = Region::create(1 << 16).unwrap();
     let fd = region.memory().fd().try_clone_to_owned().unwrap();
-    // SAFETY: as in in_child; the parent side below runs on this thread only.
+    // SAFETY: fork has no memory-safety preconditions; the child runs only `echo` on this thread and then `_exit`s
+    // (glibc keeps malloc usable after fork). The parent side below runs on this thread only.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {

@@ -643,7 +643,8 @@ fn privatise() {
     for k in &mut st.kept[..st.nkept] {
         for fd in [k.fd, k.read_only] {
             if fd >= 0 {
-                // SAFETY: as above; kept blocks are never handed out in the child.
+                // SAFETY: the child's copy of a descriptor the arena owns, closed once (reset to -1 below); kept
+                // blocks are never handed out in the child, so nothing there uses it.
                 unsafe { libc::close(fd) };
             }
         }

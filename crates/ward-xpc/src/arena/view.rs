@@ -881,7 +881,8 @@ mod tests {
         assert!(on_write_fault(lent.ptr as usize));
         // SAFETY: the range is now a private writable copy of 5 bytes and more.
         unsafe { std::ptr::copy_nonoverlapping(b"XXXXX".as_ptr(), lent.ptr, 5) };
-        // SAFETY: as above, readable.
+        // SAFETY: the range is still lent (ended below) and its private copy is readable for 5 bytes; no &mut to it
+        // is alive.
         assert_eq!(unsafe { std::slice::from_raw_parts(lent.ptr, 5) }, b"XXXXX");
         view.end(lent);
         let mut back = [0u8; 5];

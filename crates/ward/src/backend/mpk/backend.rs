@@ -130,7 +130,9 @@ pub(crate) struct DomainMemory {
 // SAFETY: the raw block pointer points into `region`, owned by this object; which thread may touch domain memory
 // is up to PKRU. The host reads the block only while no call runs (between calls, or once `close` has returned).
 unsafe impl Send for DomainMemory {}
-// SAFETY: as above; the fields shared between threads lock or are atomic.
+// SAFETY: the block pointer points into `region`, owned by this object; the host makes a reference to the block only
+// while no call runs (`RuntimeBlock::exhausted` reads it as shared memory). PKRU decides which thread may touch domain
+// memory; the fields shared between threads lock or are atomic.
 unsafe impl Sync for DomainMemory {}
 
 impl DomainMemory {
@@ -156,14 +158,16 @@ impl DomainMemory {
     /// makes the heap past its committed end inaccessible again.
     fn reprotect(&self) {
         for (start, len, prot) in self.runtime().protected_ranges() {
-            // SAFETY: as in heap_writable; the range lies in the heap.
+            // SAFETY: the range lies in the heap (the block clamps its ranges to it), the tail of this domain's
+            // region; only protections change.
             if let Err(e) = unsafe { pku::protect_with_key(start as *mut u8, len, prot, self.key) } {
                 tracing::warn!("cannot re-protect part of an mpk domain's heap: {e}");
             }
         }
         if let Some(committed) = self.runtime().heap_committed() {
             let len = self.region.end() as usize - committed;
-            // SAFETY: as in heap_writable; [committed, end) is the heap's unused tail.
+            // SAFETY: [committed, end) is the heap's unused tail (the block clamps `committed` to the heap), inside
+            // this domain's region; only protections change.
             if let Err(e) = unsafe { pku::protect_with_key(committed as *mut u8, len, libc::PROT_NONE, self.key) } {
                 tracing::warn!("cannot make an mpk domain's unused heap inaccessible again: {e}");
             }
@@ -908,7 +912,7 @@ unsafe fn clear(start: usize, end: usize) {
     // SAFETY: whole pages of the caller's range; MADV_DONTNEED on private anonymous memory only drops their contents
     // (they read as zero again).
     if unsafe { libc::madvise(first_page as *mut c_void, last_page - first_page, libc::MADV_DONTNEED) } != 0 {
-        // SAFETY: as above.
+        // SAFETY: [first_page, last_page) lies in the caller's range, writable (this function's contract).
         unsafe { std::ptr::write_bytes(first_page as *mut u8, 0, last_page - first_page) };
     }
 }
@@ -990,7 +994,7 @@ fn host_symbol(request: &ImportRequest<'_>) -> Option<usize> {
         None => std::ptr::null_mut(),
     };
     let found = if found.is_null() {
-        // SAFETY: as above.
+        // SAFETY: `name` is a valid C string; RTLD_DEFAULT searches the host's global scope.
         unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
     } else {
         found
@@ -1017,7 +1021,7 @@ fn math_library_symbol(request: &ImportRequest<'_>) -> Option<usize> {
     let found = match request.version.and_then(|v| CString::new(v).ok()) {
         // SAFETY: a handle dlopen returned and valid C strings.
         Some(version) => unsafe { libc::dlvsym(handle, name.as_ptr(), version.as_ptr()) },
-        // SAFETY: as above.
+        // SAFETY: a handle dlopen returned (never closed) and a valid C string.
         None => unsafe { libc::dlsym(handle, name.as_ptr()) },
     };
     (!found.is_null()).then_some(found as usize)
@@ -1099,7 +1103,8 @@ impl GatedFunction {
                 }
                 WireValue::Scratch(b) => {
                     let at = space(b.len())?;
-                    // SAFETY: as for InOut: argument-area bytes the host may write, filled from the host's buffer.
+                    // SAFETY: `b.len()` bytes of this thread's argument area, writable by the host (host_access in
+                    // `space`); the source is the host's buffer, which does not overlap the domain's memory.
                     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len()) };
                     packer.push_int(at as u64)
                 }

@@ -363,7 +363,8 @@ impl FileActions {
     }
 
     fn open_dev_null(&mut self, target: RawFd) -> std::io::Result<()> {
-        // SAFETY: as in `dup2`; glibc copies the path, a NUL-terminated literal.
+        // SAFETY: the actions were initialised in `new`; the call only records the open for the child (glibc
+        // allocates and copies the path, a NUL-terminated literal), it touches no descriptor now.
         check(unsafe {
             libc::posix_spawn_file_actions_addopen(&mut *self.0, target, c"/dev/null".as_ptr(), libc::O_RDONLY, 0)
         })
