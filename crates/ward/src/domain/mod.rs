@@ -43,6 +43,9 @@ use crate::policy::{ExtensionPolicy, FunctionPolicy, OnFault};
 use crate::shadow::{HandleMap, HistoryBounds, Kept, OwnedArg, ShadowEntry, ShadowLog};
 use crate::tracker::{RecordId, ResourceKind, Tracker};
 
+/// A call's arguments on their way into a domain.
+type Wire<'a> = SmallVec<[WireValue<'a>; 6]>;
+
 /// Counters of one domain.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DomainStats {
@@ -788,13 +791,11 @@ impl Domain {
             (st.incarnation, st.rewrite_for(sym))
         };
         let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
-        let mut wire = {
-            let mut st = g.borrow_mut();
-            match self.translate(&mut st, args, sym, replaying, rewrite) {
-                Ok(w) => w,
-                Err(e) => return Outcome::Error(e),
-            }
-        };
+        // Filled in place: the list is a few hundred bytes, and returning it would copy it on every call.
+        let mut wire = Wire::new();
+        if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, replaying, rewrite, &mut wire) {
+            return Outcome::Error(e);
+        }
         let frame = {
             let mut st = g.borrow_mut();
             let st = &mut *st;
@@ -894,13 +895,11 @@ impl Domain {
             (st.incarnation, st.rewrite_for(sym))
         };
         let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
-        let mut wire = {
-            let mut st = g.borrow_mut();
-            match self.translate(&mut st, args, sym, replaying, rewrite) {
-                Ok(w) => w,
-                Err(e) => return Outcome::Error(e),
-            }
-        };
+        // Filled in place: the list is a few hundred bytes, and returning it would copy it on every call.
+        let mut wire = Wire::new();
+        if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, replaying, rewrite, &mut wire) {
+            return Outcome::Error(e);
+        }
         // No deadline object to read its time from: timed while learning, then now and then (a domain without
         // isolation has no deadline to learn).
         let timed = !self.unisolated && g.borrow_mut().symbols[sym].times.time_gated();
@@ -946,12 +945,12 @@ impl Domain {
         sym: usize,
         replaying: bool,
         rewrite: Option<(&CStr, &'a [u8])>,
-    ) -> Result<SmallVec<[WireValue<'a>; 6]>, Error> {
+        out: &mut Wire<'a>,
+    ) -> Result<(), Error> {
         let name = |st: &State| st.symbols.get(sym).map(|s| s.call.to_string()).unwrap_or_default();
         if let Err(reason) = check_registers(args) {
             return Err(Error::BadArguments { call: name(st), reason });
         }
-        let mut out = SmallVec::new();
         for a in args.iter_mut() {
             if let Some(scalar) = plain_scalar(a) {
                 out.push(scalar);
@@ -996,7 +995,7 @@ impl Domain {
                 }
             });
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Queue a call (of function `name`) with no reply awaited.
@@ -1047,7 +1046,8 @@ impl Domain {
             let result = {
                 let mut st = g.borrow_mut();
                 let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
-                let wire = self.translate(&mut st, &mut owned, sym, false, rewrite)?;
+                let mut wire = Wire::new();
+                self.translate(&mut st, &mut owned, sym, false, rewrite, &mut wire)?;
                 match st.backend.ring() {
                     Some(ring) => ring.defer(func, &wire),
                     // Moved to another backend: resolved again below.
