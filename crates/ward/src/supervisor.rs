@@ -201,7 +201,10 @@ impl Supervisor {
             })
         };
         let (backend, isolation): (Box<dyn crate::backend::Backend>, Isolation) = match isolation {
-            Isolation::None => (Box::new(NoneBackend::load(vec![spec.clone()]).map_err(load_error)?), Isolation::None),
+            Isolation::None => {
+                let backend = NoneBackend::load(vec![spec.clone()]).map_err(|e| load_error(e.to_string()))?;
+                (Box::new(backend), Isolation::None)
+            }
             Isolation::Mpk => match mpk(&spec) {
                 Ok(backend) => (Box::new(backend), Isolation::Mpk),
                 // An initialiser of the extension (or of the plugin its adapter opens) crashed or hung while the

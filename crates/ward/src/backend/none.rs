@@ -25,13 +25,13 @@ struct Handle(*mut c_void);
 unsafe impl Send for Handle {}
 
 impl NoneBackend {
-    pub fn load(specs: Vec<ExtensionSpec>) -> Result<NoneBackend, String> {
+    pub fn load(specs: Vec<ExtensionSpec>) -> Result<NoneBackend, OpenError> {
         let mut b = NoneBackend { specs, handles: Vec::new() };
         b.open_all()?;
         Ok(b)
     }
 
-    fn open_all(&mut self) -> Result<(), String> {
+    fn open_all(&mut self) -> Result<(), OpenError> {
         for spec in &self.specs {
             self.handles.push(open(spec)?);
         }
@@ -39,23 +39,37 @@ impl NoneBackend {
     }
 }
 
+/// Why an extension could not be loaded into the host.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    #[error("{} contains a NUL byte", .0.display())]
+    NulInPath(PathBuf),
+    /// The dynamic linker's own words.
+    #[error("{0}")]
+    Dlopen(String),
+    #[error("init function `{0}` not found")]
+    InitMissing(String),
+    #[error("init function `{init}` returned {code}")]
+    InitFailed { init: String, code: i64 },
+}
+
 /// Load one extension into this process and run its init function.
-fn open(spec: &ExtensionSpec) -> Result<Handle, String> {
-    let path = CString::new(spec.path.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("{} contains a NUL byte", spec.path.display()))?;
+fn open(spec: &ExtensionSpec) -> Result<Handle, OpenError> {
+    let path =
+        CString::new(spec.path.as_os_str().as_encoded_bytes()).map_err(|_| OpenError::NulInPath(spec.path.clone()))?;
     // SAFETY: a valid C string; loading runs the extension's constructors in this process, which is what the `none`
     // isolation kind means.
     let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if h.is_null() {
-        return Err(dlerror());
+        return Err(OpenError::Dlopen(dlerror()));
     }
     if let Some(init) = &spec.init {
-        let f = lookup(h, init).ok_or_else(|| format!("init function `{init}` not found"))?;
+        let f = lookup(h, init).ok_or_else(|| OpenError::InitMissing(init.clone()))?;
         // SAFETY: f was resolved with dlsym in the library just loaded, and the policy declares init as
         // `int64_t init(void)`: no argument is read.
         let r = unsafe { ward_abi::call_native(f, &ward_abi::RegArgs::default()) };
         if r.int != 0 {
-            return Err(format!("init function `{init}` returned {}", r.as_i64()));
+            return Err(OpenError::InitFailed { init: init.clone(), code: r.as_i64() });
         }
     }
     Ok(Handle(h))
@@ -69,7 +83,7 @@ impl Backend for NoneBackend {
     }
 
     fn add_extension(&mut self, _: &mut Tracker, spec: ExtensionSpec) -> Result<Added, Refused> {
-        let handle = open(&spec).map_err(|reason| Refused { reason, restart: false })?;
+        let handle = open(&spec).map_err(|e| Refused { reason: e.to_string(), restart: false })?;
         self.handles.push(handle);
         self.specs.push(spec);
         Ok(Added::InPlace)

@@ -948,8 +948,8 @@ impl Domain {
         out: &mut Wire<'a>,
     ) -> Result<(), Error> {
         let name = |st: &State| st.symbols.get(sym).map(|s| s.call.to_string()).unwrap_or_default();
-        if let Err(reason) = check_registers(args) {
-            return Err(Error::BadArguments { call: name(st), reason });
+        if let Err(too_many) = check_registers(args) {
+            return Err(Error::BadArguments { call: name(st), reason: too_many.to_string() });
         }
         for a in args.iter_mut() {
             if let Some(scalar) = plain_scalar(a) {
@@ -1143,21 +1143,29 @@ fn plain_scalar(a: &Arg<'_>) -> Option<WireValue<'static>> {
 }
 
 /// ward passes arguments in registers only (DECISIONS.md): at most 6 integer-class and 8 float-class.
-fn check_registers(args: &[Arg<'_>]) -> Result<(), String> {
+fn check_registers(args: &[Arg<'_>]) -> Result<(), TooManyArguments> {
     if args.len() <= ward_abi::MAX_INT_ARGS {
         return Ok(());
     }
     let floats = args.iter().filter(|a| matches!(a, Arg::F64(_) | Arg::F32(_))).count();
     let ints = args.len() - floats;
     if ints > ward_abi::MAX_INT_ARGS || floats > ward_abi::MAX_FLOAT_ARGS {
-        return Err(format!(
-            "{ints} integer/pointer and {floats} floating-point arguments; ward passes at most {} and {} \
-             (in registers)",
-            ward_abi::MAX_INT_ARGS,
-            ward_abi::MAX_FLOAT_ARGS
-        ));
+        return Err(TooManyArguments { ints, floats });
     }
     Ok(())
+}
+
+/// A call with more arguments than the registers hold.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{ints} integer/pointer and {floats} floating-point arguments; ward passes at most {max_ints} and {max_floats} \
+     (in registers)",
+    max_ints = ward_abi::MAX_INT_ARGS,
+    max_floats = ward_abi::MAX_FLOAT_ARGS
+)]
+struct TooManyArguments {
+    ints: usize,
+    floats: usize,
 }
 
 /// Abandon the ring call `frame` of a failed or stale attempt (the tracker releases its loans).
