@@ -18,7 +18,7 @@ use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader};
 use object::{Endianness, Object, ObjectSection, ObjectSymbol, SectionIndex, SymbolFlags};
 use serde::Serialize;
 
-use ward_mpk::assess::elf::{check_ident, Unreadable, IDENT_AND_TYPE_LEN};
+use ward_mpk::assess::elf::{check_ident, machine_name, Unreadable, IDENT_AND_TYPE_LEN};
 
 use crate::error::InjectError;
 
@@ -133,20 +133,6 @@ fn check_header(bytes: &[u8]) -> Result<(), InjectError> {
         Err(other @ (Unreadable::NoElfHeader | Unreadable::NoSectionHeaders)) => {
             Err(InjectError::Malformed(other.to_string()))
         }
-    }
-}
-
-fn machine_name(machine: u16) -> &'static str {
-    match machine {
-        elf::EM_386 => "i386",
-        elf::EM_ARM => "32-bit Arm",
-        elf::EM_AARCH64 => "AArch64",
-        elf::EM_RISCV => "RISC-V",
-        elf::EM_PPC64 => "PowerPC 64",
-        elf::EM_S390 => "s390",
-        elf::EM_MIPS => "MIPS",
-        elf::EM_LOONGARCH => "LoongArch",
-        _ => "unknown",
     }
 }
 

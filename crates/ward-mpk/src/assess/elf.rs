@@ -64,7 +64,8 @@ impl fmt::Display for Unreadable {
     }
 }
 
-fn machine_name(machine: u16) -> &'static str {
+/// The processor an ELF `e_machine` names, for a refusal (`ward check`, the injector).
+pub fn machine_name(machine: u16) -> &'static str {
     match machine {
         elf::EM_386 => "i386",
         elf::EM_ARM => "32-bit Arm",
@@ -72,6 +73,7 @@ fn machine_name(machine: u16) -> &'static str {
         elf::EM_RISCV => "RISC-V",
         elf::EM_PPC64 => "PowerPC 64",
         elf::EM_S390 => "s390",
+        elf::EM_MIPS => "MIPS",
         elf::EM_LOONGARCH => "LoongArch",
         _ => "another processor",
     }
