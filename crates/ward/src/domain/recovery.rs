@@ -142,6 +142,8 @@ impl Domain {
                 st.backend = backend;
                 // A new isolation: what failed in a row under the old one starts again from nothing.
                 for s in &mut st.symbols {
+                    // Resolved by the old backend, and holding what it ran on.
+                    s.func = None;
                     s.failures_in_row = 0;
                     s.ok_since_failure = 0;
                 }
@@ -194,6 +196,11 @@ impl Domain {
         let (restarted, zygotes) = {
             let mut st = g.borrow_mut();
             let st = &mut *st;
+            // The functions resolved in the old incarnation go first: an mpk domain's hold its memory, which must be
+            // let go before the new incarnation maps its own (or a restart needs twice the memory).
+            for s in &mut st.symbols {
+                s.func = None;
+            }
             let restarted = st.backend.restart(&mut st.tracker);
             // A zygote found failed since the last restart (while the last incarnation's end was read) or during
             // this one.
@@ -208,9 +215,6 @@ impl Domain {
             st.incarnation += 1;
             st.stats.incarnation = st.incarnation;
             st.stats.restarts += 1;
-            for s in &mut st.symbols {
-                s.func = None;
-            }
             self.incarnation.store(st.incarnation, std::sync::atomic::Ordering::Relaxed);
         }
         // Taken out rather than copied (the history may hold many MiB); nothing records while the lock is held
