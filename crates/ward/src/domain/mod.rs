@@ -19,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -473,7 +473,7 @@ impl Domain {
             }
             Err(e) => {
                 let deadline = self.policy.deadline_for(&name);
-                Err(match self.outcome_of(&st, e, sym, deadline) {
+                Err(match self.outcome_of(&st, e, Some(sym), deadline) {
                     Outcome::Error(e) => e,
                     Outcome::Failed(kind) => self.fault_error(&st, kind, Some(call_of(&st, sym))),
                     // Closed under the resolve: the incarnation it asked is gone.
@@ -487,15 +487,16 @@ impl Domain {
 
     /// What a backend's error means for a call of function `sym` that had `deadline`: the one mapping every call
     /// path uses.
-    fn outcome_of(&self, st: &State, e: BackendError, sym: usize, deadline: Duration) -> Outcome {
+    fn outcome_of(&self, st: &State, e: BackendError, sym: Option<usize>, deadline: Duration) -> Outcome {
+        let call = || sym.map(|sym| call_of(st, sym)).unwrap_or_default();
         match e {
             BackendError::Fault(k) => Outcome::Failed(k),
             BackendError::TimedOut => Outcome::Failed(FaultKind::Timeout { deadline }),
             // Another call's failure closed the domain under this one, and recovers it.
             BackendError::Closed => Outcome::Stale,
-            BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call: call_of(st, sym), reason }),
+            BackendError::Usage(reason) => Outcome::Error(Error::BadArguments { call: call(), reason }),
             BackendError::UnknownSymbol => {
-                let function = st.symbols.get(sym);
+                let function = sym.and_then(|sym| st.symbols.get(sym));
                 let extension =
                     function.and_then(|f| st.extensions.get(f.ext)).map(|e| e.0.clone()).unwrap_or_default();
                 let symbol = function.map(|f| f.name.to_string()).unwrap_or_default();
@@ -790,10 +791,9 @@ impl Domain {
             let st = g.borrow();
             (st.incarnation, st.rewrite_for(sym))
         };
-        let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
         // Filled in place: the list is a few hundred bytes, and returning it would copy it on every call.
         let mut wire = Wire::new();
-        if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, replaying, rewrite, &mut wire) {
+        if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, replaying, &rewrite, &mut wire) {
             return Outcome::Error(e);
         }
         let frame = {
@@ -802,7 +802,7 @@ impl Domain {
             let Some(ring) = st.backend.ring() else { return Outcome::Stale };
             match ring.begin(&mut st.tracker, func, &wire, ret) {
                 Ok(f) => f,
-                Err(e) => return self.outcome_of(st, e, sym, timeout),
+                Err(e) => return self.outcome_of(st, e, Some(sym), timeout),
             }
         };
         // The deadline bounds the domain's own time in this call: time the host spends serving a callback (which
@@ -863,12 +863,12 @@ impl Domain {
                     };
                     if let Err(e) = answered {
                         abandon(g, frame);
-                        return self.outcome_of(&g.borrow(), e, sym, timeout);
+                        return self.outcome_of(&g.borrow(), e, Some(sym), timeout);
                     }
                 }
                 Err(e) => {
                     abandon(g, frame);
-                    return self.outcome_of(&g.borrow(), e, sym, timeout);
+                    return self.outcome_of(&g.borrow(), e, Some(sym), timeout);
                 }
             }
         }
@@ -894,10 +894,9 @@ impl Domain {
             let st = g.borrow();
             (st.incarnation, st.rewrite_for(sym))
         };
-        let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
         // Filled in place: the list is a few hundred bytes, and returning it would copy it on every call.
         let mut wire = Wire::new();
-        if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, replaying, rewrite, &mut wire) {
+        if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, replaying, &rewrite, &mut wire) {
             return Outcome::Error(e);
         }
         // No deadline object to read its time from: timed while learning, then now and then (a domain without
@@ -932,7 +931,7 @@ impl Domain {
                 }
                 Outcome::Done(Value::from_regs(ret, regs))
             }
-            Err(e) => self.outcome_of(&g.borrow(), e, sym, timeout),
+            Err(e) => self.outcome_of(&g.borrow(), e, Some(sym), timeout),
         }
     }
 
@@ -944,10 +943,10 @@ impl Domain {
         args: &'a mut [Arg<'_>],
         sym: usize,
         replaying: bool,
-        rewrite: Option<(&CStr, &'a [u8])>,
+        rewrite: &'a Option<(CString, CString)>,
         out: &mut Wire<'a>,
     ) -> Result<(), Error> {
-        let name = |st: &State| st.symbols.get(sym).map(|s| s.call.to_string()).unwrap_or_default();
+        let name = |st: &State| call_of(st, sym);
         if let Err(too_many) = check_registers(args) {
             return Err(Error::BadArguments { call: name(st), reason: too_many.to_string() });
         }
@@ -963,7 +962,7 @@ impl Domain {
                 Arg::InOut(b) => WireValue::InOut(b),
                 Arg::Scratch(b) => WireValue::Scratch(b),
                 Arg::Str(s) => match rewrite {
-                    Some((from, to)) if *s == from => WireValue::Str(to),
+                    Some((from, to)) if *s == from.as_c_str() => WireValue::Str(to.as_bytes_with_nul()),
                     _ => WireValue::Str(s.to_bytes_with_nul()),
                 },
                 Arg::Handle(h) => {
@@ -1045,9 +1044,8 @@ impl Domain {
             let rewrite = g.borrow().rewrite_for(sym);
             let result = {
                 let mut st = g.borrow_mut();
-                let rewrite = rewrite.as_ref().map(|(from, to)| (from.as_c_str(), to.as_bytes_with_nul()));
                 let mut wire = Wire::new();
-                self.translate(&mut st, &mut owned, sym, false, rewrite, &mut wire)?;
+                self.translate(&mut st, &mut owned, sym, false, &rewrite, &mut wire)?;
                 match st.backend.ring() {
                     Some(ring) => ring.defer(func, &wire),
                     // Moved to another backend: resolved again below.
@@ -1056,7 +1054,7 @@ impl Domain {
             };
             let kind = match result {
                 Ok(()) => return Ok(()),
-                Err(e) => match self.outcome_of(&g.borrow(), e, sym, self.policy.deadline) {
+                Err(e) => match self.outcome_of(&g.borrow(), e, Some(sym), self.policy.deadline) {
                     Outcome::Error(e) => return Err(e),
                     Outcome::Failed(k) => k,
                     Outcome::Stale | Outcome::Done(_) => FaultKind::Vanished,
@@ -1078,9 +1076,8 @@ impl Domain {
             None => Ok(()),
         };
         let Err(e) = flushed else { return Ok(()) };
-        let kind = match e {
-            BackendError::Fault(k) => k,
-            BackendError::TimedOut => FaultKind::Timeout { deadline: self.policy.deadline },
+        let kind = match self.outcome_of(&g.borrow(), e, None, self.policy.deadline) {
+            Outcome::Failed(k) => k,
             _ => FaultKind::Vanished,
         };
         let fault = self.make_fault(&g, kind, None);

@@ -142,8 +142,6 @@ impl Domain {
                 st.backend = backend;
                 // A new isolation: what failed in a row under the old one starts again from nothing.
                 for s in &mut st.symbols {
-                    // Resolved by the old backend, and holding what it ran on.
-                    s.func = None;
                     s.failures_in_row = 0;
                     s.ok_since_failure = 0;
                 }
