@@ -158,12 +158,14 @@ pub struct ArgPacker {
 
 impl ArgPacker {
     /// An empty packer.
+    #[inline]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Adds an integer-class argument (integer, pointer, `bool`, enum). Narrow integers must already be extended
     /// as their C type requires (sign-extend signed types, zero-extend unsigned ones).
+    #[inline]
     pub fn push_int(&mut self, v: u64) -> Result<(), PackError> {
         let slot = self.args.ints.get_mut(self.next_int).ok_or(PackError::TooManyInts)?;
         *slot = v;
@@ -172,11 +174,13 @@ impl ArgPacker {
     }
 
     /// Adds a `double` argument.
+    #[inline]
     pub fn push_f64(&mut self, v: f64) -> Result<(), PackError> {
         self.push_float_bits(v.to_bits())
     }
 
     /// Adds a `float` argument (its bits in the low 32 bits of the slot, upper bits zero).
+    #[inline]
     pub fn push_f32(&mut self, v: f32) -> Result<(), PackError> {
         let slot = self.next_float;
         self.push_float_bits(u64::from(v.to_bits()))?;
@@ -185,6 +189,7 @@ impl ArgPacker {
     }
 
     /// The register image: pushed arguments in order, zero elsewhere.
+    #[inline]
     pub fn finish(self) -> RegArgs {
         self.args
     }
@@ -209,6 +214,7 @@ impl ArgPacker {
         args
     }
 
+    #[inline]
     fn push_float_bits(&mut self, bits: u64) -> Result<(), PackError> {
         let slot = self.args.floats.get_mut(self.next_float).ok_or(PackError::TooManyFloats)?;
         *slot = bits;

@@ -17,7 +17,7 @@ use crate::backend::StartError;
 use crate::call::{Arg, RetType, Signature, Value};
 use crate::callback::Callback;
 use crate::check::check_header;
-use crate::domain::{Domain, DomainStats};
+use crate::domain::{Domain, DomainStats, PlainFunction};
 use crate::error::Error;
 use crate::events::{Event, EventBus};
 use crate::fault::{Fault, FaultKind};
@@ -472,7 +472,8 @@ impl Extension {
     fn resolve(&self, symbol: &str, call: Option<&str>) -> Result<Function, Error> {
         let sym = self.domain.symbol(self.ext, symbol, call)?;
         let call = call.unwrap_or(symbol).to_string();
-        Ok(Function { domain: self.domain.clone(), sym, name: symbol.to_string(), call })
+        let plain = self.domain.plain_function(sym);
+        Ok(Function { domain: self.domain.clone(), sym, plain, name: symbol.to_string(), call })
     }
 
     /// Call `symbol` with `args`, reading the result as `ret`. The function is resolved at its first call and
@@ -526,6 +527,8 @@ impl Extension {
 pub struct Function {
     domain: Arc<Domain>,
     sym: usize,
+    /// How to call it on the plain path, when its calls may take it (`none`: see `domain::plain`).
+    plain: Option<PlainFunction>,
     /// Its symbol.
     name: String,
     /// Its calls' name in faults, events and messages.
@@ -550,6 +553,11 @@ impl Function {
     }
 
     pub fn call(&self, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
+        if let Some(plain) = self.plain {
+            if let Some(value) = self.domain.call_plain(plain, args, ret) {
+                return Ok(value);
+            }
+        }
         self.domain.call(self.sym, &self.name, &self.call, args, ret)
     }
 

@@ -285,3 +285,54 @@ fn an_extension_parsing_with_strtok_runs_under_every_isolation_this_machine_has(
         assert_eq!(i64_call(&ext, "calls_count_words", &mut [Arg::Str(&again)]), 2, "{iso}");
     }
 }
+
+/// Isolation `none` calls a resolved function as the host would without ward: another thread's call of the same
+/// domain goes through while one thread's call is inside the extension (here, out in a host callback).
+#[test]
+fn a_none_function_is_called_without_the_domains_lock() {
+    let (sup, ext) = well(Isolation::None);
+    let add = ext.function("well_add").unwrap();
+    let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<i64>();
+    let done_rx = std::sync::Mutex::new(done_rx);
+    let inside_tx = std::sync::Mutex::new(inside_tx);
+    let wait_for_other = sup
+        .register_callback(Signature::new(&[ValType::I64], RetType::I64), move |_| {
+            let _ = inside_tx.lock().unwrap().send(());
+            // Generous: the other thread's call must finish while this call is inside; it never did when calls
+            // of `none` held the domain's lock (it waited its turn, then failed at the deadline).
+            let sum = done_rx.lock().unwrap().recv_timeout(Duration::from_secs(120)).unwrap_or(-1);
+            Value::I64(sum)
+        })
+        .unwrap();
+    let map_sum = ext.function("well_map_sum").unwrap();
+    let other = std::thread::spawn(move || {
+        inside_rx.recv_timeout(Duration::from_secs(120)).expect("the first call never got inside");
+        let sum = add.call(&mut [Arg::I64(2), Arg::I64(3)], RetType::I64);
+        let _ = done_tx.send(sum.as_ref().map_or(-2, |v| v.as_i64().unwrap_or(-3)));
+        sum
+    });
+    let v = map_sum.call(&mut [Arg::Callback(&wait_for_other), Arg::I64(1)], RetType::I64).unwrap();
+    let inner = other.join().unwrap();
+    assert_eq!(inner.unwrap(), Value::I64(5), "the second thread's call");
+    assert_eq!(v, Value::I64(5), "the first call saw the second one's result through its callback");
+}
+
+/// What the plain path of `none` leaves to the full one still works there: a `state` function is logged, a handle
+/// is translated, and after a recovery every call keeps the core's counts.
+#[test]
+fn none_calls_that_need_the_core_still_get_it() {
+    let (_sup, ext) = well(Isolation::None);
+    let counter_add = ext.function("counter_add").unwrap();
+    counter_add.call(&mut [Arg::I64(4)], RetType::I64).unwrap();
+    assert_eq!(ext.stats().shadow_log, 1, "a state function's call is logged");
+    let new = ext.function("acc_new").unwrap();
+    let add = ext.function("acc_add").unwrap();
+    let Value::Handle(h) = new.call(&mut [Arg::I64(10)], RetType::Handle).unwrap() else { panic!("no handle") };
+    assert_eq!(add.call(&mut [Arg::Handle(h), Arg::I64(5)], RetType::I64).unwrap(), Value::I64(15));
+    let plain = ext.function("well_add").unwrap();
+    assert_eq!(plain.call(&mut [Arg::I64(1), Arg::I64(2)], RetType::I64).unwrap(), Value::I64(3));
+    ext.declare_fault("well_add", ward::FaultKind::BadOutput { what: "a test".into() }).unwrap();
+    assert_eq!(ext.stats().restarts, 1);
+    assert_eq!(plain.call(&mut [Arg::I64(1), Arg::I64(2)], RetType::I64).unwrap(), Value::I64(3));
+}

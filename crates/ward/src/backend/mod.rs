@@ -4,6 +4,7 @@
 pub(crate) mod mpk;
 #[allow(unsafe_code)]
 pub(crate) mod none;
+pub(crate) use none::NativeEntry;
 pub(crate) mod process;
 
 use std::path::PathBuf;
@@ -112,6 +113,12 @@ pub(crate) trait ThreadFunction: Send + Sync {
         deadline: Duration,
         unlocked: Unlocked<'_>,
     ) -> Result<RegRet, BackendError>;
+
+    /// The function as the host may call it itself, with nothing between: only where the backend has nothing to
+    /// do around a call (no boundary to cross, no buffer to place, no deadline it could keep).
+    fn native_entry(&self) -> Option<NativeEntry> {
+        None
+    }
 }
 
 /// What happened next in a call.

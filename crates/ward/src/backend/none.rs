@@ -165,6 +165,33 @@ impl ThreadFunction for NoneFunction {
         drop(copies);
         Ok(ret)
     }
+
+    fn native_entry(&self) -> Option<NativeEntry> {
+        Some(NativeEntry(self.0))
+    }
+}
+
+/// An extension function loaded into this very process, callable by the host as its own. Only [`NoneFunction`]
+/// makes one, so the address is always a `dlsym` result in a library that stays loaded.
+#[derive(Clone, Copy)]
+pub(crate) struct NativeEntry(*const c_void);
+
+// SAFETY: a code address of a library that stays loaded, valid in every thread.
+unsafe impl Send for NativeEntry {}
+// SAFETY: shared use only reads the value, an immutable code address.
+unsafe impl Sync for NativeEntry {}
+
+impl NativeEntry {
+    /// Call the function with `regs` as its argument registers. The caller packed them from a call the host
+    /// declared (arguments and return type), every pointer among them naming a buffer the host lends for the call.
+    #[inline]
+    pub(crate) fn call(&self, regs: &ward_abi::RegArgs) -> RegRet {
+        // SAFETY: the address was resolved with dlsym in an extension this process loaded on purpose and never
+        // unloads (see the type); the host declared the signature through its arguments and return type, and the
+        // pointers in `regs` name buffers it lends for the call. As with any function of the host's own, a fault
+        // in it is the host's: that is what isolation `none` means.
+        unsafe { ward_abi::call_native(self.0, regs) }
+    }
 }
 
 fn lookup(handle: *mut c_void, name: &str) -> Option<*const c_void> {

@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,10 @@ use smallvec::SmallVec;
 use ward_xpc::Deadline;
 
 mod learn;
+mod plain;
 mod recovery;
+
+pub(crate) use plain::PlainFunction;
 
 use crate::backend::{
     self, Added, Backend, BackendError, Callable, ExtensionSpec, StartError, Step, ThreadFunction, WireValue,
@@ -154,6 +157,8 @@ pub(crate) struct Domain {
     /// It runs with isolation `none`, for good: its calls are not let go of the domain's lock while they run (as
     /// an mpk domain's are), so they stay serialised as they always were.
     unisolated: bool,
+    /// Calls may take the plain path (`plain`): the domain has no isolation and has never been recovered.
+    plain_calls: AtomicBool,
     /// How to escalate, for a domain that may.
     escalation: Option<Escalation>,
     policy: ExtensionPolicy,
@@ -247,6 +252,7 @@ impl Domain {
             name,
             isolation: Mutex::new(isolation),
             unisolated: isolation == crate::policy::Isolation::None,
+            plain_calls: AtomicBool::new(isolation == crate::policy::Isolation::None),
             escalation: None,
             policy,
             events,
@@ -729,7 +735,7 @@ impl Domain {
                 Some(key) => st.shadow.record_replacing(entry, key),
                 None => st.shadow.record(entry),
             }
-        } else if fpolicy.history && self.isolation() != crate::policy::Isolation::None {
+        } else if fpolicy.history && !self.unisolated {
             // (No history without isolation: nothing recovers such a domain, so nothing would replay it.)
             let ext = st.symbols.get(sym).map_or(0, |s| s.ext);
             let bounds = st.extensions.get(ext).map(|e| HistoryBounds {

@@ -32,6 +32,8 @@ impl Domain {
             return Err(Error::Fault(fault));
         }
         let started = Instant::now();
+        // From now on calls keep the counts of failures in a row: none takes the plain path again.
+        self.plain_calls.store(false, std::sync::atomic::Ordering::Release);
         self.events.emit(Event::Fault { fault: fault.clone() });
         let mut fault = fault;
         let limit = self.policy.max_failures_in_row;
