@@ -177,6 +177,13 @@ pub struct Lease {
     generation: u64,
 }
 
+impl Lease {
+    /// What names the lease to [`HostPool::free_slot`] (with the pool it came from).
+    pub fn slot_and_generation(&self) -> (usize, u64) {
+        (self.slot, self.generation)
+    }
+}
+
 /// The host's side of a pool: owns the memfd, lends slots.
 #[derive(Debug)]
 pub struct HostPool {
@@ -261,6 +268,17 @@ impl HostPool {
             Some(Some(g)) if *g == lease.generation => Ok(()),
             _ => Err(PoolError::StaleLease),
         }
+    }
+
+    /// Return the slot of a lease known by [`Lease::slot_and_generation`] only (its owner kept those two numbers,
+    /// not the lease). One made stale by [`HostPool::free_all`], or never lent, is ignored.
+    pub fn free_slot(&mut self, slot: usize, generation: u64) {
+        if !matches!(self.leased.get(slot), Some(Some(g)) if *g == generation) {
+            return;
+        }
+        self.leased[slot] = None;
+        self.free[self.geometry.slots[slot].class].push(slot);
+        self.in_use -= 1;
     }
 
     /// Return a slot. A lease of another pool, or one made stale by [`HostPool::free_all`], is ignored.

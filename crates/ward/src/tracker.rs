@@ -6,6 +6,7 @@
 //! [`Tracker::release_all`] runs every remaining release action, so nothing a dead incarnation held leaks.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The kinds of resource a domain can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -39,9 +40,29 @@ impl Released {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RecordId(u64);
 
+/// Releases the resources of one owner, each named by a token: records of resources lent on every call (a pool
+/// buffer) name their owner and a token instead of carrying a closure of their own, so lending allocates nothing.
+pub(crate) trait Releaser: Send + Sync {
+    fn release(&self, token: [u64; 2]);
+}
+
+enum Release {
+    Once(Box<dyn FnOnce() + Send>),
+    By(Arc<dyn Releaser>, [u64; 2]),
+}
+
+impl Release {
+    fn run(self) {
+        match self {
+            Release::Once(f) => f(),
+            Release::By(owner, token) => owner.release(token),
+        }
+    }
+}
+
 struct Record {
     kind: ResourceKind,
-    release: Box<dyn FnOnce() + Send>,
+    release: Release,
 }
 
 #[derive(Default)]
@@ -59,7 +80,15 @@ impl Tracker {
     pub fn track(&mut self, kind: ResourceKind, release: impl FnOnce() + Send + 'static) -> RecordId {
         self.next += 1;
         let id = RecordId(self.next);
-        self.records.insert(id, Record { kind, release: Box::new(release) });
+        self.records.insert(id, Record { kind, release: Release::Once(Box::new(release)) });
+        id
+    }
+
+    /// Record a resource that `owner` releases, named to it by `token`.
+    pub(crate) fn track_by(&mut self, kind: ResourceKind, owner: &Arc<dyn Releaser>, token: [u64; 2]) -> RecordId {
+        self.next += 1;
+        let id = RecordId(self.next);
+        self.records.insert(id, Record { kind, release: Release::By(owner.clone(), token) });
         id
     }
 
@@ -68,7 +97,7 @@ impl Tracker {
     pub fn release(&mut self, id: RecordId) -> bool {
         match self.records.remove(&id) {
             Some(r) => {
-                (r.release)();
+                r.release.run();
                 true
             }
             None => false,
@@ -90,7 +119,7 @@ impl Tracker {
                 ResourceKind::Callback => released.callbacks += 1,
                 ResourceKind::Descriptor => released.descriptors += 1,
             }
-            (r.release)();
+            r.release.run();
         }
         released
     }

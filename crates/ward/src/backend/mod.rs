@@ -141,11 +141,15 @@ pub(crate) struct Loan {
     pub output: bool,
 }
 
+/// The buffers one call lent.
+pub(crate) type Loans = smallvec::SmallVec<[Loan; 4]>;
+
 /// A call started in a domain: its id and what it borrowed.
 #[derive(Debug)]
 pub(crate) struct Frame {
     pub id: u64,
-    pub loans: Vec<Loan>,
+    /// Inline for the usual few buffers of a call: a call allocates nothing.
+    pub loans: Loans,
 }
 
 /// How a running domain took one more extension.

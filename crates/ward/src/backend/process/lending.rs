@@ -19,8 +19,8 @@ use ward_xpc::wire::{ArgKind, WireArg};
 
 use super::send::scalar_wire;
 use super::ProcessBackend;
-use crate::backend::{BackendError, Loan, WireValue};
-use crate::tracker::{ResourceKind, Tracker};
+use crate::backend::{BackendError, Loan, Loans, WireValue};
+use crate::tracker::{Releaser, ResourceKind, Tracker};
 
 pub(crate) struct Lending {
     /// The incarnation's control socket.
@@ -128,14 +128,26 @@ pub(super) fn lock(pools: &SharedPools) -> std::sync::MutexGuard<'_, Pools> {
     pools.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Give a lent buffer back to its pool.
-fn free(pools: &SharedPools, pool_id: u32, lease: Lease) {
-    let mut p = lock(pools);
-    if pool_id == POOL_IN {
-        p.input.free(lease);
-    } else {
-        p.output.free(lease);
+/// The tracker gives a lent buffer back to its pool through this: the token is the pool and the lease's slot (one
+/// word) and the lease's generation, so a record is made without a closure (nor an allocation) per buffer.
+impl Releaser for Mutex<Pools> {
+    fn release(&self, token: [u64; 2]) {
+        let (pool_id, slot, generation) = ((token[0] >> 32) as u32, token[0] as u32 as usize, token[1]);
+        let mut p = self.lock().unwrap_or_else(|e| e.into_inner());
+        if pool_id == POOL_IN {
+            p.input.free_slot(slot, generation);
+        } else {
+            p.output.free_slot(slot, generation);
+        }
     }
+}
+
+/// The token of a lease of pool `pool_id`, for [`Releaser::release`]; `None` for a slot number past 32 bits (a pool
+/// has far fewer slots).
+fn lease_token(pool_id: u32, lease: &Lease) -> Option<[u64; 2]> {
+    let (slot, generation) = lease.slot_and_generation();
+    let slot = u32::try_from(slot).ok()?;
+    Some([u64::from(pool_id) << 32 | u64::from(slot), generation])
 }
 
 impl ProcessBackend {
@@ -157,9 +169,12 @@ impl ProcessBackend {
             pool.write(&lease, b).map_err(|e| BackendError::Usage(format!("cannot fill a lent buffer: {e}")))?;
         }
         let rich = lease.rich;
+        let Some(token) = lease_token(pool_id, &lease) else {
+            pool.free(lease);
+            return Err(BackendError::Usage(format!("cannot lend a {len}-byte buffer: slot number out of range")));
+        };
         drop(pools);
-        let pools = self.pools.clone();
-        let record = tracker.track(ResourceKind::PoolBuffer, move || free(&pools, pool_id, lease));
+        let record = tracker.track_by(ResourceKind::PoolBuffer, &self.releaser, token);
         Ok(Loan { record: Some(record), pool: pool_id, rich, output })
     }
 
@@ -205,7 +220,7 @@ impl ProcessBackend {
         &mut self,
         tracker: &mut Tracker,
         args: &[WireValue<'_>],
-        loans: &mut Vec<Loan>,
+        loans: &mut Loans,
     ) -> Result<SmallVec<[WireArg; 6]>, BackendError> {
         if args.len() > ward_xpc::wire::MAX_ARGS {
             return Err(BackendError::Usage("too many arguments (at most 14)".into()));

@@ -130,6 +130,8 @@ pub(crate) struct ProcessBackend {
     requests: Producer,
     replies: Consumer,
     pools: SharedPools,
+    /// The same pools, as the tracker's records of lent buffers name them.
+    releaser: Arc<dyn crate::tracker::Releaser>,
     zygote: Option<Zygote>,
     live: Option<Incarnation>,
     next_id: u64,
@@ -188,13 +190,15 @@ impl ProcessBackend {
             }
             Err(e) => return Err(CreateError::Cgroup(e)),
         };
+        let pools = Arc::new(Mutex::new(Pools { input, output }));
         let mut b = ProcessBackend {
             cfg,
             monitor,
             region,
             requests,
             replies,
-            pools: Arc::new(Mutex::new(Pools { input, output })),
+            pools: pools.clone(),
+            releaser: pools,
             zygote: None,
             live: None,
             next_id: 1,
@@ -330,7 +334,7 @@ impl Ring for ProcessBackend {
     ) -> Result<Frame, BackendError> {
         self.fault_if_dead()?;
         self.activity.began();
-        let mut loans = Vec::new();
+        let mut loans = crate::backend::Loans::new();
         let list = match self.wire_args(tracker, args, &mut loans) {
             Ok(l) => l,
             Err(e) => {
