@@ -494,6 +494,26 @@ mod tests {
     }
 
     #[test]
+    fn each_side_publishes_its_wait_statistics_in_the_ring_it_consumes() {
+        let region = Region::create(MIN_RING_CAPACITY).unwrap();
+        let (_requests, mut replies) = region.host_endpoints();
+        let (mut requests, _replies) = region.domain_endpoints();
+        replies.set_crowding(|| crate::runqueue::Crowding::Crowded);
+        requests.set_crowding(|| crate::runqueue::Crowding::Room);
+        let stopped = crate::ring::WaitOutcome::Stopped;
+        // The domain's first: the host's, on this same thread, says it waits on this processor, where the domain's
+        // would then not spin.
+        assert_eq!(requests.wait(1_000, None, &|| true).unwrap(), stopped);
+        assert_eq!(replies.wait(10_000, None, &|| true).unwrap(), stopped);
+        let host = region.host_wait_stats();
+        let domain = region.domain_wait_stats();
+        assert_eq!((host.spin_turns, host.cut_short), (crate::ring::FIRST_LOOK, 1), "the host's wait was cut short");
+        assert_eq!((domain.spin_turns, domain.cut_short), (256, 0), "the domain's ran to its first stop check");
+        assert_eq!((host.flags, domain.flags, host.sleeps, domain.sleeps), (0, 0, 0, 0));
+        assert_eq!(wait_stats(region.memory(), REP_CTRL_OFF).unwrap(), host);
+    }
+
+    #[test]
     fn fault_record_round_trips_and_resets() {
         let host = Region::create(MIN_RING_CAPACITY).unwrap();
         let dom = Region::open_domain(host.memory().fd().try_clone_to_owned().unwrap()).unwrap();
