@@ -57,7 +57,8 @@ pub(crate) fn short_gap(spin: u32) -> Duration {
 /// How the two sides wait during a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PaceMode {
-    /// Each on its own processor, spinning a while before sleeping (or forever, for `wait = "poll"`).
+    /// Each on its own processor, spinning a while before sleeping (or, for `wait = "poll"`, for as long as the
+    /// other side can be running: see `ward_xpc::ring`).
     Spin,
     /// The domain runs on the caller's processor and both sleep at once.
     HandOver,
