@@ -498,8 +498,8 @@ mod tests {
         let region = Region::create(MIN_RING_CAPACITY).unwrap();
         let (_requests, mut replies) = region.host_endpoints();
         let (mut requests, _replies) = region.domain_endpoints();
-        replies.set_crowding(|| crate::runqueue::Crowding::Crowded);
-        requests.set_crowding(|| crate::runqueue::Crowding::Room);
+        replies.set_crowding(|_| crate::runqueue::Crowding::Crowded);
+        requests.set_crowding(|_| crate::runqueue::Crowding::Room);
         let stopped = crate::ring::WaitOutcome::Stopped;
         // The domain's first: the host's, on this same thread, says it waits on this processor, where the domain's
         // would then not spin.

@@ -56,7 +56,9 @@
 //!   when the two hand a processor over; the producer of one ring is the consumer of the other): it can only run
 //!   once this side stops, as when both are confined to one processor;
 //! - the machine has more runnable tasks than processors ([`crate::runqueue`], sampled at most every few tens of
-//!   microseconds in the whole process): someone waits for a processor, maybe the producer for this one.
+//!   microseconds in the whole process): someone waits for a processor, maybe the producer for this one. A producer
+//!   whose `waiting` word still says it sleeps was woken for what this side waits for and may not be counted yet:
+//!   it counts as one more.
 //!
 //! Where the run queue cannot be read, a wait spins at most [`BLIND_SPIN`] turns, and says so in its statistics.
 
@@ -410,7 +412,7 @@ pub struct Consumer {
     /// Sleeps that ran their whole slice (a test hook: with a long slice, any of them would be a lost wake-up).
     full_sleeps: u64,
     /// What the machine's run queue says about spinning ([`runqueue::crowding`]; tests give their own).
-    crowding: fn() -> Crowding,
+    crowding: fn(u32) -> Crowding,
     /// A wait stopped spinning early since [`Consumer::take_cut_short`] was last asked.
     cut_short: bool,
     /// This side's wait statistics, as published in the control page.
@@ -439,12 +441,14 @@ pub enum Look {
 
 /// The rule of a look: stop when the producer's side last waited on this very processor (`partner_cpu`, as it
 /// published it: processor + 1, 0 for not known; `here`: where this thread runs), which it cannot have left while
-/// this side spins here; otherwise as the run queue says (`crowding`, asked only then).
-pub fn look(partner_cpu: u32, here: Option<u32>, crowding: impl FnOnce() -> Crowding) -> Look {
+/// this side spins here; otherwise as the run queue says (`crowding`, asked only then, with the number of
+/// runnable tasks it may not count yet: 1 when the partner has not said it is awake, `partner_asleep`, since it
+/// was woken for what this side waits for).
+pub fn look(partner_cpu: u32, partner_asleep: bool, here: Option<u32>, crowding: impl FnOnce(u32) -> Crowding) -> Look {
     if partner_cpu != 0 && here.is_some_and(|cpu| cpu.saturating_add(1) == partner_cpu) {
         return Look::Stop;
     }
-    match crowding() {
+    match crowding(u32::from(partner_asleep)) {
         Crowding::Room => Look::Spin,
         Crowding::Crowded => Look::Stop,
         Crowding::Unknown => Look::Blind,
@@ -475,7 +479,7 @@ impl Consumer {
     }
 
     #[cfg(test)]
-    pub(crate) fn set_crowding(&mut self, crowding: fn() -> Crowding) {
+    pub(crate) fn set_crowding(&mut self, crowding: fn(u32) -> Crowding) {
         self.crowding = crowding;
     }
 
@@ -654,7 +658,9 @@ impl Consumer {
                     self.publish_cpu();
                 }
                 next_look += LOOK_EVERY;
-                match look(self.partner.cpu().load(Ordering::Relaxed), runqueue::current_cpu(), self.crowding) {
+                let partner_cpu = self.partner.cpu().load(Ordering::Relaxed);
+                let partner_asleep = self.partner.waiting().load(Ordering::Relaxed) != 0;
+                match look(partner_cpu, partner_asleep, runqueue::current_cpu(), self.crowding) {
                     Look::Spin => {}
                     Look::Stop => {
                         self.cut_short = true;
@@ -1135,15 +1141,15 @@ mod tests {
         assert_eq!(c.full_sleeps(), 0);
     }
 
-    fn room() -> Crowding {
+    fn room(_: u32) -> Crowding {
         Crowding::Room
     }
 
-    fn crowded() -> Crowding {
+    fn crowded(_: u32) -> Crowding {
         Crowding::Crowded
     }
 
-    fn unknown() -> Crowding {
+    fn unknown(_: u32) -> Crowding {
         Crowding::Unknown
     }
 
@@ -1160,7 +1166,7 @@ mod tests {
 
     /// Wait on an empty ring (the request ring's consumer, whose statistics are the domain's) with `spin`, as
     /// `crowding` says, until `stop` (asked every 256 turns and once before each sleep) says stop.
-    fn wait_empty(spin: u32, crowding: fn() -> Crowding, stop_at_question: u32) -> (WaitStats, bool, u32) {
+    fn wait_empty(spin: u32, crowding: fn(u32) -> Crowding, stop_at_question: u32) -> (WaitStats, bool, u32) {
         let (region, _p, mut c) = pair(CAP);
         c.set_crowding(crowding);
         let (stop, asked) = stop_at(stop_at_question);
@@ -1214,12 +1220,22 @@ mod tests {
 
     #[test]
     fn the_rule_of_a_look() {
-        assert_eq!(look(0, Some(0), room), Look::Spin, "0: the partner's processor is not known");
-        assert_eq!(look(4, Some(3), || panic!("no need to ask")), Look::Stop, "the partner waits for this one");
-        assert_eq!(look(4, Some(2), room), Look::Spin);
-        assert_eq!(look(4, None, room), Look::Spin);
-        assert_eq!(look(4, Some(2), crowded), Look::Stop);
-        assert_eq!(look(0, None, unknown), Look::Blind);
+        assert_eq!(look(0, false, Some(0), room), Look::Spin, "0: the partner's processor is not known");
+        assert_eq!(look(4, false, Some(3), |_| panic!("no need to ask")), Look::Stop, "the partner waits for this one");
+        assert_eq!(look(4, false, Some(2), room), Look::Spin);
+        assert_eq!(look(4, false, None, room), Look::Spin);
+        assert_eq!(look(4, false, Some(2), crowded), Look::Stop);
+        assert_eq!(look(0, false, None, unknown), Look::Blind);
+        // Two processors, two tasks counted: room, unless the partner is being woken and not counted yet.
+        let two_of_two = |uncounted: u32| {
+            if runqueue::may_spin(2 + uncounted, 2) {
+                Crowding::Room
+            } else {
+                Crowding::Crowded
+            }
+        };
+        assert_eq!(look(0, false, Some(0), two_of_two), Look::Spin);
+        assert_eq!(look(0, true, Some(0), two_of_two), Look::Stop, "a partner not yet awake counts");
     }
 
     /// Let the calling thread run on `cpu` only.

@@ -7,7 +7,10 @@
 //! them has a processor, so a runnable partner is running; more, and some task waits for a processor, perhaps the
 //! partner for this very one, and a spin only delays it. glibc's adaptive mutexes and the kernel's optimistic
 //! spinning on a mutex's owner give up on the same grounds (the owner is off its processor, or another task needs
-//! this one). [`may_spin`] is that rule, [`crowding`] applies it to the machine as it is.
+//! this one). [`may_spin`] is that rule, [`crowding`] applies it to the machine as it is. A partner just woken is
+//! runnable before the kernel counts it (a wake-up on another processor is queued there until that processor takes
+//! its interrupt: tens of microseconds in a virtual machine), so a waiter whose partner has not yet said it is awake
+//! counts it itself.
 //!
 //! Reading `/proc/loadavg` is a system call (about a microsecond), so it is read only by a wait that has already
 //! spun a while, at most once per [`SAMPLE_EVERY`] in the whole process ([`crowding`]: the last sample and its time
@@ -17,7 +20,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -35,7 +38,8 @@ pub enum Crowding {
     Unknown,
 }
 
-/// The rule: spinning can pay while `running` runnable tasks (the spinner included) fit on `cpus` processors.
+/// The rule: spinning can pay while `running` runnable tasks (the spinner included, and a partner being woken)
+/// fit on `cpus` processors.
 pub fn may_spin(running: u32, cpus: u32) -> bool {
     running <= cpus
 }
@@ -67,11 +71,9 @@ struct Gauge {
 static GAUGE: OnceLock<Gauge> = OnceLock::new();
 /// When the last sample was taken, in nanoseconds after `Gauge::opened_at`, plus one (0: never).
 static SAMPLED_AT: AtomicU64 = AtomicU64::new(0);
-/// The last sample's [`Crowding`] (`ROOM` until the first sample is in).
-static LAST: AtomicU8 = AtomicU8::new(ROOM);
-const ROOM: u8 = 0;
-const CROWDED: u8 = 1;
-const UNKNOWN: u8 = 2;
+/// The runnable tasks the last sample counted (0 until the first sample is in; [`UNREAD`]: it could not be read).
+static LAST: AtomicU32 = AtomicU32::new(0);
+const UNREAD: u32 = u32::MAX;
 
 impl Gauge {
     fn open() -> Gauge {
@@ -107,9 +109,10 @@ pub fn unavailable() -> Option<&'static str> {
     GAUGE.get_or_init(Gauge::open).loadavg.as_ref().err().map(String::as_str)
 }
 
-/// The run queue as last sampled, sampled afresh when that is older than [`SAMPLE_EVERY`] and no other waiter
-/// is already taking a sample (it then answers from the sample before).
-pub fn crowding() -> Crowding {
+/// The run queue as last sampled, with `uncounted` more runnable tasks than the kernel counted (a partner being
+/// woken): sampled afresh when the last sample is older than [`SAMPLE_EVERY`] and no other waiter is already
+/// taking one (it then answers from the sample before).
+pub fn crowding(uncounted: u32) -> Crowding {
     let gauge = GAUGE.get_or_init(Gauge::open);
     let Ok(file) = &gauge.loadavg else {
         return Crowding::Unknown;
@@ -118,31 +121,17 @@ pub fn crowding() -> Crowding {
     let now = (gauge.opened_at.elapsed().as_nanos() as u64).saturating_add(1);
     let at = SAMPLED_AT.load(Ordering::Relaxed);
     let fresh = at != 0 && now.saturating_sub(at) < SAMPLE_EVERY.as_nanos() as u64;
-    if fresh || SAMPLED_AT.compare_exchange(at, now, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-        return decode(LAST.load(Ordering::Relaxed));
-    }
-    let crowding = match read_running(file) {
-        Ok(running) if may_spin(running, gauge.cpus) => Crowding::Room,
-        Ok(_) => Crowding::Crowded,
-        Err(_) => Crowding::Unknown,
+    let running = if fresh || SAMPLED_AT.compare_exchange(at, now, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        LAST.load(Ordering::Relaxed)
+    } else {
+        let running = read_running(file).unwrap_or(UNREAD);
+        LAST.store(running, Ordering::Relaxed);
+        running
     };
-    LAST.store(encode(crowding), Ordering::Relaxed);
-    crowding
-}
-
-fn encode(c: Crowding) -> u8 {
-    match c {
-        Crowding::Room => ROOM,
-        Crowding::Crowded => CROWDED,
-        Crowding::Unknown => UNKNOWN,
-    }
-}
-
-fn decode(v: u8) -> Crowding {
-    match v {
-        ROOM => Crowding::Room,
-        CROWDED => Crowding::Crowded,
-        _ => Crowding::Unknown,
+    match running {
+        UNREAD => Crowding::Unknown,
+        running if may_spin(running.saturating_add(uncounted), gauge.cpus) => Crowding::Room,
+        _ => Crowding::Crowded,
     }
 }
 
@@ -178,7 +167,9 @@ mod tests {
         let file = gauge.loadavg.as_ref().expect("open");
         assert!(read_running(file).expect("readable") >= 1);
         assert!(gauge.cpus >= 1);
-        assert_ne!(crowding(), Crowding::Unknown);
+        assert_ne!(crowding(0), Crowding::Unknown);
+        // However many tasks the last sample counted, one more than there are processors crowds them.
+        assert_eq!(crowding(gauge.cpus + 1), Crowding::Crowded);
     }
 
     #[test]
