@@ -3,8 +3,8 @@
 //!
 //! ```text
 //! page 0   header: magic u64 @0, version u32 @8, ring capacity u32 @12, fault record @64
-//! page 1   request ring control (host -> domain)
-//! page 2   reply ring control   (domain -> host)
+//! page 1   request ring control (host -> domain; its consumer's processor and wait statistics: the domain's)
+//! page 2   reply ring control   (domain -> host; its consumer's processor and wait statistics: the host's)
 //! page 3.. request ring data (capacity bytes; read-only in the domain)
 //! then     reply ring data   (capacity bytes)
 //! ```
@@ -71,6 +71,54 @@ pub const CTRL_HEAD: usize = 128;
 pub const CTRL_WAITING: usize = 256;
 /// Ring control: doorbell (u32), the futex word the producer bumps to wake a sleeping consumer.
 pub const CTRL_DOORBELL: usize = 260;
+
+/// Ring control: the processor the consumer last waited on, plus one (u32; 0: not known), on a cache line of its
+/// own. The consumer writes it when a wait of its turns slow; the other ring's consumer (its partner, whom it waits
+/// for) reads it to tell whether spinning for this side can pay. Only a hint: a wrong value costs speed, no more.
+pub const CTRL_CPU: usize = 384;
+/// Ring control: the consumer's wait statistics, on a cache line of their own, written by the consumer only, for
+/// tests and diagnosis (nothing decides anything on them): flags (u32, [`WAIT_FLAG_NO_RUNQUEUE`]) ...
+pub const CTRL_WAIT_FLAGS: usize = 448;
+/// ... spin turns in its waits so far (u64) ...
+pub const CTRL_SPIN_TURNS: usize = 456;
+/// ... sleeps on the doorbell so far (u64) ...
+pub const CTRL_SLEEPS: usize = 464;
+/// ... and waits whose spin stopped early because the partner could not be running (u64).
+pub const CTRL_CUT_SHORT: usize = 472;
+/// [`CTRL_WAIT_FLAGS`]: the consumer cannot read the machine's run queue, and its waits spin briefly only.
+pub const WAIT_FLAG_NO_RUNQUEUE: u32 = 1;
+
+/// The wait statistics a ring's consumer published (see [`CTRL_WAIT_FLAGS`]); a claim of whoever consumes it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// [`CTRL_WAIT_FLAGS`].
+    pub flags: u32,
+    pub spin_turns: u64,
+    pub sleeps: u64,
+    pub cut_short: u64,
+}
+
+/// Read the wait statistics of the ring whose control page is at `ctrl_off` ([`REQ_CTRL_OFF`]: the domain's, as
+/// the request ring's consumer; [`REP_CTRL_OFF`]: the host's) in a mapping of a region.
+pub fn wait_stats(mem: &SharedMemory, ctrl_off: usize) -> Result<WaitStats, ShmError> {
+    let mut raw = [0u8; 32];
+    mem.read_at(ctrl_off + CTRL_WAIT_FLAGS, &mut raw)?;
+    let u64_at = |off: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&raw[off - CTRL_WAIT_FLAGS..off - CTRL_WAIT_FLAGS + 8]);
+        u64::from_le_bytes(b)
+    };
+    Ok(WaitStats {
+        flags: u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]),
+        spin_turns: u64_at(CTRL_SPIN_TURNS),
+        sleeps: u64_at(CTRL_SLEEPS),
+        cut_short: u64_at(CTRL_CUT_SHORT),
+    })
+}
+
+// The statistics are one cache line apart from the processor, which is apart from `waiting` and the doorbell.
+const _: () = assert!(CTRL_CPU / 64 != CTRL_WAITING / 64 && CTRL_WAIT_FLAGS / 64 != CTRL_CPU / 64);
+const _: () = assert!(CTRL_CUT_SHORT + 8 - CTRL_WAIT_FLAGS <= 32 && CTRL_CUT_SHORT + 8 <= PAGE);
 
 /// Offset of the reply ring's data for a ring capacity.
 pub const fn rep_data_off(capacity: usize) -> usize {
@@ -230,6 +278,16 @@ impl Region {
         self.capacity
     }
 
+    /// The domain's wait statistics, as it claims them (it consumes the request ring).
+    pub fn domain_wait_stats(&self) -> WaitStats {
+        wait_stats(&self.mem, REQ_CTRL_OFF).unwrap_or_default()
+    }
+
+    /// The host's wait statistics (it consumes the reply ring).
+    pub fn host_wait_stats(&self) -> WaitStats {
+        wait_stats(&self.mem, REP_CTRL_OFF).unwrap_or_default()
+    }
+
     fn request_ring(&self) -> RingShared {
         RingShared::new(self.clone(), REQ_CTRL_OFF, REQ_DATA_OFF)
     }
@@ -241,12 +299,12 @@ impl Region {
     /// Host: producer of the request ring, consumer of the reply ring. Take them when the rings are empty and the
     /// domain is not running (after [`Region::create`] or [`Region::reset`]): they start at position 0.
     pub fn host_endpoints(&self) -> (Producer, Consumer) {
-        (Producer::new(self.request_ring()), Consumer::new(self.reply_ring()))
+        (Producer::new(self.request_ring()), Consumer::new(self.reply_ring(), self.request_ring()))
     }
 
     /// Domain: consumer of the request ring, producer of the reply ring (both start at position 0).
     pub fn domain_endpoints(&self) -> (Consumer, Producer) {
-        (Consumer::new(self.request_ring()), Producer::new(self.reply_ring()))
+        (Consumer::new(self.request_ring(), self.reply_ring()), Producer::new(self.reply_ring()))
     }
 
     /// Host, between incarnations (no domain running): zero both ring controls and the fault record. Endpoints
@@ -433,6 +491,26 @@ mod tests {
         let other = SharedMemory::create("not-ward", 100).unwrap();
         let fd = other.fd().as_fd().try_clone_to_owned().unwrap();
         assert!(matches!(Region::open_domain(fd), Err(LayoutError::BadMagic(0))));
+    }
+
+    #[test]
+    fn each_side_publishes_its_wait_statistics_in_the_ring_it_consumes() {
+        let region = Region::create(MIN_RING_CAPACITY).unwrap();
+        let (_requests, mut replies) = region.host_endpoints();
+        let (mut requests, _replies) = region.domain_endpoints();
+        replies.set_crowding(|_| crate::runqueue::Crowding::Crowded);
+        requests.set_crowding(|_| crate::runqueue::Crowding::Room);
+        let stopped = crate::ring::WaitOutcome::Stopped;
+        // The domain's first: the host's, on this same thread, says it waits on this processor, where the domain's
+        // would then not spin.
+        assert_eq!(requests.wait(1_000, None, &|| true).unwrap(), stopped);
+        assert_eq!(replies.wait(10_000, None, &|| true).unwrap(), stopped);
+        let host = region.host_wait_stats();
+        let domain = region.domain_wait_stats();
+        assert_eq!((host.spin_turns, host.cut_short), (crate::ring::FIRST_LOOK, 1), "the host's wait was cut short");
+        assert_eq!((domain.spin_turns, domain.cut_short), (256, 0), "the domain's ran to its first stop check");
+        assert_eq!((host.flags, domain.flags, host.sleeps, domain.sleeps), (0, 0, 0, 0));
+        assert_eq!(wait_stats(region.memory(), REP_CTRL_OFF).unwrap(), host);
     }
 
     #[test]

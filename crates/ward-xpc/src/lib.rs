@@ -44,6 +44,8 @@ pub mod pool;
 #[allow(unsafe_code)]
 pub mod ring;
 #[allow(unsafe_code)]
+pub mod runqueue;
+#[allow(unsafe_code)]
 pub mod shm;
 pub mod wire;
 

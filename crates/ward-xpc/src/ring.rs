@@ -9,6 +9,8 @@
 //! | 128    | head u64 | consumer   | start of the records not yet consumed         |
 //! | 256    | waiting  | consumer   | 1 while the consumer sleeps (or is about to)  |
 //! | 260    | doorbell | producer   | futex word, bumped to wake a sleeping consumer |
+//! | 384    | cpu      | consumer   | processor + 1 it last waited on (0: unknown)  |
+//! | 448    | stats    | consumer   | wait statistics (flags, spin turns, sleeps, waits cut short) |
 //!
 //! Records are 16-byte aligned; each starts with its total length (u32, little-endian, a multiple of 16). A record
 //! never straddles the end of the data area: when the next one does not fit before the end, the producer fills the
@@ -41,6 +43,24 @@
 //! tail with a SeqCst swap and, if `waiting` is set, bumps the doorbell and wakes. The two fences guarantee that either
 //! the producer sees `waiting` or the consumer sees the new length, so no wake-up is lost. A hostile peer can at worst
 //! cost the other side useless wake-ups, or make it sleep until its timeout slice (at most 50 ms) ends.
+//!
+//! # Spinning only while it can pay
+//!
+//! A consumer waiting for a record spins before it sleeps (`spin` turns, or for ever), which pays only while the
+//! producer runs on another processor. The first [`FIRST_LOOK`] turns (a couple of microseconds) cost nothing more
+//! than the look at the ring: a record that comes that soon is the fast path. From then on the wait *looks* every
+//! [`LOOK_EVERY`] turns and stops spinning, to sleep at once, when the producer cannot be running:
+//!
+//! - the producer's side last waited on this very processor (each consumer publishes its processor, `cpu` above,
+//!   when a wait of its turns slow and when it wakes from one, and forgets it when it waits without spinning, as
+//!   when the two hand a processor over; the producer of one ring is the consumer of the other): it can only run
+//!   once this side stops, as when both are confined to one processor;
+//! - the machine has more runnable tasks than processors ([`crate::runqueue`], sampled at most every few tens of
+//!   microseconds in the whole process): someone waits for a processor, maybe the producer for this one. A producer
+//!   whose `waiting` word still says it sleeps was woken for what this side waits for and may not be counted yet:
+//!   it counts as one more.
+//!
+//! Where the run queue cannot be read, a wait spins at most [`BLIND_SPIN`] turns, and says so in its statistics.
 
 use std::hint;
 use std::ptr;
@@ -49,7 +69,11 @@ use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
 use crate::futex;
-use crate::layout::{Region, CTRL_DOORBELL, CTRL_HEAD, CTRL_TAIL, CTRL_WAITING};
+use crate::layout::{
+    Region, CTRL_CPU, CTRL_CUT_SHORT, CTRL_DOORBELL, CTRL_HEAD, CTRL_SLEEPS, CTRL_SPIN_TURNS, CTRL_TAIL, CTRL_WAITING,
+    CTRL_WAIT_FLAGS, WAIT_FLAG_NO_RUNQUEUE,
+};
+use crate::runqueue::{self, Crowding};
 use crate::wire::{HEADER_LEN, OP_PAD};
 
 /// Alignment (and granularity) of records.
@@ -63,6 +87,14 @@ pub const MAX_RECORD: usize = 4096;
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 /// Spin iterations between checks of `stop()` and the clock.
 const SPIN_CHECK_EVERY: u32 = 256;
+/// Spin turns a wait takes before its first look at whether the producer can be running (see the module docs):
+/// about two microseconds at the 20 to 40 ns a turn takes. A record that comes sooner costs nothing more.
+pub const FIRST_LOOK: u64 = 64;
+/// Spin turns between two looks after the first (a look is a clock read and `sched_getcpu`, tens of nanoseconds;
+/// the run queue itself is read at most every [`runqueue::SAMPLE_EVERY`] by the whole process).
+pub const LOOK_EVERY: u64 = 256;
+/// The most turns a wait spins where the run queue cannot be read, whatever its `spin` (about 50 us).
+pub const BLIND_SPIN: u64 = 2000;
 
 /// Errors of the rings.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -140,6 +172,11 @@ impl RingShared {
         self.atomic_u32(CTRL_DOORBELL)
     }
 
+    /// The processor this ring's consumer last waited on, plus one.
+    fn cpu(&self) -> &AtomicU32 {
+        self.atomic_u32(CTRL_CPU)
+    }
+
     fn mask(&self) -> u64 {
         self.capacity as u64 - 1
     }
@@ -152,6 +189,11 @@ impl RingShared {
         self.head().store(0, Ordering::SeqCst);
         self.waiting().store(0, Ordering::SeqCst);
         self.doorbell().store(0, Ordering::SeqCst);
+        self.cpu().store(0, Ordering::SeqCst);
+        self.atomic_u32(CTRL_WAIT_FLAGS).store(0, Ordering::SeqCst);
+        for off in [CTRL_SPIN_TURNS, CTRL_SLEEPS, CTRL_CUT_SHORT] {
+            self.atomic_u64(off).store(0, Ordering::SeqCst);
+        }
     }
 
     /// Ring the doorbell and wake every sleeper, whatever `waiting` says.
@@ -358,6 +400,9 @@ impl Producer {
 #[derive(Debug)]
 pub struct Consumer {
     ring: RingShared,
+    /// The other ring of the region, whose consumer is the side this one waits for: where it says which processor
+    /// it last waited on.
+    partner: RingShared,
     /// Start of the next record (private, the only truth about our position).
     head: u64,
     /// What we last stored to the shared head.
@@ -366,6 +411,48 @@ pub struct Consumer {
     slice: Duration,
     /// Sleeps that ran their whole slice (a test hook: with a long slice, any of them would be a lost wake-up).
     full_sleeps: u64,
+    /// What the machine's run queue says about spinning ([`runqueue::crowding`]; tests give their own).
+    crowding: fn(u32) -> Crowding,
+    /// A wait stopped spinning early since [`Consumer::take_cut_short`] was last asked.
+    cut_short: bool,
+    /// This side's wait statistics, as published in the control page.
+    stats: WaitTotals,
+}
+
+/// What a wait publishes about itself (`CTRL_WAIT_FLAGS` and after), kept here so that publishing is a store.
+#[derive(Debug, Default, Clone, Copy)]
+struct WaitTotals {
+    flags: u32,
+    turns: u64,
+    sleeps: u64,
+    cut_short: u64,
+}
+
+/// What a look during a spin decides (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look {
+    /// The producer can be running elsewhere: spin on.
+    Spin,
+    /// The producer cannot be running while this side spins: sleep now.
+    Stop,
+    /// Nothing says: spin on, but not beyond [`BLIND_SPIN`] turns.
+    Blind,
+}
+
+/// The rule of a look: stop when the producer's side last waited on this very processor (`partner_cpu`, as it
+/// published it: processor + 1, 0 for not known; `here`: where this thread runs), which it cannot have left while
+/// this side spins here; otherwise as the run queue says (`crowding`, asked only then, with the number of
+/// runnable tasks it may not count yet: 1 when the partner has not said it is awake, `partner_asleep`, since it
+/// was woken for what this side waits for).
+pub fn look(partner_cpu: u32, partner_asleep: bool, here: Option<u32>, crowding: impl FnOnce(u32) -> Crowding) -> Look {
+    if partner_cpu != 0 && here.is_some_and(|cpu| cpu.saturating_add(1) == partner_cpu) {
+        return Look::Stop;
+    }
+    match crowding(u32::from(partner_asleep)) {
+        Crowding::Room => Look::Spin,
+        Crowding::Crowded => Look::Stop,
+        Crowding::Unknown => Look::Blind,
+    }
 }
 
 /// Where the next real record is.
@@ -376,8 +463,44 @@ struct Next {
 }
 
 impl Consumer {
-    pub(crate) fn new(ring: RingShared) -> Self {
-        Consumer { ring, head: 0, published: 0, slice: SLEEP_SLICE, full_sleeps: 0 }
+    /// The consumer of `ring`, whose producer is the consumer of `partner`.
+    pub(crate) fn new(ring: RingShared, partner: RingShared) -> Self {
+        Consumer {
+            ring,
+            partner,
+            head: 0,
+            published: 0,
+            slice: SLEEP_SLICE,
+            full_sleeps: 0,
+            crowding: runqueue::crowding,
+            cut_short: false,
+            stats: WaitTotals::default(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_crowding(&mut self, crowding: fn(u32) -> Crowding) {
+        self.crowding = crowding;
+    }
+
+    /// Whether a wait stopped spinning early, because the producer could not be running, since this was last
+    /// asked.
+    pub fn take_cut_short(&mut self) -> bool {
+        std::mem::take(&mut self.cut_short)
+    }
+
+    /// Publish where this side waits, for the partner's looks.
+    fn publish_cpu(&self) {
+        if let Some(cpu) = runqueue::current_cpu() {
+            self.ring.cpu().store(cpu.saturating_add(1), Ordering::Relaxed);
+        }
+    }
+
+    /// Say that where this side waits is not known.
+    fn forget_cpu(&self) {
+        if self.ring.cpu().load(Ordering::Relaxed) != 0 {
+            self.ring.cpu().store(0, Ordering::Relaxed);
+        }
     }
 
     #[cfg(test)]
@@ -495,9 +618,11 @@ impl Consumer {
     /// Block until a record is available (`Ready`), `deadline` passes (`TimedOut`) or `stop()` returns true
     /// (`Stopped`). A record already there wins over both.
     ///
-    /// Spins `spin` iterations first (checking `stop()` and the clock every 256), then sleeps on the doorbell in
-    /// slices of at most 50 ms. `spin == u32::MAX` never sleeps. `Corrupt` if the producer broke the ring. A
-    /// [`Deadline::after`] is fixed at the first check, so a record that comes sooner costs no clock read.
+    /// Spins up to `spin` iterations first (checking `stop()` and the clock every 256), then sleeps on the doorbell
+    /// in slices of at most 50 ms; `spin == u32::MAX` spins for as long as spinning can pay. The spin stops early,
+    /// for the sleep, once the producer cannot be running (see the module docs). `Corrupt` if the producer broke
+    /// the ring. A [`Deadline::after`] is fixed at the first check, so a record that comes sooner costs no clock
+    /// read.
     pub fn wait(
         &mut self,
         spin: u32,
@@ -507,24 +632,71 @@ impl Consumer {
         if !self.is_empty()? {
             return Ok(WaitOutcome::Ready);
         }
-        let mut spun: u32 = 0;
-        while spin == u32::MAX || spun < spin {
+        let mut limit = if spin == u32::MAX { u64::MAX } else { u64::from(spin) };
+        let mut spun: u64 = 0;
+        let mut next_look = FIRST_LOOK;
+        let spun_out = loop {
+            if spun >= limit {
+                break None;
+            }
             hint::spin_loop();
             if !self.is_empty()? {
-                return Ok(WaitOutcome::Ready);
+                break Some(WaitOutcome::Ready);
             }
-            spun = spun.wrapping_add(1);
-            if spun & (SPIN_CHECK_EVERY - 1) == 0 {
+            spun += 1;
+            if spun & (u64::from(SPIN_CHECK_EVERY) - 1) == 0 {
                 if stop() {
-                    return Ok(WaitOutcome::Stopped);
+                    break Some(WaitOutcome::Stopped);
                 }
                 if deadline.as_deref_mut().is_some_and(Deadline::passed) {
-                    return Ok(WaitOutcome::TimedOut);
+                    break Some(WaitOutcome::TimedOut);
                 }
             }
+            if spun == next_look {
+                if spun == FIRST_LOOK {
+                    // The wait turns slow: say where, for the partner's looks.
+                    self.publish_cpu();
+                }
+                next_look += LOOK_EVERY;
+                let partner_cpu = self.partner.cpu().load(Ordering::Relaxed);
+                let partner_asleep = self.partner.waiting().load(Ordering::Relaxed) != 0;
+                match look(partner_cpu, partner_asleep, runqueue::current_cpu(), self.crowding) {
+                    Look::Spin => {}
+                    Look::Stop => {
+                        self.cut_short = true;
+                        self.stats.cut_short += 1;
+                        self.ring.atomic_u64(CTRL_CUT_SHORT).store(self.stats.cut_short, Ordering::Relaxed);
+                        break None;
+                    }
+                    Look::Blind => {
+                        limit = limit.min(BLIND_SPIN);
+                        if self.stats.flags & WAIT_FLAG_NO_RUNQUEUE == 0 {
+                            self.stats.flags |= WAIT_FLAG_NO_RUNQUEUE;
+                            self.ring.atomic_u32(CTRL_WAIT_FLAGS).store(self.stats.flags, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        };
+        if spun != 0 {
+            // One store to a line only this side writes: nothing the fast path would notice.
+            self.stats.turns += spun;
+            self.ring.atomic_u64(CTRL_SPIN_TURNS).store(self.stats.turns, Ordering::Relaxed);
+        }
+        if let Some(outcome) = spun_out {
+            return Ok(outcome);
+        }
+        if spin == 0 {
+            // Handing over: where this side sleeps was chosen for it, and the partner does not spin meanwhile.
+            // What it said before is stale (it ran where it was put): it says nothing.
+            self.forget_cpu();
         }
         let outcome = self.sleep(deadline.map(Deadline::instant), stop);
         self.ring.waiting().store(0, Ordering::Relaxed);
+        if spin != 0 {
+            // Woken, maybe on another processor than before: say where this side runs now.
+            self.publish_cpu();
+        }
         outcome
     }
 
@@ -550,6 +722,8 @@ impl Consumer {
                 },
             };
             futex::wait(self.ring.doorbell(), bell, Some(slice));
+            self.stats.sleeps += 1;
+            self.ring.atomic_u64(CTRL_SLEEPS).store(self.stats.sleeps, Ordering::Relaxed);
             if now.elapsed() >= slice {
                 self.full_sleeps += 1;
             }
@@ -565,7 +739,9 @@ impl Consumer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::{rep_data_off, REP_CTRL_OFF, REQ_CTRL_OFF, REQ_DATA_OFF};
+    use crate::layout::{rep_data_off, WaitStats, REP_CTRL_OFF, REQ_CTRL_OFF, REQ_DATA_OFF};
+    use std::cell::Cell;
+    use std::rc::Rc;
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
@@ -963,6 +1139,168 @@ mod tests {
         let (outcome, c) = sleeper.join().unwrap();
         assert_eq!(outcome.unwrap(), WaitOutcome::Stopped);
         assert_eq!(c.full_sleeps(), 0);
+    }
+
+    fn room(_: u32) -> Crowding {
+        Crowding::Room
+    }
+
+    fn crowded(_: u32) -> Crowding {
+        Crowding::Crowded
+    }
+
+    fn unknown(_: u32) -> Crowding {
+        Crowding::Unknown
+    }
+
+    /// A `stop` for `wait` that says stop from its `n`th question on, and how many it was asked.
+    fn stop_at(n: u32) -> (impl Fn() -> bool, Rc<Cell<u32>>) {
+        let asked = Rc::new(Cell::new(0u32));
+        let counter = Rc::clone(&asked);
+        let stop = move || {
+            counter.set(counter.get() + 1);
+            counter.get() >= n
+        };
+        (stop, asked)
+    }
+
+    /// Wait on an empty ring (the request ring's consumer, whose statistics are the domain's) with `spin`, as
+    /// `crowding` says, until `stop` (asked every 256 turns and once before each sleep) says stop.
+    fn wait_empty(spin: u32, crowding: fn(u32) -> Crowding, stop_at_question: u32) -> (WaitStats, bool, u32) {
+        let (region, _p, mut c) = pair(CAP);
+        c.set_crowding(crowding);
+        let (stop, asked) = stop_at(stop_at_question);
+        assert_eq!(c.wait(spin, None, &stop).unwrap(), WaitOutcome::Stopped);
+        (region.domain_wait_stats(), c.take_cut_short(), asked.get())
+    }
+
+    #[test]
+    fn with_room_on_the_machine_a_wait_spins_all_its_turns_before_it_sleeps() {
+        // 100000 turns check `stop` 390 times; the 391st question is the sleep's.
+        let (stats, cut, asked) = wait_empty(100_000, room, 391);
+        assert_eq!(stats.spin_turns, 100_000, "every turn spun");
+        assert_eq!((stats.cut_short, cut, stats.flags), (0, false, 0));
+        assert_eq!(asked, 391, "then went to sleep, which asked once more");
+        assert_eq!(stats.sleeps, 0, "and was stopped before the futex");
+    }
+
+    #[test]
+    fn with_room_on_the_machine_a_polling_wait_never_sleeps() {
+        let (stats, cut, asked) = wait_empty(u32::MAX, room, 1000);
+        assert_eq!(asked, 1000);
+        assert_eq!(stats.spin_turns, 1000 * u64::from(SPIN_CHECK_EVERY), "stopped while spinning");
+        assert_eq!((stats.cut_short, cut, stats.sleeps), (0, false, 0));
+    }
+
+    #[test]
+    fn on_a_crowded_machine_a_wait_stops_spinning_at_its_first_look() {
+        for spin in [100_000, u32::MAX] {
+            let (stats, cut, asked) = wait_empty(spin, crowded, 1);
+            assert_eq!(stats.spin_turns, FIRST_LOOK, "spin {spin}");
+            assert_eq!((stats.cut_short, cut), (1, true), "spin {spin}");
+            assert_eq!(asked, 1, "spin {spin}: the first question was the sleep's");
+        }
+        // A wait too short to look never stops early.
+        let (stats, cut, _) = wait_empty(FIRST_LOOK as u32 - 1, crowded, 1);
+        assert_eq!((stats.spin_turns, stats.cut_short, cut), (FIRST_LOOK - 1, 0, false));
+    }
+
+    #[test]
+    fn where_the_run_queue_cannot_be_read_a_wait_spins_briefly_and_says_so() {
+        for spin in [100_000, u32::MAX] {
+            let questions = (BLIND_SPIN / u64::from(SPIN_CHECK_EVERY)) as u32 + 1;
+            let (stats, cut, asked) = wait_empty(spin, unknown, questions);
+            assert_eq!(stats.spin_turns, BLIND_SPIN, "spin {spin}");
+            assert_eq!(stats.flags, WAIT_FLAG_NO_RUNQUEUE);
+            assert_eq!((stats.cut_short, cut, asked), (0, false, questions), "spin {spin}");
+        }
+        let (stats, _, _) = wait_empty(100, unknown, 1);
+        assert_eq!(stats.spin_turns, 100, "a shorter spin is kept");
+    }
+
+    #[test]
+    fn the_rule_of_a_look() {
+        assert_eq!(look(0, false, Some(0), room), Look::Spin, "0: the partner's processor is not known");
+        assert_eq!(look(4, false, Some(3), |_| panic!("no need to ask")), Look::Stop, "the partner waits for this one");
+        assert_eq!(look(4, false, Some(2), room), Look::Spin);
+        assert_eq!(look(4, false, None, room), Look::Spin);
+        assert_eq!(look(4, false, Some(2), crowded), Look::Stop);
+        assert_eq!(look(0, false, None, unknown), Look::Blind);
+        // Two processors, two tasks counted: room, unless the partner is being woken and not counted yet.
+        let two_of_two = |uncounted: u32| {
+            if runqueue::may_spin(2 + uncounted, 2) {
+                Crowding::Room
+            } else {
+                Crowding::Crowded
+            }
+        };
+        assert_eq!(look(0, false, Some(0), two_of_two), Look::Spin);
+        assert_eq!(look(0, true, Some(0), two_of_two), Look::Stop, "a partner not yet awake counts");
+    }
+
+    /// Let the calling thread run on `cpu` only.
+    fn pin_this_thread(cpu: u32) {
+        // SAFETY: an all-zero cpu_set_t is the empty set; `cpu` comes from sched_getcpu, below CPU_SETSIZE.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `cpu` is a processor number the kernel gave, inside the set's bits.
+        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+        // SAFETY: `set` is an initialised cpu_set_t of the size given; the kernel only reads it.
+        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
+    }
+
+    #[test]
+    fn a_wait_stops_spinning_when_its_partner_last_waited_on_this_processor() {
+        // A thread of its own, pinned, so that the processor it publishes and looks from stays the same.
+        std::thread::spawn(|| {
+            let cpu = runqueue::current_cpu().expect("sched_getcpu");
+            pin_this_thread(cpu);
+            let (region, _p, mut c) = pair(CAP);
+            c.set_crowding(room);
+            // The partner of the request ring's consumer is the reply ring's.
+            region.memory().write_at(REP_CTRL_OFF + CTRL_CPU, &(cpu + 1).to_le_bytes()).unwrap();
+            let (stop, _) = stop_at(1);
+            assert_eq!(c.wait(100_000, None, &stop).unwrap(), WaitOutcome::Stopped);
+            let stats = region.domain_wait_stats();
+            assert_eq!((stats.spin_turns, stats.cut_short), (FIRST_LOOK, 1));
+            // And it said where it waits, for its own partner.
+            let mut own = [0u8; 4];
+            region.memory().read_at(REQ_CTRL_OFF + CTRL_CPU, &mut own).unwrap();
+            assert_eq!(u32::from_le_bytes(own), cpu + 1);
+        })
+        .join()
+        .expect("the pinned thread");
+    }
+
+    #[test]
+    fn a_wait_that_does_not_spin_forgets_where_it_waited() {
+        let (region, _p, mut c) = pair(CAP);
+        c.set_crowding(crowded);
+        let (stop, _) = stop_at(1);
+        c.wait(1000, None, &stop).unwrap();
+        let said = || {
+            let mut own = [0u8; 4];
+            region.memory().read_at(REQ_CTRL_OFF + CTRL_CPU, &mut own).unwrap();
+            u32::from_le_bytes(own)
+        };
+        assert_ne!(said(), 0, "a spinning wait said where it waited");
+        let (stop, _) = stop_at(1);
+        c.wait(0, None, &stop).unwrap();
+        assert_eq!(said(), 0, "one handing over does not");
+    }
+
+    #[test]
+    fn a_reset_clears_the_processor_and_the_statistics() {
+        let (region, _p, mut c) = pair(CAP);
+        c.set_crowding(crowded);
+        let (stop, _) = stop_at(1);
+        c.wait(1000, None, &stop).unwrap();
+        assert_ne!(region.domain_wait_stats(), WaitStats::default());
+        region.reset();
+        assert_eq!(region.domain_wait_stats(), WaitStats::default());
+        let mut own = [0u8; 4];
+        region.memory().read_at(REQ_CTRL_OFF + CTRL_CPU, &mut own).unwrap();
+        assert_eq!(own, [0; 4]);
     }
 
     /// Producer and consumer on two threads; the consumer blocks in `wait` between pops.

@@ -4,8 +4,9 @@
 //! `/proc` ([`namespace`]): the host's processes are out of sight, and every process an extension forks ends with
 //! the domain. Where the kernel refuses it, the domain goes on without (the host says so).
 //!
-//! Then, once, before any extension's code runs (its constructors included), in this order; each step has its own
-//! error, reported to the host like any other start-up failure:
+//! Then, once, before any extension's code runs (its constructors included), it opens what its waits read later
+//! (the run queue, `ward_xpc::runqueue`) and enters the sandbox, in this order; each step has its own error,
+//! reported to the host like any other start-up failure:
 //!
 //! 1. **standard output detached** ([`SandboxError::Stdout`]): fd 1 becomes `/dev/null`, so nothing an extension
 //!    prints lands in the host's output (a host may be writing its result to its standard output). Standard error
@@ -84,6 +85,10 @@ pub enum SandboxError {
 
 /// Steps 1 to 6, for the zygote or a serving process.
 pub fn apply(config: &Config, role: Role) -> Result<(), SandboxError> {
+    // First, while files can still be opened: the waits for requests read the machine's run queue through a
+    // descriptor kept open (`ward_xpc::runqueue`, with `pread`, which the filter allows). Where it cannot be
+    // opened they spin briefly only, and say so in their statistics, which the host reports.
+    let _ = ward_xpc::runqueue::open();
     detach_stdout()?;
     prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(SandboxError::NoNewPrivs)?;
     prctl(libc::PR_SET_DUMPABLE, 0).map_err(SandboxError::Dumpable)?;

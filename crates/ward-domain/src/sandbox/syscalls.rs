@@ -101,6 +101,7 @@ fn allowed(role: Role, loosen: Loosen) -> Vec<Allowed> {
         always(SYS_write),
         always(SYS_readv),
         always(SYS_writev),
+        // pread64 also reads the run queue, for the waits for requests (ward_xpc::runqueue).
         always(SYS_pread64),
         // The arena view writes back the edges of a range lent writable (ward_xpc::arena::view), through the
         // read-write descriptor of a block lent as an output; a read-only one refuses it (EBADF).

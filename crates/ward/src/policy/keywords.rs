@@ -102,7 +102,8 @@ pub enum WaitMode {
     /// and both sides then sleep at once, as with `Sleep`; when calls come close together again it goes back to
     /// spinning on its own processor.
     Adaptive,
-    /// Spin only.
+    /// Spin only, for as long as the other side can be running: on a machine with more runnable tasks than
+    /// processors a wait sleeps instead (`ward_xpc::ring`, as every wait does past its first turns).
     Poll,
     /// Do not spin. A process domain then runs on the processor of the thread that calls it, so each call is a
     /// hand-over on one processor rather than a wake-up across processors (`ward::placement`): the caller yields

@@ -9,8 +9,9 @@
 //!
 //! Why so:
 //! - The serving thread is left out because the CPU it uses between calls is ward's: after each reply it spins for
-//!   the next request (`spin`, forever with `wait = "poll"`) and settles the arena. A plugin's own threads have no
-//!   business running when it has no call: a thread left spinning after its call returned is what this catches.
+//!   the next request (`spin`, or for as long as that can pay with `wait = "poll"`) and settles the arena. A
+//!   plugin's own threads have no business running when it has no call: a thread left spinning after its call
+//!   returned is what this catches.
 //! - The host's view of calls, not the domain's: the domain could claim to be busy forever. A call the host made
 //!   (deferred ones included) counts as in flight until a reply shows that the domain has run it.
 //! - Only intervals wholly between calls count, so a call's own work (in worker threads too) is never charged,

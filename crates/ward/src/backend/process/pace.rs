@@ -15,8 +15,19 @@
 //! the domain spins, so a spinning domain would surely have been awake for each). Bursts of calls with pauses
 //! between them hand over only when the pauses are frequent, and go back only when the bursts are long, so the
 //! choice does not flap between the two.
+//!
+//! On a busy machine spinning does not pay at all: the waits of both sides stop spinning as soon as the other side
+//! cannot be running (`ward_xpc::ring`, "Spinning only while it can pay"), and each call then costs two wake-ups.
+//! Handing over costs less, so an adaptive wait counts a call whose wait for the reply was cut short so for handing
+//! over, however long it took. Calls back to back still take it back to spinning, crowded machine or not: their
+//! waits end within the first turns, before any look, and a wait that is cut short later sleeps at once.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use ward_xpc::layout::WAIT_FLAG_NO_RUNQUEUE;
+use ward_xpc::runqueue;
+use ward_xpc::Region;
 
 use super::{placement, ProcessBackend};
 
@@ -46,7 +57,8 @@ pub(crate) fn short_gap(spin: u32) -> Duration {
 /// How the two sides wait during a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PaceMode {
-    /// Each on its own processor, spinning a while before sleeping (or forever, for `wait = "poll"`).
+    /// Each on its own processor, spinning a while before sleeping (or, for `wait = "poll"`, for as long as the
+    /// other side can be running: see `ward_xpc::ring`).
     Spin,
     /// The domain runs on the caller's processor and both sleep at once.
     HandOver,
@@ -63,6 +75,15 @@ pub(crate) enum Pacing {
     },
 }
 
+/// How a request found the domain while spinning.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    /// Spinning for it.
+    Awake,
+    /// Asleep: it was woken at this time.
+    Asleep(Instant),
+}
+
 #[derive(Debug)]
 pub(super) struct Pace {
     /// `Some(short gap)` when the mode is learned.
@@ -72,8 +93,8 @@ pub(super) struct Pace {
     in_a_row: u8,
     /// While spinning: one bit per recent call, newest lowest, set when it found the domain asleep and was short.
     asleep: Recent,
-    /// While spinning: when the call in flight woke the domain, if it did (its vote waits for the reply).
-    woken_at: Option<Instant>,
+    /// While spinning: how the call in flight found the domain (its vote waits for the reply).
+    found: Option<Found>,
     /// When the last reply came, while handing over.
     replied_at: Option<Instant>,
 }
@@ -84,7 +105,7 @@ impl Pace {
             Pacing::Fixed(mode) => (None, mode),
             Pacing::Learned { short_gap } => (Some(short_gap), PaceMode::Spin),
         };
-        Pace { learned, mode, in_a_row: 0, asleep: 0, woken_at: None, replied_at: None }
+        Pace { learned, mode, in_a_row: 0, asleep: 0, found: None, replied_at: None }
     }
 
     pub(super) fn mode(&self) -> PaceMode {
@@ -115,28 +136,26 @@ impl Pace {
         if self.learned.is_none() || self.mode != PaceMode::Spin {
             return;
         }
-        if woke {
-            // Its vote comes with the reply, once its length is known.
-            self.woken_at = Some(now());
-        } else {
-            self.woken_at = None;
-            self.vote(false);
-        }
+        // Its vote comes with the reply, once its length is known and whether the wait for it was cut short.
+        self.found = Some(if woke { Found::Asleep(now()) } else { Found::Awake });
     }
 
-    /// A reply came.
-    pub(super) fn replied(&mut self, now: impl FnOnce() -> Instant) {
+    /// A reply came; `cut_short`: the wait for it stopped spinning early because the domain could not be running
+    /// (the machine was crowded, or the domain waited on the caller's processor).
+    pub(super) fn replied(&mut self, now: impl FnOnce() -> Instant, cut_short: bool) {
         if self.learned.is_none() {
             return;
         }
         match self.mode {
             PaceMode::HandOver => self.replied_at = Some(now()),
-            PaceMode::Spin => {
-                if let Some(woken) = self.woken_at.take() {
+            PaceMode::Spin => match self.found.take() {
+                Some(Found::Asleep(woken)) => {
                     let short = now().saturating_duration_since(woken) < LONG_CALL;
-                    self.vote(short);
+                    self.vote(short || cut_short);
                 }
-            }
+                Some(Found::Awake) => self.vote(cut_short),
+                None => {}
+            },
         }
     }
 
@@ -152,8 +171,26 @@ impl Pace {
         self.mode = to;
         self.in_a_row = 0;
         self.asleep = 0;
-        self.woken_at = None;
+        self.found = None;
         self.replied_at = None;
+    }
+}
+
+/// Say once per process, at debug level, that this side's waits, or a domain's, cannot read the machine's run
+/// queue and so spin briefly only, whatever the policy's `spin`.
+fn say_if_waits_spin_blind(region: &Region) {
+    static HOST_SAID: AtomicBool = AtomicBool::new(false);
+    static DOMAIN_SAID: AtomicBool = AtomicBool::new(false);
+    if !HOST_SAID.load(Ordering::Relaxed) && !HOST_SAID.swap(true, Ordering::Relaxed) {
+        if let Some(why) = runqueue::unavailable() {
+            tracing::debug!(why, "the host's waits for replies cannot see whether the domain runs: they spin briefly");
+        }
+    }
+    if !DOMAIN_SAID.load(Ordering::Relaxed)
+        && region.domain_wait_stats().flags & WAIT_FLAG_NO_RUNQUEUE != 0
+        && !DOMAIN_SAID.swap(true, Ordering::Relaxed)
+    {
+        tracing::debug!("a domain's waits for requests cannot read the run queue: they spin briefly");
     }
 }
 
@@ -213,7 +250,7 @@ impl ProcessBackend {
     /// place the domain to match. Before the record is made, which says how the domain is to wait after it.
     pub(super) fn pace_request(&mut self) {
         let before = self.pace.mode();
-        match self.pace.call(std::time::Instant::now) {
+        match self.pace.call(Instant::now) {
             PaceMode::HandOver => self.move_to_caller(),
             PaceMode::Spin if before == PaceMode::HandOver => self.release_domain(),
             PaceMode::Spin => {}
@@ -223,7 +260,11 @@ impl ProcessBackend {
     /// Publish a request the caller will wait for, telling `pace` whether the domain had to be woken for it.
     pub(super) fn publish_request(&mut self) {
         let woke = self.requests.publish();
-        self.pace.published(woke, std::time::Instant::now);
+        if woke {
+            // A wake-up costs microseconds: a look at the domain's statistics is nothing beside it.
+            say_if_waits_spin_blind(&self.region);
+        }
+        self.pace.published(woke, Instant::now);
     }
 
     /// Move the domain to the calling thread's processor, so the wake-up and the reply's are hand-overs on one
@@ -293,10 +334,15 @@ mod tests {
 
     /// The same, for a call that takes `took` from request to reply.
     fn spinning_call_taking(p: &mut Pace, asleep: bool, took: Duration) -> PaceMode {
+        spinning_call_cut(p, asleep, took, false)
+    }
+
+    /// The same, `cut_short`: the wait for the reply stopped spinning early (a crowded machine).
+    fn spinning_call_cut(p: &mut Pace, asleep: bool, took: Duration, cut_short: bool) -> PaceMode {
         let start = Instant::now();
         let mode = p.call(|| panic!("no clock read while spinning"));
         p.published(asleep, || if asleep { start } else { panic!("no clock read for a domain found awake") });
-        p.replied(|| if asleep { start + took } else { panic!("no clock read for a domain found awake") });
+        p.replied(|| if asleep { start + took } else { panic!("no clock read for a domain found awake") }, cut_short);
         mode
     }
 
@@ -317,7 +363,7 @@ mod tests {
         *at += gap;
         let t = *at;
         let mode = p.call(|| t);
-        p.replied(|| t);
+        p.replied(|| t, false);
         mode
     }
 
@@ -391,6 +437,24 @@ mod tests {
         let mut at = Instant::now();
         for _ in 0..100 {
             assert_eq!(handed_call(&mut p, &mut at, SHORT * 2), PaceMode::HandOver);
+        }
+    }
+
+    #[test]
+    fn calls_whose_waits_are_cut_short_hand_over_whatever_they_take() {
+        let mut p = Pace::new(LEARNED);
+        // Calls that found the domain awake, or asleep and long, but whose waits stopped spinning early because
+        // the domain could not be running (a crowded machine): they count for handing over.
+        for i in 0..ASLEEP_OF_RECENT - 1 {
+            assert_eq!(spinning_call_cut(&mut p, i % 2 == 0, LONG_CALL * 10, true), PaceMode::Spin);
+        }
+        assert_eq!(p.mode(), PaceMode::Spin);
+        spinning_call_cut(&mut p, false, LONG_CALL, true);
+        assert_eq!(p.mode(), PaceMode::HandOver);
+        // Not cut short, the same calls keep it spinning.
+        let mut p = Pace::new(LEARNED);
+        for i in 0..10 * RECENT {
+            assert_eq!(spinning_call_cut(&mut p, i % 2 == 0, LONG_CALL * 10, false), PaceMode::Spin);
         }
     }
 

@@ -50,7 +50,8 @@ impl ProcessBackend {
                         .map_err(|e| protocol(format!("malformed record from the domain: {e}")))?;
                     return match message {
                         Message::Reply { id, status, ret_int, ret_float } => {
-                            self.pace.replied(std::time::Instant::now);
+                            let cut_short = self.replies.take_cut_short();
+                            self.pace.replied(std::time::Instant::now, cut_short);
                             Ok(Incoming::Reply { id, status, ret: RegRet { int: ret_int, float: ret_float } })
                         }
                         Message::Callback { id, slot, ints, floats, .. } => {
