@@ -46,7 +46,7 @@ pub(crate) struct OpenSpec<'a> {
 }
 
 /// Room for the reason an open failed.
-const REASON_BYTES: usize = 4096;
+pub(crate) const REASON_BYTES: usize = 4096;
 
 /// A plugin library opened in its domain.
 pub(crate) struct Opened {
@@ -88,7 +88,7 @@ pub(crate) fn open_library(
 }
 
 /// The reason an adapter's open wrote (a dlopen error, say).
-fn reason(why: &[u8]) -> String {
+pub(crate) fn reason(why: &[u8]) -> String {
     match Reader::new(why).string() {
         Ok(s) if !s.is_empty() => s,
         _ => "the library could not be opened".into(),

@@ -291,8 +291,19 @@ impl std::fmt::Debug for Library {
 
 /// Every plugin descriptor of the opened library `library`.
 fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
-    let count =
-        ext.function_as("ward_ladspa_count", "ladspa_descriptor")?.call(&mut [Arg::Handle(library)], RetType::I64)?;
+    let count = ext.function_as("ward_ladspa_count", "ladspa_descriptor")?;
+    let describe = ext.function_as("ward_ladspa_describe", "ladspa_descriptor")?;
+    describe_with(&count, &describe, library, path)
+}
+
+/// Every plugin descriptor of the opened library `library`, through the adapter's `count` and `describe`.
+fn describe_with(
+    count: &Function,
+    describe: &Function,
+    library: u64,
+    path: &Path,
+) -> Result<Vec<Arc<Descriptor>>, ClassError> {
+    let count = count.call(&mut [Arg::Handle(library)], RetType::I64)?;
     let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
     if count == 0 {
         return Err(ClassError::NotAPlugin {
@@ -301,10 +312,9 @@ fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<De
             reason: "ladspa_descriptor(0) returned NULL: the library has no plugins".into(),
         });
     }
-    let describe = ext.function_as("ward_ladspa_describe", "ladspa_descriptor")?;
     let mut plugins = Vec::with_capacity(count);
     for index in 0..count {
-        let bytes = describe_one(&describe, library, index)
+        let bytes = describe_one(describe, library, index)
             .map_err(|e| ClassError::BadPlugin { path: path.to_path_buf(), reason: e.to_string() })?;
         let d = Descriptor::parse(index, &bytes).map_err(|reason| ClassError::BadPlugin {
             path: path.to_path_buf(),
@@ -353,6 +363,22 @@ impl Library {
         };
         let check_output = ext.policy().check_output;
         Ok(Library { inner: Arc::new(LibraryInner { path, ext, plugins, library, functions, check_output }) })
+    }
+
+    /// Open the library at `path` as [`Library::open`] does, for a host that was given `described` (what a
+    /// [`Describer`] read of it) when it scanned it: the descriptions read now, in the library's own domain, must be
+    /// the same, else the file changed in between and the library is refused ([`ClassError::Changed`]).
+    pub fn open_as_described(
+        supervisor: &Supervisor,
+        path: &Path,
+        isolation: Option<Isolation>,
+        described: &[Arc<Descriptor>],
+    ) -> Result<Library, ClassError> {
+        let library = Library::open(supervisor, path, isolation)?;
+        match difference(described, library.plugins()) {
+            None => Ok(library),
+            Some(what) => Err(ClassError::Changed { path: library.inner.path.clone(), what }),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -421,6 +447,149 @@ impl Library {
             output_at: Vec::new(),
             own_regions,
         })
+    }
+}
+
+/// How two readings of a library's descriptions differ, said briefly; `None` when they are the same. A bound counts
+/// only where the port's hint declares it: elsewhere plugins leave it uninitialised (ladspa-sdk's sine.so), and two
+/// processes read different garbage there.
+pub fn difference(before: &[Arc<Descriptor>], now: &[Arc<Descriptor>]) -> Option<String> {
+    if before.len() != now.len() {
+        return Some(format!("it had {} plugins, it now has {}", before.len(), now.len()));
+    }
+    let bound = |p: &Port, flag: i32, value: f32| (p.hint & flag != 0).then_some(value.to_bits());
+    let same_port = |a: &Port, b: &Port| {
+        (a.descriptor, &a.name, a.hint) == (b.descriptor, &b.name, b.hint)
+            && bound(a, HINT_BOUNDED_BELOW, a.lower) == bound(b, HINT_BOUNDED_BELOW, b.lower)
+            && bound(a, HINT_BOUNDED_ABOVE, a.upper) == bound(b, HINT_BOUNDED_ABOVE, b.upper)
+    };
+    for (a, b) in before.iter().zip(now) {
+        let what = |field: &str| Some(format!("plugin {} ({}): its {field} changed", a.index, a.label));
+        if (a.index, a.unique_id, &a.label) != (b.index, b.unique_id, &b.label) {
+            return what("identity (index, unique id or label)");
+        }
+        if (&a.name, &a.maker, &a.copyright, a.properties) != (&b.name, &b.maker, &b.copyright, b.properties) {
+            return what("name, maker, copyright or properties");
+        }
+        if a.ports.len() != b.ports.len() {
+            return Some(format!("plugin {} ({}): {} ports, now {}", a.index, a.label, a.ports.len(), b.ports.len()));
+        }
+        if let Some(p) = a.ports.iter().zip(&b.ports).position(|(x, y)| !same_port(x, y)) {
+            return Some(format!("plugin {} ({}): port {p} ({}) changed", a.index, a.label, a.ports[p].name));
+        }
+        let functions =
+            |d: &Descriptor| (d.has_activate, d.has_deactivate, d.has_run, d.has_run_adding, d.has_set_run_adding_gain);
+        if functions(a) != functions(b) {
+            return what("functions");
+        }
+    }
+    None
+}
+
+/// One process domain that reads the descriptions of every LADSPA library a host scans, so that describing a
+/// library does not start a domain of its own (a library's own domain starts when the host first instantiates from
+/// it, [`Library::open_as_described`]). Each library is loaded there, described as [`Library::open`] describes it,
+/// and unloaded. The domain is sandboxed like any process domain. A library that fails there (crashes, hangs,
+/// describes itself badly) fails only its own description: the domain is dropped, the next library gets a fresh
+/// one, and the caller describes the failed one the old way, in a domain of its own, where it fails as it always
+/// did (DECISIONS.md).
+pub struct Describer {
+    supervisor: Supervisor,
+    adapter: std::sync::Mutex<Option<Describing>>,
+    started: std::sync::atomic::AtomicU64,
+}
+
+/// The describer's domain and the adapter functions it calls.
+struct Describing {
+    ext: Extension,
+    open: Function,
+    count: Function,
+    describe: Function,
+    unload: Function,
+}
+
+impl std::fmt::Debug for Describer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ladspa::Describer({} domains started)", self.domains_started())
+    }
+}
+
+impl Describer {
+    /// A describer whose domain (started at the first description) runs with `policy`'s defaults: its extension is
+    /// the adapter itself (`ward_ladspa_adapter`), not any plugin, and always a process domain. Its events go to no
+    /// one: a library that fails in it is described again in its own domain, whose events the host gets.
+    pub fn new(policy: ward::Policy) -> Describer {
+        Describer {
+            supervisor: Supervisor::new(policy),
+            adapter: std::sync::Mutex::new(None),
+            started: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// How many domains the describer has started (one, unless a library failed in one).
+    pub fn domains_started(&self) -> u64 {
+        self.started.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The process id of the describer's domain, while it has one.
+    pub fn pid(&self) -> Option<i32> {
+        self.adapter.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|d| d.ext.pid())
+    }
+
+    /// The descriptions of the library at `path`, as [`Library::open`] would read them in a domain of its own.
+    /// Any failure drops the describer's domain (the next call starts a fresh one).
+    pub fn describe(&self, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut slot = self.adapter.lock().unwrap_or_else(|e| e.into_inner());
+        let describing = match slot.take() {
+            Some(d) => d,
+            None => {
+                let d = self.start()?;
+                self.started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                d
+            }
+        };
+        let (plugins, unloaded) = describing.describe(&path)?;
+        if unloaded {
+            *slot = Some(describing);
+        }
+        Ok(plugins)
+    }
+
+    fn start(&self) -> Result<Describing, ClassError> {
+        let adapter = adapters::path(ADAPTER)?;
+        let ext = self.supervisor.load_with(&adapter, Some(Isolation::Process))?;
+        Ok(Describing {
+            open: ext.function_as("ward_ladspa_open", "ladspa_descriptor")?,
+            count: ext.function_as("ward_ladspa_count", "ladspa_descriptor")?,
+            describe: ext.function_as("ward_ladspa_describe", "ladspa_descriptor")?,
+            unload: ext.function_as("ward_ladspa_unload", "dlclose")?,
+            ext,
+        })
+    }
+}
+
+impl Describing {
+    /// The library's descriptions, and whether it was unloaded cleanly (else the domain is not used again).
+    fn describe(&self, path: &Path) -> Result<(Vec<Arc<Descriptor>>, bool), ClassError> {
+        let not_a_plugin =
+            |reason: String| ClassError::NotAPlugin { path: path.to_path_buf(), class: "LADSPA", reason };
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| not_a_plugin("the path contains a NUL byte".into()))?;
+        let mut why = vec![0u8; adapters::REASON_BYTES];
+        let library = self
+            .open
+            .call(
+                &mut [Arg::Str(&c_path), Arg::Out(&mut why), Arg::U64(adapters::REASON_BYTES as u64)],
+                RetType::Handle,
+            )?
+            .as_handle()
+            .filter(|&h| h != 0)
+            .ok_or_else(|| not_a_plugin(adapters::reason(&why)))?;
+        let plugins = describe_with(&self.count, &self.describe, library, path)?;
+        let unloaded =
+            matches!(self.unload.call(&mut [Arg::Handle(library)], RetType::I64), Ok(v) if v.as_i64() == Some(0));
+        Ok((plugins, unloaded))
     }
 }
 

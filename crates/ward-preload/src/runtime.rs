@@ -9,6 +9,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ward::{Event, Isolation, Policy, Supervisor};
+use ward_classes::ladspa::Describer;
 use ward_classes::{inspect, Class, Classification, ClassifyError};
 
 use crate::{frei0r, ladspa, proxy};
@@ -33,6 +34,8 @@ pub(crate) struct Runtime {
     log: Option<Mutex<std::fs::File>>,
     /// Say which plugins are put under ward (`ward run --verbose`).
     verbose: bool,
+    /// The domain that describes the LADSPA libraries the host opens, started with the first of them.
+    describer: Describer,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, EnvironmentError>> = OnceLock::new();
@@ -82,6 +85,7 @@ impl Runtime {
             _ => None,
         };
         let supervisor = Supervisor::new(policy.clone());
+        let describer = Describer::new(policy.clone());
         let events = Mutex::new(supervisor.subscribe());
         Ok(Runtime {
             supervisor,
@@ -93,7 +97,71 @@ impl Runtime {
             events,
             log,
             verbose: std::env::var_os("WARD_VERBOSE").is_some_and(|v| v == "1"),
+            describer,
         })
+    }
+
+    pub(crate) fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    /// Whether the plugin library at `path` is described in the describer's domain, its own domain starting only
+    /// when the host first instantiates from it: where that domain would be a process domain of its own, with
+    /// nothing in its policy that acts on the library's loading (a group, a restart image, a library fault,
+    /// poisoning), which are left as they were (DECISIONS.md).
+    fn describes_apart(&self, path: &Path) -> bool {
+        let policy = self.policy.for_extension(&ward::extension_name(path));
+        let process = match self.isolation.unwrap_or(policy.isolation) {
+            Isolation::Process => true,
+            Isolation::Auto => !ward::mpk_available(),
+            _ => false,
+        };
+        process
+            && policy.group.is_none()
+            && policy.restart_from.is_none()
+            && policy.library_fault.is_none()
+            && !policy.poison
+    }
+
+    /// A plugin library got its domain (`ward run --verbose` says so).
+    pub(crate) fn domain_started(&self, path: &Path, class: &str, ext: &ward::Extension) {
+        if self.verbose {
+            let pid = ext.pid().map(|p| format!(", domain process {p}")).unwrap_or_default();
+            self.say(&format!("{}: {class} plugin under ward (isolation {}{pid})", path.display(), ext.isolation()));
+        }
+    }
+
+    /// A LADSPA library described in the describer's domain, or, where that fails, opened in a domain of its own
+    /// (which fails as it always did, with its own events, if the library is at fault).
+    fn describe_ladspa(&self, path: &Path) -> Result<ladspa::ProxyLibrary, ward_classes::ClassError> {
+        let before = self.describer.domains_started();
+        let described = ladspa::ProxyLibrary::described(&self.describer, path, self.isolation);
+        if self.verbose && self.describer.domains_started() != before {
+            let pid = self.describer.pid().map(|p| format!(" (domain process {p})")).unwrap_or_default();
+            self.say(&format!("LADSPA describer started{pid}: libraries the host only scans get no domain"));
+        }
+        match described {
+            Ok(library) => {
+                if self.verbose {
+                    self.say(&format!(
+                        "{}: LADSPA plugin described under ward (its domain starts when the host first \
+                         instantiates from it)",
+                        path.display()
+                    ));
+                }
+                Ok(library)
+            }
+            Err(e) => {
+                if self.verbose {
+                    self.say(&format!("{}: not described by the describer ({e}): opened at once", path.display()));
+                }
+                let library = ladspa::ProxyLibrary::open(&self.supervisor, path, self.isolation)?;
+                if let Some(ext) = library.extension() {
+                    self.domain_started(path, "LADSPA", &ext);
+                }
+                Ok(library)
+            }
+        }
     }
 
     pub(crate) fn plugin(&self, id: u64) -> Option<Plugin> {
@@ -112,7 +180,7 @@ impl Runtime {
     }
 
     /// One line on standard error and in the log.
-    fn say(&self, what: &str) {
+    pub(crate) fn say(&self, what: &str) {
         let line = format!("ward: {what}\n");
         let _ = std::io::stderr().write_all(line.as_bytes());
         if let Some(log) = &self.log {
@@ -164,25 +232,22 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
     };
     let id = rt.next_id.fetch_add(1, Ordering::Relaxed);
     let plugin = match class {
+        Class::Ladspa if rt.describes_apart(path) => rt.describe_ladspa(path).map(|l| Plugin::Ladspa(Arc::new(l))),
         Class::Ladspa => ladspa::ProxyLibrary::open(&rt.supervisor, path, rt.isolation).map(|l| {
-            let ext = l.extension();
-            (ext.isolation(), ext.pid(), Plugin::Ladspa(Arc::new(l)))
+            if let Some(ext) = l.extension() {
+                rt.domain_started(path, class.name(), &ext);
+            }
+            Plugin::Ladspa(Arc::new(l))
         }),
         Class::Frei0r => frei0r::ProxyLibrary::open(&rt.supervisor, path, rt.isolation).map(|l| {
-            let ext = l.extension();
-            (ext.isolation(), ext.pid(), Plugin::Frei0r(Arc::new(l)))
+            rt.domain_started(path, class.name(), &l.extension());
+            Plugin::Frei0r(Arc::new(l))
         }),
     };
     // The events of a failed open (faults, restarts) come first, then why it is refused.
     rt.report();
     let plugin = match plugin {
-        Ok((isolation, pid, p)) => {
-            if rt.verbose {
-                let pid = pid.map(|p| format!(", domain process {p}")).unwrap_or_default();
-                rt.say(&format!("{}: {} plugin under ward (isolation {isolation}{pid})", path.display(), class.name()));
-            }
-            p
-        }
+        Ok(p) => p,
         Err(e) => {
             let reason = format!("the {} plugin failed under ward, so it is not loaded at all: {e}", class.name());
             return refuse(path, &key, Some(rt), &reason);
@@ -250,7 +315,16 @@ pub(crate) fn closing(handle: *mut c_void) {
         if let (true, Some(plugin)) = (rt.verbose, plugin) {
             let ext = match &plugin {
                 Plugin::Ladspa(l) => l.extension(),
-                Plugin::Frei0r(l) => l.extension(),
+                Plugin::Frei0r(l) => Some(l.extension()),
+            };
+            let Some(ext) = ext else {
+                if let Plugin::Ladspa(l) = &plugin {
+                    rt.say(&format!(
+                        "{}: closed by the host (only described: no domain of its own)",
+                        l.path().display()
+                    ));
+                }
+                return;
             };
             let stats = ext.stats();
             rt.say(&format!(
