@@ -493,103 +493,40 @@ pub fn difference(before: &[Arc<Descriptor>], now: &[Arc<Descriptor>]) -> Option
 /// describes itself badly) fails only its own description: the domain is dropped, the next library gets a fresh
 /// one, and the caller describes the failed one the old way, in a domain of its own, where it fails as it always
 /// did (DECISIONS.md).
-pub struct Describer {
-    supervisor: Supervisor,
-    adapter: std::sync::Mutex<Option<Describing>>,
-    started: std::sync::atomic::AtomicU64,
-}
-
-/// The describer's domain and the adapter functions it calls.
-struct Describing {
-    ext: Extension,
-    open: Function,
-    count: Function,
-    describe: Function,
-    unload: Function,
-}
-
-impl std::fmt::Debug for Describer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ladspa::Describer({} domains started)", self.domains_started())
-    }
-}
+#[derive(Debug)]
+pub struct Describer(adapters::SharedDescriber);
 
 impl Describer {
     /// A describer whose domain (started at the first description) runs with `policy`'s defaults: its extension is
     /// the adapter itself (`ward_ladspa_adapter`), not any plugin, and always a process domain. Its events go to no
     /// one: a library that fails in it is described again in its own domain, whose events the host gets.
     pub fn new(policy: ward::Policy) -> Describer {
-        Describer {
-            supervisor: Supervisor::new(policy),
-            adapter: std::sync::Mutex::new(None),
-            started: std::sync::atomic::AtomicU64::new(0),
-        }
+        Describer(adapters::SharedDescriber::new(
+            policy,
+            adapters::DescriberSpec {
+                adapter: ADAPTER,
+                class: "LADSPA",
+                open: ("ward_ladspa_open", "ladspa_descriptor"),
+                unload: "ward_ladspa_unload",
+                calls: &[("ward_ladspa_count", "ladspa_descriptor"), ("ward_ladspa_describe", "ladspa_descriptor")],
+            },
+        ))
     }
 
     /// How many domains the describer has started (one, unless a library failed in one).
     pub fn domains_started(&self) -> u64 {
-        self.started.load(std::sync::atomic::Ordering::Relaxed)
+        self.0.domains_started()
     }
 
     /// The process id of the describer's domain, while it has one.
     pub fn pid(&self) -> Option<i32> {
-        self.adapter.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|d| d.ext.pid())
+        self.0.pid()
     }
 
     /// The descriptions of the library at `path`, as [`Library::open`] would read them in a domain of its own.
     /// Any failure drops the describer's domain (the next call starts a fresh one).
     pub fn describe(&self, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
-        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        let mut slot = self.adapter.lock().unwrap_or_else(|e| e.into_inner());
-        let describing = match slot.take() {
-            Some(d) => d,
-            None => {
-                let d = self.start()?;
-                self.started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                d
-            }
-        };
-        let (plugins, unloaded) = describing.describe(&path)?;
-        if unloaded {
-            *slot = Some(describing);
-        }
-        Ok(plugins)
-    }
-
-    fn start(&self) -> Result<Describing, ClassError> {
-        let adapter = adapters::path(ADAPTER)?;
-        let ext = self.supervisor.load_with(&adapter, Some(Isolation::Process))?;
-        Ok(Describing {
-            open: ext.function_as("ward_ladspa_open", "ladspa_descriptor")?,
-            count: ext.function_as("ward_ladspa_count", "ladspa_descriptor")?,
-            describe: ext.function_as("ward_ladspa_describe", "ladspa_descriptor")?,
-            unload: ext.function_as("ward_ladspa_unload", "dlclose")?,
-            ext,
-        })
-    }
-}
-
-impl Describing {
-    /// The library's descriptions, and whether it was unloaded cleanly (else the domain is not used again).
-    fn describe(&self, path: &Path) -> Result<(Vec<Arc<Descriptor>>, bool), ClassError> {
-        let not_a_plugin =
-            |reason: String| ClassError::NotAPlugin { path: path.to_path_buf(), class: "LADSPA", reason };
-        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|_| not_a_plugin("the path contains a NUL byte".into()))?;
-        let mut why = vec![0u8; adapters::REASON_BYTES];
-        let library = self
-            .open
-            .call(
-                &mut [Arg::Str(&c_path), Arg::Out(&mut why), Arg::U64(adapters::REASON_BYTES as u64)],
-                RetType::Handle,
-            )?
-            .as_handle()
-            .filter(|&h| h != 0)
-            .ok_or_else(|| not_a_plugin(adapters::reason(&why)))?;
-        let plugins = describe_with(&self.count, &self.describe, library, path)?;
-        let unloaded =
-            matches!(self.unload.call(&mut [Arg::Handle(library)], RetType::I64), Ok(v) if v.as_i64() == Some(0));
-        Ok((plugins, unloaded))
+        self.0.describe(path, |calls, library, path| describe_with(&calls[0], &calls[1], library, path))
     }
 }
 

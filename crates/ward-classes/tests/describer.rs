@@ -1,24 +1,32 @@
-//! The LADSPA describer: one process domain reads the descriptions of every library a host scans. What it reads is
-//! what a library's own domain reads; a library that changed on disk before its own domain opens it is refused.
-//! Debian's LADSPA plugins come from scripts/deps.
+//! The describers: one process domain per class reads the descriptions of every library a host scans. What it reads
+//! is what a library's own domain reads; a library that changed on disk before its own domain opens it is refused.
+//! Debian's LADSPA and frei0r plugins come from scripts/deps.
 
 use std::path::{Path, PathBuf};
 
 use ward::{Isolation, Policy, Supervisor};
+use ward_classes::frei0r;
 use ward_classes::ladspa::{difference, Describer, Library};
 use ward_classes::ClassError;
 
 const LADSPA_DIR: &str = "/usr/lib/ladspa";
 
+const FREI0R_DIR: &str = "/usr/lib/frei0r-1";
+
 /// Every LADSPA library Debian installed, in name order; fails (never skips) when there are none.
 fn libraries() -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(LADSPA_DIR)
-        .unwrap_or_else(|e| panic!("{LADSPA_DIR}: {e}: run scripts/deps (it installs the LADSPA plugins)"))
+    libraries_in(LADSPA_DIR)
+}
+
+/// Every library in `dir`, in name order; fails (never skips) when there are few.
+fn libraries_in(dir: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}: run scripts/deps (it installs the LADSPA and frei0r plugins)"))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "so"))
         .collect();
     found.sort();
-    assert!(found.len() > 10, "too few LADSPA libraries in {LADSPA_DIR}: run scripts/deps");
+    assert!(found.len() > 10, "too few libraries in {dir}: run scripts/deps");
     found
 }
 
@@ -104,4 +112,42 @@ fn a_library_that_fails_in_the_describer_costs_it_its_domain_and_the_next_librar
     let described = describer.describe(&amp).expect("amp described after the crash");
     assert_eq!(described[0].label, "amp_mono");
     assert_eq!(describer.domains_started(), 3, "a fresh domain after the crash");
+}
+
+#[test]
+fn the_frei0r_describer_reads_of_every_debian_plugin_what_its_own_domain_reads() {
+    let sup = Supervisor::new(Policy::default());
+    let describer = frei0r::Describer::new(Policy::default());
+    let mut compared = 0;
+    for path in libraries_in(FREI0R_DIR) {
+        let own = match frei0r::Library::open(&sup, &path, Some(Isolation::Process)) {
+            Ok(library) => library,
+            Err(e) => {
+                assert!(describer.describe(&path).is_err(), "{}: own domain refused it ({e})", path.display());
+                continue;
+            }
+        };
+        let described = describer.describe(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(&described, own.info(), "{}", path.display());
+        compared += 1;
+    }
+    assert!(compared > 10, "only {compared} plugins compared");
+    assert_eq!(describer.domains_started(), 1, "one describer domain for every plugin");
+}
+
+#[test]
+fn a_frei0r_plugin_replaced_on_disk_after_it_was_described_is_refused_by_its_own_domain() {
+    let s = Scratch::new("frei0r-changed");
+    let path = s.path("filter.so");
+    std::fs::copy(Path::new(FREI0R_DIR).join("invert0r.so"), &path).expect("copy invert0r.so");
+    let describer = frei0r::Describer::new(Policy::default());
+    let described = describer.describe(&path).expect("invert0r described");
+    let sup = Supervisor::new(Policy::default());
+    frei0r::Library::open_as_described(&sup, &path, Some(Isolation::Process), &described).expect("unchanged opens");
+    std::fs::remove_file(&path).expect("remove");
+    std::fs::copy(Path::new(FREI0R_DIR).join("vignette.so"), &path).expect("copy vignette.so");
+    match frei0r::Library::open_as_described(&sup, &path, Some(Isolation::Process), &described) {
+        Err(ClassError::Changed { what, .. }) => assert!(what.contains("Vignette"), "{what}"),
+        other => panic!("a changed plugin must be refused, got {other:?}"),
+    }
 }

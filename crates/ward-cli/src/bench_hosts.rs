@@ -542,7 +542,12 @@ pub fn scan(args: ScanArgs) -> Result<bool> {
             name: "scan then process".into(),
             program: host,
             args: Box::new(move |out, _| {
-                vec![LADSPA_DIR.into(), plugin.clone().into_os_string(), SCAN_PLUGIN.1.into(), out.as_os_str().to_owned()]
+                vec![
+                    LADSPA_DIR.into(),
+                    plugin.clone().into_os_string(),
+                    SCAN_PLUGIN.1.into(),
+                    out.as_os_str().to_owned(),
+                ]
             }),
             ext: "raw",
             compared: "the processed samples, byte for byte",
@@ -1004,6 +1009,8 @@ mod tests {
             ext: "wav",
             compared: "",
             target: SOX_TARGET,
+            env: Vec::new(),
+            output_is_stdout: false,
         };
         assert_eq!(command_text(&case, dir), "sox -D in.wav out.wav amp");
     }

@@ -150,3 +150,80 @@ fn a_library_that_crashes_or_hangs_while_described_fails_alone_and_the_next_is_d
     assert!(native.status.success(), "{}", stderr(&native));
     assert!(std::fs::read(s.path("native.raw")).unwrap() == std::fs::read(s.path("ward.raw")).unwrap());
 }
+
+#[test]
+fn ffmpeg_gets_the_native_frames_from_a_frei0r_filter_whose_domain_starts_at_construct() {
+    let args = |out: &str| -> Vec<String> {
+        ["-nostdin", "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i"]
+            .into_iter()
+            .chain(["testsrc=duration=0.4:size=64x48:rate=25", "-vf", "frei0r=invert0r", "-f", "framecrc", out])
+            .map(String::from)
+            .collect()
+    };
+    let native = output(Command::new(host("ffmpeg")).args(args("-")));
+    assert!(native.status.success(), "{}", stderr(&native));
+    let out = output(ward().args(["run", "--verbose", "--isolation", "process", "--", "ffmpeg"]).args(args("-")));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&native.stdout), "frames differ");
+    assert!(err.contains("invert0r.so: frei0r plugin described under ward"), "{err}");
+    let domains = plugin_domains(&err);
+    assert_eq!(domains.len(), 1, "{err}");
+    assert!(domains[0].contains("invert0r.so: frei0r plugin under ward (isolation process, domain process"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("ward: frei0r describer started")).count(), 1, "{err}");
+}
+
+/// A host that keeps every library it scans open (the proxies of all of them loaded at once, each under a name of
+/// its own): every library's plugins are its own, as natively.
+#[test]
+fn a_host_keeping_every_scanned_library_open_sees_each_librarys_own_plugins() {
+    let s = Scratch::new("scan", "keep-open");
+    std::fs::write(
+        s.path("keep.c"),
+        r#"#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include "ward_ladspa_abi.h"
+static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
+static int is_so(const struct dirent *e) { size_t n = strlen(e->d_name); return n > 3 && !strcmp(e->d_name + n - 3, ".so"); }
+int main(int argc, char **argv) {
+    struct dirent **e;
+    int n = scandir(argv[1], &e, is_so, by_name);
+    void *open[1024];
+    int count = 0;
+    for (int i = 0; i < n && count < 1024; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", argv[1], e[i]->d_name);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (h) open[count++] = h;
+    }
+    for (int i = 0; i < count; i++) {
+        LADSPA_Descriptor_Function f = (LADSPA_Descriptor_Function)dlsym(open[i], "ladspa_descriptor");
+        const LADSPA_Descriptor *d;
+        for (unsigned long k = 0; f && (d = f(k)) != NULL; k++) printf("%d %lu %s\n", i, k, d->Label);
+    }
+    return 0;
+}
+"#,
+    )
+    .expect("write the host");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = s.path("keep");
+    let built = output(
+        Command::new("cc")
+            .arg("-o")
+            .arg(&exe)
+            .arg("-I")
+            .arg(manifest.join("../../include"))
+            .arg(s.path("keep.c"))
+            // libm, as audio hosts link it (ladspa-sdk's filter.so needs it and does not link it itself).
+            .args(["-ldl", "-Wl,--no-as-needed", "-lm"]),
+    );
+    assert!(built.status.success(), "cc: {}", stderr(&built));
+    let native = output(Command::new(&exe).arg(LADSPA_DIR));
+    assert!(native.status.success(), "{}", stderr(&native));
+    let out = output(ward().args(["run", "--isolation", "process", "--"]).arg(&exe).arg(LADSPA_DIR));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&native.stdout), "{}", stderr(&out));
+}

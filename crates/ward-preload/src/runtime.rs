@@ -3,14 +3,14 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ward::{Event, Isolation, Policy, Supervisor};
-use ward_classes::ladspa::Describer;
-use ward_classes::{inspect, Class, Classification, ClassifyError};
+use ward_classes::{inspect, Class, ClassError, Classification, ClassifyError};
 
 use crate::{frei0r, ladspa, proxy};
 
@@ -27,15 +27,18 @@ pub(crate) struct Runtime {
     policy: Policy,
     isolation: Option<Isolation>,
     plugins: Mutex<HashMap<u64, Plugin>>,
-    /// Proxy handles given to the host, and the plugin each stands for.
-    proxies: Mutex<HashMap<usize, u64>>,
+    /// Proxy handles given to the host, the plugin each stands for, and the descriptor of its copy (open while it is
+    /// loaded, see `proxy::load`).
+    proxies: Mutex<HashMap<usize, (u64, OwnedFd)>>,
     next_id: AtomicU64,
     events: Mutex<Receiver<Event>>,
     log: Option<Mutex<std::fs::File>>,
     /// Say which plugins are put under ward (`ward run --verbose`).
     verbose: bool,
-    /// The domain that describes the LADSPA libraries the host opens, started with the first of them.
-    describer: Describer,
+    /// The domains that describe the LADSPA libraries and frei0r plugins the host opens, each started with the
+    /// first of its class.
+    ladspa_describer: ward_classes::ladspa::Describer,
+    frei0r_describer: ward_classes::frei0r::Describer,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, EnvironmentError>> = OnceLock::new();
@@ -85,7 +88,8 @@ impl Runtime {
             _ => None,
         };
         let supervisor = Supervisor::new(policy.clone());
-        let describer = Describer::new(policy.clone());
+        let ladspa_describer = ward_classes::ladspa::Describer::new(policy.clone());
+        let frei0r_describer = ward_classes::frei0r::Describer::new(policy.clone());
         let events = Mutex::new(supervisor.subscribe());
         Ok(Runtime {
             supervisor,
@@ -97,7 +101,8 @@ impl Runtime {
             events,
             log,
             verbose: std::env::var_os("WARD_VERBOSE").is_some_and(|v| v == "1"),
-            describer,
+            ladspa_describer,
+            frei0r_describer,
         })
     }
 
@@ -131,37 +136,76 @@ impl Runtime {
         }
     }
 
-    /// A LADSPA library described in the describer's domain, or, where that fails, opened in a domain of its own
-    /// (which fails as it always did, with its own events, if the library is at fault).
-    fn describe_ladspa(&self, path: &Path) -> Result<ladspa::ProxyLibrary, ward_classes::ClassError> {
-        let before = self.describer.domains_started();
-        let described = ladspa::ProxyLibrary::described(&self.describer, path, self.isolation);
-        if self.verbose && self.describer.domains_started() != before {
-            let pid = self.describer.pid().map(|p| format!(" (domain process {p})")).unwrap_or_default();
-            self.say(&format!("LADSPA describer started{pid}: libraries the host only scans get no domain"));
+    /// A plugin library described in its class's describer domain, or, where that fails, opened in a domain of its
+    /// own (which fails as it always did, with its own events, if the library is at fault).
+    fn describe(&self, class: Class, path: &Path) -> Result<Plugin, ClassError> {
+        let (before, described) = match class {
+            Class::Ladspa => (
+                self.ladspa_describer.domains_started(),
+                ladspa::ProxyLibrary::described(&self.ladspa_describer, path, self.isolation)
+                    .map(|l| Plugin::Ladspa(Arc::new(l))),
+            ),
+            Class::Frei0r => (
+                self.frei0r_describer.domains_started(),
+                frei0r::ProxyLibrary::described(&self.frei0r_describer, path, self.isolation)
+                    .map(|l| Plugin::Frei0r(Arc::new(l))),
+            ),
+        };
+        if self.verbose {
+            let (started, pid) = match class {
+                Class::Ladspa => (self.ladspa_describer.domains_started(), self.ladspa_describer.pid()),
+                Class::Frei0r => (self.frei0r_describer.domains_started(), self.frei0r_describer.pid()),
+            };
+            if started != before {
+                let pid = pid.map(|p| format!(" (domain process {p})")).unwrap_or_default();
+                self.say(&format!(
+                    "{} describer started{pid}: libraries the host only scans get no domain",
+                    class.name()
+                ));
+            }
         }
         match described {
-            Ok(library) => {
+            Ok(plugin) => {
                 if self.verbose {
+                    let first = match class {
+                        Class::Ladspa => "instantiates one of its plugins",
+                        Class::Frei0r => "constructs an instance",
+                    };
                     self.say(&format!(
-                        "{}: LADSPA plugin described under ward (its domain starts when the host first \
-                         instantiates from it)",
-                        path.display()
+                        "{}: {} plugin described under ward (its domain starts when the host first {first})",
+                        path.display(),
+                        class.name(),
                     ));
                 }
-                Ok(library)
+                Ok(plugin)
             }
             Err(e) => {
                 if self.verbose {
                     self.say(&format!("{}: not described by the describer ({e}): opened at once", path.display()));
                 }
-                let library = ladspa::ProxyLibrary::open(&self.supervisor, path, self.isolation)?;
-                if let Some(ext) = library.extension() {
-                    self.domain_started(path, "LADSPA", &ext);
-                }
-                Ok(library)
+                self.open_at_once(class, path)
             }
         }
+    }
+
+    /// A plugin library opened at once in a domain of its own, which reads its descriptions.
+    fn open_at_once(&self, class: Class, path: &Path) -> Result<Plugin, ClassError> {
+        let (plugin, ext) = match class {
+            Class::Ladspa => {
+                let l = ladspa::ProxyLibrary::open(&self.supervisor, path, self.isolation)?;
+                let ext = l.extension();
+                (Plugin::Ladspa(Arc::new(l)), ext)
+            }
+            Class::Frei0r => {
+                let l = frei0r::ProxyLibrary::open(&self.supervisor, path, self.isolation)?;
+                let ext = l.extension();
+                (Plugin::Frei0r(Arc::new(l)), ext)
+            }
+        };
+        if let Some(ext) = ext {
+            self.domain_started(path, class.name(), &ext);
+        }
+        Ok(plugin)
     }
 
     pub(crate) fn plugin(&self, id: u64) -> Option<Plugin> {
@@ -231,19 +275,7 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
         Err(why) => return refuse(path, &key, None, &why.to_string()),
     };
     let id = rt.next_id.fetch_add(1, Ordering::Relaxed);
-    let plugin = match class {
-        Class::Ladspa if rt.describes_apart(path) => rt.describe_ladspa(path).map(|l| Plugin::Ladspa(Arc::new(l))),
-        Class::Ladspa => ladspa::ProxyLibrary::open(&rt.supervisor, path, rt.isolation).map(|l| {
-            if let Some(ext) = l.extension() {
-                rt.domain_started(path, class.name(), &ext);
-            }
-            Plugin::Ladspa(Arc::new(l))
-        }),
-        Class::Frei0r => frei0r::ProxyLibrary::open(&rt.supervisor, path, rt.isolation).map(|l| {
-            rt.domain_started(path, class.name(), &l.extension());
-            Plugin::Frei0r(Arc::new(l))
-        }),
-    };
+    let plugin = if rt.describes_apart(path) { rt.describe(class, path) } else { rt.open_at_once(class, path) };
     // The events of a failed open (faults, restarts) come first, then why it is refused.
     rt.report();
     let plugin = match plugin {
@@ -255,8 +287,8 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
     };
     rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(id, plugin);
     match proxy::load(class, id, &exports) {
-        Ok(handle) => {
-            rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(handle as usize, id);
+        Ok((handle, fd)) => {
+            rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(handle as usize, (id, fd));
             rt.report();
             Opened::Proxy(handle)
         }
@@ -307,32 +339,28 @@ fn dlerror_text(path: &Path, reason: &str) -> String {
 }
 
 /// The host closes `handle`: if it is a proxy, its plugin is let go (instances the host still holds keep it alive).
-pub(crate) fn closing(handle: *mut c_void) {
-    let Some(Ok(rt)) = RUNTIME.get() else { return };
-    let id = rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&(handle as usize));
-    if let Some(id) = id {
-        let plugin = rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-        if let (true, Some(plugin)) = (rt.verbose, plugin) {
-            let ext = match &plugin {
-                Plugin::Ladspa(l) => l.extension(),
-                Plugin::Frei0r(l) => Some(l.extension()),
-            };
-            let Some(ext) = ext else {
-                if let Plugin::Ladspa(l) = &plugin {
-                    rt.say(&format!(
-                        "{}: closed by the host (only described: no domain of its own)",
-                        l.path().display()
-                    ));
-                }
-                return;
-            };
-            let stats = ext.stats();
-            rt.say(&format!(
-                "{}: closed by the host ({} restarts, {} buffers lent in place)",
-                ext.name(),
-                stats.restarts,
-                stats.lent_in_place
-            ));
+/// Returns the descriptor of the proxy's copy, to be closed once the copy is unloaded.
+pub(crate) fn closing(handle: *mut c_void) -> Option<OwnedFd> {
+    let Some(Ok(rt)) = RUNTIME.get() else { return None };
+    let (id, fd) = rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&(handle as usize))?;
+    let plugin = rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    if let (true, Some(plugin)) = (rt.verbose, plugin) {
+        let (ext, path) = match &plugin {
+            Plugin::Ladspa(l) => (l.extension(), l.path()),
+            Plugin::Frei0r(l) => (l.extension(), l.path()),
+        };
+        match ext {
+            None => rt.say(&format!("{}: closed by the host (only described: no domain of its own)", path.display())),
+            Some(ext) => {
+                let stats = ext.stats();
+                rt.say(&format!(
+                    "{}: closed by the host ({} restarts, {} buffers lent in place)",
+                    ext.name(),
+                    stats.restarts,
+                    stats.lent_in_place
+                ));
+            }
         }
     }
+    Some(fd)
 }
