@@ -237,6 +237,26 @@ WARD_ADAPTER_EXPORT int64_t ward_frei0r_describe(const struct library *lib, unsi
     return writer_result(&w);
 }
 
+/* Forget the library and unload it, as a host that only lists plugins does (the describer's use: every plugin a host
+ * scans passes through one domain, and none is kept there once described): f0r_deinit, then dlclose. Only for a
+ * library no instance was constructed from. */
+WARD_ADAPTER_EXPORT int64_t ward_frei0r_unload(struct library *lib) {
+    pthread_mutex_lock(&libraries_lock);
+    for (struct library **at = &libraries; *at != NULL; at = &(*at)->next)
+        if (*at == lib) {
+            *at = lib->next;
+            break;
+        }
+    pthread_mutex_unlock(&libraries_lock);
+    void *dl = lib->dl;
+    f0r_deinit_fn deinit = (f0r_deinit_fn)(uintptr_t)dlsym(dl, "f0r_deinit");
+    if (deinit != NULL)
+        WARD_CALL0(deinit);
+    free(lib->param_types);
+    free(lib);
+    return dlclose(dl) == 0 ? 0 : -1;
+}
+
 static void instance_free(struct instance *inst) {
     guarded_free(&inst->out);
     for (int k = 0; k < 3; k++)

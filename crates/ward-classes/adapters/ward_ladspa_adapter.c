@@ -92,6 +92,14 @@ WARD_ADAPTER_EXPORT int64_t ward_ladspa_close(struct library *lib) {
     return 0;
 }
 
+/* Forget the library and unload it, as a host that only lists plugins does (the describer's use: every library a
+ * host scans passes through one domain, and none is kept there once described). */
+WARD_ADAPTER_EXPORT int64_t ward_ladspa_unload(struct library *lib) {
+    void *dl = lib->dl;
+    free(lib);
+    return dlclose(dl) == 0 ? 0 : -1;
+}
+
 /* Serialise plugin `index`: u64 id, i32 properties, u32 port count, u32 flags, label, name, maker, copyright,
  * then per port i32 descriptor, i32 hint, f32 lower, f32 upper, name. */
 WARD_ADAPTER_EXPORT int64_t ward_ladspa_describe(const struct library *lib, uint64_t index, unsigned char *out,

@@ -3,11 +3,13 @@
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use ward_embed::{embedded, EmbeddedSet};
 
 use ward::policy::FunctionPolicy;
-use ward::{AdapterLoad, Arg, Extension, Isolation, RetType, Supervisor};
+use ward::{AdapterLoad, Arg, Extension, Function, Isolation, RetType, Supervisor};
 
 use crate::reader::Reader;
 use crate::ClassError;
@@ -92,5 +94,117 @@ fn reason(why: &[u8]) -> String {
     match Reader::new(why).string() {
         Ok(s) if !s.is_empty() => s,
         _ => "the library could not be opened".into(),
+    }
+}
+
+/// What a class's describer calls in its adapter.
+pub(crate) struct DescriberSpec {
+    /// The adapter's name among the embedded ones.
+    pub adapter: &'static str,
+    /// The class's name, for messages.
+    pub class: &'static str,
+    /// The adapter's open function (see [`OpenSpec::open`]) and the plugin's call it makes, as faults name it.
+    pub open: (&'static str, &'static str),
+    /// The adapter's function that forgets and unloads an opened library (`int64_t unload(library *)`, 0 when
+    /// unloaded).
+    pub unload: &'static str,
+    /// The adapter functions that read a description, with the plugin's calls they make, in the order the class's
+    /// reader takes them.
+    pub calls: &'static [(&'static str, &'static str)],
+}
+
+/// One process domain in which a class's libraries are opened, described and unloaded, one after the other: the
+/// shared half of `ladspa::Describer` and `frei0r::Describer`. The domain is started at the first description and
+/// dropped at any failure (the next description starts a fresh one), so a library that crashes or hangs it fails
+/// only its own description.
+pub(crate) struct SharedDescriber {
+    supervisor: Supervisor,
+    spec: DescriberSpec,
+    domain: Mutex<Option<Describing>>,
+    started: AtomicU64,
+}
+
+/// The describer's domain and the adapter functions it calls.
+struct Describing {
+    ext: Extension,
+    open: Function,
+    unload: Function,
+    calls: Vec<Function>,
+}
+
+impl std::fmt::Debug for SharedDescriber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} describer ({} domains started)", self.spec.class, self.domains_started())
+    }
+}
+
+impl SharedDescriber {
+    /// Its domain runs the adapter itself as an extension, always in a process domain, with `policy`'s defaults;
+    /// its events go to no one.
+    pub(crate) fn new(policy: ward::Policy, spec: DescriberSpec) -> SharedDescriber {
+        SharedDescriber {
+            supervisor: Supervisor::new(policy),
+            spec,
+            domain: Mutex::new(None),
+            started: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn domains_started(&self) -> u64 {
+        self.started.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn pid(&self) -> Option<i32> {
+        self.domain.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|d| d.ext.pid())
+    }
+
+    /// Open the library at `path` in the describer's domain, `read` its description there (given the spec's calls,
+    /// the adapter's handle of the library and its absolute path), and unload it. Any failure, or an unload that did
+    /// not succeed, drops the domain.
+    pub(crate) fn describe<T>(
+        &self,
+        path: &Path,
+        read: impl FnOnce(&[Function], u64, &Path) -> Result<T, ClassError>,
+    ) -> Result<T, ClassError> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut slot = self.domain.lock().unwrap_or_else(|e| e.into_inner());
+        let describing = match slot.take() {
+            Some(d) => d,
+            None => {
+                let d = self.start()?;
+                self.started.fetch_add(1, Ordering::Relaxed);
+                d
+            }
+        };
+        let not_a_plugin =
+            |reason: String| ClassError::NotAPlugin { path: path.clone(), class: self.spec.class, reason };
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| not_a_plugin("the path contains a NUL byte".into()))?;
+        let mut why = vec![0u8; REASON_BYTES];
+        let library = describing
+            .open
+            .call(&mut [Arg::Str(&c_path), Arg::Out(&mut why), Arg::U64(REASON_BYTES as u64)], RetType::Handle)?
+            .as_handle()
+            .filter(|&h| h != 0)
+            .ok_or_else(|| not_a_plugin(reason(&why)))?;
+        let described = read(&describing.calls, library, &path)?;
+        let unloaded = describing.unload.call(&mut [Arg::Handle(library)], RetType::I64);
+        if matches!(unloaded, Ok(v) if v.as_i64() == Some(0)) {
+            *slot = Some(describing);
+        }
+        Ok(described)
+    }
+
+    fn start(&self) -> Result<Describing, ClassError> {
+        let adapter = path(self.spec.adapter)?;
+        let ext = self.supervisor.load_with(&adapter, Some(Isolation::Process))?;
+        let (open, open_call) = self.spec.open;
+        let calls = self.spec.calls.iter().map(|&(f, call)| ext.function_as(f, call)).collect::<Result<_, _>>()?;
+        Ok(Describing {
+            open: ext.function_as(open, open_call)?,
+            unload: ext.function_as(self.spec.unload, "dlclose")?,
+            calls,
+            ext,
+        })
     }
 }

@@ -23,6 +23,10 @@ pub enum ClassError {
     /// The host's arguments do not fit the plugin (a wrong number of ports, a buffer of the wrong length).
     #[error("{plugin}: {reason}")]
     BadArguments { plugin: String, reason: String },
+    /// The library's descriptions read in its own domain are not those the host was given when it scanned it (the
+    /// file changed in between): the host would be handed ports it did not expect.
+    #[error("{path} changed since the host read its descriptions ({what}); refused rather than hand the host ports it did not expect")]
+    Changed { path: PathBuf, what: String },
     /// The adapter could not be written to disk.
     #[error("cannot provide the class adapter {name}: {reason}")]
     Adapter { name: String, reason: String },

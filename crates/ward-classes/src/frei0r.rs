@@ -446,6 +446,29 @@ impl Library {
         Ok(Library { inner: Arc::new(LibraryInner { path, ext, info, library, functions }) })
     }
 
+    /// Open the plugin at `path` as [`Library::open`] does, for a host that was given `described` (what a
+    /// [`Describer`] read of it) when it scanned it: what the plugin says of itself now, in its own domain, must be
+    /// the same, else the file changed in between and the plugin is refused ([`ClassError::Changed`]).
+    pub fn open_as_described(
+        supervisor: &Supervisor,
+        path: &Path,
+        isolation: Option<Isolation>,
+        described: &PluginInfo,
+    ) -> Result<Library, ClassError> {
+        let library = Library::open(supervisor, path, isolation)?;
+        if library.info() == described {
+            return Ok(library);
+        }
+        let what = if library.info().name != described.name {
+            format!("it was {:?}, it is now {:?}", described.name, library.info().name)
+        } else if library.info().params != described.params {
+            format!("{}: its parameters changed", described.name)
+        } else {
+            format!("{}: its type, colour model, versions or texts changed", described.name)
+        };
+        Err(ClassError::Changed { path: library.inner.path.clone(), what })
+    }
+
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
@@ -502,6 +525,52 @@ impl Library {
             output: Vec::new(),
             value: Vec::new(),
             last_set: vec![None; info.params.len()],
+        })
+    }
+}
+
+/// One process domain that reads what every frei0r plugin a host scans says about itself, so that describing a
+/// plugin does not start a domain of its own (its own domain starts when the host first constructs an instance,
+/// [`Library::open_as_described`]). Each plugin is loaded there, initialised (`f0r_init`), described as
+/// [`Library::open`] describes it, deinitialised (`f0r_deinit`) and unloaded, as a host that lists plugins does. As
+/// for LADSPA (`crate::ladspa::Describer`): sandboxed like any process domain, and a plugin that fails there costs
+/// the describer its domain and is described again in a domain of its own, where it fails as it always did.
+#[derive(Debug)]
+pub struct Describer(adapters::SharedDescriber);
+
+impl Describer {
+    /// A describer whose domain (started at the first description) runs with `policy`'s defaults; its events go to
+    /// no one.
+    pub fn new(policy: ward::Policy) -> Describer {
+        Describer(adapters::SharedDescriber::new(
+            policy,
+            adapters::DescriberSpec {
+                adapter: ADAPTER,
+                class: CLASS,
+                open: ("ward_frei0r_open", "f0r_init"),
+                unload: "ward_frei0r_unload",
+                calls: &[("ward_frei0r_describe", "f0r_get_plugin_info")],
+            },
+        ))
+    }
+
+    /// How many domains the describer has started (one, unless a plugin failed in one).
+    pub fn domains_started(&self) -> u64 {
+        self.0.domains_started()
+    }
+
+    /// The process id of the describer's domain, while it has one.
+    pub fn pid(&self) -> Option<i32> {
+        self.0.pid()
+    }
+
+    /// What the plugin at `path` says about itself, as [`Library::open`] would read it in a domain of its own. Any
+    /// failure drops the describer's domain (the next call starts a fresh one).
+    pub fn describe(&self, path: &Path) -> Result<PluginInfo, ClassError> {
+        self.0.describe(path, |calls, library, path| {
+            let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.to_path_buf(), reason };
+            let bytes = describe_plugin(&calls[0], library).map_err(|e| bad_plugin(e.to_string()))?;
+            PluginInfo::parse(&bytes).map_err(|e| bad_plugin(format!("its description: {e}")))
         })
     }
 }

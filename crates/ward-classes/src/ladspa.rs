@@ -291,8 +291,19 @@ impl std::fmt::Debug for Library {
 
 /// Every plugin descriptor of the opened library `library`.
 fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
-    let count =
-        ext.function_as("ward_ladspa_count", "ladspa_descriptor")?.call(&mut [Arg::Handle(library)], RetType::I64)?;
+    let count = ext.function_as("ward_ladspa_count", "ladspa_descriptor")?;
+    let describe = ext.function_as("ward_ladspa_describe", "ladspa_descriptor")?;
+    describe_with(&count, &describe, library, path)
+}
+
+/// Every plugin descriptor of the opened library `library`, through the adapter's `count` and `describe`.
+fn describe_with(
+    count: &Function,
+    describe: &Function,
+    library: u64,
+    path: &Path,
+) -> Result<Vec<Arc<Descriptor>>, ClassError> {
+    let count = count.call(&mut [Arg::Handle(library)], RetType::I64)?;
     let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
     if count == 0 {
         return Err(ClassError::NotAPlugin {
@@ -301,10 +312,9 @@ fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<De
             reason: "ladspa_descriptor(0) returned NULL: the library has no plugins".into(),
         });
     }
-    let describe = ext.function_as("ward_ladspa_describe", "ladspa_descriptor")?;
     let mut plugins = Vec::with_capacity(count);
     for index in 0..count {
-        let bytes = describe_one(&describe, library, index)
+        let bytes = describe_one(describe, library, index)
             .map_err(|e| ClassError::BadPlugin { path: path.to_path_buf(), reason: e.to_string() })?;
         let d = Descriptor::parse(index, &bytes).map_err(|reason| ClassError::BadPlugin {
             path: path.to_path_buf(),
@@ -353,6 +363,22 @@ impl Library {
         };
         let check_output = ext.policy().check_output;
         Ok(Library { inner: Arc::new(LibraryInner { path, ext, plugins, library, functions, check_output }) })
+    }
+
+    /// Open the library at `path` as [`Library::open`] does, for a host that was given `described` (what a
+    /// [`Describer`] read of it) when it scanned it: the descriptions read now, in the library's own domain, must be
+    /// the same, else the file changed in between and the library is refused ([`ClassError::Changed`]).
+    pub fn open_as_described(
+        supervisor: &Supervisor,
+        path: &Path,
+        isolation: Option<Isolation>,
+        described: &[Arc<Descriptor>],
+    ) -> Result<Library, ClassError> {
+        let library = Library::open(supervisor, path, isolation)?;
+        match difference(described, library.plugins()) {
+            None => Ok(library),
+            Some(what) => Err(ClassError::Changed { path: library.inner.path.clone(), what }),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -421,6 +447,86 @@ impl Library {
             output_at: Vec::new(),
             own_regions,
         })
+    }
+}
+
+/// How two readings of a library's descriptions differ, said briefly; `None` when they are the same. A bound counts
+/// only where the port's hint declares it: elsewhere plugins leave it uninitialised (ladspa-sdk's sine.so), and two
+/// processes read different garbage there.
+pub fn difference(before: &[Arc<Descriptor>], now: &[Arc<Descriptor>]) -> Option<String> {
+    if before.len() != now.len() {
+        return Some(format!("it had {} plugins, it now has {}", before.len(), now.len()));
+    }
+    let bound = |p: &Port, flag: i32, value: f32| (p.hint & flag != 0).then_some(value.to_bits());
+    let same_port = |a: &Port, b: &Port| {
+        (a.descriptor, &a.name, a.hint) == (b.descriptor, &b.name, b.hint)
+            && bound(a, HINT_BOUNDED_BELOW, a.lower) == bound(b, HINT_BOUNDED_BELOW, b.lower)
+            && bound(a, HINT_BOUNDED_ABOVE, a.upper) == bound(b, HINT_BOUNDED_ABOVE, b.upper)
+    };
+    for (a, b) in before.iter().zip(now) {
+        let what = |field: &str| Some(format!("plugin {} ({}): its {field} changed", a.index, a.label));
+        if (a.index, a.unique_id, &a.label) != (b.index, b.unique_id, &b.label) {
+            return what("identity (index, unique id or label)");
+        }
+        if (&a.name, &a.maker, &a.copyright, a.properties) != (&b.name, &b.maker, &b.copyright, b.properties) {
+            return what("name, maker, copyright or properties");
+        }
+        if a.ports.len() != b.ports.len() {
+            return Some(format!("plugin {} ({}): {} ports, now {}", a.index, a.label, a.ports.len(), b.ports.len()));
+        }
+        if let Some(p) = a.ports.iter().zip(&b.ports).position(|(x, y)| !same_port(x, y)) {
+            return Some(format!("plugin {} ({}): port {p} ({}) changed", a.index, a.label, a.ports[p].name));
+        }
+        let functions =
+            |d: &Descriptor| (d.has_activate, d.has_deactivate, d.has_run, d.has_run_adding, d.has_set_run_adding_gain);
+        if functions(a) != functions(b) {
+            return what("functions");
+        }
+    }
+    None
+}
+
+/// One process domain that reads the descriptions of every LADSPA library a host scans, so that describing a
+/// library does not start a domain of its own (a library's own domain starts when the host first instantiates from
+/// it, [`Library::open_as_described`]). Each library is loaded there, described as [`Library::open`] describes it,
+/// and unloaded. The domain is sandboxed like any process domain. A library that fails there (crashes, hangs,
+/// describes itself badly) fails only its own description: the domain is dropped, the next library gets a fresh
+/// one, and the caller describes the failed one the old way, in a domain of its own, where it fails as it always
+/// did (DECISIONS.md).
+#[derive(Debug)]
+pub struct Describer(adapters::SharedDescriber);
+
+impl Describer {
+    /// A describer whose domain (started at the first description) runs with `policy`'s defaults: its extension is
+    /// the adapter itself (`ward_ladspa_adapter`), not any plugin, and always a process domain. Its events go to no
+    /// one: a library that fails in it is described again in its own domain, whose events the host gets.
+    pub fn new(policy: ward::Policy) -> Describer {
+        Describer(adapters::SharedDescriber::new(
+            policy,
+            adapters::DescriberSpec {
+                adapter: ADAPTER,
+                class: "LADSPA",
+                open: ("ward_ladspa_open", "ladspa_descriptor"),
+                unload: "ward_ladspa_unload",
+                calls: &[("ward_ladspa_count", "ladspa_descriptor"), ("ward_ladspa_describe", "ladspa_descriptor")],
+            },
+        ))
+    }
+
+    /// How many domains the describer has started (one, unless a library failed in one).
+    pub fn domains_started(&self) -> u64 {
+        self.0.domains_started()
+    }
+
+    /// The process id of the describer's domain, while it has one.
+    pub fn pid(&self) -> Option<i32> {
+        self.0.pid()
+    }
+
+    /// The descriptions of the library at `path`, as [`Library::open`] would read them in a domain of its own.
+    /// Any failure drops the describer's domain (the next call starts a fresh one).
+    pub fn describe(&self, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
+        self.0.describe(path, |calls, library, path| describe_with(&calls[0], &calls[1], library, path))
     }
 }
 

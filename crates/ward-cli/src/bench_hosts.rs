@@ -1,4 +1,7 @@
-//! `ward bench sox` and `ward bench ffmpeg`: unmodified hosts timed natively and under `ward run`, side by side.
+//! `ward bench sox`, `ward bench ffmpeg` and `ward bench scan`: unmodified hosts timed natively and under
+//! `ward run`, side by side. `scan` times hosts that open every LADSPA library they find before working: Debian's
+//! `listplugins`, and a test host that scans then processes one second of audio through one plugin
+//! (`hosts/scan_host.c`, built with the system's C compiler).
 //!
 //! Each variant runs the same host command: plain (native), then through `ward run --isolation none`,
 //! `ward run --isolation process` and, where the machine has protection keys, `ward run --isolation mpk` (the
@@ -67,6 +70,23 @@ pub struct FfmpegArgs {
     filter: String,
 }
 
+#[derive(Args)]
+pub struct ScanArgs {
+    /// Timed runs of each variant (after one untimed check run).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    runs: u32,
+    /// One JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Policy file (TOML) for the `ward run` variants, as `ward run --policy` takes it; ward's defaults without one.
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Run with this many processes of busy work beside every variant, native included (started and stopped by the
+    /// benchmark), so that the ratios compare like with like on a machine that is not idle.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    load: u32,
+}
+
 /// Where Debian installs the plugins (swh-plugins, ladspa-sdk, frei0r-plugins).
 const LADSPA_DIR: &str = "/usr/lib/ladspa";
 const FREI0R_DIRS: &[&str] = &["/usr/lib/frei0r-1", "/usr/local/lib/frei0r-1"];
@@ -89,6 +109,13 @@ const SOX_CHAIN: &[(&str, &str, bool, &str, &str)] = &[
 ];
 
 const SOX_TARGET: f64 = 1.15;
+/// A scanning host's short job.
+const SCAN_TARGET: f64 = 1.30;
+/// The scanning test host, and the LADSPA declarations it is built with.
+const SCAN_HOST_SOURCE: &str = include_str!("../hosts/scan_host.c");
+const LADSPA_ABI_HEADER: &str = include_str!("../../../include/ward_ladspa_abi.h");
+/// The plugin the scanning test host processes with, after its scan.
+const SCAN_PLUGIN: (&str, &str) = ("amp.so", "amp_mono");
 const FFMPEG_TARGET: f64 = 1.20;
 const MPK_TARGET: f64 = 1.05;
 /// What the worst case of pure overhead is measured with.
@@ -220,6 +247,10 @@ struct Case {
     /// What the check run's outputs are, for the report.
     compared: &'static str,
     target: f64,
+    /// Environment the host runs with, every variant alike.
+    env: Vec<(&'static str, OsString)>,
+    /// The check run's output is what the host writes to its standard output (else a file it is given).
+    output_is_stdout: bool,
 }
 
 /// Wall seconds of the timed runs of each variant, in `variants` order.
@@ -340,6 +371,8 @@ pub fn sox(args: SoxArgs) -> Result<bool> {
         ext: "wav",
         compared: "the output files, byte for byte",
         target: SOX_TARGET,
+        env: Vec::new(),
+        output_is_stdout: false,
     };
     let load = Load::start(args.load)?;
     let timings = measure(&case, &ward, tmp.path(), args.runs)?;
@@ -438,6 +471,8 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
                 ext: "framecrc",
                 compared: "the Adler-32 of every output frame (ffmpeg -f framecrc)",
                 target: FFMPEG_TARGET,
+                env: Vec::new(),
+                output_is_stdout: false,
             }
         })
         .collect();
@@ -470,6 +505,110 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
         print_table(case, t)?;
     }
     Ok(true)
+}
+
+pub fn scan(args: ScanArgs) -> Result<bool> {
+    catch_interrupts();
+    let listplugins = need_program("listplugins")?;
+    let plugin = Path::new(LADSPA_DIR).join(SCAN_PLUGIN.0);
+    if !plugin.is_file() {
+        return Err(anyhow!(BadInput(format!(
+            "the LADSPA plugin {} is missing (package ladspa-sdk); run scripts/deps",
+            plugin.display()
+        ))));
+    }
+    let libraries = std::fs::read_dir(LADSPA_DIR)
+        .with_context(|| format!("cannot read {LADSPA_DIR}"))?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "so"))
+        .count();
+    let tmp = TempDir::new("ward-bench-scan")?;
+    let ward = Ward::new(args.policy.as_deref(), tmp.path())?;
+    progress("scan: building the scanning test host with cc");
+    let host = build_scan_host(tmp.path())?;
+    let ladspa_path = vec![("LADSPA_PATH", OsString::from(LADSPA_DIR))];
+    let cases = [
+        Case {
+            name: "listplugins".into(),
+            program: listplugins,
+            args: Box::new(|_, _| Vec::new()),
+            ext: "txt",
+            compared: "the listing on standard output",
+            target: SCAN_TARGET,
+            env: ladspa_path.clone(),
+            output_is_stdout: true,
+        },
+        Case {
+            name: "scan then process".into(),
+            program: host,
+            args: Box::new(move |out, _| {
+                vec![
+                    LADSPA_DIR.into(),
+                    plugin.clone().into_os_string(),
+                    SCAN_PLUGIN.1.into(),
+                    out.as_os_str().to_owned(),
+                ]
+            }),
+            ext: "raw",
+            compared: "the processed samples, byte for byte",
+            target: SCAN_TARGET,
+            env: ladspa_path,
+            output_is_stdout: false,
+        },
+    ];
+    let workload = format!(
+        "every LADSPA library in {LADSPA_DIR} ({libraries}) opened and described; the test host then runs one second \
+         of 48 kHz audio through {} {}",
+        SCAN_PLUGIN.0, SCAN_PLUGIN.1
+    );
+    let mut measured = Vec::new();
+    let load = Load::start(args.load)?;
+    for case in &cases {
+        measured.push(measure(case, &ward, tmp.path(), args.runs)?);
+    }
+    let load = Finished::from(load);
+    if args.json {
+        let list: Vec<_> = cases.iter().zip(&measured).map(|(c, t)| (c, t, command_text(c, tmp.path()))).collect();
+        return print_json("scan", args.runs, &ward, load, &workload, &list);
+    }
+    say!(
+        "ward bench scan: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
+        args.runs,
+        cpus()
+    )?;
+    say!("workload: {workload}")?;
+    load.say()?;
+    say!("policy of the ward run variants: {}", ward.policy_text())?;
+    for (case, t) in cases.iter().zip(&measured) {
+        say!("")?;
+        say!("command: LADSPA_PATH={LADSPA_DIR} {}", command_text(case, tmp.path()))?;
+        print_table(case, t)?;
+    }
+    Ok(true)
+}
+
+/// The scanning test host, compiled into `dir`.
+fn build_scan_host(dir: &Path) -> Result<PathBuf> {
+    let source = dir.join("scan_host.c");
+    std::fs::write(&source, SCAN_HOST_SOURCE).with_context(|| format!("cannot write {}", source.display()))?;
+    let header = dir.join("ward_ladspa_abi.h");
+    std::fs::write(&header, LADSPA_ABI_HEADER).with_context(|| format!("cannot write {}", header.display()))?;
+    let exe = dir.join("scan_host");
+    let status = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg("-I")
+        .arg(dir)
+        .arg(&source)
+        .args(["-ldl", "-lm"])
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| anyhow!(BadInput(format!("cannot run the C compiler cc, which builds the test host: {e}"))))?;
+    check_interrupted()?;
+    if !status.success() {
+        bail!("cc could not build the scanning test host ({status})");
+    }
+    Ok(exe)
 }
 
 /// The `--load` of a finished measurement: its busy processes stopped, how many there were kept for the report.
@@ -595,10 +734,15 @@ fn run_once(case: &Case, ward: &Ward, variant: Variant, out: &Path, check: bool,
             c
         }
     };
-    cmd.args(&args);
+    cmd.args(&args).envs(case.env.iter().map(|(k, v)| (k, v)));
+    let stdout = if check && case.output_is_stdout {
+        Stdio::from(File::create(out).with_context(|| format!("cannot create {}", out.display()))?)
+    } else {
+        Stdio::null()
+    };
     let err_path = dir.join(format!("stderr-{}.txt", variant.key()));
     let err = File::create(&err_path).with_context(|| format!("cannot create {}", err_path.display()))?;
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(err);
+    cmd.stdin(Stdio::null()).stdout(stdout).stderr(err);
     let t = Instant::now();
     let status = cmd.status().with_context(|| format!("cannot run {}", case.program.display()))?;
     let secs = t.elapsed().as_secs_f64();
@@ -865,6 +1009,8 @@ mod tests {
             ext: "wav",
             compared: "",
             target: SOX_TARGET,
+            env: Vec::new(),
+            output_is_stdout: false,
         };
         assert_eq!(command_text(&case, dir), "sox -D in.wav out.wav amp");
     }

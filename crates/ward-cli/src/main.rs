@@ -127,6 +127,9 @@ enum BenchWhat {
     Sox(bench_hosts::SoxArgs),
     /// ffmpeg with a frei0r filter on 300 frames of 1920x1080: native, and under `ward run` (none, process).
     Ffmpeg(bench_hosts::FfmpegArgs),
+    /// Hosts that scan every LADSPA library at start (listplugins; a test host that then processes one second of
+    /// audio): native, and under `ward run` (none, process).
+    Scan(bench_hosts::ScanArgs),
 }
 
 fn main() -> ExitCode {
@@ -137,6 +140,7 @@ fn main() -> ExitCode {
         Command::Bench { what: BenchWhat::Xpc { json, quick, load } } => bench::run(json, quick, load),
         Command::Bench { what: BenchWhat::Sox(a) } => bench_hosts::sox(a),
         Command::Bench { what: BenchWhat::Ffmpeg(a) } => bench_hosts::ffmpeg(a),
+        Command::Bench { what: BenchWhat::Scan(a) } => bench_hosts::scan(a),
         Command::Inject(a) => inject::run(a),
         Command::Campaign(a) => campaign::run(a),
         Command::Check(a) => check::run(a),

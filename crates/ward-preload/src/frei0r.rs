@@ -2,10 +2,11 @@
 //! the instance functions (the class wrappers).
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use ward::{Isolation, Supervisor};
-use ward_classes::frei0r::{Instance, Library, ParamKind, ParamValue};
+use ward_classes::frei0r::{Describer, Instance, Library, ParamKind, ParamValue, PluginInfo};
 use ward_classes::ClassError;
 
 use crate::c_string;
@@ -20,9 +21,16 @@ struct ParamNames {
     explanation: CString,
 }
 
-/// A frei0r plugin under ward, with the strings the host may keep pointers to.
+/// A frei0r plugin under ward, with the strings the host may keep pointers to. It is opened in a domain of its own
+/// at once, or, when the describer described it, when the host first constructs an instance (a host that only
+/// scans it starts no domain; `f0r_init` and the information calls are answered from the description).
 pub(crate) struct ProxyLibrary {
-    library: Library,
+    path: PathBuf,
+    isolation: Option<Isolation>,
+    /// What the host is told; the plugin's own domain must read the same.
+    info: PluginInfo,
+    /// The plugin in its own domain, or why it could not be opened there (said once, when it failed).
+    opened: OnceLock<Result<Library, String>>,
     name: CString,
     author: CString,
     explanation: CString,
@@ -30,31 +38,80 @@ pub(crate) struct ProxyLibrary {
 }
 
 impl ProxyLibrary {
+    /// The plugin opened at once in a domain of its own, which reads what it says about itself.
     pub(crate) fn open(
         sup: &Supervisor,
         path: &Path,
         isolation: Option<Isolation>,
     ) -> Result<ProxyLibrary, ClassError> {
         let library = Library::open(sup, path, isolation)?;
-        let info = library.info();
+        let (path, info) = (library.path().to_path_buf(), library.info().clone());
+        Ok(ProxyLibrary::of(path, isolation, info, OnceLock::from(Ok(library))))
+    }
+
+    /// The plugin described by `describer`; its own domain starts when the host first constructs an instance.
+    pub(crate) fn described(
+        describer: &Describer,
+        path: &Path,
+        isolation: Option<Isolation>,
+    ) -> Result<ProxyLibrary, ClassError> {
+        let info = describer.describe(path)?;
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        Ok(ProxyLibrary::of(path, isolation, info, OnceLock::new()))
+    }
+
+    fn of(
+        path: PathBuf,
+        isolation: Option<Isolation>,
+        info: PluginInfo,
+        opened: OnceLock<Result<Library, String>>,
+    ) -> ProxyLibrary {
         let params = info
             .params
             .iter()
             .map(|p| ParamNames { name: c_string(&p.name), explanation: c_string(&p.explanation) })
             .collect();
-        Ok(ProxyLibrary {
+        ProxyLibrary {
             name: c_string(&info.name),
             author: c_string(&info.author),
             explanation: c_string(&info.explanation),
             params,
-            library,
-        })
+            path,
+            isolation,
+            info,
+            opened,
+        }
     }
-}
 
-impl ProxyLibrary {
-    pub(crate) fn extension(&self) -> ward::Extension {
-        self.library.extension().clone()
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The extension running the plugin, once it has a domain of its own.
+    pub(crate) fn extension(&self) -> Option<ward::Extension> {
+        self.opened.get().and_then(|o| o.as_ref().ok()).map(|l| l.extension().clone())
+    }
+
+    /// The plugin in its own domain, opened now if it was not yet.
+    fn library(&self) -> Result<&Library, &str> {
+        self.opened.get_or_init(|| self.open_now()).as_ref().map_err(String::as_str)
+    }
+
+    fn open_now(&self) -> Result<Library, String> {
+        let Some(rt) = runtime::get() else { return Err("ward's environment is unusable".into()) };
+        let opened = Library::open_as_described(rt.supervisor(), &self.path, self.isolation, &self.info);
+        rt.report();
+        match opened {
+            Ok(library) => {
+                rt.domain_started(&self.path, "frei0r", library.extension());
+                Ok(library)
+            }
+            Err(e) => {
+                let reason = format!("the frei0r plugin failed under ward when the host first constructed it: {e}");
+                rt.say(&format!("{}: not constructed: {reason}", self.path.display()));
+                Err(reason)
+            }
+        }
     }
 }
 
@@ -71,7 +128,8 @@ fn report() {
     }
 }
 
-/// The plugin was initialised in its domain when it was opened.
+/// The plugin was initialised when it was described (in the describer's domain, or in its own when it was opened at
+/// once); its own domain initialises it again when it starts.
 #[no_mangle]
 pub extern "C" fn ward_preload_f0r_init(library_id: u64) -> c_int {
     c_int::from(library(library_id).is_some())
@@ -86,7 +144,7 @@ pub extern "C" fn ward_preload_f0r_deinit(_library_id: u64) {}
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_get_plugin_info(library_id: u64, info: *mut c_void) {
     let Some(lib) = library(library_id) else { return };
-    let i = lib.library.info();
+    let i = &lib.info;
     let raw = RawPluginInfo {
         name: lib.name.as_ptr(),
         author: lib.author.as_ptr(),
@@ -111,8 +169,7 @@ pub unsafe extern "C" fn ward_preload_f0r_get_plugin_info(library_id: u64, info:
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_get_param_info(library_id: u64, info: *mut c_void, index: c_int) {
     let Some(lib) = library(library_id) else { return };
-    let (Some(names), Some(param)) = (lib.params.get(index as usize), lib.library.info().params.get(index as usize))
-    else {
+    let (Some(names), Some(param)) = (lib.params.get(index as usize), lib.info.params.get(index as usize)) else {
         return;
     };
     if !info.is_null() {
@@ -138,8 +195,10 @@ struct ProxyInstance {
 #[no_mangle]
 pub extern "C" fn ward_preload_f0r_construct(library_id: u64, width: c_uint, height: c_uint) -> *mut c_void {
     let Some(lib) = library(library_id) else { return std::ptr::null_mut() };
-    let result = inside_ward(|| lib.library.construct(width, height));
+    let result = inside_ward(|| lib.library().map(|library| library.construct(width, height)));
     report();
+    // Said once, when its opening failed.
+    let Ok(result) = result else { return std::ptr::null_mut() };
     match result {
         Ok(instance) => {
             let params = lib.params.len();
@@ -186,7 +245,7 @@ pub unsafe extern "C" fn ward_preload_f0r_destruct(instance: *mut c_void) {
 pub unsafe extern "C" fn ward_preload_f0r_set_param_value(instance_ptr: *mut c_void, param: *mut c_void, index: c_int) {
     // SAFETY: the host passes an instance of ours (frei0r contract).
     let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
-    let Some(info) = inst.library.library.info().params.get(index as usize) else { return };
+    let Some(info) = inst.library.info.params.get(index as usize) else { return };
     if param.is_null() {
         return;
     }

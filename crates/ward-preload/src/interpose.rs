@@ -179,8 +179,9 @@ unsafe extern "C" fn dlopen_from(filename: *const c_char, flags: c_int, caller: 
 /// As libc's: `handle` came from `dlopen`.
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    if !INSIDE_WARD.with(Cell::get) {
-        inside_ward(|| runtime::closing(handle));
-    }
-    real_dlclose(handle)
+    // A proxy's copy keeps its descriptor (and so its name) until it is unloaded.
+    let copy = if INSIDE_WARD.with(Cell::get) { None } else { inside_ward(|| runtime::closing(handle)) };
+    let closed = real_dlclose(handle);
+    drop(copy);
+    closed
 }

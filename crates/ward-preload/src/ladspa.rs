@@ -2,12 +2,12 @@
 //! read through the domain) and the functions their pointers lead to (the class wrappers).
 
 use std::ffi::{c_char, c_int, c_ulong, c_void, CString};
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use ward::{Isolation, Supervisor};
 use ward_classes::abi::{LadspaDescriptor, LadspaPortRangeHint};
-use ward_classes::ladspa::{Instance, Library, Placement, PortBuffer};
+use ward_classes::ladspa::{Describer, Descriptor, Instance, Library, Placement, PortBuffer};
 use ward_classes::ClassError;
 
 use crate::c_string;
@@ -25,7 +25,7 @@ type GainFn = unsafe extern "C" fn(*mut c_void, f32);
 #[repr(C)]
 struct ProxyDescriptor {
     raw: RawDescriptor,
-    library: Library,
+    source: Arc<LibrarySource>,
     index: usize,
     _strings: Vec<CString>,
     _port_descriptors: Vec<c_int>,
@@ -33,9 +33,45 @@ struct ProxyDescriptor {
     _hints: Vec<RangeHint>,
 }
 
+/// The library a proxy's descriptors lead to: opened in a domain of its own at once, or, for a library the
+/// describer described, when the host first instantiates from it (a host that only scans it starts no domain).
+struct LibrarySource {
+    path: PathBuf,
+    isolation: Option<Isolation>,
+    /// What the describer read; the library's own domain must read the same.
+    described: Option<Vec<Arc<Descriptor>>>,
+    /// The library in its own domain, or why it could not be opened there (said once, when it failed).
+    opened: OnceLock<Result<Library, String>>,
+}
+
+impl LibrarySource {
+    /// The library in its own domain, opened now if it was not yet.
+    fn library(&self) -> Result<&Library, &str> {
+        self.opened.get_or_init(|| self.open_now()).as_ref().map_err(String::as_str)
+    }
+
+    fn open_now(&self) -> Result<Library, String> {
+        let Some(rt) = runtime::get() else { return Err("ward's environment is unusable".into()) };
+        let described = self.described.as_deref().unwrap_or_default();
+        let opened = Library::open_as_described(rt.supervisor(), &self.path, self.isolation, described);
+        rt.report();
+        match opened {
+            Ok(library) => {
+                rt.domain_started(&self.path, "LADSPA", library.extension());
+                Ok(library)
+            }
+            Err(e) => {
+                let reason = format!("the LADSPA plugin failed under ward when the host first instantiated it: {e}");
+                rt.say(&format!("{}: not instantiated: {reason}", self.path.display()));
+                Err(reason)
+            }
+        }
+    }
+}
+
 /// A LADSPA library under ward, with its descriptors built once.
 pub(crate) struct ProxyLibrary {
-    library: Library,
+    source: Arc<LibrarySource>,
     /// Complete before the host sees any: the vector never grows again, so the descriptors never move.
     descriptors: Vec<ProxyDescriptor>,
 }
@@ -48,14 +84,43 @@ unsafe impl Send for ProxyLibrary {}
 unsafe impl Sync for ProxyLibrary {}
 
 impl ProxyLibrary {
+    /// The library opened at once in a domain of its own, which reads its descriptors.
     pub(crate) fn open(
         sup: &Supervisor,
         path: &Path,
         isolation: Option<Isolation>,
     ) -> Result<ProxyLibrary, ClassError> {
         let library = Library::open(sup, path, isolation)?;
+        let plugins = library.plugins().to_vec();
+        let source = LibrarySource {
+            path: library.path().to_path_buf(),
+            isolation,
+            described: None,
+            opened: OnceLock::from(Ok(library)),
+        };
+        Ok(ProxyLibrary::of(source, &plugins))
+    }
+
+    /// The library described by `describer`; its own domain starts when the host first instantiates from it.
+    pub(crate) fn described(
+        describer: &Describer,
+        path: &Path,
+        isolation: Option<Isolation>,
+    ) -> Result<ProxyLibrary, ClassError> {
+        let plugins = describer.describe(path)?;
+        let source = LibrarySource {
+            path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
+            isolation,
+            described: Some(plugins.clone()),
+            opened: OnceLock::new(),
+        };
+        Ok(ProxyLibrary::of(source, &plugins))
+    }
+
+    fn of(source: LibrarySource, plugins: &[Arc<Descriptor>]) -> ProxyLibrary {
+        let source = Arc::new(source);
         let mut descriptors = Vec::new();
-        for d in library.plugins() {
+        for d in plugins {
             let mut strings = Vec::new();
             let mut keep = |s: &str| {
                 let c = c_string(s);
@@ -91,7 +156,7 @@ impl ProxyLibrary {
             };
             descriptors.push(ProxyDescriptor {
                 raw,
-                library: library.clone(),
+                source: Arc::clone(&source),
                 index: d.index,
                 _strings: strings,
                 _port_descriptors: port_descriptors,
@@ -99,13 +164,16 @@ impl ProxyLibrary {
                 _hints: hints,
             });
         }
-        Ok(ProxyLibrary { library, descriptors })
+        ProxyLibrary { source, descriptors }
     }
-}
 
-impl ProxyLibrary {
-    pub(crate) fn extension(&self) -> ward::Extension {
-        self.library.extension().clone()
+    pub(crate) fn path(&self) -> &Path {
+        &self.source.path
+    }
+
+    /// The extension running the library, once it has a domain of its own.
+    pub(crate) fn extension(&self) -> Option<ward::Extension> {
+        self.source.opened.get().and_then(|o| o.as_ref().ok()).map(|l| l.extension().clone())
     }
 }
 
@@ -140,8 +208,13 @@ unsafe extern "C" fn instantiate(descriptor: *const RawDescriptor, sample_rate: 
     // SAFETY: our descriptors are the `raw` field, first in a repr(C) ProxyDescriptor that lives as long as its
     // library (the host must not use a descriptor after dlclose).
     let proxy = unsafe { &*(descriptor as *const ProxyDescriptor) };
-    let result = inside_ward(|| proxy.library.instantiate(proxy.index, sample_rate));
+    let result = inside_ward(|| match proxy.source.library() {
+        Ok(library) => Ok(library.instantiate(proxy.index, sample_rate)),
+        // Said once, when its opening failed.
+        Err(_) => Err(()),
+    });
     report();
+    let Ok(result) = result else { return std::ptr::null_mut() };
     match result {
         Ok(instance) => {
             let ports = instance.descriptor().ports.len();

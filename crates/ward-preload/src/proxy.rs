@@ -58,8 +58,11 @@ pub(crate) enum ProxyError {
 /// Load a private copy of `class`'s proxy (a copy, so that every plugin has its own, context-free entry points) and
 /// bind it to library `id`. The copy exports the class's entry points that the plugin exports (`exports`), no
 /// others: a host that looks a symbol up to learn what the plugin is (`f0r_update` or only `f0r_update2`) finds what
-/// it would natively. Returns the handle the host gets.
-pub(crate) fn load(class: Class, id: u64, exports: &[String]) -> Result<*mut c_void, ProxyError> {
+/// it would natively. Returns the handle the host gets, and the descriptor of the copy, which must stay open until
+/// the copy is unloaded: the dynamic linker knows the copy by its name, `/proc/self/fd/N`, and hands out a loaded
+/// object again for a name it already has, so a later copy loaded under the number of a closed descriptor would be
+/// this one (its entry points, its binding) rather than a copy of its own.
+pub(crate) fn load(class: Class, id: u64, exports: &[String]) -> Result<(*mut c_void, OwnedFd), ProxyError> {
     let (proxy, entries) = match class {
         Class::Ladspa => (&LADSPA_PROXY, LADSPA_ENTRIES),
         Class::Frei0r => (&FREI0R_PROXY, FREI0R_ENTRIES),
@@ -79,7 +82,7 @@ pub(crate) fn load(class: Class, id: u64, exports: &[String]) -> Result<*mut c_v
     file.write_all(&bytes).map_err(ProxyError::Write)?;
     let path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
     let handle = real_dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-    drop(file);
+    let fd = OwnedFd::from(file);
     if handle.is_null() {
         return Err(ProxyError::WouldNotLoad);
     }
@@ -92,7 +95,7 @@ pub(crate) fn load(class: Class, id: u64, exports: &[String]) -> Result<*mut c_v
     let bind: BindFn = unsafe { std::mem::transmute::<*mut c_void, BindFn>(bind) };
     // SAFETY: see above; it only stores the number.
     unsafe { bind(id) };
-    Ok(handle)
+    Ok((handle, fd))
 }
 
 /// Turn the dynamic symbols of `elf` named in `names` into undefined ones of value 0, which the dynamic linker's

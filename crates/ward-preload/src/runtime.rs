@@ -3,13 +3,14 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ward::{Event, Isolation, Policy, Supervisor};
-use ward_classes::{inspect, Class, Classification, ClassifyError};
+use ward_classes::{inspect, Class, ClassError, Classification, ClassifyError};
 
 use crate::{frei0r, ladspa, proxy};
 
@@ -26,13 +27,18 @@ pub(crate) struct Runtime {
     policy: Policy,
     isolation: Option<Isolation>,
     plugins: Mutex<HashMap<u64, Plugin>>,
-    /// Proxy handles given to the host, and the plugin each stands for.
-    proxies: Mutex<HashMap<usize, u64>>,
+    /// Proxy handles given to the host, the plugin each stands for, and the descriptor of its copy (open while it is
+    /// loaded, see `proxy::load`).
+    proxies: Mutex<HashMap<usize, (u64, OwnedFd)>>,
     next_id: AtomicU64,
     events: Mutex<Receiver<Event>>,
     log: Option<Mutex<std::fs::File>>,
     /// Say which plugins are put under ward (`ward run --verbose`).
     verbose: bool,
+    /// The domains that describe the LADSPA libraries and frei0r plugins the host opens, each started with the
+    /// first of its class.
+    ladspa_describer: ward_classes::ladspa::Describer,
+    frei0r_describer: ward_classes::frei0r::Describer,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, EnvironmentError>> = OnceLock::new();
@@ -82,6 +88,8 @@ impl Runtime {
             _ => None,
         };
         let supervisor = Supervisor::new(policy.clone());
+        let ladspa_describer = ward_classes::ladspa::Describer::new(policy.clone());
+        let frei0r_describer = ward_classes::frei0r::Describer::new(policy.clone());
         let events = Mutex::new(supervisor.subscribe());
         Ok(Runtime {
             supervisor,
@@ -93,7 +101,111 @@ impl Runtime {
             events,
             log,
             verbose: std::env::var_os("WARD_VERBOSE").is_some_and(|v| v == "1"),
+            ladspa_describer,
+            frei0r_describer,
         })
+    }
+
+    pub(crate) fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    /// Whether the plugin library at `path` is described in the describer's domain, its own domain starting only
+    /// when the host first instantiates from it: where that domain would be a process domain of its own, with
+    /// nothing in its policy that acts on the library's loading (a group, a restart image, a library fault,
+    /// poisoning), which are left as they were (DECISIONS.md).
+    fn describes_apart(&self, path: &Path) -> bool {
+        let policy = self.policy.for_extension(&ward::extension_name(path));
+        let process = match self.isolation.unwrap_or(policy.isolation) {
+            Isolation::Process => true,
+            Isolation::Auto => !ward::mpk_available(),
+            _ => false,
+        };
+        process
+            && policy.group.is_none()
+            && policy.restart_from.is_none()
+            && policy.library_fault.is_none()
+            && !policy.poison
+    }
+
+    /// A plugin library got its domain (`ward run --verbose` says so).
+    pub(crate) fn domain_started(&self, path: &Path, class: &str, ext: &ward::Extension) {
+        if self.verbose {
+            let pid = ext.pid().map(|p| format!(", domain process {p}")).unwrap_or_default();
+            self.say(&format!("{}: {class} plugin under ward (isolation {}{pid})", path.display(), ext.isolation()));
+        }
+    }
+
+    /// A plugin library described in its class's describer domain, or, where that fails, opened in a domain of its
+    /// own (which fails as it always did, with its own events, if the library is at fault).
+    fn describe(&self, class: Class, path: &Path) -> Result<Plugin, ClassError> {
+        let (before, described) = match class {
+            Class::Ladspa => (
+                self.ladspa_describer.domains_started(),
+                ladspa::ProxyLibrary::described(&self.ladspa_describer, path, self.isolation)
+                    .map(|l| Plugin::Ladspa(Arc::new(l))),
+            ),
+            Class::Frei0r => (
+                self.frei0r_describer.domains_started(),
+                frei0r::ProxyLibrary::described(&self.frei0r_describer, path, self.isolation)
+                    .map(|l| Plugin::Frei0r(Arc::new(l))),
+            ),
+        };
+        if self.verbose {
+            let (started, pid) = match class {
+                Class::Ladspa => (self.ladspa_describer.domains_started(), self.ladspa_describer.pid()),
+                Class::Frei0r => (self.frei0r_describer.domains_started(), self.frei0r_describer.pid()),
+            };
+            if started != before {
+                let pid = pid.map(|p| format!(" (domain process {p})")).unwrap_or_default();
+                self.say(&format!(
+                    "{} describer started{pid}: libraries the host only scans get no domain",
+                    class.name()
+                ));
+            }
+        }
+        match described {
+            Ok(plugin) => {
+                if self.verbose {
+                    let first = match class {
+                        Class::Ladspa => "instantiates one of its plugins",
+                        Class::Frei0r => "constructs an instance",
+                    };
+                    self.say(&format!(
+                        "{}: {} plugin described under ward (its domain starts when the host first {first})",
+                        path.display(),
+                        class.name(),
+                    ));
+                }
+                Ok(plugin)
+            }
+            Err(e) => {
+                if self.verbose {
+                    self.say(&format!("{}: not described by the describer ({e}): opened at once", path.display()));
+                }
+                self.open_at_once(class, path)
+            }
+        }
+    }
+
+    /// A plugin library opened at once in a domain of its own, which reads its descriptions.
+    fn open_at_once(&self, class: Class, path: &Path) -> Result<Plugin, ClassError> {
+        let (plugin, ext) = match class {
+            Class::Ladspa => {
+                let l = ladspa::ProxyLibrary::open(&self.supervisor, path, self.isolation)?;
+                let ext = l.extension();
+                (Plugin::Ladspa(Arc::new(l)), ext)
+            }
+            Class::Frei0r => {
+                let l = frei0r::ProxyLibrary::open(&self.supervisor, path, self.isolation)?;
+                let ext = l.extension();
+                (Plugin::Frei0r(Arc::new(l)), ext)
+            }
+        };
+        if let Some(ext) = ext {
+            self.domain_started(path, class.name(), &ext);
+        }
+        Ok(plugin)
     }
 
     pub(crate) fn plugin(&self, id: u64) -> Option<Plugin> {
@@ -112,7 +224,7 @@ impl Runtime {
     }
 
     /// One line on standard error and in the log.
-    fn say(&self, what: &str) {
+    pub(crate) fn say(&self, what: &str) {
         let line = format!("ward: {what}\n");
         let _ = std::io::stderr().write_all(line.as_bytes());
         if let Some(log) = &self.log {
@@ -163,26 +275,11 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
         Err(why) => return refuse(path, &key, None, &why.to_string()),
     };
     let id = rt.next_id.fetch_add(1, Ordering::Relaxed);
-    let plugin = match class {
-        Class::Ladspa => ladspa::ProxyLibrary::open(&rt.supervisor, path, rt.isolation).map(|l| {
-            let ext = l.extension();
-            (ext.isolation(), ext.pid(), Plugin::Ladspa(Arc::new(l)))
-        }),
-        Class::Frei0r => frei0r::ProxyLibrary::open(&rt.supervisor, path, rt.isolation).map(|l| {
-            let ext = l.extension();
-            (ext.isolation(), ext.pid(), Plugin::Frei0r(Arc::new(l)))
-        }),
-    };
+    let plugin = if rt.describes_apart(path) { rt.describe(class, path) } else { rt.open_at_once(class, path) };
     // The events of a failed open (faults, restarts) come first, then why it is refused.
     rt.report();
     let plugin = match plugin {
-        Ok((isolation, pid, p)) => {
-            if rt.verbose {
-                let pid = pid.map(|p| format!(", domain process {p}")).unwrap_or_default();
-                rt.say(&format!("{}: {} plugin under ward (isolation {isolation}{pid})", path.display(), class.name()));
-            }
-            p
-        }
+        Ok(p) => p,
         Err(e) => {
             let reason = format!("the {} plugin failed under ward, so it is not loaded at all: {e}", class.name());
             return refuse(path, &key, Some(rt), &reason);
@@ -190,8 +287,8 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
     };
     rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(id, plugin);
     match proxy::load(class, id, &exports) {
-        Ok(handle) => {
-            rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(handle as usize, id);
+        Ok((handle, fd)) => {
+            rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(handle as usize, (id, fd));
             rt.report();
             Opened::Proxy(handle)
         }
@@ -242,23 +339,28 @@ fn dlerror_text(path: &Path, reason: &str) -> String {
 }
 
 /// The host closes `handle`: if it is a proxy, its plugin is let go (instances the host still holds keep it alive).
-pub(crate) fn closing(handle: *mut c_void) {
-    let Some(Ok(rt)) = RUNTIME.get() else { return };
-    let id = rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&(handle as usize));
-    if let Some(id) = id {
-        let plugin = rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-        if let (true, Some(plugin)) = (rt.verbose, plugin) {
-            let ext = match &plugin {
-                Plugin::Ladspa(l) => l.extension(),
-                Plugin::Frei0r(l) => l.extension(),
-            };
-            let stats = ext.stats();
-            rt.say(&format!(
-                "{}: closed by the host ({} restarts, {} buffers lent in place)",
-                ext.name(),
-                stats.restarts,
-                stats.lent_in_place
-            ));
+/// Returns the descriptor of the proxy's copy, to be closed once the copy is unloaded.
+pub(crate) fn closing(handle: *mut c_void) -> Option<OwnedFd> {
+    let Some(Ok(rt)) = RUNTIME.get() else { return None };
+    let (id, fd) = rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).remove(&(handle as usize))?;
+    let plugin = rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    if let (true, Some(plugin)) = (rt.verbose, plugin) {
+        let (ext, path) = match &plugin {
+            Plugin::Ladspa(l) => (l.extension(), l.path()),
+            Plugin::Frei0r(l) => (l.extension(), l.path()),
+        };
+        match ext {
+            None => rt.say(&format!("{}: closed by the host (only described: no domain of its own)", path.display())),
+            Some(ext) => {
+                let stats = ext.stats();
+                rt.say(&format!(
+                    "{}: closed by the host ({} restarts, {} buffers lent in place)",
+                    ext.name(),
+                    stats.restarts,
+                    stats.lent_in_place
+                ));
+            }
         }
     }
+    Some(fd)
 }
