@@ -950,10 +950,10 @@ fn check_interrupted() -> Result<()> {
 }
 
 /// A directory of this process's own under the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(prefix: &str) -> Result<TempDir> {
+    pub(crate) fn new(prefix: &str) -> Result<TempDir> {
         let base = std::env::temp_dir();
         for attempt in 0..100u32 {
             let nanos =
@@ -968,7 +968,7 @@ impl TempDir {
         bail!("cannot create a temporary directory under {}", base.display())
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
