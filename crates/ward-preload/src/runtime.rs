@@ -110,9 +110,9 @@ impl Runtime {
         &self.supervisor
     }
 
-    /// Whether the plugin library at `path` is described in the describer's domain, its own domain starting only
-    /// when the host first instantiates from it: where that domain would be a process domain of its own, with
-    /// nothing in its policy that acts on the library's loading (a group, a restart image, a library fault,
+    /// Whether the plugin library at `path` is described in the describer's domain, its own domain (or its place
+    /// in its group's) coming only when the host first instantiates from it: where that domain would be a process
+    /// domain, with nothing in its policy that acts on the library's loading (a restart image, a library fault,
     /// poisoning), which are left as they were (DECISIONS.md).
     fn describes_apart(&self, path: &Path) -> bool {
         let policy = self.policy.for_extension(&ward::extension_name(path));
@@ -122,7 +122,6 @@ impl Runtime {
             _ => false,
         };
         process
-            && policy.group.is_none()
             && policy.restart_from.is_none()
             && policy.library_fault.is_none()
             && !policy.poison
