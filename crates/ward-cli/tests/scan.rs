@@ -102,6 +102,37 @@ fn a_host_that_scans_then_processes_gets_the_native_output_with_one_plugin_domai
     assert_eq!(describer_starts(&err), 1, "{err}");
 }
 
+/// With `group = "host"` a scanned library joins the host's group only when the host instantiates from it: the
+/// group does not grow (and restart) once per library scanned.
+#[test]
+fn a_grouped_host_that_scans_then_processes_adds_only_the_plugin_it_instantiates_to_its_group() {
+    let s = Scratch::new("scan", "grouped-scan-then-process");
+    let exe = scan_host(&s);
+    let args = |out: &str| {
+        [LADSPA_DIR.into(), format!("{LADSPA_DIR}/amp.so"), "amp_mono".into(), s.path(out).display().to_string()]
+    };
+    let native = output(Command::new(&exe).args(args("native.raw")));
+    assert!(native.status.success(), "{}", stderr(&native));
+    std::fs::write(s.path("policy.toml"), "[defaults]\ngroup = \"host\"\n").unwrap();
+    let out = output(
+        ward()
+            .args(["run", "--verbose", "--isolation", "process", "--policy"])
+            .arg(s.path("policy.toml"))
+            .arg("--")
+            .arg(&exe)
+            .args(args("ward.raw")),
+    );
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&native.stdout), "scans differ");
+    let (n, w) = (std::fs::read(s.path("native.raw")).unwrap(), std::fs::read(s.path("ward.raw")).unwrap());
+    assert!(n == w, "the processed audio differs");
+    let domains = plugin_domains(&err);
+    assert_eq!(domains.len(), 1, "only the plugin instantiated joins the group: {err}");
+    assert!(domains[0].contains("amp.so: LADSPA plugin under ward"), "{err}");
+    assert_eq!(describer_starts(&err), 1, "{err}");
+}
+
 #[test]
 fn a_library_that_crashes_or_hangs_while_described_fails_alone_and_the_next_is_described() {
     let s = Scratch::new("scan", "bad-in-describer");

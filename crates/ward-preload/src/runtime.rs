@@ -121,10 +121,7 @@ impl Runtime {
             Isolation::Auto => !ward::mpk_available(),
             _ => false,
         };
-        process
-            && policy.restart_from.is_none()
-            && policy.library_fault.is_none()
-            && !policy.poison
+        process && policy.restart_from.is_none() && policy.library_fault.is_none() && !policy.poison
     }
 
     /// A plugin library got its domain (`ward run --verbose` says so).
