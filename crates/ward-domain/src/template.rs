@@ -55,6 +55,10 @@ pub fn run(parent: i32) -> ExitCode {
     // SAFETY: PR_SET_DUMPABLE takes a number, no pointers.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     let tid_field = thread_id_field();
+    // The default sandbox's system call filters, compiled once here rather than in every domain and incarnation
+    // (each fork has a copy and only patches in the pid it names). Nothing of a domain: a domain whose sandbox
+    // differs compiles its own. A failure here is the fork's to report, when it compiles them itself.
+    let _ = crate::sandbox::prepare(&crate::sandbox::Config::strict());
     loop {
         let message = match control.recv(None) {
             Ok(Some(m)) => m,
