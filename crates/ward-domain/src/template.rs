@@ -59,6 +59,7 @@ pub fn run(parent: i32) -> ExitCode {
     // (each fork has a copy and only patches in the pid it names). Nothing of a domain: a domain whose sandbox
     // differs compiles its own. A failure here is the fork's to report, when it compiles them itself.
     let _ = crate::sandbox::prepare(&crate::sandbox::Config::strict());
+    crate::fault_handler::find_main_stack();
     loop {
         let message = match control.recv(None) {
             Ok(Some(m)) => m,

@@ -99,10 +99,12 @@ pub fn apply(config: &Config, role: Role) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// The narrower filter of a process that serves calls, stacked on the zygote's after a fork.
+/// The narrower filter of a process that serves calls, stacked on the zygote's after a fork. Only the allow-list:
+/// the zygote's fallback filter (`ENOSYS`) is inherited, and a second copy would answer the same.
 pub fn serving(config: &Config, own: i32) -> Result<(), SandboxError> {
     if config.seccomp {
-        filter(Role::Serving { own }, loosened(config))?;
+        let allow_list = program_for(Role::Serving { own }, loosened(config))?;
+        seccompiler::apply_filter(&allow_list).map_err(|e| filter_error("install", e))?;
     }
     Ok(())
 }
