@@ -18,6 +18,11 @@
 //! - A host that calls `exit` without dropping its domains (most hosts of `ward run`) removes their groups in an
 //!   `atexit` handler; groups of hosts that could not (killed by a signal) are removed by the next host that
 //!   creates a group ([`sweep`]).
+//! - One group is made ahead (a thread of its own, `ward-cgroup`, makes the next each time one is taken): making
+//!   the directories is most of a group's cost, and a domain start no longer waits for it. The spare has no limits
+//!   and no process; the domain that takes it sets its limits before its first process starts, as before. A
+//!   domain with a CPU quota (v1: a directory in the CPU hierarchies too) makes its own. The spare is removed at
+//!   exit with the rest.
 
 use std::fs;
 use std::io::{ErrorKind, Write};
@@ -116,14 +121,34 @@ impl Cgroup {
     /// A new group for one domain with the policy's limits. Err when this machine gives the host no group it can
     /// write (see [`probe`]).
     pub(crate) fn create(limits: &Limits) -> Result<Cgroup, CgroupError> {
-        static COUNT: AtomicU64 = AtomicU64::new(0);
         let layout = layout()?;
         sweep();
+        let cpu_wanted = limits.cpu_percent > 0;
+        // Making a group (a directory per hierarchy) is most of the cost: the one a domain without a CPU quota
+        // takes was made ahead, off the start path, and the next is made ahead in its place.
+        let spare = if cpu_wanted { None } else { take_spare() };
+        let mut group = match spare {
+            Some(group) => group,
+            None => Cgroup::make(layout, cpu_wanted)?,
+        };
+        if !cpu_wanted {
+            make_spare_later();
+        }
+        group.memory_mb = limits.memory_mb;
+        group.set_limits(limits)?;
+        group.oom_kills_seen = group.oom_kills().unwrap_or(0);
+        Ok(group)
+    }
+
+    /// A group without limits yet: a directory per hierarchy (the CPU ones only if `cpu_wanted`), removed at exit
+    /// unless dropped before.
+    fn make(layout: Layout, cpu_wanted: bool) -> Result<Cgroup, CgroupError> {
+        static COUNT: AtomicU64 = AtomicU64::new(0);
         let name = format!("{PREFIX}{}-{}", std::process::id(), COUNT.fetch_add(1, Ordering::Relaxed));
-        let mut group = Cgroup { dirs: Vec::new(), v2: false, memory_mb: limits.memory_mb, oom_kills_seen: 0 };
+        let mut group = Cgroup { dirs: Vec::new(), v2: false, memory_mb: 0, oom_kills_seen: 0 };
         match layout {
             Layout::V2 { own, controllers } => {
-                if limits.cpu_percent > 0 && controllers.contains(&Controller::Cpu) {
+                if cpu_wanted && controllers.contains(&Controller::Cpu) {
                     write(&own.join("cgroup.subtree_control"), "+cpu")?;
                 }
                 let dir = own.join(&name);
@@ -135,7 +160,6 @@ impl Cgroup {
                 // A group in the CPU hierarchy is a scheduling entity of its own: the host and its domain would be
                 // scheduled as two groups, which costs every hand-over between them (sox under `ward run` took
                 // 1.8x its native time against 1.5x). So a domain joins it only for a quota it needs.
-                let cpu_wanted = limits.cpu_percent > 0;
                 for (controller, parent) in own {
                     let cpu = matches!(controller, Controller::Cpu | Controller::Cpuacct);
                     if cpu && !cpu_wanted {
@@ -151,8 +175,6 @@ impl Cgroup {
                 }
             }
         }
-        group.set_limits(limits)?;
-        group.oom_kills_seen = group.oom_kills().unwrap_or(0);
         remove_at_exit(group.dirs().map(Path::to_path_buf));
         Ok(group)
     }
@@ -245,6 +267,66 @@ impl Drop for Cgroup {
 
 /// Groups of this process not yet removed.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A group made ahead for the next domain without a CPU quota (no limits, no process), with the process that made
+/// it: a fork of the host leaves it to that process.
+static SPARE: Mutex<Option<(u32, Cgroup)>> = Mutex::new(None);
+
+/// The group made ahead, if this process made one.
+fn take_spare() -> Option<Cgroup> {
+    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+    match spare.take() {
+        Some((maker, group)) if maker == std::process::id() => Some(group),
+        // Another process's (this one is a fork of it): not ours to use, nor to remove.
+        Some(theirs) => {
+            *spare = Some(theirs);
+            None
+        }
+        None => None,
+    }
+}
+
+/// Make the next spare group, unless there is one: on a thread of its own, started once per process, so that no
+/// domain start waits for it.
+fn make_spare_later() {
+    static WORKER: Mutex<Option<(u32, std::sync::mpsc::Sender<()>)>> = Mutex::new(None);
+    let mut worker = WORKER.lock().unwrap_or_else(|e| e.into_inner());
+    let own = std::process::id();
+    if let Some((started_by, wake)) = worker.as_ref() {
+        // A fork of the host has no such thread: its sends would go nowhere.
+        if *started_by == own && wake.send(()).is_ok() {
+            return;
+        }
+    }
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
+    let started = std::thread::Builder::new().name("ward-cgroup".into()).spawn(move || {
+        while woken.recv().is_ok() {
+            make_spare();
+        }
+    });
+    match started {
+        Ok(_) => {
+            let _ = wake.send(());
+            *worker = Some((own, wake));
+        }
+        // No spare then: each domain makes its group as it starts.
+        Err(e) => tracing::debug!(error = %e, "cannot start the thread that makes cgroups ahead"),
+    }
+}
+
+/// Make a spare group if there is none (a failure leaves none: the next domain makes its own, and reports why).
+fn make_spare() {
+    let Ok(layout) = layout() else { return };
+    if SPARE.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+        return;
+    }
+    if let Ok(group) = Cgroup::make(layout, false) {
+        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.is_none() {
+            *spare = Some((std::process::id(), group));
+        }
+    }
+}
 
 /// Remember `dirs` for [`remove_live_at_exit`], registered with `atexit` once.
 #[allow(unsafe_code)]
@@ -509,6 +591,31 @@ mod tests {
 28 25 0:26 /outer /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 29 25 0:27 / /sys/fs/cgroup/with\\040space rw - cgroup cgroup rw,pids
 ";
+
+    #[test]
+    fn a_domain_without_a_cpu_quota_takes_the_group_made_ahead_and_sets_its_limits() {
+        if let Err(e) = layout() {
+            eprintln!("NOT CHECKED: groups made ahead: this machine gives no cgroup ({e})");
+            return;
+        }
+        make_spare();
+        let spare: Vec<PathBuf> = match SPARE.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some((_, group)) => group.dirs().map(Path::to_path_buf).collect(),
+            None => panic!("no group was made ahead"),
+        };
+        let limits = Limits { memory_mb: 64, pids: 16, cpu_percent: 0, ..Limits::default() };
+        let group = Cgroup::create(&limits).expect("a group");
+        let dirs: Vec<PathBuf> = group.dirs().map(Path::to_path_buf).collect();
+        assert_eq!(dirs, spare, "the domain's group is the one made ahead");
+        let memory = group.dir_of(Controller::Memory).expect("a memory group");
+        let file = if group.v2 { "memory.max" } else { "memory.limit_in_bytes" };
+        let limit = fs::read_to_string(memory.join(file)).expect("the memory limit");
+        assert_eq!(limit.trim(), (64u64 << 20).to_string(), "the policy's memory limit is set on it");
+        let pids = group.dir_of(Controller::Pids).expect("a pids group");
+        assert_eq!(fs::read_to_string(pids.join("pids.max")).expect("the pids limit").trim(), "16");
+        drop(group);
+        assert!(dirs.iter().all(|d| !d.exists()), "the group is removed with the domain");
+    }
 
     #[test]
     fn reads_cgroup_mounts_with_their_roots_and_controllers() {
