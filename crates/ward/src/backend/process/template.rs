@@ -76,6 +76,13 @@ const STATUS_LINES: [&str; 13] = [
 
 const NAMESPACES: [&str; 7] = ["mnt", "pid_for_children", "net", "ipc", "uts", "user", "cgroup"];
 
+thread_local! {
+    /// This thread's namespaces, read once: only the thread itself can change them (`unshare` and `setns` act on
+    /// the caller), and the monitor thread, which starts every domain, runs only ward's code, which does neither.
+    /// Everything else compared can be changed from another thread, and is read at every start.
+    static THREAD_NAMESPACES: std::cell::OnceCell<Vec<Option<PathBuf>>> = const { std::cell::OnceCell::new() };
+}
+
 /// Every resource limit a process inherits.
 const RESOURCES: [libc::__rlimit_resource_t; 16] = [
     libc::RLIMIT_AS,
@@ -102,8 +109,12 @@ impl Inheritance {
         let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
         let status =
             status.lines().filter(|l| STATUS_LINES.iter().any(|k| l.starts_with(k))).map(str::to_string).collect();
-        let namespaces =
-            NAMESPACES.iter().map(|ns| std::fs::read_link(format!("/proc/thread-self/ns/{ns}")).ok()).collect();
+        let namespaces = THREAD_NAMESPACES.with(|read| {
+            read.get_or_init(|| {
+                NAMESPACES.iter().map(|ns| std::fs::read_link(format!("/proc/thread-self/ns/{ns}")).ok()).collect()
+            })
+            .clone()
+        });
         let limits = RESOURCES
             .iter()
             .map(|&resource| {
