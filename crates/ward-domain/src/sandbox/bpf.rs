@@ -64,10 +64,19 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
 
 /// `list` as a filter that allows what it lists and traps everything else.
 pub fn compile(list: &[Allowed]) -> Result<BpfProgram, CompileError> {
-    let mut entries: Vec<(u32, Vec<sock_filter>)> = Vec::with_capacity(list.len());
+    compile_with(list, &[], libc::SECCOMP_RET_TRAP)
+}
+
+/// `list` as a filter that allows what it lists (under its conditions, trapping the rest of those calls), traps the
+/// calls `refused` names, and answers `otherwise` for every other call.
+pub fn compile_with(list: &[Allowed], refused: &[i64], otherwise: u32) -> Result<BpfProgram, CompileError> {
+    let number = |nr: i64| u32::try_from(nr).map_err(|_| CompileError::Number(nr));
+    let mut entries: Vec<(u32, Vec<sock_filter>)> = Vec::with_capacity(list.len() + refused.len());
     for entry in list {
-        let nr = u32::try_from(entry.nr).map_err(|_| CompileError::Number(entry.nr))?;
-        entries.push((nr, rules_of(entry)?));
+        entries.push((number(entry.nr)?, rules_of(entry)?));
+    }
+    for &nr in refused {
+        entries.push((number(nr)?, vec![stmt(RET_K, libc::SECCOMP_RET_TRAP)]));
     }
     entries.sort_by_key(|(nr, _)| *nr);
     if let Some(pair) = entries.windows(2).find(|pair| pair[0].0 == pair[1].0) {
@@ -82,7 +91,7 @@ pub fn compile(list: &[Allowed]) -> Result<BpfProgram, CompileError> {
     // The search first, its leaves jumping to each number's rules (`JA` takes any distance), then the rules.
     let numbers: Vec<(u32, bool)> = entries.iter().map(|(nr, rules)| (*nr, rules.is_empty())).collect();
     let mut leaps = Vec::new();
-    search(&numbers, 0, &mut program, &mut leaps);
+    search(&numbers, 0, otherwise, &mut program, &mut leaps);
     let mut starts = Vec::with_capacity(entries.len());
     for (_, rules) in &entries {
         // An empty one is never jumped to.
@@ -100,8 +109,15 @@ pub fn compile(list: &[Allowed]) -> Result<BpfProgram, CompileError> {
 }
 
 /// The search over `numbers` (sorted, the `first`-th of the list on; each with whether it is allowed whatever its
-/// arguments): `leaps` gets each leaf's `JA` to rules and the entry it goes to, to be aimed once the rules are placed.
-fn search(numbers: &[(u32, bool)], first: usize, program: &mut Vec<sock_filter>, leaps: &mut Vec<(usize, usize)>) {
+/// arguments), answering `otherwise` for a number not among them: `leaps` gets each leaf's `JA` to rules and the entry
+/// it goes to, to be aimed once the rules are placed.
+fn search(
+    numbers: &[(u32, bool)],
+    first: usize,
+    otherwise: u32,
+    program: &mut Vec<sock_filter>,
+    leaps: &mut Vec<(usize, usize)>,
+) {
     if numbers.len() <= LEAF {
         // A number allowed whatever its arguments jumps to the leaf's own allow at its end; the others to their
         // rules (`JA`). At most 2 * LEAF + 2 instructions, so every jump inside fits.
@@ -116,7 +132,7 @@ fn search(numbers: &[(u32, bool)], first: usize, program: &mut Vec<sock_filter>,
                 program.push(stmt(JA, 0));
             }
         }
-        program.push(stmt(RET_K, libc::SECCOMP_RET_TRAP));
+        program.push(stmt(RET_K, otherwise));
         let allow = program.len();
         program.push(stmt(RET_K, libc::SECCOMP_RET_ALLOW));
         for at in to_allow {
@@ -129,9 +145,9 @@ fn search(numbers: &[(u32, bool)], first: usize, program: &mut Vec<sock_filter>,
     program.push(jump(JGE_K, numbers[half].0, 0, 1));
     let over = program.len();
     program.push(stmt(JA, 0));
-    search(&numbers[..half], first, program, leaps);
+    search(&numbers[..half], first, otherwise, program, leaps);
     program[over].k = (program.len() - over - 1) as u32;
-    search(&numbers[half..], first + half, program, leaps);
+    search(&numbers[half..], first + half, otherwise, program, leaps);
 }
 
 /// One number's rules, with the system call number in the accumulator: allow when any alternative holds, else trap;
@@ -186,12 +202,12 @@ fn test(nr: i64, arg: Arg) -> Result<Vec<sock_filter>, CompileError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::syscalls::{allowed, rules, Loosen, Role};
     use super::*;
 
     /// A classic BPF interpreter for what these programs use: the answer for (number, architecture, arguments).
-    fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+    pub(in crate::sandbox) fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
         let word = |offset: u32| -> u32 {
             match offset {
                 0 => nr,

@@ -22,7 +22,8 @@
 //! 6. **system call filter** ([`SandboxError::Filter`]): seccomp, allow-list by default ([`syscalls`]); anything
 //!    else raises `SIGSYS`, which the fault recorder reports to the host as a fault of the domain naming the call.
 //!
-//! A serving process adds a second, narrower filter ([`serving`]): no child processes, signals to itself only.
+//! A serving process adds a second, narrower filter ([`serving`]): no child processes, signals to itself only. An
+//! incarnation's is only what the serving list changes from the zygote's, whose filter it inherits.
 //! The zygote keeps the first, since it forks and watches its incarnations.
 
 mod bpf;
@@ -99,12 +100,13 @@ pub fn apply(config: &Config, role: Role) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// The narrower filter of a process that serves calls, stacked on the zygote's after a fork. Only the allow-list:
-/// the zygote's fallback filter (`ENOSYS`) is inherited, and a second copy would answer the same.
+/// The narrower filter of a process that serves calls, stacked on the zygote's after a fork: only where the serving
+/// list differs from the zygote's, which stays in force ([`incarnation_filter`]). The zygote's fallback filter
+/// (`ENOSYS`) is inherited too, and a second copy would answer the same.
 pub fn serving(config: &Config, own: i32) -> Result<(), SandboxError> {
     if config.seccomp {
-        let allow_list = program_for(Role::Serving { own }, loosened(config))?;
-        seccompiler::apply_filter(&allow_list).map_err(|e| filter_error("install", e))?;
+        let narrower = incarnation_program(own, loosened(config))?;
+        seccompiler::apply_filter(&narrower).map_err(|e| filter_error("install", e))?;
     }
     Ok(())
 }
@@ -214,6 +216,9 @@ const _: () = assert!(PID_PLACEHOLDER > 1 << 22);
 enum Kind {
     Zygote,
     Serving,
+    /// What an incarnation stacks on the zygote's filter it inherits: only where the serving list differs from the
+    /// zygote's ([`incarnation_filter`]).
+    Incarnation,
 }
 
 /// Filters this process compiled, with the pid left as [`PID_PLACEHOLDER`]: compiled ahead by the template and by
@@ -229,6 +234,7 @@ pub fn prepare(config: &Config) -> Result<(), SandboxError> {
         let loosen = loosened(config);
         compiled(Kind::Zygote, loosen)?;
         compiled(Kind::Serving, loosen)?;
+        compiled(Kind::Incarnation, loosen)?;
         fallbacks()?;
     }
     Ok(())
@@ -244,11 +250,11 @@ fn compiled(kind: Kind, loosen: Loosen) -> Result<Arc<BpfProgram>, SandboxError>
     if let Some((_, _, program)) = cache.iter().find(|(k, l, _)| *k == kind && *l == loosen) {
         return Ok(program.clone());
     }
-    let role = match kind {
-        Kind::Zygote => Role::Zygote { host: Some(PID_PLACEHOLDER) },
-        Kind::Serving => Role::Serving { own: PID_PLACEHOLDER },
-    };
-    let program = Arc::new(compile(role, loosen)?);
+    let program = Arc::new(match kind {
+        Kind::Zygote => compile(Role::Zygote { host: Some(PID_PLACEHOLDER) }, loosen)?,
+        Kind::Serving => compile(Role::Serving { own: PID_PLACEHOLDER }, loosen)?,
+        Kind::Incarnation => incarnation_filter(PID_PLACEHOLDER, loosen)?,
+    });
     cache.push((kind, loosen, program.clone()));
     Ok(program)
 }
@@ -256,6 +262,31 @@ fn compiled(kind: Kind, loosen: Loosen) -> Result<Arc<BpfProgram>, SandboxError>
 /// The allow-list for `role` with `loosen`, compiled as it stands.
 fn compile(role: Role, loosen: Loosen) -> Result<BpfProgram, SandboxError> {
     bpf::compile(&syscalls::allowed(role, loosen)).map_err(|e| filter_error("compile", e))
+}
+
+/// The filter an incarnation (pid `own`) stacks on the zygote's: for every call the two lists treat differently,
+/// the serving list's answer (its conditions, or a trap for a call it lacks), and allow for the rest, which the
+/// zygote's filter still decides. Filters stack to the strictest answer, so this and the zygote's answer exactly as
+/// the whole serving list and the zygote's (a test runs both on every call), and this one is a few calls long: the
+/// kernel installs it far faster, and runs it at every call the kernel cannot answer from its cache.
+fn incarnation_filter(own: i32, loosen: Loosen) -> Result<BpfProgram, SandboxError> {
+    let serving = syscalls::allowed(Role::Serving { own }, loosen);
+    // Both zygote lists (with and without a host to spare): a call is left to the zygote's filter only where every
+    // zygote's list answers it as the serving list does.
+    let zygotes = [
+        syscalls::allowed(Role::Zygote { host: None }, loosen),
+        syscalls::allowed(Role::Zygote { host: Some(PID_PLACEHOLDER) }, loosen),
+    ];
+    let same_as_zygotes = |entry: &syscalls::Allowed| {
+        zygotes.iter().all(|list| list.iter().any(|z| z.nr == entry.nr && z.when == entry.when))
+    };
+    let serving_numbers: Vec<i64> = serving.iter().map(|entry| entry.nr).collect();
+    let differing: Vec<syscalls::Allowed> = serving.into_iter().filter(|entry| !same_as_zygotes(entry)).collect();
+    let mut refused: Vec<i64> =
+        zygotes.iter().flatten().map(|z| z.nr).filter(|nr| !serving_numbers.contains(nr)).collect();
+    refused.sort_unstable();
+    refused.dedup();
+    bpf::compile_with(&differing, &refused, libc::SECCOMP_RET_ALLOW).map_err(|e| filter_error("compile", e))
 }
 
 fn fallbacks() -> Result<&'static BpfProgram, SandboxError> {
@@ -300,6 +331,11 @@ fn program_for(role: Role, loosen: Loosen) -> Result<BpfProgram, SandboxError> {
     Ok(with_pid(compiled(kind, loosen)?.as_ref(), pid))
 }
 
+/// The filter an incarnation with pid `own` stacks on its zygote's, from the compiled program.
+fn incarnation_program(own: i32, loosen: Loosen) -> Result<BpfProgram, SandboxError> {
+    Ok(with_pid(compiled(Kind::Incarnation, loosen)?.as_ref(), own))
+}
+
 fn filter(role: Role, loosen: Loosen) -> Result<(), SandboxError> {
     let allow_list = program_for(role, loosen)?;
     // Every filter runs and the kernel takes the strictest answer (SIGSYS over ENOSYS over allow): the allow-list
@@ -321,6 +357,44 @@ mod tests {
             fork: bits & 4 != 0,
             writes: bits & 8 != 0,
         })
+    }
+
+    #[test]
+    fn an_incarnation_on_its_zygotes_filter_answers_as_the_whole_serving_list_on_it() {
+        // The kernel's answer of stacked filters: the strictest action (KILL_PROCESS is negative as an i32).
+        let strictest = |a: u32, b: u32| if (a & 0xffff_0000) as i32 <= (b & 0xffff_0000) as i32 { a } else { b };
+        let x86 = 62 | 0x8000_0000 | 0x4000_0000;
+        let own = 3;
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let values = [0u64, 1, 2, 3, 4, 4242, u64::from(u32::MAX), libc::CLONE_THREAD as u64, 0x8000_0000];
+        for loosen in every_loosening() {
+            let serving = program_for(Role::Serving { own }, loosen).expect("compiles");
+            let narrower = incarnation_program(own, loosen).expect("compiles");
+            assert!(narrower.len() * 4 < serving.len(), "{loosen:?}: the stacked filter is not short");
+            for zygote in [Role::Zygote { host: None }, Role::Zygote { host: Some(4242) }] {
+                let zygote = program_for(zygote, loosen).expect("compiles");
+                for nr in 0..470u32 {
+                    for _ in 0..40 {
+                        let args = std::array::from_fn(|_| match next() % 3 {
+                            0 => next(),
+                            _ => values[(next() % values.len() as u64) as usize],
+                        });
+                        let run = |program: &BpfProgram| bpf::tests::run(program, nr, x86, args);
+                        assert_eq!(
+                            strictest(run(&zygote), run(&narrower)),
+                            strictest(run(&zygote), run(&serving)),
+                            "{loosen:?}: system call {nr} with {args:x?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub struct Loosen {
 }
 
 /// A condition on one argument.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Arg {
     /// The argument's low 32 bits equal the value.
     Is(u8, u64),
