@@ -299,7 +299,13 @@ static SPARE: Mutex<Option<(u32, SpareLimits, Cgroup)>> = Mutex::new(None);
 
 /// The group made ahead, if this process made one with these limits.
 fn take_spare(limits: SpareLimits) -> Option<Cgroup> {
-    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+    // Not waited for: in a fork of the host made while the worker held it, it stays locked (the group is then made
+    // on the spot).
+    let mut spare = match SPARE.try_lock() {
+        Ok(spare) => spare,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
     match spare.take() {
         Some((maker, made_for, group)) if maker == std::process::id() && made_for == limits => Some(group),
         // Another process's (this one is a fork of it; not ours to use, nor to remove), or other limits (the next
