@@ -8,6 +8,8 @@
 //! its arena in place (their descriptors come on the control socket). The sandbox ([`crate::sandbox`]) is on unless a
 //! `--no-*` flag turns a part of it off; `--allow` and `--writable` loosen it as the policy says. `--cgroup` names a
 //! directory of the domain's cgroup (one per hierarchy) that the process joins before anything else.
+//!
+//! (`--mode template --parent PID` is the template's command line, read before this one: see [`crate::template`].)
 
 use std::path::PathBuf;
 

@@ -30,9 +30,17 @@ const ALT_STACK_SIZE: usize = 256 * 1024;
 /// `si_code` of a SIGSEGV on a mapped page the access is not allowed to (the libc crate lacks it).
 const SEGV_ACCERR: i32 = 2;
 
+/// Find the main thread's stack ahead, in the template: each process forked from it has the same stack, and finding
+/// it reads `/proc/self/maps`. [`install`] then finds it only in an exec'd domain.
+pub fn find_main_stack() {
+    STACK_LOW.store(main_stack_low(), Ordering::Relaxed);
+}
+
 pub fn install(region: Region) -> std::io::Result<()> {
     let _ = REGION.set(region);
-    STACK_LOW.store(main_stack_low(), Ordering::Relaxed);
+    if STACK_LOW.load(Ordering::Relaxed) == 0 {
+        find_main_stack();
+    }
     // SAFETY: mapping fresh anonymous memory has no preconditions; the result is checked.
     let stack = unsafe {
         libc::mmap(

@@ -24,6 +24,9 @@
 //! for it could not have. Then, in `serve` mode, it serves calls; in `zygote` mode it waits for `fork` requests and
 //! forks a fresh, already-initialised incarnation for each, which narrows its system call filter before serving
 //! (see [`zygote`]).
+//!
+//! In `template` mode (`--mode template --parent PID`, fd 3 only) it does none of this: it stays as exec'd and forks
+//! a process for each domain the host starts, which then runs the start-up above as if exec'd (see [`template`]).
 
 #![deny(unsafe_code)]
 
@@ -39,6 +42,8 @@ mod sandbox;
 mod serve;
 #[allow(unsafe_code)]
 mod startup;
+#[allow(unsafe_code)]
+mod template;
 #[allow(unsafe_code)]
 mod zygote;
 
@@ -69,7 +74,17 @@ pub(crate) struct Setup {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1)) {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match template::command_line(&argv) {
+        Some(parent) => template::run(parent),
+        None => start(argv),
+    }
+}
+
+/// Everything a domain process runs from its command line on, whether the host exec'd it or the template forked it
+/// (which then put the descriptors where an exec'd one finds them): one start-up for both.
+pub(crate) fn start(argv: Vec<String>) -> ExitCode {
+    let args = match Args::parse(argv.into_iter()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("ward-domain: {e}");

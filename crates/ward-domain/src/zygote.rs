@@ -24,6 +24,9 @@ struct Child {
 }
 
 pub fn run(mut setup: Setup, control: ControlSocket) -> ExitCode {
+    // The incarnations' filter, compiled once here (if the template did not already) so each fork only patches in
+    // its pid; a failure here is the incarnation's to report, when it compiles the filter itself.
+    let _ = crate::sandbox::prepare(&setup.args.sandbox);
     let mut child: Option<Child> = None;
     loop {
         match wait_either(&control, child.as_ref()) {

@@ -349,14 +349,19 @@ impl MappedPool {
         if mem.len() != geometry.total_len() {
             return Err(PoolError::BadGeometry);
         }
-        for s in &geometry.slots {
-            let end = s.offset + s.size;
-            if writable {
-                mem.guard(end, geometry.read_past + PAGE)?;
-            } else {
-                mem.guard(end + geometry.read_past, PAGE)?;
-            }
-        }
+        let guards: Vec<(usize, usize)> = geometry
+            .slots
+            .iter()
+            .map(|s| {
+                let end = s.offset + s.size;
+                if writable {
+                    (end, geometry.read_past + PAGE)
+                } else {
+                    (end + geometry.read_past, PAGE)
+                }
+            })
+            .collect();
+        mem.guard_all(&guards)?;
         Ok(MappedPool { id, geometry, mem, writable })
     }
 

@@ -8,6 +8,7 @@
 //! forks and signals only itself. Loosening ([`Loosen`]) adds network, program execution, child processes or file
 //! writes back, per extension, from the policy.
 
+#[cfg(test)]
 use seccompiler::{BackendError, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition, SeccompRule};
 
 /// Which process the filter is for.
@@ -35,8 +36,8 @@ pub struct Loosen {
 }
 
 /// A condition on one argument.
-#[derive(Debug, Clone, Copy)]
-enum Arg {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Arg {
     /// The argument's low 32 bits equal the value.
     Is(u8, u64),
     /// The argument's low 32 bits differ from the value.
@@ -51,9 +52,9 @@ enum Arg {
 
 /// `when` lists alternatives (any may match); each alternative is a list of conditions (all must hold); an empty
 /// `when` allows the call whatever its arguments.
-struct Allowed {
-    nr: i64,
-    when: Vec<Vec<Arg>>,
+pub(super) struct Allowed {
+    pub(super) nr: i64,
+    pub(super) when: Vec<Vec<Arg>>,
 }
 
 fn always(nr: i64) -> Allowed {
@@ -93,7 +94,7 @@ const FCNTL_ALLOWED: [u64; 15] = [
 ];
 
 /// The allow-list for `role` with `loosen` applied.
-fn allowed(role: Role, loosen: Loosen) -> Vec<Allowed> {
+pub(super) fn allowed(role: Role, loosen: Loosen) -> Vec<Allowed> {
     use libc::*;
     let mut list = vec![
         // Reading and writing descriptors it holds: the control socket, the pools, files it opened, stderr.
@@ -329,6 +330,7 @@ fn allowed(role: Role, loosen: Loosen) -> Vec<Allowed> {
 }
 
 /// A rule of the allow-list seccompiler would not take.
+#[cfg(test)]
 #[derive(Debug, thiserror::Error)]
 #[error("system call {nr}: {source}")]
 pub struct RuleError {
@@ -336,7 +338,8 @@ pub struct RuleError {
     source: BackendError,
 }
 
-/// The allow-list as seccompiler rules.
+/// The allow-list as seccompiler rules (the filter is compiled by `bpf`; the tests compare the two).
+#[cfg(test)]
 pub fn rules(role: Role, loosen: Loosen) -> Result<std::collections::BTreeMap<i64, Vec<SeccompRule>>, RuleError> {
     let mut map = std::collections::BTreeMap::new();
     for entry in allowed(role, loosen) {
@@ -351,6 +354,7 @@ pub fn rules(role: Role, loosen: Loosen) -> Result<std::collections::BTreeMap<i6
     Ok(map)
 }
 
+#[cfg(test)]
 fn condition(arg: Arg) -> Result<SeccompCondition, BackendError> {
     let (index, op, value) = match arg {
         Arg::Is(i, v) => (i, Op::Eq, v),

@@ -18,6 +18,11 @@
 //! - A host that calls `exit` without dropping its domains (most hosts of `ward run`) removes their groups in an
 //!   `atexit` handler; groups of hosts that could not (killed by a signal) are removed by the next host that
 //!   creates a group ([`sweep`]).
+//! - One group is made ahead (a thread of its own, `ward-cgroup`, makes the next each time one is taken), with the
+//!   limits of the domain that took the last: making the directories and setting the limits is a group's cost, and
+//!   a domain start no longer waits for it. The spare holds no process; a domain takes it only if it wants those
+//!   limits, and otherwise makes its own as before (the next spare then gets its limits). A domain with a CPU quota
+//!   (v1: a directory in the CPU hierarchies too) always makes its own. The spare is removed at exit with the rest.
 
 use std::fs;
 use std::io::{ErrorKind, Write};
@@ -116,14 +121,42 @@ impl Cgroup {
     /// A new group for one domain with the policy's limits. Err when this machine gives the host no group it can
     /// write (see [`probe`]).
     pub(crate) fn create(limits: &Limits) -> Result<Cgroup, CgroupError> {
-        static COUNT: AtomicU64 = AtomicU64::new(0);
         let layout = layout()?;
         sweep();
+        if limits.cpu_percent > 0 {
+            // A quota's group (v1: in the CPU hierarchies too) is made on the spot.
+            return Cgroup::made_with(layout, limits);
+        }
+        // Making a group (a directory per hierarchy, its limits) is most of the cost: the group a domain without a
+        // CPU quota takes was made ahead with the limits the last domain had, off the start path, and the next is
+        // made ahead in its place.
+        let key = SpareLimits::of(limits);
+        let group = match take_spare(key) {
+            Some(group) => group,
+            None => Cgroup::made_with(layout, limits)?,
+        };
+        make_spare_later(key);
+        Ok(group)
+    }
+
+    /// A group made now with `limits` set.
+    fn made_with(layout: Layout, limits: &Limits) -> Result<Cgroup, CgroupError> {
+        let mut group = Cgroup::make(layout, limits.cpu_percent > 0)?;
+        group.memory_mb = limits.memory_mb;
+        group.set_limits(limits)?;
+        group.oom_kills_seen = group.oom_kills().unwrap_or(0);
+        Ok(group)
+    }
+
+    /// A group without limits yet: a directory per hierarchy (the CPU ones only if `cpu_wanted`), removed at exit
+    /// unless dropped before.
+    fn make(layout: Layout, cpu_wanted: bool) -> Result<Cgroup, CgroupError> {
+        static COUNT: AtomicU64 = AtomicU64::new(0);
         let name = format!("{PREFIX}{}-{}", std::process::id(), COUNT.fetch_add(1, Ordering::Relaxed));
-        let mut group = Cgroup { dirs: Vec::new(), v2: false, memory_mb: limits.memory_mb, oom_kills_seen: 0 };
+        let mut group = Cgroup { dirs: Vec::new(), v2: false, memory_mb: 0, oom_kills_seen: 0 };
         match layout {
             Layout::V2 { own, controllers } => {
-                if limits.cpu_percent > 0 && controllers.contains(&Controller::Cpu) {
+                if cpu_wanted && controllers.contains(&Controller::Cpu) {
                     write(&own.join("cgroup.subtree_control"), "+cpu")?;
                 }
                 let dir = own.join(&name);
@@ -135,7 +168,6 @@ impl Cgroup {
                 // A group in the CPU hierarchy is a scheduling entity of its own: the host and its domain would be
                 // scheduled as two groups, which costs every hand-over between them (sox under `ward run` took
                 // 1.8x its native time against 1.5x). So a domain joins it only for a quota it needs.
-                let cpu_wanted = limits.cpu_percent > 0;
                 for (controller, parent) in own {
                     let cpu = matches!(controller, Controller::Cpu | Controller::Cpuacct);
                     if cpu && !cpu_wanted {
@@ -151,8 +183,6 @@ impl Cgroup {
                 }
             }
         }
-        group.set_limits(limits)?;
-        group.oom_kills_seen = group.oom_kills().unwrap_or(0);
         remove_at_exit(group.dirs().map(Path::to_path_buf));
         Ok(group)
     }
@@ -245,6 +275,98 @@ impl Drop for Cgroup {
 
 /// Groups of this process not yet removed.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// The limits a group made ahead has: those of a domain without a CPU quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SpareLimits {
+    memory_mb: u64,
+    pids: u64,
+}
+
+impl SpareLimits {
+    fn of(limits: &Limits) -> SpareLimits {
+        SpareLimits { memory_mb: limits.memory_mb, pids: limits.pids }
+    }
+
+    fn limits(self) -> Limits {
+        Limits { memory_mb: self.memory_mb, pids: self.pids, cpu_percent: 0, ..Limits::default() }
+    }
+}
+
+/// A group made ahead for the next domain without a CPU quota (its limits set, no process in it), with the process
+/// that made it (a fork of the host leaves it to that process) and its limits.
+static SPARE: Mutex<Option<(u32, SpareLimits, Cgroup)>> = Mutex::new(None);
+
+/// The group made ahead, if this process made one with these limits.
+fn take_spare(limits: SpareLimits) -> Option<Cgroup> {
+    // Not waited for: in a fork of the host made while the worker held it, it stays locked (the group is then made
+    // on the spot).
+    let mut spare = match SPARE.try_lock() {
+        Ok(spare) => spare,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    match spare.take() {
+        Some((maker, made_for, group)) if maker == std::process::id() && made_for == limits => Some(group),
+        // Another process's (this one is a fork of it; not ours to use, nor to remove), or other limits (the next
+        // spare replaces it).
+        other => {
+            *spare = other;
+            None
+        }
+    }
+}
+
+/// Make the next spare group with `limits`, unless there is one: on a thread of its own, started once per process,
+/// so that no domain start waits for it.
+fn make_spare_later(limits: SpareLimits) {
+    static WORKER: Mutex<Option<(u32, std::sync::mpsc::Sender<SpareLimits>)>> = Mutex::new(None);
+    let mut worker = WORKER.lock().unwrap_or_else(|e| e.into_inner());
+    let own = std::process::id();
+    if let Some((started_by, wake)) = worker.as_ref() {
+        // A fork of the host has no such thread: its sends would go nowhere.
+        if *started_by == own && wake.send(limits).is_ok() {
+            return;
+        }
+    }
+    let (wake, woken) = std::sync::mpsc::channel::<SpareLimits>();
+    let started = std::thread::Builder::new().name("ward-cgroup".into()).spawn(move || {
+        while let Ok(limits) = woken.recv() {
+            make_spare(limits);
+        }
+    });
+    match started {
+        Ok(_) => {
+            let _ = wake.send(limits);
+            *worker = Some((own, wake));
+        }
+        // No spare then: each domain makes its group as it starts.
+        Err(e) => tracing::debug!(error = %e, "cannot start the thread that makes cgroups ahead"),
+    }
+}
+
+/// Make a spare group with `limits` unless there is one with them (a failure leaves none: the next domain makes its
+/// own, and reports why). One with other limits is removed.
+fn make_spare(limits: SpareLimits) {
+    let Ok(layout) = layout() else { return };
+    let own = std::process::id();
+    let old = {
+        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        match spare.as_ref() {
+            Some((maker, made_for, _)) if *maker == own && *made_for == limits => return,
+            Some((maker, _, _)) if *maker != own => return,
+            _ => spare.take(),
+        }
+    };
+    // Removed here, off the start path and outside the lock.
+    drop(old);
+    if let Ok(group) = Cgroup::made_with(layout, &limits.limits()) {
+        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.is_none() {
+            *spare = Some((own, limits, group));
+        }
+    }
+}
 
 /// Remember `dirs` for [`remove_live_at_exit`], registered with `atexit` once.
 #[allow(unsafe_code)]
@@ -509,6 +631,34 @@ mod tests {
 28 25 0:26 /outer /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 29 25 0:27 / /sys/fs/cgroup/with\\040space rw - cgroup cgroup rw,pids
 ";
+
+    #[test]
+    fn a_domain_without_a_cpu_quota_takes_the_group_made_ahead_with_its_limits() {
+        if let Err(e) = layout() {
+            eprintln!("NOT CHECKED: groups made ahead: this machine gives no cgroup ({e})");
+            return;
+        }
+        let limits = Limits { memory_mb: 64, pids: 16, cpu_percent: 0, ..Limits::default() };
+        let other = Limits { memory_mb: 32, ..limits.clone() };
+        make_spare(SpareLimits::of(&limits));
+        assert!(take_spare(SpareLimits::of(&other)).is_none(), "a group made ahead with other limits is not taken");
+        let spare: Vec<PathBuf> = match SPARE.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some((_, _, group)) => group.dirs().map(Path::to_path_buf).collect(),
+            None => panic!("no group was made ahead"),
+        };
+        let group = Cgroup::create(&limits).expect("a group");
+        let dirs: Vec<PathBuf> = group.dirs().map(Path::to_path_buf).collect();
+        assert_eq!(dirs, spare, "the domain's group is the one made ahead");
+        let memory = group.dir_of(Controller::Memory).expect("a memory group");
+        let file = if group.v2 { "memory.max" } else { "memory.limit_in_bytes" };
+        let limit = fs::read_to_string(memory.join(file)).expect("the memory limit");
+        assert_eq!(limit.trim(), (64u64 << 20).to_string(), "the policy's memory limit is set on it");
+        assert_eq!(group.memory_mb, 64, "the limit it reports an OOM kill with");
+        let pids = group.dir_of(Controller::Pids).expect("a pids group");
+        assert_eq!(fs::read_to_string(pids.join("pids.max")).expect("the pids limit").trim(), "16");
+        drop(group);
+        assert!(dirs.iter().all(|d| !d.exists()), "the group is removed with the domain");
+    }
 
     #[test]
     fn reads_cgroup_mounts_with_their_roots_and_controllers() {

@@ -10,11 +10,11 @@
 //! reply whose id is not the innermost call in flight is a protocol violation, and so is a malformed record.
 //!
 //! This file holds the backend itself (its state, its start and the `Backend` methods); one file per job does the
-//! rest: `spawn` (starting `ward-domain`), `incarnation` (the serving process, how it ended), `zygote` (forking
-//! incarnations), `add` (extensions added later), `send` and `receive` (the two rings), `lending` (a call's
-//! buffers, and the arena blocks the domain holds), `pace` and `placement` (how caller and domain wait for each
-//! other, and on which processor), `monitor` (noticing deaths, periodic checks), `idle_cpu` (CPU between calls),
-//! `cgroup` (the domain's limits).
+//! rest: `spawn` (starting `ward-domain`), `template` (forking it from a template instead), `incarnation` (the
+//! serving process, how it ended), `zygote` (forking incarnations), `add` (extensions added later), `send` and
+//! `receive` (the two rings), `lending` (a call's buffers, and the arena blocks the domain holds), `pace` and
+//! `placement` (how caller and domain wait for each other, and on which processor), `monitor` (noticing deaths,
+//! periodic checks), `idle_cpu` (CPU between calls), `cgroup` (the domain's limits).
 
 mod add;
 pub(crate) mod cgroup;
@@ -30,6 +30,8 @@ mod receive;
 mod send;
 #[allow(unsafe_code)]
 mod spawn;
+#[allow(unsafe_code)]
+mod template;
 mod zygote;
 
 use std::collections::VecDeque;

@@ -51,6 +51,10 @@ pub(crate) enum SpawnError {
     /// The domain's own account of why it could not start (it said `error ...`), or whatever else it said.
     #[error("{0}")]
     Refused(String),
+    /// A process forked from the template could not take what the host queued for it: it ran nothing of the
+    /// domain's start-up (the domain is then started by exec).
+    #[error("the process forked from the template did not start: {0}")]
+    Unstarted(String),
     /// Its control socket closed or failed before it was ready; with its exit status where it could be read.
     #[error("the domain process ended during start-up ({0})")]
     EndedDuringStartUp(String),
@@ -144,6 +148,15 @@ pub(crate) struct DomainChild {
 }
 
 impl DomainChild {
+    /// A child of this process, not yet reaped, known by `pidfd` (checked to name `pid`).
+    pub(super) fn adopt(pid: i32, pidfd: OwnedFd) -> DomainChild {
+        DomainChild { pid, pidfd, status: None }
+    }
+
+    pub(super) fn pidfd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
     /// End the domain whose process proper is `domain`, and reap this one: SIGKILL to the domain, which this process
     /// then mirrors once every process of the domain's namespace has ended; should this process not end within
     /// `timeout` (a domain that named another process as itself), SIGKILL to it too, which ends the namespace.
@@ -179,16 +192,52 @@ impl DomainChild {
     }
 
     /// SIGKILL, unless it has been reaped. Its death signal then ends the domain's namespace too.
-    fn kill(&self) {
+    pub(super) fn kill(&self) {
         if self.status.is_none() {
             kill(self.pidfd.as_fd());
         }
     }
 }
 
-/// Spawn and wait for `ready`. Must run on the monitor thread (see there why).
+/// Start a domain process and wait for `ready`: forked from the host's template where it can be (see
+/// [`super::template`]), else spawned from the program. Must run on the monitor thread (see there why: the template
+/// lives there too).
 pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, SpawnError> {
+    let args = command_line(launch);
+    let env = environment(launch);
+    // A domain with a preload of its own needs the dynamic linker to run for it: an exec.
+    if launch.preload.is_none() {
+        let (ours, theirs) = ControlSocket::pair().map_err(SpawnError::ControlSocket)?;
+        let shared = [launch.region, launch.pool_in, launch.pool_out];
+        if let Some(child) = super::template::start(launch.program, &args, &env, &ours, theirs, shared) {
+            match wait_ready(child, ours) {
+                Err(SpawnError::Unstarted(why)) => super::template::bypass(&format!("its fork could not start: {why}")),
+                started => return started,
+            }
+        }
+    }
     let (ours, theirs) = ControlSocket::pair().map_err(SpawnError::ControlSocket)?;
+    // Descriptors 3, 4, 5, 6 in the domain, in this order.
+    let sources: Vec<BorrowedFd<'_>> = vec![theirs.as_fd(), launch.region, launch.pool_in, launch.pool_out];
+    let pid = posix_spawn(launch.program, &args, &env, &sources)
+        .map_err(|source| SpawnError::Start { program: launch.program.to_owned(), source })?;
+    drop(theirs);
+    let child = match pidfd_open(pid) {
+        Ok(pidfd) => DomainChild { pid, pidfd, status: None },
+        Err(e) => {
+            // SAFETY: kill takes no pointers; the process is our child and not reaped, so the id is still its.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let mut raw = 0;
+            // SAFETY: reaps our own child; `raw` is a valid place for its status.
+            unsafe { libc::waitpid(pid, &mut raw, 0) };
+            return Err(SpawnError::PidfdOpen(e));
+        }
+    };
+    wait_ready(child, ours)
+}
+
+/// `ward-domain`'s command line for `launch`, its name first.
+fn command_line(launch: &Launch<'_>) -> Vec<OsString> {
     let mode = match launch.role {
         Role::Serve => "serve",
         Role::Zygote => "zygote",
@@ -221,6 +270,11 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, SpawnError> {
             args.push("--poison".into());
         }
     }
+    args
+}
+
+/// The domain's environment (`KEY=VALUE` each): the host's, without the host's preload, with the domain's own.
+fn environment(launch: &Launch<'_>) -> Vec<OsString> {
     // A preload shim (`ward run`) belongs to the host: the domain must load the plugin itself, not a proxy.
     let mut env: Vec<OsString> = std::env::vars_os()
         .filter(|(k, _)| k != "LD_PRELOAD" && k != crate::libfault::ENV_VAR)
@@ -232,22 +286,12 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, SpawnError> {
         env.push(env_entry("LD_PRELOAD".as_ref(), preload.library.as_os_str()));
         env.push(env_entry(crate::libfault::ENV_VAR.as_ref(), preload.config.as_ref()));
     }
-    // Descriptors 3, 4, 5, 6 in the domain, in this order.
-    let sources: Vec<BorrowedFd<'_>> = vec![theirs.as_fd(), launch.region, launch.pool_in, launch.pool_out];
-    let pid = posix_spawn(launch.program, &args, &env, &sources)
-        .map_err(|source| SpawnError::Start { program: launch.program.to_owned(), source })?;
-    drop(theirs);
-    let mut child = match pidfd_open(pid) {
-        Ok(pidfd) => DomainChild { pid, pidfd, status: None },
-        Err(e) => {
-            // SAFETY: kill takes no pointers; the process is our child and not reaped, so the id is still its.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            let mut raw = 0;
-            // SAFETY: reaps our own child; `raw` is a valid place for its status.
-            unsafe { libc::waitpid(pid, &mut raw, 0) };
-            return Err(SpawnError::PidfdOpen(e));
-        }
-    };
+    env
+}
+
+/// Wait until the domain process `child` (this process's child) says `ready` on `ours`, its control socket.
+fn wait_ready(mut child: DomainChild, ours: ControlSocket) -> Result<Started, SpawnError> {
+    let pid = child.pid;
     match ours.recv(Some(START_TIMEOUT)) {
         Ok(Some(m)) if m.text == "ready" || m.text.starts_with("ready\n") => {
             let domain = m.fd.ok_or(SpawnError::ReadyWithoutPidfd);
@@ -266,7 +310,10 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, SpawnError> {
         Ok(Some(m)) => {
             child.kill();
             let _ = child.wait();
-            Err(SpawnError::Refused(m.text.strip_prefix("error ").unwrap_or(&m.text).to_string()))
+            match m.text.strip_prefix("unstarted ") {
+                Some(why) => Err(SpawnError::Unstarted(why.to_string())),
+                None => Err(SpawnError::Refused(m.text.strip_prefix("error ").unwrap_or(&m.text).to_string())),
+            }
         }
         Ok(None) | Err(_) => {
             child.kill();
@@ -291,7 +338,7 @@ fn env_entry(key: &OsStr, value: &OsStr) -> OsString {
 /// `vfork`), where a fork copies the page tables of the whole host first, which costs a host of a few gigabytes
 /// tens of milliseconds for every domain it starts. Nothing runs in the child before exec but the file actions,
 /// so the domain ties its life to ours itself (`--parent`).
-fn posix_spawn(
+pub(super) fn posix_spawn(
     program: &Path,
     args: &[OsString],
     env: &[OsString],
@@ -469,7 +516,7 @@ pub(crate) fn pid_of(pidfd: BorrowedFd<'_>) -> Result<i32, PidfdError> {
 }
 
 /// The parent of process `pid` (field 4 of `/proc/PID/stat`); None once it is gone.
-fn parent_of(pid: i32) -> Option<i32> {
+pub(super) fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name, in parentheses, may hold anything: the fields after the last ')' are the state, the parent.
     stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
