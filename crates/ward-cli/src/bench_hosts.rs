@@ -504,32 +504,13 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
     let workload = format!(
         "{FRAMES} frames of {size} RGBA (testsrc2, made once, read raw), one frei0r filter each, output -f null"
     );
-    let mut measured = Vec::new();
-    let load = Load::start(args.load)?;
-    for case in &cases {
-        let t = measure(case, &ward, tmp.path(), args.runs)?;
-        measured.push(t);
-    }
-    let load = Finished::from(load);
-    if args.json {
-        let list: Vec<_> = cases.iter().zip(&measured).map(|(c, t)| (c, t, command_text(c, tmp.path()))).collect();
-        return print_json("ffmpeg", args.runs, &ward, load, &workload, &list);
-    }
-    say!(
-        "ward bench ffmpeg: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
-        args.runs,
-        cpus()
-    )?;
-    say!("workload: {workload}")?;
-    load.say()?;
-    say!("policy of the ward run variants: {}", ward.policy_text())?;
-    say!("ffmpeg's own threading left at its defaults (its frei0r filter runs on one thread)")?;
-    for (case, t) in cases.iter().zip(&measured) {
-        say!("")?;
-        say!("command: {}", command_text(case, tmp.path()))?;
-        print_table(case, t)?;
-    }
-    Ok(true)
+    let page = Page {
+        name: "ffmpeg",
+        workload: &workload,
+        notes: &["ffmpeg's own threading left at its defaults (its frei0r filter runs on one thread)"],
+        command_prefix: "",
+    };
+    measure_cases(&page, &cases, &ward, tmp.path(), args.runs, args.load, args.json)
 }
 
 pub fn scan(args: ScanArgs) -> Result<bool> {
@@ -586,27 +567,57 @@ pub fn scan(args: ScanArgs) -> Result<bool> {
          of 48 kHz audio through {} {}",
         SCAN_PLUGIN.0, SCAN_PLUGIN.1
     );
+    let prefix = format!("LADSPA_PATH={LADSPA_DIR} ");
+    let page = Page { name: "scan", workload: &workload, notes: &[], command_prefix: &prefix };
+    measure_cases(&page, &cases, &ward, tmp.path(), args.runs, args.load, args.json)
+}
+
+/// What a benchmark of several cases says around its tables.
+struct Page<'a> {
+    /// `ward bench NAME`.
+    name: &'static str,
+    workload: &'a str,
+    /// Lines after the policy's.
+    notes: &'a [&'a str],
+    /// Before each case's command (the environment it runs with).
+    command_prefix: &'a str,
+}
+
+/// Measure every case under the load asked for, then print the tables (or the JSON) of `ward bench NAME`.
+fn measure_cases(
+    page: &Page<'_>,
+    cases: &[Case],
+    ward: &Ward,
+    tmp: &Path,
+    runs: u32,
+    load: u32,
+    json: bool,
+) -> Result<bool> {
     let mut measured = Vec::new();
-    let load = Load::start(args.load)?;
-    for case in &cases {
-        measured.push(measure(case, &ward, tmp.path(), args.runs)?);
+    let load = Load::start(load)?;
+    for case in cases {
+        measured.push(measure(case, ward, tmp, runs)?);
     }
     let load = Finished::from(load);
-    if args.json {
-        let list: Vec<_> = cases.iter().zip(&measured).map(|(c, t)| (c, t, command_text(c, tmp.path()))).collect();
-        return print_json("scan", args.runs, &ward, load, &workload, &list);
+    if json {
+        let list: Vec<_> = cases.iter().zip(&measured).map(|(c, t)| (c, t, command_text(c, tmp))).collect();
+        return print_json(page.name, runs, ward, load, page.workload, &list);
     }
     say!(
-        "ward bench scan: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
-        args.runs,
+        "ward bench {}: {} timed runs of each variant, interleaved, after one untimed check run; {} CPUs",
+        page.name,
+        runs,
         cpus()
     )?;
-    say!("workload: {workload}")?;
+    say!("workload: {}", page.workload)?;
     load.say()?;
     say!("policy of the ward run variants: {}", ward.policy_text())?;
+    for note in page.notes {
+        say!("{note}")?;
+    }
     for (case, t) in cases.iter().zip(&measured) {
         say!("")?;
-        say!("command: LADSPA_PATH={LADSPA_DIR} {}", command_text(case, tmp.path()))?;
+        say!("command: {}{}", page.command_prefix, command_text(case, tmp))?;
         print_table(case, t)?;
     }
     Ok(true)
