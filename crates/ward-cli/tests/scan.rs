@@ -79,23 +79,35 @@ fn listplugins_lists_what_it_lists_natively_and_no_library_gets_a_domain() {
     assert_eq!(described, libraries_in(Path::new(LADSPA_DIR)), "every library described: {err}");
 }
 
-#[test]
-fn a_host_that_scans_then_processes_gets_the_native_output_with_one_plugin_domain() {
-    let s = Scratch::new("scan", "scan-then-process");
+/// The scanning test host natively and under `ward run --verbose` (with `policy`, a policy file's text, if given):
+/// the same listing and the same samples; what ward said on its standard error.
+fn scan_then_process(what: &str, policy: Option<&str>) -> String {
+    let s = Scratch::new("scan", what);
     let exe = scan_host(&s);
     let args = |out: &str| {
         [LADSPA_DIR.into(), format!("{LADSPA_DIR}/amp.so"), "amp_mono".into(), s.path(out).display().to_string()]
     };
     let native = output(Command::new(&exe).args(args("native.raw")));
     assert!(native.status.success(), "{}", stderr(&native));
-    let out =
-        output(ward().args(["run", "--verbose", "--isolation", "process", "--"]).arg(&exe).args(args("ward.raw")));
+    let mut cmd = ward();
+    cmd.args(["run", "--verbose", "--isolation", "process"]);
+    if let Some(policy) = policy {
+        std::fs::write(s.path("policy.toml"), policy).unwrap();
+        cmd.arg("--policy").arg(s.path("policy.toml"));
+    }
+    let out = output(cmd.arg("--").arg(&exe).args(args("ward.raw")));
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&native.stdout), "scans differ");
     let (n, w) = (std::fs::read(s.path("native.raw")).unwrap(), std::fs::read(s.path("ward.raw")).unwrap());
     assert_eq!(n.len(), 48000 * 4, "one second of samples");
     assert!(n == w, "the processed audio differs");
+    err
+}
+
+#[test]
+fn a_host_that_scans_then_processes_gets_the_native_output_with_one_plugin_domain() {
+    let err = scan_then_process("scan-then-process", None);
     let domains = plugin_domains(&err);
     assert_eq!(domains.len(), 1, "only the plugin instantiated gets a domain: {err}");
     assert!(domains[0].contains("amp.so: LADSPA plugin under ward (isolation process, domain process"), "{err}");
@@ -106,27 +118,7 @@ fn a_host_that_scans_then_processes_gets_the_native_output_with_one_plugin_domai
 /// group does not grow (and restart) once per library scanned.
 #[test]
 fn a_grouped_host_that_scans_then_processes_adds_only_the_plugin_it_instantiates_to_its_group() {
-    let s = Scratch::new("scan", "grouped-scan-then-process");
-    let exe = scan_host(&s);
-    let args = |out: &str| {
-        [LADSPA_DIR.into(), format!("{LADSPA_DIR}/amp.so"), "amp_mono".into(), s.path(out).display().to_string()]
-    };
-    let native = output(Command::new(&exe).args(args("native.raw")));
-    assert!(native.status.success(), "{}", stderr(&native));
-    std::fs::write(s.path("policy.toml"), "[defaults]\ngroup = \"host\"\n").unwrap();
-    let out = output(
-        ward()
-            .args(["run", "--verbose", "--isolation", "process", "--policy"])
-            .arg(s.path("policy.toml"))
-            .arg("--")
-            .arg(&exe)
-            .args(args("ward.raw")),
-    );
-    let err = stderr(&out);
-    assert!(out.status.success(), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&native.stdout), "scans differ");
-    let (n, w) = (std::fs::read(s.path("native.raw")).unwrap(), std::fs::read(s.path("ward.raw")).unwrap());
-    assert!(n == w, "the processed audio differs");
+    let err = scan_then_process("grouped-scan-then-process", Some("[defaults]\ngroup = \"host\"\n"));
     let domains = plugin_domains(&err);
     assert_eq!(domains.len(), 1, "only the plugin instantiated joins the group: {err}");
     assert!(domains[0].contains("amp.so: LADSPA plugin under ward"), "{err}");
