@@ -32,8 +32,9 @@ use crate::load::Load;
 use crate::output::{say, Columns};
 use crate::run::BadInput;
 
+/// What every host benchmark takes.
 #[derive(Args)]
-pub struct SoxArgs {
+pub struct HostArgs {
     /// Timed runs of each variant (after one untimed check run).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     runs: u32,
@@ -49,42 +50,17 @@ pub struct SoxArgs {
     load: u32,
 }
 
+pub type SoxArgs = HostArgs;
+pub type ScanArgs = HostArgs;
+
 #[derive(Args)]
 pub struct FfmpegArgs {
-    /// Timed runs of each variant (after one untimed check run).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    runs: u32,
-    /// One JSON document instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Policy file (TOML) for the `ward run` variants, as `ward run --policy` takes it; ward's defaults without one.
-    #[arg(long)]
-    policy: Option<PathBuf>,
-    /// Run with this many processes of busy work beside every variant, native included (started and stopped by the
-    /// benchmark), so that the ratios compare like with like on a machine that is not idle.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
-    load: u32,
+    #[command(flatten)]
+    host: HostArgs,
     /// The frei0r filter, as ffmpeg's `frei0r=` takes it: NAME or NAME:PARAMS. invert0r (next to no work per pixel:
     /// the worst case for the boundary's share) is measured too.
     #[arg(long, default_value = "vignette")]
     filter: String,
-}
-
-#[derive(Args)]
-pub struct ScanArgs {
-    /// Timed runs of each variant (after one untimed check run).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    runs: u32,
-    /// One JSON document instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Policy file (TOML) for the `ward run` variants, as `ward run --policy` takes it; ward's defaults without one.
-    #[arg(long)]
-    policy: Option<PathBuf>,
-    /// Run with this many processes of busy work beside every variant, native included (started and stopped by the
-    /// benchmark), so that the ratios compare like with like on a machine that is not idle.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
-    load: u32,
 }
 
 /// Where Debian installs the plugins (swh-plugins, ladspa-sdk, frei0r-plugins).
@@ -425,10 +401,11 @@ pub fn sox(args: SoxArgs) -> Result<bool> {
 }
 
 pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
+    let FfmpegArgs { host, filter } = args;
     catch_interrupts();
     let ffmpeg = need_program("ffmpeg")?;
-    let mut filters = vec![args.filter.clone()];
-    if plugin_name(&args.filter) != WORST_CASE_FILTER {
+    let mut filters = vec![filter.clone()];
+    if plugin_name(&filter) != WORST_CASE_FILTER {
         filters.push(WORST_CASE_FILTER.to_string());
     }
     for f in &filters {
@@ -444,7 +421,7 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
         }
     }
     let tmp = TempDir::new("ward-bench-ffmpeg")?;
-    let ward = Ward::new(args.policy.as_deref(), tmp.path())?;
+    let ward = Ward::new(host.policy.as_deref(), tmp.path())?;
     let input = tmp.path().join("in.rgba");
     let size = format!("{WIDTH}x{HEIGHT}");
     progress(&format!(
@@ -495,7 +472,7 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
                 }),
                 ext: "framecrc",
                 compared: "the Adler-32 of every output frame (ffmpeg -f framecrc)",
-                target: Targets::ffmpeg(args.load > 0),
+                target: Targets::ffmpeg(host.load > 0),
                 env: Vec::new(),
                 output_is_stdout: false,
             }
@@ -510,7 +487,7 @@ pub fn ffmpeg(args: FfmpegArgs) -> Result<bool> {
         notes: &["ffmpeg's own threading left at its defaults (its frei0r filter runs on one thread)"],
         command_prefix: "",
     };
-    measure_cases(&page, &cases, &ward, tmp.path(), args.runs, args.load, args.json)
+    measure_cases(&page, &cases, &ward, tmp.path(), host.runs, host.load, host.json)
 }
 
 pub fn scan(args: ScanArgs) -> Result<bool> {
