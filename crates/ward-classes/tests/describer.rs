@@ -9,6 +9,9 @@ use ward_classes::frei0r;
 use ward_classes::ladspa::{difference, Describer, Library};
 use ward_classes::ClassError;
 
+mod common;
+use common::Scratch;
+
 const LADSPA_DIR: &str = "/usr/lib/ladspa";
 
 const FREI0R_DIR: &str = "/usr/lib/frei0r-1";
@@ -28,27 +31,6 @@ fn libraries_in(dir: &str) -> Vec<PathBuf> {
     found.sort();
     assert!(found.len() > 10, "too few libraries in {dir}: run scripts/deps");
     found
-}
-
-/// A scratch directory for one test, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ward-classes-describer-{}-{test}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[test]
@@ -76,7 +58,7 @@ fn the_describer_reads_of_every_debian_library_what_its_own_domain_reads() {
 
 #[test]
 fn a_library_replaced_on_disk_after_it_was_described_is_refused_by_its_own_domain() {
-    let s = Scratch::new("changed");
+    let s = Scratch::new("describer", "changed");
     let path = s.path("plugin.so");
     std::fs::copy(Path::new(LADSPA_DIR).join("amp.so"), &path).expect("copy amp.so");
     let describer = Describer::new(Policy::default());
@@ -137,7 +119,7 @@ fn the_frei0r_describer_reads_of_every_debian_plugin_what_its_own_domain_reads()
 
 #[test]
 fn a_frei0r_plugin_replaced_on_disk_after_it_was_described_is_refused_by_its_own_domain() {
-    let s = Scratch::new("frei0r-changed");
+    let s = Scratch::new("describer", "frei0r-changed");
     let path = s.path("filter.so");
     std::fs::copy(Path::new(FREI0R_DIR).join("invert0r.so"), &path).expect("copy invert0r.so");
     let describer = frei0r::Describer::new(Policy::default());

@@ -6,27 +6,8 @@ use std::path::{Path, PathBuf};
 use object::read::elf::{FileHeader, SectionHeader};
 use ward_classes::{class_of, classify, Class, Classification, ClassifyError};
 
-/// A scratch directory for one test, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(test: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("ward-classes-detect-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::Scratch;
 
 fn builtin(name: &str) -> PathBuf {
     ward_extensions::path_of(name).expect("the built-in extracts")
@@ -50,7 +31,7 @@ fn devices_and_fifos_are_refused_unread() {
     assert!(err.to_string().contains("/dev/zero"), "{err}");
     assert!(matches!(classify(Path::new("/")), Err(ClassifyError::NotRegular { what: "a directory", .. })));
 
-    let s = Scratch::new("fifo");
+    let s = Scratch::new("detect", "fifo");
     let fifo = s.path("plugin.so");
     let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a valid C string; the result is checked.
@@ -62,7 +43,7 @@ fn devices_and_fifos_are_refused_unread() {
 
 #[test]
 fn a_big_sparse_file_is_classified_from_its_headers() {
-    let s = Scratch::new("sparse");
+    let s = Scratch::new("detect", "sparse");
     // 8 GiB of nothing: no ELF file, said from its first bytes.
     let zeros = s.path("zeros.so");
     std::fs::File::create(&zeros).unwrap().set_len(EIGHT_GIB).unwrap();
@@ -87,7 +68,7 @@ fn dynsym_size_field(bytes: &[u8]) -> u64 {
 
 #[test]
 fn symbol_tables_beyond_the_bound_are_refused_not_read() {
-    let s = Scratch::new("huge-symbols");
+    let s = Scratch::new("detect", "huge-symbols");
     let path = s.path("huge.so");
     let bytes = std::fs::read(builtin("faulty_ladspa")).unwrap();
     let field = dynsym_size_field(&bytes);
@@ -105,7 +86,7 @@ fn symbol_tables_beyond_the_bound_are_refused_not_read() {
 
 #[test]
 fn a_truncated_elf_file_is_malformed() {
-    let s = Scratch::new("truncated");
+    let s = Scratch::new("detect", "truncated");
     let path = s.path("truncated.so");
     let bytes = std::fs::read(builtin("faulty_ladspa")).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();

@@ -7,19 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod common;
-use common::{host, require_pku, Scratch};
-
-fn ward() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ward"))
-}
-
-fn output(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use common::{host, output, require_pku, stderr, ward, Scratch};
 
 /// A mono 16-bit WAV of `seconds` seconds at 48 kHz: a sine, made by sox itself without dither.
 fn sine_wav(path: &Path, seconds: u32) {

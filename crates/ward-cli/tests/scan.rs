@@ -4,24 +4,12 @@
 //! and no domain for a library only scanned. The hosts and plugins come from scripts/deps.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 mod common;
-use common::{host, Scratch};
+use common::{host, output, stderr, ward, Scratch};
 
 const LADSPA_DIR: &str = "/usr/lib/ladspa";
-
-fn ward() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ward"))
-}
-
-fn output(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// The LADSPA libraries in `dir`.
 fn libraries_in(dir: &Path) -> usize {

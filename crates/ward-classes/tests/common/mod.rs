@@ -9,6 +9,29 @@ use std::sync::mpsc::Receiver;
 use ward::Event;
 use ward_xpc::mix::SplitMix64;
 
+/// A scratch directory for one test (`ward-classes-SUITE-PID-TEST` in the temporary directory), emptied first and
+/// removed at the end.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(suite: &str, test: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("ward-classes-{suite}-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a scratch directory");
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The files the extension's image was switched to (`restart_from`), in order.
 pub fn switched_to(events: &Receiver<Event>) -> Vec<PathBuf> {
     events

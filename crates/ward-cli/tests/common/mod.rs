@@ -1,9 +1,25 @@
-//! What the end-to-end tests share: finding a host, a scratch directory per test, and the rule of the tests that
+//! What the end-to-end tests share: running ward, finding a host, a scratch directory per test, and the rule of the tests that
 //! need PKU.
 // Each suite uses a part of it.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The `ward` program this crate built.
+pub fn ward() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ward"))
+}
+
+/// What `cmd` did; the test fails when it cannot be started.
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// Its standard error, as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
 
 /// A host program Debian ships; the test fails (never skips) when it is missing.
 pub fn host(name: &str) -> &str {
