@@ -283,12 +283,9 @@ impl HostPool {
 
     /// Return a slot. A lease of another pool, or one made stale by [`HostPool::free_all`], is ignored.
     pub fn free(&mut self, lease: Lease) {
-        if self.check(&lease).is_err() {
-            return;
+        if lease.rich.pool == self.id {
+            self.free_slot(lease.slot, lease.generation);
         }
-        self.leased[lease.slot] = None;
-        self.free[self.geometry.slots[lease.slot].class].push(lease.slot);
-        self.in_use -= 1;
     }
 
     /// Recovery: return every slot (outstanding leases become stale).
