@@ -19,6 +19,7 @@ static ADAPTERS: EmbeddedSet = EmbeddedSet::new(
     &[
         embedded!("ward_frei0r_adapter", "frei0r class adapter"),
         embedded!("ward_ladspa_adapter", "LADSPA class adapter"),
+        embedded!("ward_lv2_adapter", "LV2 class adapter"),
     ],
 );
 

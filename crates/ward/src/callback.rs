@@ -47,6 +47,15 @@ impl std::fmt::Debug for Callback {
 }
 
 impl Callback {
+    /// Register a host function extensions may call back (as [`crate::Supervisor::register_callback`], for code
+    /// that holds no supervisor: a class instance registering the host's features).
+    pub fn new(
+        signature: Signature,
+        handler: impl Fn(&[Value]) -> Value + Send + Sync + 'static,
+    ) -> Result<Callback, Error> {
+        Callback::register(signature, handler)
+    }
+
     pub(crate) fn register(
         signature: Signature,
         handler: impl Fn(&[Value]) -> Value + Send + Sync + 'static,

@@ -1,0 +1,586 @@
+//! One LV2 plugin instance under ward: its blocks, its worker's requests and responses, its state.
+
+use std::sync::{Arc, Mutex};
+
+use ward::{Arg, Callback, FaultKind, RetType};
+
+use super::atom::{self, AtomUrids, ATOM_HEADER};
+use super::{host, uri, Descriptor, LibraryInner, PortKind, PortSpec, Setup};
+use crate::adapters::ADAPTER_ERROR_BELOW;
+use crate::{ClassError, Processed};
+
+/// Bytes of worker requests or of one request's responses the adapter queues at most (its WORK_QUEUE_BYTES).
+const WORK_QUEUE_BYTES: usize = 64 * 1024;
+/// The largest state believed from a plugin's save.
+const MAX_STATE: u64 = 256 << 20;
+/// More ports than any plugin has (the adapter's MAX_PORTS).
+const MAX_PORTS: usize = 4096;
+/// The largest buffer of one port (the adapter's MAX_PORT_BYTES).
+const MAX_PORT_BYTES: usize = 16 << 20;
+
+/// The data of one port for one block. Audio and CV ports hold a block of samples, a control port one value (the
+/// first of its slice); an atom port holds the atom with its header: for an output, the whole buffer the plugin may
+/// fill (its capacity is the slice's length less the header).
+#[derive(Debug)]
+pub enum PortBuffer<'a> {
+    /// Not connected (the plugin gets NULL, as a host that leaves an optional port alone gives it).
+    Unconnected,
+    Input(&'a [f32]),
+    Output(&'a mut [f32]),
+    AtomInput(&'a [u8]),
+    AtomOutput(&'a mut [u8]),
+}
+
+/// The packing buffers of a block, kept between blocks (see the adapter's `ward_lv2_run`).
+#[derive(Default)]
+struct Packing {
+    input: Vec<u8>,
+    output: Vec<u8>,
+    /// Where each port's bytes start in `output` (`usize::MAX`: not an output, or not connected).
+    output_at: Vec<usize>,
+}
+
+/// One instance of a plugin.
+pub struct Instance {
+    lib: Arc<LibraryInner>,
+    plugin: Arc<Descriptor>,
+    handle: u64,
+    ports: Vec<PortSpec>,
+    urids: AtomUrids,
+    /// The host's way in (the core keeps a clone for as long as the domain may call it).
+    _callback: Callback,
+    packing: Mutex<Packing>,
+    /// Worker requests the plugin scheduled, fetched from the domain, not yet taken by the host.
+    scheduled: Mutex<Vec<Vec<u8>>>,
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "lv2::Instance({})", self.plugin.uri)
+    }
+}
+
+fn put_u32(b: &mut Vec<u8>, v: u32) {
+    b.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    put_u32(b, s.len() as u32);
+    b.extend_from_slice(s.as_bytes());
+}
+
+/// Records as the adapter queues them (u32 size, bytes), bounds-checked: the bytes come from the domain.
+fn records(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let head = bytes.get(at..at + 4).ok_or("a record header runs past the end")?;
+        let n = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let body = bytes.get(at + 4..at + 4 + n).ok_or_else(|| format!("a record of {n} bytes runs past the end"))?;
+        out.push(body.to_vec());
+        at += 4 + n;
+    }
+    Ok(out)
+}
+
+impl Instance {
+    pub(super) fn create(
+        lib: Arc<LibraryInner>,
+        plugin: Arc<Descriptor>,
+        setup: Setup,
+    ) -> Result<Instance, ClassError> {
+        let refused = |what: String| ClassError::Refused { plugin: plugin.uri.clone(), what };
+        if setup.ports.len() > MAX_PORTS {
+            return Err(refused(format!("its bundle declares {} ports", setup.ports.len())));
+        }
+        if !(setup.sample_rate.is_finite() && setup.sample_rate > 0.0) {
+            return Err(ClassError::BadArguments {
+                plugin: plugin.uri.clone(),
+                reason: format!("a sample rate of {}", setup.sample_rate),
+            });
+        }
+        let f = &setup.features;
+        let urids = if f.urid_map {
+            AtomUrids { sequence: setup.host.map(uri::ATOM_SEQUENCE), frame_time: setup.host.map(uri::ATOM_FRAME_TIME) }
+        } else {
+            AtomUrids::default()
+        };
+        let mut packed = Vec::new();
+        put_u32(&mut packed, f.wire_flags());
+        put_u32(&mut packed, lib.ext.policy().read_past_input_kb);
+        let mut bundle = setup.bundle.to_string_lossy().into_owned();
+        if !bundle.ends_with('/') {
+            bundle.push('/');
+        }
+        put_str(&mut packed, &bundle);
+        put_u32(&mut packed, setup.ports.len() as u32);
+        for p in &setup.ports {
+            put_u32(&mut packed, p.wire_kind());
+            put_u32(&mut packed, u32::from(p.output));
+        }
+        let options = f.options.as_deref().unwrap_or_default();
+        put_u32(&mut packed, options.len() as u32);
+        for o in options {
+            for v in [o.context, o.subject, o.key, o.value_type, o.value.len() as u32] {
+                put_u32(&mut packed, v);
+            }
+            packed.extend_from_slice(&o.value);
+        }
+        put_u32(&mut packed, f.flags.len() as u32);
+        for flag in &f.flags {
+            put_str(&mut packed, flag);
+        }
+        let callback = host::callback(Arc::clone(&setup.host))?;
+        let len = packed.len() as u64;
+        let value = lib.functions.instantiate.call(
+            &mut [
+                Arg::Handle(lib.library),
+                Arg::U64(plugin.index as u64),
+                Arg::In(&packed),
+                Arg::U64(len),
+                Arg::Callback(&callback),
+                Arg::F64(setup.sample_rate),
+            ],
+            RetType::Handle,
+        )?;
+        let handle = match value.as_handle() {
+            Some(h) if h != 0 => h,
+            _ => return Err(refused(format!("instantiate at {} Hz returned NULL", setup.sample_rate))),
+        };
+        Ok(Instance {
+            lib,
+            plugin,
+            handle,
+            ports: setup.ports,
+            urids,
+            _callback: callback,
+            packing: Mutex::new(Packing::default()),
+            scheduled: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn descriptor(&self) -> &Arc<Descriptor> {
+        &self.plugin
+    }
+
+    /// The ports the instance was created with.
+    pub fn ports(&self) -> &[PortSpec] {
+        &self.ports
+    }
+
+    /// Activate the instance. A disabled plugin is activated as far as the host can tell (it is bypassed).
+    pub fn activate(&self) -> Result<Processed, ClassError> {
+        self.simple(&self.lib.functions.activate)
+    }
+
+    pub fn deactivate(&self) -> Result<Processed, ClassError> {
+        self.simple(&self.lib.functions.deactivate)
+    }
+
+    fn simple(&self, f: &ward::Function) -> Result<Processed, ClassError> {
+        match f.call(&mut [Arg::Handle(self.handle)], RetType::I64) {
+            Ok(_) => Ok(Processed::Ran),
+            Err(e) => Ok(self.degraded(e)),
+        }
+    }
+
+    fn bad(&self, reason: String) -> ClassError {
+        ClassError::BadArguments { plugin: self.plugin.uri.clone(), reason }
+    }
+
+    /// Check that each port's buffer fits its kind and direction; (bytes of its buffer, bytes sent) per port.
+    fn layout(&self, samples: usize, ports: &[PortBuffer<'_>]) -> Result<Vec<(usize, usize)>, ClassError> {
+        if ports.len() != self.ports.len() {
+            return Err(self.bad(format!("{} buffers for {} ports", ports.len(), self.ports.len())));
+        }
+        if samples.saturating_mul(4) > MAX_PORT_BYTES {
+            return Err(self.bad(format!("a block of {samples} samples")));
+        }
+        let mut sizes = Vec::with_capacity(ports.len());
+        for (i, (spec, buf)) in self.ports.iter().zip(ports).enumerate() {
+            let wrong = |what: &str| self.bad(format!("port {i} is {:?} {}, given {what}", spec.kind, dir(spec)));
+            let size = match (spec.kind, buf) {
+                (_, PortBuffer::Unconnected) => (0, 0),
+                (PortKind::Audio | PortKind::Cv, PortBuffer::Input(s)) if !spec.output => {
+                    if s.len() < samples {
+                        return Err(self.bad(format!("port {i} needs {samples} samples, got {}", s.len())));
+                    }
+                    (samples * 4, samples * 4)
+                }
+                (PortKind::Audio | PortKind::Cv, PortBuffer::Output(s)) if spec.output => {
+                    if s.len() < samples {
+                        return Err(self.bad(format!("port {i} needs {samples} samples, got {}", s.len())));
+                    }
+                    (samples * 4, samples * 4)
+                }
+                (PortKind::Control, PortBuffer::Input(s)) if !spec.output && !s.is_empty() => (4, 4),
+                (PortKind::Control, PortBuffer::Output(s)) if spec.output && !s.is_empty() => (4, 4),
+                (PortKind::Atom, PortBuffer::AtomInput(s)) if !spec.output => {
+                    if s.len() < ATOM_HEADER {
+                        return Err(self.bad(format!("port {i}'s atom is {} bytes, shorter than a header", s.len())));
+                    }
+                    let size = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize;
+                    let total = ATOM_HEADER.saturating_add(size);
+                    if total > s.len() || total > MAX_PORT_BYTES {
+                        return Err(self.bad(format!("port {i}'s atom claims {size} bytes in a buffer of {}", s.len())));
+                    }
+                    (total, total)
+                }
+                (PortKind::Atom, PortBuffer::AtomOutput(s)) if spec.output => {
+                    if s.len() < ATOM_HEADER || s.len() > MAX_PORT_BYTES {
+                        return Err(self.bad(format!("port {i}'s atom buffer is {} bytes", s.len())));
+                    }
+                    (s.len(), ATOM_HEADER)
+                }
+                (_, PortBuffer::Input(_)) => return Err(wrong("an input of samples")),
+                (_, PortBuffer::Output(_)) => return Err(wrong("an output of samples")),
+                (_, PortBuffer::AtomInput(_)) => return Err(wrong("an input atom")),
+                (_, PortBuffer::AtomOutput(_)) => return Err(wrong("an output atom")),
+            };
+            sizes.push(size);
+        }
+        Ok(sizes)
+    }
+
+    /// Run one block of `samples` samples; `ports` has one buffer per port, in port order. Outputs come back only
+    /// when the block succeeded; an atom a plugin wrote is checked first (a malformed one is a fault, recovered and
+    /// the block retried, as a crash is). Requests the block scheduled wait in [`Instance::take_work`].
+    pub fn run(&self, samples: usize, ports: &mut [PortBuffer<'_>]) -> Result<Processed, ClassError> {
+        let sizes = self.layout(samples, ports)?;
+        let mut packing = self.packing.lock().unwrap_or_else(|e| e.into_inner());
+        pack(&mut packing, ports, &sizes, &self.ports);
+        let policy = self.lib.ext.policy();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let code = match self.call_block(&mut packing, samples) {
+                Err(e) => {
+                    self.bypass(samples, ports);
+                    return Ok(self.degraded(e));
+                }
+                Ok(code) => code,
+            };
+            if code < 0 {
+                return Err(self.bad(format!("the adapter refused the block (code {code})")));
+            }
+            let mut wrong = self.check_atoms(&packing, samples);
+            if wrong.is_none() && policy.check_output {
+                wrong = self.non_finite_output(&packing, samples);
+            }
+            if let Some(what) = wrong {
+                let declared = self.lib.ext.declare_fault("ward_lv2_run", FaultKind::BadOutput { what: what.clone() });
+                if declared.is_ok() && attempts <= policy.max_retries {
+                    continue;
+                }
+                self.bypass(samples, ports);
+                return Ok(Processed::Bypassed { reason: format!("output check failed: {what}") });
+            }
+            if code > 0 {
+                self.fetch_work(code as usize);
+            }
+            unpack(&packing, ports, &sizes);
+            return Ok(Processed::Ran);
+        }
+    }
+
+    fn call_block(&self, packing: &mut Packing, samples: usize) -> Result<i64, ward::Error> {
+        let Packing { input, output, .. } = packing;
+        let (in_len, out_len) = (input.len() as u64, output.len() as u64);
+        let value = self.lib.functions.run.call(
+            &mut [
+                Arg::Handle(self.handle),
+                Arg::U64(samples as u64),
+                Arg::In(input),
+                Arg::U64(in_len),
+                Arg::Out(output),
+                Arg::U64(out_len),
+            ],
+            RetType::I64,
+        )?;
+        Ok(value.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1))
+    }
+
+    /// What is wrong with the first malformed atom output, if one is.
+    fn check_atoms(&self, packing: &Packing, samples: usize) -> Option<String> {
+        for (i, spec) in self.ports.iter().enumerate() {
+            let at = packing.output_at[i];
+            if spec.kind != PortKind::Atom || !spec.output || at == usize::MAX {
+                continue;
+            }
+            let len = u32::from_le_bytes(packing.input[8 * i..8 * i + 4].try_into().unwrap_or([0; 4])) as usize;
+            let buffer = &packing.output[at..at + len];
+            if let Err(what) = atom::check_output(buffer, len - ATOM_HEADER, samples, self.urids) {
+                return Some(format!("{} wrote a malformed atom to port {i}: {what}", self.plugin.uri));
+            }
+        }
+        None
+    }
+
+    /// The first non-finite audio output sample, described (the policy's `check_output`).
+    fn non_finite_output(&self, packing: &Packing, samples: usize) -> Option<String> {
+        for (i, spec) in self.ports.iter().enumerate() {
+            let at = packing.output_at[i];
+            if spec.kind != PortKind::Audio || !spec.output || at == usize::MAX {
+                continue;
+            }
+            let bytes = &packing.output[at..at + samples * 4];
+            if let Some(s) =
+                bytes.chunks_exact(4).position(|c| !f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+            {
+                return Some(format!("{} wrote a NaN or infinity to port {i} at sample {s}", self.plugin.uri));
+            }
+        }
+        None
+    }
+
+    /// Fetch the `queued` bytes of worker requests the block left in the domain.
+    fn fetch_work(&self, queued: usize) {
+        let mut buf = vec![0u8; queued.min(WORK_QUEUE_BYTES)];
+        let cap = buf.len() as u64;
+        let taken = self
+            .lib
+            .functions
+            .take_work
+            .call(&mut [Arg::Handle(self.handle), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64);
+        let n = match taken.map(|v| v.as_i64()) {
+            Ok(Some(n)) if n >= 0 && n as usize <= buf.len() => n as usize,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::debug!(plugin = %self.plugin.uri, error = %e, "worker requests lost");
+                return;
+            }
+        };
+        match records(&buf[..n]) {
+            Ok(requests) => self.scheduled.lock().unwrap_or_else(|e| e.into_inner()).extend(requests),
+            Err(what) => {
+                let what = format!("{} queued malformed worker requests: {what}", self.plugin.uri);
+                let _ = self.lib.ext.declare_fault("ward_lv2_take_work", FaultKind::BadOutput { what });
+            }
+        }
+    }
+
+    /// The worker requests the plugin scheduled since the last call, oldest first: the host runs each through
+    /// [`Instance::work`] (on its worker thread, or at once) as it would natively.
+    pub fn take_work(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Run the plugin's `work` on one request; the responses it gave, in order, for [`Instance::work_response`]
+    /// before the next block. A plugin that fails in `work` is recovered; the request is then lost (an empty list),
+    /// as a host whose worker failed would drop it.
+    pub fn work(&self, request: &[u8]) -> Result<Vec<Vec<u8>>, ClassError> {
+        if !self.plugin.has_worker {
+            return Err(self.bad("the plugin has no worker interface".into()));
+        }
+        if request.len() > WORK_QUEUE_BYTES {
+            return Err(self.bad(format!("a worker request of {} bytes", request.len())));
+        }
+        let mut out = vec![0u8; WORK_QUEUE_BYTES];
+        let (len, cap) = (request.len() as u64, out.len() as u64);
+        let value = self.lib.functions.work.call(
+            &mut [Arg::Handle(self.handle), Arg::In(request), Arg::U64(len), Arg::Out(&mut out), Arg::U64(cap)],
+            RetType::I64,
+        );
+        let n = match value {
+            Ok(v) => v.as_i64().unwrap_or(-1),
+            Err(e) => {
+                tracing::debug!(plugin = %self.plugin.uri, error = %e, "worker request dropped");
+                return Ok(Vec::new());
+            }
+        };
+        if n < 0 || n as usize > out.len() {
+            return Err(self.bad(format!("the adapter refused the worker request (code {n})")));
+        }
+        records(&out[..n as usize]).map_err(|what| self.bad(format!("malformed worker responses: {what}")))
+    }
+
+    /// Deliver one response of [`Instance::work`] to the plugin (before its next block).
+    pub fn work_response(&self, response: &[u8]) -> Result<Processed, ClassError> {
+        if response.len() > WORK_QUEUE_BYTES {
+            return Err(self.bad(format!("a worker response of {} bytes", response.len())));
+        }
+        let len = response.len() as u64;
+        match self
+            .lib
+            .functions
+            .work_response
+            .call(&mut [Arg::Handle(self.handle), Arg::In(response), Arg::U64(len)], RetType::I64)
+        {
+            Ok(_) => Ok(Processed::Ran),
+            Err(e) => Ok(self.degraded(e)),
+        }
+    }
+
+    /// Run every request scheduled so far through the worker and deliver its responses at once: the worker of a host
+    /// that has no thread for it.
+    pub fn work_now(&self) -> Result<(), ClassError> {
+        for request in self.take_work() {
+            for response in self.work(&request)? {
+                self.work_response(&response)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The plugin's state (`state:interface` save), as property records (u32 key, type, flags, size; the value
+    /// padded to 8 bytes), for [`Instance::restore`].
+    pub fn save(&self) -> Result<Vec<u8>, ClassError> {
+        if !self.plugin.has_state {
+            return Err(self.bad("the plugin has no state interface".into()));
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        for _ in 0..2 {
+            let cap = buf.len() as u64;
+            let value = self
+                .lib
+                .functions
+                .save
+                .call(&mut [Arg::Handle(self.handle), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)?;
+            let n = value.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1);
+            if n < ADAPTER_ERROR_BELOW {
+                return Err(ClassError::Refused { plugin: self.plugin.uri.clone(), what: "its save failed".into() });
+            }
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return Ok(buf);
+            }
+            let need = n.unsigned_abs();
+            if need > MAX_STATE {
+                return Err(self.bad(format!("a state of {need} bytes is beyond belief")));
+            }
+            buf = vec![0u8; need as usize];
+        }
+        Err(self.bad("its state keeps growing".into()))
+    }
+
+    /// Restore a state [`Instance::save`] gave. The last restore is replayed after a restart.
+    pub fn restore(&self, state: &[u8]) -> Result<Processed, ClassError> {
+        if !self.plugin.has_state {
+            return Err(self.bad("the plugin has no state interface".into()));
+        }
+        let len = state.len() as u64;
+        match self
+            .lib
+            .functions
+            .restore
+            .call(&mut [Arg::Handle(self.handle), Arg::In(state), Arg::U64(len)], RetType::I64)
+        {
+            Ok(v) if v.as_i64() == Some(0) => Ok(Processed::Ran),
+            Ok(_) => Err(ClassError::Refused { plugin: self.plugin.uri.clone(), what: "its restore failed".into() }),
+            Err(e) => Ok(self.degraded(e)),
+        }
+    }
+
+    /// The class's fallback for a block the plugin cannot process: the i-th audio input to the i-th audio output,
+    /// other audio and CV outputs silent, control outputs as they are, atom outputs empty sequences.
+    fn bypass(&self, samples: usize, ports: &mut [PortBuffer<'_>]) {
+        let inputs: Vec<usize> =
+            (0..self.ports.len()).filter(|&i| self.ports[i].kind == PortKind::Audio && !self.ports[i].output).collect();
+        let mut next_input = 0;
+        for i in 0..self.ports.len() {
+            let spec = self.ports[i];
+            match spec.kind {
+                PortKind::Audio if spec.output => {
+                    let source: Option<Vec<f32>> = inputs.get(next_input).and_then(|&k| match &ports[k] {
+                        PortBuffer::Input(s) => Some(s[..samples].to_vec()),
+                        _ => None,
+                    });
+                    next_input += 1;
+                    if let PortBuffer::Output(out) = &mut ports[i] {
+                        match source {
+                            Some(src) => out[..samples].copy_from_slice(&src),
+                            None => out[..samples].fill(0.0),
+                        }
+                    }
+                }
+                PortKind::Cv if spec.output => {
+                    if let PortBuffer::Output(out) = &mut ports[i] {
+                        out[..samples].fill(0.0);
+                    }
+                }
+                PortKind::Atom if spec.output => {
+                    if let PortBuffer::AtomOutput(out) = &mut ports[i] {
+                        let empty = atom::empty_sequence(self.urids);
+                        if out.len() >= empty.len() {
+                            out[..empty.len()].copy_from_slice(&empty);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A call failed even after recovery (or the plugin is disabled): say so and go on.
+    fn degraded(&self, e: ward::Error) -> Processed {
+        tracing::debug!(plugin = %self.plugin.uri, error = %e, "bypassed");
+        Processed::Bypassed { reason: e.to_string() }
+    }
+}
+
+fn dir(spec: &PortSpec) -> &'static str {
+    if spec.output {
+        "output"
+    } else {
+        "input"
+    }
+}
+
+/// The layout and every port's bytes into the input packing buffer; room in the output one for the outputs.
+fn pack(packing: &mut Packing, ports: &[PortBuffer<'_>], sizes: &[(usize, usize)], specs: &[PortSpec]) {
+    let Packing { input, output, output_at } = packing;
+    input.clear();
+    output_at.clear();
+    for &(bytes, sent) in sizes {
+        input.extend_from_slice(&(bytes as u32).to_le_bytes());
+        input.extend_from_slice(&(sent as u32).to_le_bytes());
+    }
+    let mut out_len = 0;
+    for ((buf, &(bytes, sent)), spec) in ports.iter().zip(sizes).zip(specs) {
+        match buf {
+            PortBuffer::Unconnected => {}
+            PortBuffer::Input(s) => input.extend_from_slice(bytemuck::cast_slice(&s[..sent / 4])),
+            PortBuffer::Output(s) => input.extend_from_slice(bytemuck::cast_slice(&s[..sent / 4])),
+            PortBuffer::AtomInput(s) => input.extend_from_slice(&s[..sent]),
+            PortBuffer::AtomOutput(s) => {
+                // The capacity in the size, as LV2 asks a host to set it; the type as the host left it.
+                input.extend_from_slice(&((s.len() - ATOM_HEADER) as u32).to_le_bytes());
+                input.extend_from_slice(&s[4..8]);
+            }
+        }
+        if spec.output && bytes != 0 {
+            output_at.push(out_len);
+            out_len += bytes;
+        } else {
+            output_at.push(usize::MAX);
+        }
+    }
+    output.resize(out_len, 0);
+}
+
+/// The outputs from the packing buffer back into the host's memory: samples and values whole, an atom as far as it
+/// goes (checked before).
+fn unpack(packing: &Packing, ports: &mut [PortBuffer<'_>], sizes: &[(usize, usize)]) {
+    for ((buf, &(bytes, _)), &at) in ports.iter_mut().zip(sizes).zip(&packing.output_at) {
+        if at == usize::MAX {
+            continue;
+        }
+        let from = &packing.output[at..at + bytes];
+        match buf {
+            PortBuffer::Output(s) => bytemuck::cast_slice_mut::<f32, u8>(&mut s[..bytes / 4]).copy_from_slice(from),
+            PortBuffer::AtomOutput(s) => {
+                let size = u32::from_le_bytes([from[0], from[1], from[2], from[3]]) as usize;
+                let total = (ATOM_HEADER + size).min(bytes);
+                s[..total].copy_from_slice(&from[..total]);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // A failure here leaves nothing behind in the host: the domain's memory goes with it.
+        let _ = self.lib.functions.cleanup.call(&mut [Arg::Handle(self.handle)], RetType::I64);
+    }
+}
