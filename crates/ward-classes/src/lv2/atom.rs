@@ -94,7 +94,7 @@ mod tests {
             body.extend_from_slice(&(data.len() as u32).to_le_bytes());
             body.extend_from_slice(&kind.to_le_bytes());
             body.extend_from_slice(data);
-            while body.len() % 8 != 0 {
+            while !body.len().is_multiple_of(8) {
                 body.push(0);
             }
         }
