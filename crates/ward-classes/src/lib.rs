@@ -10,6 +10,7 @@
 //!
 //! * [`ladspa`]: LADSPA audio plugins.
 //! * [`frei0r`]: frei0r video filters.
+//! * [`lv2_bundle`]: what LV2 bundles' Turtle files say about their plugins and ports.
 //! * [`native_calls`]: both ABIs called directly in this process, without ward (native hosts, campaigns, the corpus).
 
 #![deny(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod detect;
 mod error;
 pub mod frei0r;
 pub mod ladspa;
+pub mod lv2_bundle;
 #[allow(unsafe_code)]
 pub mod native_calls;
 mod plausible;
