@@ -13,6 +13,7 @@
 //! worker requests and responses are history, replayed in order after a restart.
 
 pub mod atom;
+pub mod bundle;
 mod host;
 mod instance;
 
