@@ -20,6 +20,7 @@ use object::Endianness;
 pub enum Class {
     Ladspa,
     Frei0r,
+    Lv2,
 }
 
 impl Class {
@@ -27,6 +28,7 @@ impl Class {
         match self {
             Class::Ladspa => "LADSPA",
             Class::Frei0r => "frei0r",
+            Class::Lv2 => "LV2",
         }
     }
 }
@@ -83,7 +85,7 @@ pub const MAX_READ: u64 = 64 << 20;
 /// Entry points of plugin ABIs ward has no class for, with the ABI's name.
 const OTHER_ABIS: &[(&str, &str)] = &[
     ("dssi_descriptor", "DSSI"),
-    ("lv2_descriptor", "LV2"),
+    ("lv2ui_descriptor", "LV2 UI"),
     ("vampGetPluginDescriptor", "Vamp"),
     ("clap_entry", "CLAP"),
     ("VSTPluginMain", "VST"),
@@ -157,6 +159,9 @@ fn classify_exports(exports: &[String]) -> Classification {
     let exported = |name: &str| exports.iter().any(|e| e == name);
     if exported("ladspa_descriptor") {
         return Classification::Plugin(Class::Ladspa);
+    }
+    if exported("lv2_descriptor") || exported("lv2_lib_descriptor") {
+        return Classification::Plugin(Class::Lv2);
     }
     match (exported("f0r_construct"), exported("f0r_get_plugin_info")) {
         (true, true) => return Classification::Plugin(Class::Frei0r),
@@ -302,7 +307,9 @@ mod tests {
         let frei0r = names(&["f0r_construct", "f0r_get_plugin_info", "f0r_init"]);
         assert_eq!(classify_exports(&frei0r), Classification::Plugin(Class::Frei0r));
         assert!(matches!(classify_exports(&names(&["f0r_construct"])), Classification::OtherPlugin { .. }));
-        assert_eq!(classify_exports(&names(&["lv2_descriptor"])), Classification::OtherPlugin { abi: "LV2" });
+        assert_eq!(classify_exports(&names(&["lv2_descriptor"])), Classification::Plugin(Class::Lv2));
+        assert_eq!(classify_exports(&names(&["lv2_lib_descriptor"])), Classification::Plugin(Class::Lv2));
+        assert_eq!(classify_exports(&names(&["lv2ui_descriptor"])), Classification::OtherPlugin { abi: "LV2 UI" });
         assert_eq!(classify_exports(&names(&["malloc", "sox_init"])), Classification::NotAPlugin);
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::Scratch;
-use ward_classes::lv2_bundle::{
+use ward_classes::lv2::bundle::{
     all_bundles, plugins_of_binary, read_bundle, search_path, ui_binary, BundleError, Direction, PortKind,
 };
 
@@ -548,7 +548,7 @@ fn debian_bundles_read_as_lilv_reads_them() {
     }
     assert!(errors.is_empty(), "bundles in {SYSTEM_LV2} that do not read:\n{}", errors.join("\n"));
 
-    let mut read: BTreeMap<&str, &ward_classes::lv2_bundle::PluginInfo> = BTreeMap::new();
+    let mut read: BTreeMap<&str, &ward_classes::lv2::bundle::PluginInfo> = BTreeMap::new();
     for plugin in bundles.values().flat_map(|b| &b.plugins) {
         read.entry(plugin.uri.as_str()).or_insert(plugin);
     }
@@ -597,7 +597,7 @@ fn lilv_number(value: Option<f32>) -> Vec<String> {
 }
 
 /// Compares one plugin with what `lv2info` prints of it; returns how many of its UIs' binaries were checked.
-fn compare_with_lv2info(plugin: &ward_classes::lv2_bundle::PluginInfo) -> usize {
+fn compare_with_lv2info(plugin: &ward_classes::lv2::bundle::PluginInfo) -> usize {
     let uri = &plugin.uri;
     let lilv = parse_lv2info(&lilv_tool("lv2info", &[uri]));
     assert_eq!(plugin.ports.len(), lilv.ports.len(), "{uri}: port count");

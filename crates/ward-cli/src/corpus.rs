@@ -104,10 +104,13 @@ impl Class {
         }
     }
 
-    fn of(found: ward_classes::Class) -> Class {
+    /// The corpus class of a plugin library; LV2 binaries are not run here (their corpus runs through lv2apply:
+    /// `crates/ward-cli/tests/lv2_corpus.rs`).
+    fn of(found: ward_classes::Class) -> Option<Class> {
         match found {
-            ward_classes::Class::Ladspa => Class::Ladspa,
-            ward_classes::Class::Frei0r => Class::Frei0r,
+            ward_classes::Class::Ladspa => Some(Class::Ladspa),
+            ward_classes::Class::Frei0r => Some(Class::Frei0r),
+            ward_classes::Class::Lv2 => None,
         }
     }
 }
@@ -237,7 +240,7 @@ fn libraries(class: ClassArg, paths: &[PathBuf]) -> Result<Vec<(Class, PathBuf)>
                 Err(e) => errors.push(e),
             }
         } else {
-            match ward_classes::class_of(path).map(Class::of) {
+            match ward_classes::class_of(path).and_then(Class::of) {
                 Some(c) if wanted.contains(&c) => found.push((c, path.clone())),
                 Some(c) => {
                     errors.push(format!("{} is a {} plugin library, not {}", path.display(), c.title(), want(&wanted)))
@@ -275,7 +278,7 @@ fn scan(dir: &Path, wanted: &[Class]) -> Result<Vec<(Class, PathBuf)>, String> {
     files.sort();
     let found: Vec<(Class, PathBuf)> = files
         .into_iter()
-        .filter_map(|f| ward_classes::class_of(&f).map(Class::of).filter(|c| wanted.contains(c)).map(|c| (c, f)))
+        .filter_map(|f| ward_classes::class_of(&f).and_then(Class::of).filter(|c| wanted.contains(c)).map(|c| (c, f)))
         .collect();
     if found.is_empty() {
         return Err(format!("{} holds no {} plugin libraries", dir.display(), want(wanted)));

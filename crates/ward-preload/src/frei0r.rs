@@ -118,7 +118,7 @@ impl ProxyLibrary {
 fn library(id: u64) -> Option<std::sync::Arc<ProxyLibrary>> {
     match runtime::get()?.plugin(id)? {
         Plugin::Frei0r(lib) => Some(lib),
-        Plugin::Ladspa(_) => None,
+        _ => None,
     }
 }
 

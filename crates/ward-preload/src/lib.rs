@@ -1,7 +1,7 @@
 //! The preload shim of `ward run` (DESIGN.md §5, transparent mode).
 //!
 //! `ward run` starts an unmodified host with this library in `LD_PRELOAD`. The shim defines `dlopen` and `dlclose`:
-//! when the host opens a shared object of a known class (a LADSPA or frei0r plugin, recognised by its exports), the
+//! when the host opens a shared object of a known class (a LADSPA, frei0r or LV2 plugin, recognised by its exports), the
 //! shim opens the plugin under ward instead (in a domain of the isolation `ward run` asked for) and hands the host a
 //! **proxy**: a small library exporting the class's entry points, whose functions are the class wrappers. The host
 //! cannot tell: it reads descriptors and calls function pointers as it always did. Everything else the host opens
@@ -37,6 +37,8 @@ mod heap;
 mod interpose;
 #[allow(unsafe_code)]
 mod ladspa;
+#[allow(unsafe_code)]
+mod lv2;
 #[allow(unsafe_code)]
 mod proxy;
 mod runtime;

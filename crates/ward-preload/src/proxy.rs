@@ -11,11 +11,13 @@ use crate::interpose::real_dlopen;
 
 static LADSPA_PROXY: Embedded = embedded!("ward_proxy_ladspa", "LADSPA proxy");
 static FREI0R_PROXY: Embedded = embedded!("ward_proxy_frei0r", "frei0r proxy");
+static LV2_PROXY: Embedded = embedded!("ward_proxy_lv2", "LV2 proxy");
 
 type BindFn = unsafe extern "C" fn(u64);
 
 /// Entry points of each class's proxy, which a copy keeps only where the plugin exports them too.
 const LADSPA_ENTRIES: &[&str] = &["ladspa_descriptor"];
+const LV2_ENTRIES: &[&str] = &["lv2_descriptor", "lv2_lib_descriptor"];
 const FREI0R_ENTRIES: &[&str] = &[
     "f0r_init",
     "f0r_deinit",
@@ -66,6 +68,7 @@ pub(crate) fn load(class: Class, id: u64, exports: &[String]) -> Result<(*mut c_
     let (proxy, entries) = match class {
         Class::Ladspa => (&LADSPA_PROXY, LADSPA_ENTRIES),
         Class::Frei0r => (&FREI0R_PROXY, FREI0R_ENTRIES),
+        Class::Lv2 => (&LV2_PROXY, LV2_ENTRIES),
     };
     let missing: Vec<&str> = entries.iter().copied().filter(|e| !exports.iter().any(|x| x == e)).collect();
     let mut bytes = proxy.bytes.to_vec();

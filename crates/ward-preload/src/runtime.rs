@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use ward::{Event, Isolation, Policy, Supervisor};
 use ward_classes::{inspect, Class, ClassError, Classification, ClassifyError};
 
-use crate::{frei0r, ladspa, proxy};
+use crate::{frei0r, ladspa, lv2, proxy};
 
 /// A plugin library opened under ward, as the proxies see it.
 #[derive(Clone)]
 pub(crate) enum Plugin {
     Ladspa(Arc<ladspa::ProxyLibrary>),
     Frei0r(Arc<frei0r::ProxyLibrary>),
+    Lv2(Arc<lv2::ProxyLibrary>),
 }
 
 pub(crate) struct Runtime {
@@ -136,6 +137,8 @@ impl Runtime {
     /// own (which fails as it always did, with its own events, if the library is at fault).
     fn describe(&self, class: Class, path: &Path) -> Result<Plugin, ClassError> {
         let (before, described) = match class {
+            // Hosts of LV2 read descriptions from the bundle and open a binary only to instantiate from it.
+            Class::Lv2 => return self.open_at_once(class, path),
             Class::Ladspa => (
                 self.ladspa_describer.domains_started(),
                 ladspa::ProxyLibrary::described(&self.ladspa_describer, path, self.isolation)
@@ -151,6 +154,7 @@ impl Runtime {
             let (started, pid) = match class {
                 Class::Ladspa => (self.ladspa_describer.domains_started(), self.ladspa_describer.pid()),
                 Class::Frei0r => (self.frei0r_describer.domains_started(), self.frei0r_describer.pid()),
+                Class::Lv2 => (before, None),
             };
             if started != before {
                 let pid = pid.map(|p| format!(" (domain process {p})")).unwrap_or_default();
@@ -164,7 +168,7 @@ impl Runtime {
             Ok(plugin) => {
                 if self.verbose {
                     let first = match class {
-                        Class::Ladspa => "instantiates one of its plugins",
+                        Class::Ladspa | Class::Lv2 => "instantiates one of its plugins",
                         Class::Frei0r => "constructs an instance",
                     };
                     self.say(&format!(
@@ -197,6 +201,11 @@ impl Runtime {
                 let ext = l.extension();
                 (Plugin::Frei0r(Arc::new(l)), ext)
             }
+            Class::Lv2 => {
+                let l = lv2::ProxyLibrary::open(&self.supervisor, path, self.isolation)?;
+                let ext = l.extension();
+                (Plugin::Lv2(Arc::new(l)), ext)
+            }
         };
         if let Some(ext) = ext {
             self.domain_started(path, class.name(), &ext);
@@ -216,6 +225,13 @@ impl Runtime {
             if self.verbose || !event.is_informational() {
                 self.say(&event.to_string());
             }
+        }
+    }
+
+    /// [`Runtime::say`] under `ward run --verbose` only.
+    pub(crate) fn verbose_say(&self, what: &str) {
+        if self.verbose {
+            self.say(what);
         }
     }
 
@@ -344,6 +360,7 @@ pub(crate) fn closing(handle: *mut c_void) -> Option<OwnedFd> {
         let (ext, path) = match &plugin {
             Plugin::Ladspa(l) => (l.extension(), l.path()),
             Plugin::Frei0r(l) => (l.extension(), l.path()),
+            Plugin::Lv2(l) => (l.extension(), l.path()),
         };
         match ext {
             None => rt.say(&format!("{}: closed by the host (only described: no domain of its own)", path.display())),

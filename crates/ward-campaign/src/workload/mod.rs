@@ -78,7 +78,8 @@ pub fn for_path(path: &Path) -> Option<&'static dyn Workload> {
     match ward_classes::class_of(path) {
         Some(Class::Ladspa) => Some(&ladspa::Ladspa),
         Some(Class::Frei0r) => Some(&frei0r::Frei0r),
-        None => for_builtin(&ward::extension_name(path)),
+        // LV2 plugins have no campaign workload yet: a binary alone does not say its ports.
+        Some(Class::Lv2) | None => for_builtin(&ward::extension_name(path)),
     }
 }
 

@@ -187,6 +187,19 @@ impl PortSpec {
     }
 }
 
+impl From<&bundle::PortInfo> for PortSpec {
+    fn from(p: &bundle::PortInfo) -> PortSpec {
+        let kind = match p.kind {
+            bundle::PortKind::Audio => PortKind::Audio,
+            bundle::PortKind::Control => PortKind::Control,
+            bundle::PortKind::Cv => PortKind::Cv,
+            bundle::PortKind::Atom { .. } => PortKind::Atom,
+            bundle::PortKind::Other(_) => PortKind::Other,
+        };
+        PortSpec { kind, output: p.direction == bundle::Direction::Output, connection_optional: p.connection_optional }
+    }
+}
+
 /// One option the host gives (`options:options`): its value's bytes are copied into the domain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OptionValue {
