@@ -144,7 +144,10 @@ struct instance {
     unsigned char *saved;
     size_t saved_len, saved_cap;
     int saved_pending;
-    int save_failed;
+    /* A restore that came while the activation waited for the first block (a restart replaying a checkpoint): done
+     * right after that activation, so the plugin's activate does not clear what it restored. */
+    unsigned char *pending_restore;
+    size_t pending_restore_len;
 };
 
 /* ---- reading the class's packed inputs ---- */
@@ -517,6 +520,7 @@ static void instance_free(struct instance *inst) {
     free(inst->work.bytes);
     free(inst->responses.bytes);
     free(inst->saved);
+    free(inst->pending_restore);
     free(inst);
 }
 
@@ -712,6 +716,8 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_cleanup(struct instance *inst) {
     return 0;
 }
 
+static int64_t restore_now(struct instance *inst, const unsigned char *in, uint64_t in_len);
+
 /* Run one block of `samples` samples. `in` holds, per port, u32 bytes of its buffer (0: not connected) and u32 bytes
  * sent (at most those), then the bytes sent of each port in port order: an input's data, an output's present
  * contents (an atom output's header only, the capacity in its size). `out` receives every connected output's whole
@@ -774,6 +780,11 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_run(struct instance *inst, uint64_t samples
     if (inst->activate_pending) {
         inst->activate_pending = 0;
         WARD_CALL1(d->activate, inst->handle);
+    }
+    if (inst->pending_restore != NULL) {
+        (void)restore_now(inst, inst->pending_restore, inst->pending_restore_len);
+        free(inst->pending_restore);
+        inst->pending_restore = NULL;
     }
     WARD_CALL2(d->run, inst->handle, samples);
     /* Responses the host delivered came before this run; the block is over for the worker too. */
@@ -930,10 +941,25 @@ static const void *retrieve(LV2_State_Handle handle, uint32_t key, size_t *size,
 }
 
 /* Restore the plugin's state from records as ward_lv2_save writes them. The values are read where they lie (8-byte
- * aligned when `in` is): the plugin copies what it keeps, as LV2 asks. */
+ * aligned when `in` is): the plugin copies what it keeps, as LV2 asks. While an activation waits for the first block,
+ * the records are kept and restored right after it. */
 WARD_ADAPTER_EXPORT int64_t ward_lv2_restore(struct instance *inst, const unsigned char *in, uint64_t in_len) {
     if (inst->state == NULL)
         return WARD_ADAPTER_E_SYMBOL;
+    if (inst->activate_pending) {
+        unsigned char *copy = malloc(in_len + 8);
+        if (copy == NULL)
+            return WARD_ADAPTER_E_NOMEM;
+        memcpy(copy, in, in_len);
+        free(inst->pending_restore);
+        inst->pending_restore = copy;
+        inst->pending_restore_len = in_len;
+        return 0;
+    }
+    return restore_now(inst, in, in_len);
+}
+
+static int64_t restore_now(struct instance *inst, const unsigned char *in, uint64_t in_len) {
     static const LV2_Feature *const no_features[] = {NULL};
     struct retrieving r = {in, in_len};
     struct ward_call c = ward_call_begin((const void *)(uintptr_t)inst->state->restore);

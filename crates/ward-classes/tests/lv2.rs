@@ -27,6 +27,7 @@ fn amp_setup() -> Setup {
         ports: vec![port(PortKind::Control, false), port(PortKind::Audio, false), port(PortKind::Audio, true)],
         features: Features::default(),
         host: Arc::new(UridMap::new()),
+        realtime: false,
     }
 }
 

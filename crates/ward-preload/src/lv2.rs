@@ -430,7 +430,9 @@ unsafe extern "C" fn instantiate(
         report_unknown(&proxy.info.uri, &offered.unknown);
     }
     let specs: Vec<PortSpec> = proxy.info.ports.iter().map(PortSpec::from).collect();
+    let realtime = offered.features.flags.iter().any(|f| f == class::uri::IS_LIVE);
     let setup = class::Setup {
+        realtime,
         sample_rate,
         bundle,
         ports: specs.clone(),

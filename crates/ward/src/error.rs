@@ -30,6 +30,10 @@ pub enum Error {
     Fault(Fault),
     #[error("extension {domain} is disabled {why} (last fault: {last}); calls fail fast")]
     Disabled { domain: String, restarts: u32, last: String, why: String },
+    /// A real-time call found its domain being recovered (or held by another thread's call past its period): it was
+    /// not made, and nothing waited.
+    #[error("extension {domain} is being recovered; the real-time call was not made")]
+    Recovering { domain: String },
     #[error("isolation `{0}` is not available: {1}")]
     IsolationUnavailable(String, String),
     /// A `library_fault` policy for an isolation kind that cannot carry one.

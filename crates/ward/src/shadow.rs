@@ -276,6 +276,29 @@ impl ShadowLog {
         self.spare.clear();
     }
 
+    /// Record `entry`, a checkpoint of the instance `handle`: its earlier checkpoints (entries of the same function
+    /// for the same handle) and the history of that handle logged so far go; so does the mark of a trimmed history
+    /// when no history is left.
+    pub fn checkpoint(&mut self, entry: ShadowEntry, handle: u64) {
+        let mut kept = VecDeque::with_capacity(self.entries.len() + 1);
+        for e in std::mem::take(&mut self.entries) {
+            if e.uses(handle) && (e.history || e.symbol == entry.symbol) {
+                if e.history {
+                    self.forget_history_entry(e, false);
+                }
+            } else {
+                kept.push_back(e);
+            }
+        }
+        self.entries = kept;
+        if !self.entries.iter().any(|e| e.history) {
+            self.history_trimmed = false;
+            self.history_bytes = 0;
+            self.history_replay = Duration::ZERO;
+        }
+        self.entries.push_back(entry);
+    }
+
     /// Forget the latest history entry of a symbol `of` accepts (a call whose result turned out wrong).
     pub fn drop_last_history(&mut self, of: impl Fn(usize) -> bool) {
         if let Some(at) = self.entries.iter().rposition(|e| e.history && of(e.symbol)) {
@@ -418,6 +441,37 @@ mod tests {
         assert!(matches!(&last[2].args[0], OwnedArg::Handle(8)));
         // Another function's entries are never replaced.
         assert!(matches!(&log.entries()[0].args[2], OwnedArg::In(v) if v == b"create"));
+    }
+
+    #[test]
+    fn a_checkpoint_replaces_its_instances_history_and_earlier_checkpoint_only() {
+        let mut log = ShadowLog::default();
+        let b = bounds(1 << 20, 1000);
+        log.record(setter(0, 7, 0, b"create 7"));
+        log.record(setter(0, 8, 0, b"create 8"));
+        for block in 0..3u8 {
+            data_call(&mut log, 2, 7, &[block; 100], MS, b);
+            data_call(&mut log, 2, 8, &[block; 100], MS, b);
+        }
+        log.checkpoint(setter(3, 7, 0, b"state 1"), 7);
+        data_call(&mut log, 2, 7, &[9; 100], MS, b);
+        log.checkpoint(setter(3, 7, 0, b"state 2"), 7);
+        data_call(&mut log, 2, 7, &[10; 100], MS, b);
+        let shape: Vec<(usize, u64, bool)> = log
+            .entries()
+            .iter()
+            .map(|e| {
+                let OwnedArg::Handle(h) = e.args[0] else { panic!("no handle") };
+                (e.symbol, h, e.history)
+            })
+            .collect();
+        // Both creations; instance 8's history, untouched; instance 7's last checkpoint, then its block after it.
+        assert_eq!(
+            shape,
+            [(0, 7, false), (0, 8, false), (2, 8, true), (2, 8, true), (2, 8, true), (3, 7, false), (2, 7, true)]
+        );
+        assert!(matches!(&log.entries()[5].args[2], OwnedArg::In(v) if v == b"state 2"));
+        assert_eq!(log.history_held().0, 4 * HELD, "what the kept history holds, counted again");
     }
 
     const MS: Duration = Duration::from_millis(1);

@@ -516,6 +516,19 @@ impl Extension {
         self.domain.declare_fault(self.ext, symbol, kind)
     }
 
+    /// Run `f` with the extension's domain held for this thread: calls of other threads wait until it returns (a
+    /// real-time call at most its period), so what `f` does in the domain is one step to them (a class saving a
+    /// plugin's state and logging it as a checkpoint, with no block in between).
+    pub fn exclusively<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.domain.exclusively(f)
+    }
+
+    /// [`Extension::declare_fault`] for a real-time caller: the recovery runs on a thread of its own, and real-time
+    /// calls fail at once until it is done (see [`Function::call_realtime`]).
+    pub fn declare_fault_apart(&self, symbol: &str, kind: FaultKind) -> Result<(), Error> {
+        self.domain.declare_fault_apart(self.ext, symbol, kind)
+    }
+
     /// The process id of the domain's running incarnation (process isolation only).
     pub fn pid(&self) -> Option<i32> {
         self.domain.pid()
@@ -563,6 +576,23 @@ impl Function {
 
     pub fn defer(&self, args: &[Arg<'_>]) -> Result<(), Error> {
         self.domain.defer(self.sym, &self.name, &self.call, args)
+    }
+
+    /// Call from a real-time thread whose calls are due every `period` (an audio host's process callback): the
+    /// thread never waits for a recovery. A fault fails the call at once ([`Error::Fault`]) and the domain is
+    /// recovered on a thread of its own; calls made meanwhile fail at once with [`Error::Recovering`], as do calls
+    /// that find the domain held by another thread's call for longer than `period`. The deadline is the learned one
+    /// without the policy's floor, and never below `period`. Nothing is retried: the caller has the block to skip.
+    pub fn call_realtime(&self, args: &mut [Arg<'_>], ret: RetType, period: Duration) -> Result<Value, Error> {
+        self.domain.call_realtime(self.sym, args, ret, period)
+    }
+
+    /// Log a call of this function with `args` as if it had been made, without making it: a checkpoint of the
+    /// instance its first [`Arg::Handle`] names (a class that read a plugin's state logs the call that restores
+    /// it). It replaces the instance's earlier checkpoint and the history logged before it, so a restart replays
+    /// the configuration, this call, then the history since.
+    pub fn record_checkpoint(&self, args: &[Arg<'_>], ret: RetType) -> Result<(), Error> {
+        self.domain.record_checkpoint(self.sym, args, ret)
     }
 }
 

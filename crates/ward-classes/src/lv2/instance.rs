@@ -1,6 +1,9 @@
 //! One LV2 plugin instance under ward: its blocks, its worker's requests and responses, its state.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use ward::{Arg, Callback, FaultKind, RetType};
 
@@ -52,6 +55,109 @@ pub struct Instance {
     packing: Mutex<Packing>,
     /// Worker requests the plugin scheduled, fetched from the domain, not yet taken by the host.
     scheduled: Mutex<Vec<Vec<u8>>>,
+    /// Blocks come from a real-time thread (see [`Setup::realtime`]).
+    realtime: bool,
+    sample_rate: f64,
+    /// Checkpoints: every this many samples (0: never), and the samples since the last.
+    checkpoint_every: u64,
+    since_checkpoint: AtomicU64,
+    /// A save failed once: no more checkpoints for this instance (the history alone rebuilds its state).
+    checkpoints_off: Arc<AtomicBool>,
+    /// The thread that takes a real-time instance's checkpoints.
+    checkpointer: Option<Checkpointer>,
+}
+
+/// The plugin's state saved in its domain and logged as the restore that brings it back, as one step to other
+/// threads (no block in between); a save that fails turns checkpoints off for the instance.
+fn checkpoint(lib: &LibraryInner, handle: u64, uri: &str, off: &AtomicBool) {
+    let taken = lib.ext.exclusively(|| -> Result<(), ClassError> {
+        let blob = save_of(lib, handle, uri)?;
+        let len = blob.len() as u64;
+        lib.functions.restore.record_checkpoint(&[Arg::Handle(handle), Arg::In(&blob), Arg::U64(len)], RetType::I64)?;
+        Ok(())
+    });
+    if let Err(e) = taken {
+        off.store(true, Ordering::Relaxed);
+        tracing::info!(plugin = %uri, error = %e, "saving the state failed: no more checkpoints of this instance");
+    }
+}
+
+/// The state `state:interface` saves, through the adapter (see [`Instance::save`]).
+fn save_of(lib: &LibraryInner, handle: u64, uri: &str) -> Result<Vec<u8>, ClassError> {
+    let bad = |reason: String| ClassError::BadArguments { plugin: uri.to_string(), reason };
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..2 {
+        let cap = buf.len() as u64;
+        let value =
+            lib.functions.save.call(&mut [Arg::Handle(handle), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)?;
+        let n = value.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1);
+        if n < ADAPTER_ERROR_BELOW {
+            return Err(ClassError::Refused { plugin: uri.to_string(), what: "its save failed".into() });
+        }
+        if n >= 0 {
+            buf.truncate(n as usize);
+            return Ok(buf);
+        }
+        let need = n.unsigned_abs();
+        if need > MAX_STATE {
+            return Err(bad(format!("a state of {need} bytes is beyond belief")));
+        }
+        buf = vec![0u8; need as usize];
+    }
+    Err(bad("its state keeps growing".into()))
+}
+
+/// The thread that takes a real-time instance's checkpoints when its blocks say one is due.
+struct Checkpointer {
+    signal: Arc<(Mutex<CheckpointerState>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct CheckpointerState {
+    due: bool,
+    stop: bool,
+}
+
+impl Checkpointer {
+    fn start(lib: Arc<LibraryInner>, handle: u64, uri: String, off: Arc<AtomicBool>) -> Option<Checkpointer> {
+        let signal = Arc::new((Mutex::new(CheckpointerState::default()), Condvar::new()));
+        let theirs = Arc::clone(&signal);
+        let thread = std::thread::Builder::new()
+            .name("ward-checkpoint".into())
+            .spawn(move || loop {
+                let (lock, wake) = &*theirs;
+                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+                while !st.due && !st.stop {
+                    st = wake.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                if st.stop {
+                    return;
+                }
+                st.due = false;
+                drop(st);
+                checkpoint(&lib, handle, &uri, &off);
+            })
+            .ok()?;
+        Some(Checkpointer { signal, thread: Some(thread) })
+    }
+
+    fn request(&self) {
+        let (lock, wake) = &*self.signal;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).due = true;
+        wake.notify_one();
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let (lock, wake) = &*self.signal;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        wake.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Instance {
@@ -147,6 +253,13 @@ impl Instance {
             Some(h) if h != 0 => h,
             _ => return Err(refused(format!("instantiate at {} Hz returned NULL", setup.sample_rate))),
         };
+        let every = lib.ext.policy().checkpoint;
+        let checkpoint_every =
+            if plugin.has_state { (every.as_secs_f64() * setup.sample_rate).round() as u64 } else { 0 };
+        let checkpoints_off = Arc::new(AtomicBool::new(false));
+        let checkpointer = (setup.realtime && checkpoint_every > 0)
+            .then(|| Checkpointer::start(Arc::clone(&lib), handle, plugin.uri.clone(), Arc::clone(&checkpoints_off)))
+            .flatten();
         Ok(Instance {
             lib,
             plugin,
@@ -156,6 +269,12 @@ impl Instance {
             _callback: callback,
             packing: Mutex::new(Packing::default()),
             scheduled: Mutex::new(Vec::new()),
+            realtime: setup.realtime,
+            sample_rate: setup.sample_rate,
+            checkpoint_every,
+            since_checkpoint: AtomicU64::new(0),
+            checkpoints_off,
+            checkpointer,
         })
     }
 
@@ -268,8 +387,11 @@ impl Instance {
                 wrong = self.non_finite_output(&packing, samples);
             }
             if let Some(what) = wrong {
-                let declared = self.lib.ext.declare_fault("ward_lv2_run", FaultKind::BadOutput { what: what.clone() });
-                if declared.is_ok() && attempts <= policy.max_retries {
+                let kind = FaultKind::BadOutput { what: what.clone() };
+                if self.realtime {
+                    // Not retried on the real-time thread: recovered apart, the block bypassed.
+                    let _ = self.lib.ext.declare_fault_apart("ward_lv2_run", kind);
+                } else if self.lib.ext.declare_fault("ward_lv2_run", kind).is_ok() && attempts <= policy.max_retries {
                     continue;
                 }
                 self.bypass(samples, ports);
@@ -279,6 +401,8 @@ impl Instance {
                 self.fetch_work(code as usize);
             }
             unpack(&packing, ports, &sizes);
+            drop(packing);
+            self.count_towards_checkpoint(samples);
             return Ok(Processed::Ran);
         }
     }
@@ -286,18 +410,38 @@ impl Instance {
     fn call_block(&self, packing: &mut Packing, samples: usize) -> Result<i64, ward::Error> {
         let Packing { input, output, .. } = packing;
         let (in_len, out_len) = (input.len() as u64, output.len() as u64);
-        let value = self.lib.functions.run.call(
-            &mut [
-                Arg::Handle(self.handle),
-                Arg::U64(samples as u64),
-                Arg::In(input),
-                Arg::U64(in_len),
-                Arg::Out(output),
-                Arg::U64(out_len),
-            ],
-            RetType::I64,
-        )?;
+        let mut args = [
+            Arg::Handle(self.handle),
+            Arg::U64(samples as u64),
+            Arg::In(input),
+            Arg::U64(in_len),
+            Arg::Out(output),
+            Arg::U64(out_len),
+        ];
+        let value = if self.realtime {
+            let period = Duration::from_secs_f64(samples.max(1) as f64 / self.sample_rate);
+            self.lib.functions.run.call_realtime(&mut args, RetType::I64, period)?
+        } else {
+            self.lib.functions.run.call(&mut args, RetType::I64)?
+        };
         Ok(value.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1))
+    }
+
+    /// A block of `samples` ran: take a checkpoint when one is due (on the checkpointer's thread for a real-time
+    /// instance, else here, between two blocks).
+    fn count_towards_checkpoint(&self, samples: usize) {
+        if self.checkpoint_every == 0 || self.checkpoints_off.load(Ordering::Relaxed) {
+            return;
+        }
+        let since = self.since_checkpoint.fetch_add(samples as u64, Ordering::Relaxed) + samples as u64;
+        if since < self.checkpoint_every {
+            return;
+        }
+        self.since_checkpoint.store(0, Ordering::Relaxed);
+        match &self.checkpointer {
+            Some(c) => c.request(),
+            None => checkpoint(&self.lib, self.handle, &self.plugin.uri, &self.checkpoints_off),
+        }
     }
 
     /// What is wrong with the first malformed atom output, if one is.
@@ -428,29 +572,7 @@ impl Instance {
         if !self.plugin.has_state {
             return Err(self.bad("the plugin has no state interface".into()));
         }
-        let mut buf = vec![0u8; 64 * 1024];
-        for _ in 0..2 {
-            let cap = buf.len() as u64;
-            let value = self
-                .lib
-                .functions
-                .save
-                .call(&mut [Arg::Handle(self.handle), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)?;
-            let n = value.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1);
-            if n < ADAPTER_ERROR_BELOW {
-                return Err(ClassError::Refused { plugin: self.plugin.uri.clone(), what: "its save failed".into() });
-            }
-            if n >= 0 {
-                buf.truncate(n as usize);
-                return Ok(buf);
-            }
-            let need = n.unsigned_abs();
-            if need > MAX_STATE {
-                return Err(self.bad(format!("a state of {need} bytes is beyond belief")));
-            }
-            buf = vec![0u8; need as usize];
-        }
-        Err(self.bad("its state keeps growing".into()))
+        save_of(&self.lib, self.handle, &self.plugin.uri)
     }
 
     /// Restore a state [`Instance::save`] gave. The last restore is replayed after a restart.
@@ -580,6 +702,8 @@ fn unpack(packing: &Packing, ports: &mut [PortBuffer<'_>], sizes: &[(usize, usiz
 
 impl Drop for Instance {
     fn drop(&mut self) {
+        // The checkpointer first: it calls into the instance.
+        self.checkpointer = None;
         // A failure here leaves nothing behind in the host: the domain's memory goes with it.
         let _ = self.lib.functions.cleanup.call(&mut [Arg::Handle(self.handle)], RetType::I64);
     }

@@ -66,6 +66,7 @@ pub mod uri {
     pub const BOUNDED_BLOCK_LENGTH: &str = "http://lv2plug.in/ns/ext/buf-size#boundedBlockLength";
     pub const FIXED_BLOCK_LENGTH: &str = "http://lv2plug.in/ns/ext/buf-size#fixedBlockLength";
     pub const POWER_OF_2_BLOCK_LENGTH: &str = "http://lv2plug.in/ns/ext/buf-size#powerOf2BlockLength";
+    pub const IS_LIVE: &str = "http://lv2plug.in/ns/lv2core#isLive";
     pub const ATOM_SEQUENCE: &str = "http://lv2plug.in/ns/ext/atom#Sequence";
     pub const ATOM_CHUNK: &str = "http://lv2plug.in/ns/ext/atom#Chunk";
     pub const ATOM_FRAME_TIME: &str = "http://lv2plug.in/ns/ext/atom#frameTime";
@@ -260,6 +261,10 @@ pub struct Setup {
     pub features: Features,
     /// Where the URID map, the unmap and the log lead.
     pub host: Arc<dyn Host>,
+    /// The host calls `run` from a real-time thread (it offered `lv2:isLive`): a block never waits for a recovery
+    /// (it is bypassed, and the plugin is recovered on a thread of its own), and checkpoints are taken off that
+    /// thread.
+    pub realtime: bool,
 }
 
 /// The functions of an opened library.

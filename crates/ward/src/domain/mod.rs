@@ -31,6 +31,7 @@ use ward_xpc::Deadline;
 
 mod learn;
 mod plain;
+mod realtime;
 mod recovery;
 
 pub(crate) use plain::PlainFunction;
@@ -168,6 +169,9 @@ pub(crate) struct Domain {
     callbacks: CallbackWatch,
     /// The running incarnation (a copy of the state's), for a fault made without the lock.
     incarnation: AtomicU64,
+    /// A real-time call's fault is being recovered on a thread of its own (`realtime`): real-time calls fail at
+    /// once meanwhile.
+    recovering_apart: AtomicBool,
 }
 
 /// Host callbacks the thread holding a domain's lock is in now: how deeply nested, and how many have begun or
@@ -259,6 +263,7 @@ impl Domain {
             lock: ReentrantMutex::new(RefCell::new(state)),
             callbacks: CallbackWatch::default(),
             incarnation: AtomicU64::new(1),
+            recovering_apart: AtomicBool::new(false),
         }
     }
 

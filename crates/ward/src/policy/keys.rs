@@ -15,7 +15,9 @@ use super::values::{
     check, domain_megabytes, duration, factor, flag, function_name, group_name, keyword, library_path, millis,
     millis_or_zero, pids, text, whole, AbsolutePaths, LibraryFaultValue, Unit,
 };
-use super::{DEFAULT_HISTORY_MB, DEFAULT_HISTORY_REPLAY, DEFAULT_READ_PAST_INPUT_KB, MAX_READ_PAST_INPUT_KB};
+use super::{
+    DEFAULT_CHECKPOINT, DEFAULT_HISTORY_MB, DEFAULT_HISTORY_REPLAY, DEFAULT_READ_PAST_INPUT_KB, MAX_READ_PAST_INPUT_KB,
+};
 use crate::libfault::LibraryFault;
 
 policy_section! {
@@ -120,6 +122,11 @@ policy_section! {
         /// a replayed call's round trip each); zero: no history.
         history_replay: Duration = DEFAULT_HISTORY_REPLAY;
             "history_replay_ms", Extension, set Option<Duration> => millis_or_zero(" (0 = no history)");
+        /// How much of the stream (audio time, not the clock's) passes between checkpoints of an instance whose
+        /// plugin can save its state (LV2's `state:interface`): the class saves it and a restart restores the last
+        /// save and replays only the history since (docs/RELIABILITY.md, "Checkpoints"); zero: never.
+        checkpoint: Duration = DEFAULT_CHECKPOINT;
+            "checkpoint_ms", Extension, set Option<Duration> => millis_or_zero(" (0 = no checkpoints)");
         /// A run-time library fault injected into the extension's own calls to its C library (fault testing;
         /// process isolation only); `None`: off. In an override, `Some(None)`: explicitly off.
         library_fault: Option<LibraryFault> = None;

@@ -43,6 +43,7 @@
 //! read_past_input_kb = 16    # an extension reading this far past an input reads zeros (0 = faults at once; <= 1024)
 //! history_mb = 16            # data calls (history = true) kept for replay: at most this many MiB ... (0 = off)
 //! history_replay_ms = 1000  # ... and at most this long to replay (0 = off); past either, the most recent kept
+//! checkpoint_ms = 1000       # stream time between saves of a plugin that can save its state (LV2; 0 = never)
 //! library_fault = "none"     # fault testing: see below
 //! native_fallback = true     # `ward run`: a file that looks like a plugin ward cannot take loads without ward
 //! [defaults.limits]
@@ -149,6 +150,10 @@ pub use keywords::{Isolation, OnFault, OnLimit, UnknownKeyword, WaitMode};
 pub const DEFAULT_HISTORY_MB: u64 = 16;
 /// See [`DEFAULT_HISTORY_MB`].
 pub const DEFAULT_HISTORY_REPLAY: Duration = Duration::from_secs(1);
+/// The default stream time between checkpoints of a plugin that can save its state: a second of audio, so a
+/// restart replays at most about a second of history (the bound `history_replay` sets anyway), while the save's
+/// copy is paid once a second, not once a block (docs/RELIABILITY.md, "Checkpoints").
+pub const DEFAULT_CHECKPOINT: Duration = Duration::from_secs(1);
 /// What an extension may read past an input by default: UV Map reads up to a row and a pixel past its second frame,
 /// 15 KiB at 3840 pixels a row.
 pub const DEFAULT_READ_PAST_INPUT_KB: u32 = 16;

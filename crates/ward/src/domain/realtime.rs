@@ -1,0 +1,149 @@
+//! Calls from a real-time thread (an audio host's process callback, due every period): such a thread must never
+//! wait for a recovery. A fault in its call fails the call at once (the class bypasses that block) and the domain is
+//! recovered on a thread of its own; its calls meanwhile fail at once too. Its deadline is the learned one without
+//! the floor, but never below one period: a hang costs the periods the plugin's own slowest blocks would, not the
+//! floor made for calls of any kind. And checkpoints: a state the class read from the extension (a plugin's saved
+//! state), logged as the call that restores it, in place of the history before it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{call_name, learn, Domain, Guard, Outcome};
+use crate::call::{Arg, RetType, Value};
+use crate::error::Error;
+use crate::fault::{Fault, FaultKind};
+use crate::shadow::{OwnedArg, ShadowEntry};
+
+impl Domain {
+    /// Call `sym` from a real-time thread whose calls are due every `period` (see the module's comment).
+    pub(crate) fn call_realtime(
+        self: &Arc<Self>,
+        sym: usize,
+        args: &mut [Arg<'_>],
+        ret: RetType,
+        period: Duration,
+    ) -> Result<Value, Error> {
+        let recovering = || Error::Recovering { domain: self.name.clone() };
+        if self.recovering_apart.load(Ordering::Acquire) {
+            return Err(recovering());
+        }
+        // Another thread's call (a worker's, a state save) may hold the domain for a while: wait at most a period.
+        let Some(mut g) = self.lock.try_lock_for(period) else { return Err(recovering()) };
+        if self.recovering_apart.load(Ordering::Acquire) {
+            return Err(recovering());
+        }
+        let (fpolicy, timeout) = {
+            let st = g.borrow();
+            if let Some(e) = self.disabled_error(&st) {
+                return Err(e);
+            }
+            let s = st
+                .symbols
+                .get(sym)
+                .ok_or_else(|| Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() })?;
+            let ext_policy = &st.extensions[s.ext].1;
+            let (normal, source) = learn::deadline(&s.policy, ext_policy, &s.times);
+            let timeout = match (source, s.times.learned()) {
+                (learn::DeadlineSource::Learned, Some(learned)) => learned.max(period).min(normal),
+                _ => normal,
+            };
+            (s.policy.clone(), timeout)
+        };
+        let kind = match self.attempt(&mut g, sym, args, ret, timeout, false) {
+            Outcome::Done(value) => return Ok(self.after_success(&g, sym, &fpolicy, args, ret, value)),
+            Outcome::Error(e) => return Err(e),
+            Outcome::Failed(kind) => kind,
+            // Recovered under this call by another thread: nothing left to do but skip this block.
+            Outcome::Stale => return Err(self.disabled_error(&g.borrow()).unwrap_or_else(recovering)),
+        };
+        let fault = {
+            let st = g.borrow();
+            Fault { kind, domain: self.name.clone(), call: Some(call_name(&g, sym)), incarnation: st.incarnation }
+        };
+        let in_row = {
+            let mut st = g.borrow_mut();
+            let s = &mut st.symbols[sym];
+            s.failures_in_row = s.failures_in_row.saturating_add(1);
+            s.ok_since_failure = 0;
+            s.failures_in_row
+        };
+        self.recover_apart(g, fault.clone(), in_row);
+        Err(Error::Fault(fault))
+    }
+
+    /// Recover from `fault` (of a call that failed `in_row` times in a row) on a thread of its own, letting go of
+    /// the lock `g` first; real-time calls fail at once until it is done. Where no thread can be started, here.
+    fn recover_apart(self: &Arc<Self>, g: Guard<'_>, fault: Fault, in_row: u32) {
+        self.recovering_apart.store(true, Ordering::Release);
+        drop(g);
+        let domain = Arc::clone(self);
+        let apart = fault.clone();
+        let spawned = std::thread::Builder::new().name("ward-recovery".into()).spawn(move || {
+            let mut g = domain.lock.lock();
+            // An error here is the domain disabled: its calls say so from now on.
+            let _ = domain.recover_counted(&mut g, apart, in_row);
+            drop(g);
+            domain.recovering_apart.store(false, Ordering::Release);
+        });
+        if spawned.is_err() {
+            let mut g = self.lock.lock();
+            let _ = self.recover_counted(&mut g, fault, in_row);
+            drop(g);
+            self.recovering_apart.store(false, Ordering::Release);
+        }
+    }
+
+    /// A class found the result of a real-time call of `symbol` wrong: recover as [`Domain::declare_fault`] does,
+    /// but on a thread of its own.
+    pub(crate) fn declare_fault_apart(
+        self: &Arc<Self>,
+        ext: usize,
+        symbol: &str,
+        kind: FaultKind,
+    ) -> Result<(), Error> {
+        let g = self.lock.lock();
+        if let Some(e) = self.disabled_error(&g.borrow()) {
+            return Err(e);
+        }
+        let fault = {
+            let mut st = g.borrow_mut();
+            let st = &mut *st;
+            let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
+            st.shadow.drop_last_history(|s| Some(s) == index);
+            let call = index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string());
+            Fault { kind, domain: self.name.clone(), call: Some(call), incarnation: st.incarnation }
+        };
+        self.recover_apart(g, fault, 0);
+        Ok(())
+    }
+
+    /// Run `f` holding the domain for this thread: other threads' calls wait (real-time ones at most a period, then
+    /// fail with [`Error::Recovering`]); this thread's calls go ahead.
+    pub(crate) fn exclusively<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _held = self.lock.lock();
+        f()
+    }
+
+    /// Log a call of `sym` with `args` as made, without making it: a checkpoint of the instance whose handle is
+    /// its first handle argument. It replaces that instance's earlier checkpoint and the history logged before it:
+    /// a restart replays the configuration, this call, and the history after it.
+    pub(crate) fn record_checkpoint(&self, sym: usize, args: &[Arg<'_>], ret: RetType) -> Result<(), Error> {
+        let g = self.lock.lock();
+        let mut st = g.borrow_mut();
+        if st.symbols.get(sym).is_none() {
+            return Err(Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() });
+        }
+        let handle = args.iter().find_map(|a| if let Arg::Handle(h) = a { Some(*h) } else { None });
+        let Some(handle) = handle else {
+            return Err(Error::BadArguments {
+                call: call_name(&g, sym),
+                reason: "a checkpoint names its instance by a handle argument".into(),
+            });
+        };
+        let args = args.iter().map(OwnedArg::from_arg).collect();
+        let entry = ShadowEntry { symbol: sym, args, ret, created: None, history: false, replay: Duration::ZERO };
+        st.shadow.checkpoint(entry, handle);
+        Ok(())
+    }
+}
