@@ -8,6 +8,12 @@ use std::sync::OnceLock;
 
 /// Every function each builtin must export.
 const EXPORTS: &[(&str, &[&str])] = &[
+    ("lv2_amp", &["lv2_descriptor"]),
+    ("lv2_counter", &["lv2_descriptor"]),
+    ("lv2_delay", &["lv2_descriptor"]),
+    ("lv2_faulty", &["lv2_descriptor"]),
+    ("lv2_synth", &["lv2_descriptor"]),
+    ("lv2_worker", &["lv2_descriptor"]),
     (
         "well",
         &[
