@@ -270,6 +270,14 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
     let (class, exports) = match inspect(path).map(|i| (i.classification, i.exports)) {
         Ok((Classification::Plugin(class), exports)) => (class, exports),
         Ok((Classification::NotAPlugin, _)) => return Opened::Native,
+        Ok((Classification::OtherPlugin { abi: "LV2 UI" }, _)) => {
+            // A plugin's user interface runs in the host's GUI thread and talks to the plugin through the host:
+            // ward leaves it alone for now (DECISIONS.md), and says so.
+            if let Some(rt) = runtime_or_why().ok().filter(|rt| rt.verbose) {
+                rt.say(&format!("{}: an LV2 UI, left alone: loaded without ward", path.display()));
+            }
+            return Opened::Native;
+        }
         Ok((Classification::OtherPlugin { abi }, _)) => {
             return unless_fallback(path, &key, &format!("a {abi} plugin, which ward has no class for"))
         }

@@ -68,6 +68,13 @@ impl Domain {
             s.ok_since_failure = 0;
             s.failures_in_row
         };
+        // Failing again right after a recovery that replayed the history: the history may be what brings the fault
+        // back (a plugin that fails at its Nth block), so the next incarnation gets the configuration only, as a
+        // normal call's retry would (see `call_locked`).
+        if in_row > 1 && g.borrow().shadow.replayed_history() {
+            g.borrow_mut().shadow.drop_history();
+            tracing::info!(domain = %self.name, "failed again after the history was replayed: history dropped");
+        }
         self.recover_apart(g, fault.clone(), in_row);
         Err(Error::Fault(fault))
     }

@@ -1,0 +1,185 @@
+//! An LV2 plugin whose domain dies mid-stream resumes with the state it had: ward's built-in `lv2_delay` (a
+//! feedback delay whose output depends on all its past input, with `state:interface`) through a checkpoint and the
+//! history since, and `lv2_counter` (state but no `state:interface`) through its history alone. Output identical
+//! to the fault-free run; and without either, visibly not.
+
+use std::sync::Arc;
+
+use ward::{Event, Isolation, Policy, Supervisor};
+use ward_classes::lv2::bundle::{self, Direction, PortKind as BundleKind};
+use ward_classes::lv2::{Features, Library, PortBuffer, PortSpec, Setup, UridMap};
+use ward_classes::Processed;
+
+const RATE: f64 = 48000.0;
+const BLOCK: usize = 256;
+const BLOCKS: usize = 600;
+/// The block before which the domain is killed: past two seconds of audio, so past two default checkpoints.
+const KILL_AT: usize = 400;
+
+/// A deterministic signal: a sweep plus a little noise from a fixed-seed LCG.
+fn signal() -> Vec<f32> {
+    let mut seed = 0x2545_f491u32;
+    (0..BLOCK * BLOCKS)
+        .map(|i| {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let noise = (seed >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
+            let t = i as f32 / RATE as f32;
+            (t * (200.0 + 300.0 * t) * std::f32::consts::TAU).sin() * 0.5 + noise * 0.05
+        })
+        .collect()
+}
+
+struct Run {
+    output: Vec<f32>,
+    restarts: u64,
+    bypassed: usize,
+}
+
+/// Stream the signal through `uri` of the built-in bundle `name` under `policy`, killing its domain before block
+/// `kill_at` when given.
+fn stream(name: &str, uri: &str, policy: &str, kill_at: Option<usize>) -> Run {
+    let sup = Supervisor::new(Policy::from_toml_str(policy, "test policy").unwrap());
+    let events = sup.subscribe();
+    let bundle_dir = ward_extensions::lv2_bundle_of(name).unwrap();
+    let binary = bundle_dir.join(format!("{name}.so"));
+    let infos = bundle::plugins_of_binary(&binary).unwrap();
+    let info = infos.iter().find(|i| i.uri == uri).unwrap();
+    let lib = Library::open(&sup, &binary, Some(Isolation::Process)).unwrap();
+    let d = lib.plugin(uri).unwrap().clone();
+    let setup = Setup {
+        sample_rate: RATE,
+        bundle: bundle_dir.clone(),
+        ports: info.ports.iter().map(PortSpec::from).collect(),
+        features: Features { urid_map: true, urid_unmap: true, ..Features::default() },
+        host: Arc::new(UridMap::new()),
+        realtime: false,
+    };
+    let inst = lib.instantiate(d.index, setup).unwrap();
+    assert_eq!(inst.activate().unwrap(), Processed::Ran);
+    let input = signal();
+    let mut output = Vec::with_capacity(input.len());
+    let mut bypassed = 0;
+    let controls: Vec<f32> = info.ports.iter().map(|p| p.default.unwrap_or(0.0)).collect();
+    for (b, block) in input.chunks(BLOCK).enumerate() {
+        if Some(b) == kill_at {
+            let pid = lib.extension().pid().expect("a process domain");
+            // SAFETY: kill(2) with a pid and a signal number; the pid is the domain process this test started.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        }
+        let mut out = vec![0f32; BLOCK];
+        let mut control_out = vec![[0f32; 1]; info.ports.len()];
+        let mut ports: Vec<PortBuffer<'_>> = Vec::new();
+        let mut outs = Some(&mut out);
+        for ((p, c), co) in info.ports.iter().zip(&controls).zip(control_out.iter_mut()) {
+            ports.push(match (&p.kind, p.direction) {
+                (BundleKind::Audio, Direction::Input) => PortBuffer::Input(block),
+                (BundleKind::Audio, Direction::Output) => PortBuffer::Output(outs.take().expect("one audio output")),
+                (BundleKind::Control, Direction::Input) => PortBuffer::Input(std::slice::from_ref(c)),
+                (BundleKind::Control, Direction::Output) => PortBuffer::Output(co),
+                (k, _) => panic!("{uri}: port kind {k:?} not driven by this test"),
+            });
+        }
+        match inst.run(BLOCK, &mut ports).unwrap() {
+            Processed::Ran => {}
+            Processed::Bypassed { .. } => bypassed += 1,
+        }
+        drop(ports);
+        output.extend_from_slice(&out);
+    }
+    let restarts = lib.extension().stats().restarts;
+    if kill_at.is_some() {
+        assert!(events.try_iter().any(|e| matches!(e, Event::Recovered { .. })), "{uri}: no recovery");
+    }
+    Run { output, restarts, bypassed }
+}
+
+const DELAY: (&str, &str) = ("lv2_delay", "urn:ward:lv2:delay");
+const COUNTER: (&str, &str) = ("lv2_counter", "urn:ward:lv2:counter");
+
+fn same_as_fault_free((name, uri): (&str, &str), policy: &str) {
+    let clean = stream(name, uri, policy, None);
+    let faulted = stream(name, uri, policy, Some(KILL_AT));
+    assert_eq!(faulted.restarts, 1, "{uri}");
+    assert_eq!(faulted.bypassed, 0, "{uri}: the block the domain died in was retried, not bypassed");
+    let first = clean.output.iter().zip(&faulted.output).position(|(a, b)| a.to_bits() != b.to_bits());
+    assert_eq!(first, None, "{uri} under {policy:?}: first differing sample");
+}
+
+#[test]
+fn a_delay_killed_mid_stream_resumes_from_its_checkpoint_and_history_exactly() {
+    same_as_fault_free(DELAY, "");
+}
+
+#[test]
+fn a_delay_checkpointed_every_block_needs_no_history_to_resume_exactly() {
+    // No history at all: only the checkpoint taken after the block before the crash can bring the delay line back.
+    same_as_fault_free(DELAY, "[defaults]\nhistory_mb = 0\ncheckpoint_ms = 5\n");
+}
+
+#[test]
+fn a_plugin_without_state_interface_resumes_exactly_from_its_history() {
+    same_as_fault_free(COUNTER, "");
+}
+
+#[test]
+fn without_checkpoints_or_history_the_resumed_delay_has_lost_its_state() {
+    let policy = "[defaults]\nhistory_mb = 0\ncheckpoint_ms = 0\n";
+    let clean = stream(DELAY.0, DELAY.1, policy, None);
+    let faulted = stream(DELAY.0, DELAY.1, policy, Some(KILL_AT));
+    assert_eq!(faulted.restarts, 1);
+    let first = clean.output.iter().zip(&faulted.output).position(|(a, b)| a.to_bits() != b.to_bits());
+    assert!(first.is_some_and(|i| i >= KILL_AT * BLOCK), "the two runs part where the domain died: {first:?}");
+}
+
+#[test]
+fn a_real_time_instance_bypasses_blocks_while_its_domain_is_recovered_apart_then_runs_again() {
+    let (name, uri) = DELAY;
+    let sup = Supervisor::new(Policy::default());
+    let bundle_dir = ward_extensions::lv2_bundle_of(name).unwrap();
+    let binary = bundle_dir.join(format!("{name}.so"));
+    let info = bundle::plugins_of_binary(&binary).unwrap().into_iter().find(|i| i.uri == uri).unwrap();
+    let lib = Library::open(&sup, &binary, Some(Isolation::Process)).unwrap();
+    let setup = Setup {
+        sample_rate: RATE,
+        bundle: bundle_dir,
+        ports: info.ports.iter().map(PortSpec::from).collect(),
+        features: Features { urid_map: true, ..Features::default() },
+        host: Arc::new(UridMap::new()),
+        realtime: true,
+    };
+    let inst = lib.instantiate(0, setup).unwrap();
+    inst.activate().unwrap();
+    let input = vec![0.25f32; BLOCK];
+    let mix = [0.5f32];
+    let block = |out: &mut Vec<f32>| {
+        let mut blocks = [0f32];
+        let mut ports = [
+            PortBuffer::Input(&input),
+            PortBuffer::Output(out),
+            PortBuffer::Input(&mix),
+            PortBuffer::Output(&mut blocks),
+        ];
+        inst.run(BLOCK, &mut ports).unwrap()
+    };
+    let mut out = vec![0f32; BLOCK];
+    for _ in 0..20 {
+        assert_eq!(block(&mut out), Processed::Ran);
+    }
+    let pid = lib.extension().pid().expect("a process domain");
+    // SAFETY: kill(2) with a pid and a signal number; the pid is the domain process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    // The block that finds the domain dead is bypassed at once (input to output), not retried.
+    let Processed::Bypassed { reason } = block(&mut out) else { panic!("the dead domain's block ran") };
+    assert!(reason.contains("SIGKILL") || reason.contains("vanished") || reason.contains("died"), "{reason}");
+    assert_eq!(out, input);
+    // Blocks are bypassed while the recovery runs on its own thread, then the plugin is back.
+    let mut while_recovering = 0u64;
+    while let Processed::Bypassed { reason } = block(&mut out) {
+        assert!(reason.contains("being recovered"), "{reason}");
+        while_recovering += 1;
+        std::thread::yield_now();
+        assert!(while_recovering < 1 << 40);
+    }
+    assert_eq!(lib.extension().stats().restarts, 1);
+    assert!(!lib.extension().stats().disabled);
+}
