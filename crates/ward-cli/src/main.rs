@@ -57,10 +57,13 @@ enum Command {
     /// Where the built-in extensions are (written out on first use): name, path and purpose of each.
     Builtins {
         /// Print only their directory (for LADSPA_PATH or FREI0R_PATH).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "lv2_dir")]
         dir: bool,
+        /// Print only the directory of the built-in LV2 bundles (for LV2_PATH).
+        #[arg(long)]
+        lv2_dir: bool,
     },
-    /// Run an unmodified host with every plugin of a known class (LADSPA, frei0r) it opens under ward.
+    /// Run an unmodified host with every plugin of a known class (LADSPA, frei0r, LV2) it opens under ward.
     Run(run::RunArgs),
     /// Internal: a throwaway host that loads PATH directly and triggers fault KIND (used by `demo`).
     #[command(name = "__native-host", hide = true)]
@@ -147,7 +150,7 @@ fn main() -> ExitCode {
         Command::Corpus(a) => corpus::run(a),
         Command::CorpusRun(a) => corpus::runner::main(a),
         Command::Run(a) => run::run(a),
-        Command::Builtins { dir } => run::builtins(dir),
+        Command::Builtins { dir, lv2_dir } => run::builtins(dir, lv2_dir),
         Command::CampaignHost(a) => hosts::campaign_host::main(a),
         Command::NativeHost { path, kind } => hosts::native_host::host_main(&path, kind),
         Command::WardHost { path, kind } => demo::ward_host_main(&path, kind),

@@ -214,14 +214,20 @@ fn find_shim() -> Result<PathBuf> {
 }
 
 /// `ward builtins`: the extracted built-in extensions.
-pub fn builtins(dir_only: bool) -> Result<bool> {
+pub fn builtins(dir_only: bool, lv2_dir_only: bool) -> Result<bool> {
     let dir = ward_extensions::extracted().context("cannot write out the built-in extensions")?;
     if dir_only {
         println!("{}", dir.display());
         return Ok(true);
     }
+    let lv2 = ward_extensions::lv2_bundles().context("cannot write out the built-in LV2 bundles")?;
+    if lv2_dir_only {
+        println!("{}", lv2.display());
+        return Ok(true);
+    }
     for b in ward_extensions::ALL {
         println!("{:<14} {:<60} {}", b.name, dir.join(b.file_name).display(), b.description);
     }
+    println!("LV2 bundles (for LV2_PATH): {}", lv2.display());
     Ok(true)
 }

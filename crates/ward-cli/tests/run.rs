@@ -763,19 +763,23 @@ fn with_an_unusable_policy_the_shim_loads_no_plugin_without_ward() {
 #[test]
 fn native_fallback_false_refuses_a_plugin_ward_has_no_class_for() {
     let s = Scratch::new("run", "native-fallback");
-    // A plugin of an ABI ward has no class for: it exports lv2_descriptor, and no ladspa_descriptor.
-    std::fs::write(s.path("lv2.c"), "const void *lv2_descriptor(unsigned i) { (void)i; return 0; }\n").unwrap();
-    let lib = s.path("fake_lv2.so");
-    let built = output(Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(s.path("lv2.c")));
+    // A plugin of an ABI ward has no class for: it exports vampGetPluginDescriptor, and no ladspa_descriptor.
+    std::fs::write(
+        s.path("vamp.c"),
+        "const void *vampGetPluginDescriptor(unsigned v, unsigned i) { (void)v; (void)i; return 0; }\n",
+    )
+    .unwrap();
+    let lib = s.path("fake_vamp.so");
+    let built = output(Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(s.path("vamp.c")));
     assert!(built.status.success(), "{}", stderr(&built));
     let strict = s.path("strict.toml");
-    std::fs::write(&strict, "[extension.fake_lv2]\nnative_fallback = false\n").unwrap();
+    std::fs::write(&strict, "[extension.fake_vamp]\nnative_fallback = false\n").unwrap();
 
     // By default it is loaded without ward: analyseplugin itself finds no LADSPA entry point in it.
     let out = output_within(ward().args(["run", "--", host("analyseplugin")]).arg(&lib), SAFETY_NET);
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
-    assert!(refusals(&err, "fake_lv2.so").is_empty(), "loaded natively: {err}");
+    assert!(refusals(&err, "fake_vamp.so").is_empty(), "loaded natively: {err}");
     assert!(!err.contains("refused by ward"), "{err}");
 
     // native_fallback = false: dlopen itself fails, and says why.
@@ -785,9 +789,9 @@ fn native_fallback_false_refuses_a_plugin_ward_has_no_class_for() {
     );
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
-    let said = refusals(&err, "fake_lv2.so");
+    let said = refusals(&err, "fake_vamp.so");
     assert_eq!(said.len(), 1, "{err}");
-    assert!(said[0].contains("a LV2 plugin, which ward has no class for"), "{err}");
+    assert!(said[0].contains("a Vamp plugin, which ward has no class for"), "{err}");
     assert!(said[0].contains("native_fallback = false"), "{err}");
     assert!(err.lines().any(|l| !l.starts_with("ward: ") && l.contains("refused by ward")), "dlerror says it: {err}");
 
