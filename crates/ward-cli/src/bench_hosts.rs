@@ -625,8 +625,8 @@ fn build_scan_host(dir: &Path) -> Result<PathBuf> {
 }
 
 /// The `--load` of a finished measurement: its busy processes stopped, how many there were kept for the report.
-struct Finished {
-    processes: usize,
+pub(crate) struct Finished {
+    pub(crate) processes: usize,
     text: Option<String>,
 }
 
@@ -638,7 +638,7 @@ impl From<Load> for Finished {
 }
 
 impl Finished {
-    fn say(&self) -> Result<()> {
+    pub(crate) fn say(&self) -> Result<()> {
         if let Some(text) = &self.text {
             say!("{text}")?;
         }
@@ -652,20 +652,20 @@ fn plugin_name(filter: &str) -> &str {
 }
 
 /// The 1-minute load average, from /proc/loadavg.
-fn load_average() -> Option<f64> {
+pub(crate) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
-fn cpus() -> usize {
+pub(crate) fn cpus() -> usize {
     std::thread::available_parallelism().map_or(0, |n| n.get())
 }
 
-fn progress(text: &str) {
+pub(crate) fn progress(text: &str) {
     eprintln!("bench {text}");
 }
 
 /// `program` in PATH, or bad input that says how to install it.
-fn need_program(program: &str) -> Result<PathBuf> {
+pub(crate) fn need_program(program: &str) -> Result<PathBuf> {
     std::env::var_os("PATH")
         .and_then(|path| std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file()))
         .ok_or_else(|| anyhow!(BadInput(format!("{program} is not installed (not found in PATH); run scripts/deps"))))
@@ -771,18 +771,18 @@ fn run_once(case: &Case, ward: &Ward, variant: Variant, out: &Path, check: bool,
     Ok(secs)
 }
 
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-struct Summary {
-    median: f64,
-    min: f64,
-    max: f64,
+pub(crate) struct Summary {
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
-fn summarise(v: &[f64]) -> Summary {
+pub(crate) fn summarise(v: &[f64]) -> Summary {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let n = s.len();
@@ -951,7 +951,7 @@ fn print_json(
     Ok(true)
 }
 
-fn round(x: f64, digits: i32) -> f64 {
+pub(crate) fn round(x: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (x * f).round() / f
 }
@@ -964,7 +964,7 @@ extern "C" fn on_interrupt(_signal: libc::c_int) {
 
 /// Ctrl-C stops the host being timed (it gets the signal too) and then the benchmark, which removes its temporary
 /// directory (gigabytes of video for ffmpeg) on the way out instead of dying with it in place.
-fn catch_interrupts() {
+pub(crate) fn catch_interrupts() {
     for signal in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe; the hosts started later get the
         // default disposition back when they exec.
@@ -972,7 +972,7 @@ fn catch_interrupts() {
     }
 }
 
-fn check_interrupted() -> Result<()> {
+pub(crate) fn check_interrupted() -> Result<()> {
     if INTERRUPTED.load(Ordering::SeqCst) {
         bail!("interrupted");
     }

@@ -7,6 +7,7 @@
 mod bench;
 #[allow(unsafe_code)]
 mod bench_hosts;
+mod bench_lv2;
 mod campaign;
 mod check;
 mod corpus;
@@ -133,6 +134,9 @@ enum BenchWhat {
     /// Hosts that scan every LADSPA library at start (listplugins; a test host that then processes one second of
     /// audio): native, and under `ward run` (none, process).
     Scan(bench_hosts::ScanArgs),
+    /// Debian's lv2bench over every LV2 effect plugin of the corpus (or those named with --plugin), 512-frame
+    /// blocks: native, and under `ward run` (process; mpk where the processor has protection keys).
+    Lv2(bench_lv2::Lv2Args),
 }
 
 fn main() -> ExitCode {
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
         Command::Bench { what: BenchWhat::Sox(a) } => bench_hosts::sox(a),
         Command::Bench { what: BenchWhat::Ffmpeg(a) } => bench_hosts::ffmpeg(a),
         Command::Bench { what: BenchWhat::Scan(a) } => bench_hosts::scan(a),
+        Command::Bench { what: BenchWhat::Lv2(a) } => bench_lv2::lv2(a),
         Command::Inject(a) => inject::run(a),
         Command::Campaign(a) => campaign::run(a),
         Command::Check(a) => check::run(a),
