@@ -118,8 +118,10 @@ pub fn run(args: CheckArgs) -> Result<bool> {
     if !args.json {
         print_human(&rows, args.brief)?;
         if args.sandbox {
-            for r in rows.iter().filter_map(|r| r.report.as_ref()) {
-                print_sandbox(&policy, &r.name)?;
+            for row in &rows {
+                if let Some(r) = &row.report {
+                    print_sandbox(&policy, &row.label, &r.name)?;
+                }
             }
         }
     }
@@ -565,10 +567,13 @@ fn protections(policy: &ward::Policy, name: &str) -> Vec<Protection> {
     out
 }
 
-fn print_sandbox(policy: &ward::Policy, name: &str) -> Result<()> {
+/// The sandbox of the binary `label` shows, whose policy name is `name` (an LV2 binary's label names its bundle too,
+/// which the policy name does not: swh's binaries are all `plugin-linux`).
+fn print_sandbox(policy: &ward::Policy, label: &str, name: &str) -> Result<()> {
     let effective = policy.for_extension(name);
     let isolation = effective.isolation;
-    say!("{name}: sandbox of its process domain (isolation {isolation} under this policy)")?;
+    let named = if label == name { String::new() } else { format!(" (named {name} in policies)") };
+    say!("{label}{named}: sandbox of its process domain (isolation {isolation} under this policy)")?;
     for p in protections(policy, name) {
         say!("    {:<17} {:<9} {}", p.name, p.state, p.what)?;
     }

@@ -386,4 +386,11 @@ fn a_debian_lv2_bundle_is_checked_with_its_plugin() {
     assert_eq!(lines[0]["class"], "lv2");
     assert_eq!(lines[0]["plugins"], serde_json::json!(["http://plugin.org.uk/swh-plugins/amp"]));
     assert_eq!(lines[0]["kinds"][2]["ok"], true, "swh's amp can run under mpk: {}", lines[0]);
+
+    // Every swh binary is called plugin-linux.so: the sandbox listing names the bundle, and the policy name.
+    let out = run(ward().args(["check", "--sandbox"]).arg(bundle));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let header = "amp-swh.lv2/plugin-linux.so (named plugin-linux in policies): sandbox of its process domain";
+    assert!(text.lines().any(|l| l.starts_with(header)), "{text}");
 }
