@@ -209,3 +209,28 @@ impl SharedDescriber {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ward::check::Reason;
+    use ward::Isolation;
+
+    /// The imports an mpk domain's runtime answers for an adapter loaded with its plugin (and for nothing else), so
+    /// `ward check` lists them as reasons for the adapter alone.
+    const LIBRARY_LOOKUP: [&str; 4] = ["dlclose", "dlerror", "dlopen", "dlsym"];
+
+    #[test]
+    fn every_adapter_can_be_placed_in_an_mpk_domain_with_its_plugin() {
+        for name in ["ward_ladspa_adapter", "ward_frei0r_adapter", "ward_lv2_adapter"] {
+            let path = super::path(name).unwrap_or_else(|e| panic!("{e}"));
+            let report = ward::check::check(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let mpk = report.verdict(Isolation::Mpk).expect("a verdict on mpk");
+            for reason in &mpk.reasons {
+                match reason {
+                    Reason::UnsupportedImport { import, .. } if LIBRARY_LOOKUP.contains(&import.name.as_str()) => {}
+                    other => panic!("{name} cannot be placed in an mpk domain: {other}"),
+                }
+            }
+        }
+    }
+}
