@@ -65,12 +65,23 @@ const LOG: i64 = 5;
 
 /// The most text one message or URI may gather before it is sent (a domain sending more is cut off).
 const MAX_TEXT: usize = 8192;
+/// The most URIs one instance may have the host map: an honest plugin maps tens, each once (the adapter caches
+/// them); a hostile one calling the callback itself must not grow the host's map without bound.
+const MAX_MAPPED: u32 = 65536;
+/// The most log messages one instance hands the host a second (the adapter bounds them too, but the host does not
+/// trust the domain to).
+const MAX_LOGS_PER_SECOND: u32 = 20;
 
 /// The text being sent by the domain, and the URI last unmapped, being fetched.
 #[derive(Default)]
 struct Exchange {
     text: Vec<u8>,
     unmapped: Vec<u8>,
+    /// URIs mapped so far (each time the domain asked).
+    mapped: u32,
+    /// Log messages in the current second, and when it started.
+    logged: u32,
+    log_window: Option<std::time::Instant>,
 }
 
 /// The callback of one instance.
@@ -97,9 +108,14 @@ pub(crate) fn callback(host: Arc<dyn Host>) -> Result<Callback, ClassError> {
             }
             MAP => {
                 let text = std::mem::take(&mut x.text);
-                match std::str::from_utf8(&text) {
-                    Ok(uri) if !uri.is_empty() => i64::from(host.map(uri)),
-                    _ => 0,
+                if x.mapped >= MAX_MAPPED {
+                    0
+                } else {
+                    x.mapped += 1;
+                    match std::str::from_utf8(&text) {
+                        Ok(uri) if !uri.is_empty() => i64::from(host.map(uri)),
+                        _ => 0,
+                    }
                 }
             }
             UNMAP_LEN => match u32::try_from(word(1)).ok().and_then(|u| host.unmap(u)) {
@@ -123,7 +139,15 @@ pub(crate) fn callback(host: Arc<dyn Host>) -> Result<Callback, ClassError> {
             }
             LOG => {
                 let text = std::mem::take(&mut x.text);
-                host.log(word(1) as u32, &String::from_utf8_lossy(&text));
+                let now = std::time::Instant::now();
+                if x.log_window.is_none_or(|w| now.duration_since(w) >= std::time::Duration::from_secs(1)) {
+                    x.log_window = Some(now);
+                    x.logged = 0;
+                }
+                if x.logged < MAX_LOGS_PER_SECOND {
+                    x.logged += 1;
+                    host.log(word(1) as u32, &String::from_utf8_lossy(&text));
+                }
                 0
             }
             _ => 0,

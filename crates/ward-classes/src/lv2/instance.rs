@@ -70,8 +70,16 @@ pub struct Instance {
 /// The plugin's state saved in its domain and logged as the restore that brings it back, as one step to other
 /// threads (no block in between); a save that fails turns checkpoints off for the instance.
 fn checkpoint(lib: &LibraryInner, handle: u64, uri: &str, off: &AtomicBool) {
+    let bound = usize::try_from(lib.ext.policy().history_mb).unwrap_or(usize::MAX).saturating_mul(1 << 20);
     let taken = lib.ext.exclusively(|| -> Result<(), ClassError> {
         let blob = save_of(lib, handle, uri)?;
+        if blob.len() > bound.max(1 << 20) {
+            // Kept in the shadow log, a state larger than the history may hold would hold the host's memory.
+            return Err(ClassError::Refused {
+                plugin: uri.to_string(),
+                what: format!("its state of {} bytes is larger than history_mb allows", blob.len()),
+            });
+        }
         let len = blob.len() as u64;
         lib.functions.restore.record_checkpoint(&[Arg::Handle(handle), Arg::In(&blob), Arg::U64(len)], RetType::I64)?;
         Ok(())
