@@ -21,8 +21,8 @@
 #define MAX_DESCRIPTORS 4096
 /* More ports than any plugin has; the class refuses more before it gets here. */
 #define MAX_PORTS 4096
-/* The largest buffer of one port, atom ports included. */
-#define MAX_PORT_BYTES (16u << 20)
+/* The largest buffer of one port, atom ports included (lsp's oscilloscopes ask 48 MiB for an atom output). */
+#define MAX_PORT_BYTES (64u << 20)
 /* The most bytes of worker requests (or of responses to one request) queued at once; more is LV2_WORKER_ERR_NO_SPACE,
  * as from a host whose ring is full. */
 #define WORK_QUEUE_BYTES (64u * 1024u)
@@ -767,7 +767,9 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_run(struct instance *inst, uint64_t samples
             if (buf == NULL)
                 return WARD_ADAPTER_E_NOMEM;
             memcpy(buf, in + at_in, sent);
-            if (sent < bytes)
+            /* The rest of a port sent short is zeros; an atom output's body is the plugin's to write, and can be
+             * large (its capacity), so it is left as it is. */
+            if (sent < bytes && !(inst->port_kind[p] == PORT_ATOM && inst->port_output[p]))
                 memset((unsigned char *)buf + sent, 0, bytes - sent);
             at_in += sent;
         }
@@ -797,7 +799,15 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_run(struct instance *inst, uint64_t samples
         memcpy(&bytes, in + 8 * (size_t)p, 4);
         if (!inst->port_output[p] || bytes == 0)
             continue;
-        memcpy(out + at_out, inst->connected[p], bytes);
+        size_t copy = bytes;
+        if (inst->port_kind[p] == PORT_ATOM) {
+            /* The atom as far as its header says, within the buffer: the host reads no further. */
+            uint32_t size;
+            memcpy(&size, inst->connected[p], 4);
+            if ((size_t)size + sizeof(LV2_Atom) < copy)
+                copy = (size_t)size + sizeof(LV2_Atom);
+        }
+        memcpy(out + at_out, inst->connected[p], copy);
         at_out += bytes;
     }
     lock(&inst->work_lock);

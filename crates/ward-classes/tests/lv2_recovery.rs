@@ -1,7 +1,8 @@
 //! An LV2 plugin whose domain dies mid-stream resumes with the state it had: ward's built-in `lv2_delay` (a
-//! feedback delay whose output depends on all its past input, with `state:interface`) through a checkpoint and the
-//! history since, and `lv2_counter` (state but no `state:interface`) through its history alone. Output identical
-//! to the fault-free run; and without either, visibly not.
+//! feedback delay whose output depends on all its past input, with `state:interface`) through its last checkpoint
+//! and the history around it, exactly even when the history's window is shorter than the stream, and
+//! `lv2_counter` (state but no `state:interface`) through its history alone. Output identical to the fault-free
+//! run; and without either, visibly not.
 
 use std::sync::Arc;
 
@@ -13,13 +14,15 @@ use ward_classes::Processed;
 const RATE: f64 = 48000.0;
 const BLOCK: usize = 256;
 const BLOCKS: usize = 600;
+/// A stream longer than a 1 MiB history holds (about 450 blocks of this test's).
+const LONG: usize = 1500;
 /// The block before which the domain is killed: past two seconds of audio, so past two default checkpoints.
 const KILL_AT: usize = 400;
 
 /// A deterministic signal: a sweep plus a little noise from a fixed-seed LCG.
-fn signal() -> Vec<f32> {
+fn signal(blocks: usize) -> Vec<f32> {
     let mut seed = 0x2545_f491u32;
-    (0..BLOCK * BLOCKS)
+    (0..BLOCK * blocks)
         .map(|i| {
             seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
             let noise = (seed >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
@@ -38,6 +41,10 @@ struct Run {
 /// Stream the signal through `uri` of the built-in bundle `name` under `policy`, killing its domain before block
 /// `kill_at` when given.
 fn stream(name: &str, uri: &str, policy: &str, kill_at: Option<usize>) -> Run {
+    stream_of(BLOCKS, name, uri, policy, kill_at)
+}
+
+fn stream_of(blocks: usize, name: &str, uri: &str, policy: &str, kill_at: Option<usize>) -> Run {
     let sup = Supervisor::new(Policy::from_toml_str(policy, "test policy").unwrap());
     let events = sup.subscribe();
     let bundle_dir = ward_extensions::lv2_bundle_of(name).unwrap();
@@ -56,7 +63,7 @@ fn stream(name: &str, uri: &str, policy: &str, kill_at: Option<usize>) -> Run {
     };
     let inst = lib.instantiate(d.index, setup).unwrap();
     assert_eq!(inst.activate().unwrap(), Processed::Ran);
-    let input = signal();
+    let input = signal(blocks);
     let mut output = Vec::with_capacity(input.len());
     let mut bypassed = 0;
     let controls: Vec<f32> = info.ports.iter().map(|p| p.default.unwrap_or(0.0)).collect();
@@ -108,6 +115,26 @@ fn same_as_fault_free((name, uri): (&str, &str), policy: &str) {
 #[test]
 fn a_delay_killed_mid_stream_resumes_from_its_checkpoint_and_history_exactly() {
     same_as_fault_free(DELAY, "");
+}
+
+#[test]
+fn a_delay_resumes_exactly_past_its_history_window_from_its_checkpoint() {
+    // A 1 MiB history holds about a third of this stream: the delay's memory reaches further back, and only the
+    // checkpoint (every second, the default) brings it back exactly; without it the resumed delay differs.
+    let policy = "[defaults]\nhistory_mb = 1\nhistory_replay_ms = 60000\n";
+    let clean = stream_of(LONG, DELAY.0, DELAY.1, policy, None);
+    let faulted = stream_of(LONG, DELAY.0, DELAY.1, policy, Some(LONG - 50));
+    assert_eq!(faulted.restarts, 1);
+    let first = clean.output.iter().zip(&faulted.output).position(|(a, b)| a.to_bits() != b.to_bits());
+    assert_eq!(first, None, "first differing sample");
+    let without = format!("{policy}checkpoint_ms = 0\n");
+    let clean = stream_of(LONG, DELAY.0, DELAY.1, &without, None);
+    let faulted = stream_of(LONG, DELAY.0, DELAY.1, &without, Some(LONG - 50));
+    assert_eq!(faulted.restarts, 1);
+    assert!(
+        clean.output.iter().zip(&faulted.output).any(|(a, b)| a.to_bits() != b.to_bits()),
+        "the window alone was enough"
+    );
 }
 
 #[test]

@@ -173,6 +173,7 @@ fn run_lv2(binary: &str, uri: &str, isolation: Isolation, controls: &[(&str, f32
         ports: info.ports.iter().map(lv2::PortSpec::from).collect(),
         features,
         host: host.clone(),
+        realtime: false,
     };
     let inst = lib.instantiate(index, setup).unwrap();
     assert_eq!(inst.activate().unwrap(), Processed::Ran);

@@ -523,8 +523,8 @@ unsafe extern "C" fn cleanup(handle: *mut c_void) {
     report();
 }
 
-/// The largest atom buffer taken from a host (its capacity is the host's word).
-const MAX_ATOM_BYTES: usize = 16 << 20;
+/// The largest atom buffer taken from a host (its capacity is the host's word; the class's bound).
+const MAX_ATOM_BYTES: usize = 64 << 20;
 
 unsafe extern "C" fn run(handle: *mut c_void, samples: u32) {
     // SAFETY: the host passes an instance of ours (LV2 contract).
@@ -553,9 +553,11 @@ unsafe extern "C" fn run(handle: *mut c_void, samples: u32) {
                 let total = (8 + size).min(MAX_ATOM_BYTES);
                 let buf = &mut inst.atoms[i];
                 buf.resize(total, 0);
-                // SAFETY: an input atom is its header and `size` bytes; an output's header holds its capacity in the
-                // size (LV2's contract for atom ports); both readable for this run.
-                unsafe { std::ptr::copy(p as *const u8, buf.as_mut_ptr(), total) };
+                // An output's body is the plugin's to write (only its header, the capacity, goes in).
+                let read = if inst.specs[i].output { 8 } else { total };
+                // SAFETY: an input atom is its header and `size` bytes, an output at least its header (LV2's
+                // contract for atom ports); readable for this run.
+                unsafe { std::ptr::copy(p as *const u8, buf.as_mut_ptr(), read) };
             }
             PortKind::Other => {}
         }

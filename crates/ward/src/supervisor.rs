@@ -589,8 +589,8 @@ impl Function {
 
     /// Log a call of this function with `args` as if it had been made, without making it: a checkpoint of the
     /// instance its first [`Arg::Handle`] names (a class that read a plugin's state logs the call that restores
-    /// it). It replaces the instance's earlier checkpoint and the history logged before it, so a restart replays
-    /// the configuration, this call, then the history since.
+    /// it). It replaces the instance's earlier checkpoint, in the order of the log: a restart replays the
+    /// configuration and the history kept, with this call where it was made.
     pub fn record_checkpoint(&self, args: &[Arg<'_>], ret: RetType) -> Result<(), Error> {
         self.domain.record_checkpoint(self.sym, args, ret)
     }

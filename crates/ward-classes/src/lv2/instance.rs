@@ -19,7 +19,7 @@ const MAX_STATE: u64 = 256 << 20;
 /// More ports than any plugin has (the adapter's MAX_PORTS).
 const MAX_PORTS: usize = 4096;
 /// The largest buffer of one port (the adapter's MAX_PORT_BYTES).
-const MAX_PORT_BYTES: usize = 16 << 20;
+const MAX_PORT_BYTES: usize = 64 << 20;
 
 /// The data of one port for one block. Audio and CV ports hold a block of samples, a control port one value (the
 /// first of its slice); an atom port holds the atom with its header: for an output, the whole buffer the plugin may

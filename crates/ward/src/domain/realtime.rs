@@ -3,7 +3,7 @@
 //! recovered on a thread of its own; its calls meanwhile fail at once too. Its deadline is the learned one without
 //! the floor, but never below one period: a hang costs the periods the plugin's own slowest blocks would, not the
 //! floor made for calls of any kind. And checkpoints: a state the class read from the extension (a plugin's saved
-//! state), logged as the call that restores it, in place of the history before it.
+//! state), logged as the call that restores it, in place of the instance's earlier one.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -133,8 +133,7 @@ impl Domain {
     }
 
     /// Log a call of `sym` with `args` as made, without making it: a checkpoint of the instance whose handle is
-    /// its first handle argument. It replaces that instance's earlier checkpoint and the history logged before it:
-    /// a restart replays the configuration, this call, and the history after it.
+    /// its first handle argument, in place of that instance's earlier checkpoint (see `ShadowLog::checkpoint`).
     pub(crate) fn record_checkpoint(&self, sym: usize, args: &[Arg<'_>], ret: RetType) -> Result<(), Error> {
         let g = self.lock.lock();
         let mut st = g.borrow_mut();
