@@ -1,12 +1,16 @@
-//! The plugin part of `ward demo`: the built-in faulty LADSPA and frei0r plugins through their class wrappers, as a
-//! host using ward's typed APIs sees them. A crash in the middle of a stream is recovered and the block or frame
-//! retried on intact input; a plugin that fails on every block ends disabled and bypassed.
+//! The plugin part of `ward demo`: the built-in faulty LADSPA and frei0r plugins, and the built-in LV2 delay, through
+//! their class wrappers, as a host using ward's typed APIs sees them. A crash in the middle of a stream is recovered
+//! and the block or frame retried on intact input; a plugin that fails on every block ends disabled and bypassed; a
+//! stateful plugin whose domain is killed resumes with its state.
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 use ward::{Isolation, Policy, Supervisor};
+use std::sync::Arc;
+
 use ward_classes::frei0r;
 use ward_classes::ladspa::{self, PortBuffer};
+use ward_classes::lv2;
 use ward_classes::Processed;
 
 use crate::output::{self, say};
@@ -45,16 +49,28 @@ impl PluginLine {
         scenario: &'static str,
         isolation: Isolation,
         repeat: bool,
+        counts: (usize, usize, bool),
+        restarts: u64,
+    ) -> PluginLine {
+        PluginLine::of_steps(class, scenario, isolation, repeat, STEPS, counts, restarts)
+    }
+
+    fn of_steps(
+        class: &'static str,
+        scenario: &'static str,
+        isolation: Isolation,
+        repeat: bool,
+        steps: usize,
         (ran, bypassed, output_ok): (usize, usize, bool),
         restarts: u64,
     ) -> PluginLine {
-        let ok = output_ok && if repeat { bypassed > 0 } else { ran == STEPS && restarts >= 1 };
+        let ok = output_ok && if repeat { bypassed > 0 } else { ran == steps && restarts >= 1 };
         PluginLine {
             kind_of_line: "plugin",
             class,
             scenario,
             isolation: isolation.to_string(),
-            steps: STEPS,
+            steps,
             ran,
             bypassed,
             output_ok,
@@ -68,7 +84,7 @@ impl PluginLine {
 pub fn run(isolation: Isolation, json: bool) -> Result<bool> {
     if !json {
         say!("")?;
-        say!("plugins through their class wrappers (isolation {isolation}), {STEPS} blocks or frames each:")?;
+        say!("plugins through their class wrappers (isolation {isolation}), {STEPS} blocks or frames each (the LV2 delay {LV2_STEPS}):")?;
     }
     let mut all = true;
     let lines = [
@@ -77,6 +93,7 @@ pub fn run(isolation: Isolation, json: bool) -> Result<bool> {
         ladspa_scenario(isolation, "crash on every block from 3: disabled, bypassed", 1, true)?,
         frei0r_scenario(isolation, "crash every 3rd frame of an incarnation, recovered", 1.0, false)?,
         frei0r_scenario(isolation, "abort on every frame: disabled, bypassed", 3.0, true)?,
+        lv2_scenario(isolation, "a delay's domain killed mid-stream: state kept")?,
     ];
     for line in lines {
         all &= line.ok;
@@ -197,4 +214,64 @@ fn frei0r_scenario(isolation: Isolation, scenario: &'static str, kind: f64, repe
         (ran, bypassed, output_ok),
         lib.extension().stats().restarts,
     ))
+}
+
+/// Blocks of the LV2 scenario: past the delay's quarter second twice over, so its output carries its memory.
+const LV2_STEPS: usize = 40;
+/// The block before which the LV2 delay's domain is killed.
+const LV2_KILL_AT: usize = 20;
+
+/// ward's built-in LV2 delay (its output depends on all its past input), its domain killed before block
+/// `LV2_KILL_AT`: every block processed, the output identical to that of a run without the kill.
+fn lv2_scenario(isolation: Isolation, scenario: &'static str) -> Result<PluginLine> {
+    let clean = lv2_delay_stream(isolation, None)?;
+    let (output, restarts) = lv2_delay_stream(isolation, Some(LV2_KILL_AT))?;
+    let ran = output.iter().filter(|b| b.is_some()).count();
+    let same = output.iter().zip(&clean.0).all(|(a, b)| a.is_some() && a == b);
+    Ok(PluginLine::of_steps("LV2", scenario, isolation, false, LV2_STEPS, (ran, LV2_STEPS - ran, same), restarts))
+}
+
+/// The delay's output block by block (`None`: bypassed), and its restarts.
+fn lv2_delay_stream(isolation: Isolation, kill_at: Option<usize>) -> Result<(Vec<Option<Vec<f32>>>, u64)> {
+    let bundle_dir = ward_extensions::lv2_bundle_of("lv2_delay").context("cannot write out the LV2 bundles")?;
+    let binary = bundle_dir.join("lv2_delay.so");
+    let info = lv2::bundle::plugins_of_binary(&binary)?
+        .into_iter()
+        .find(|p| p.uri == "urn:ward:lv2:delay")
+        .context("lv2_delay's bundle does not describe urn:ward:lv2:delay")?;
+    let sup = Supervisor::new(Policy::default());
+    let lib = lv2::Library::open(&sup, &binary, Some(isolation))?;
+    let setup = lv2::Setup {
+        sample_rate: 48_000.0,
+        bundle: bundle_dir,
+        ports: info.ports.iter().map(lv2::PortSpec::from).collect(),
+        features: lv2::Features { urid_map: true, ..lv2::Features::default() },
+        host: Arc::new(lv2::UridMap::new()),
+        realtime: false,
+    };
+    let inst = lib.instantiate(lib.plugin(&info.uri)?.index, setup)?;
+    inst.activate()?;
+    let mut blocks = Vec::with_capacity(LV2_STEPS);
+    for step in 0..LV2_STEPS {
+        if Some(step) == kill_at {
+            // A fault from outside: the domain process (this program's own child) killed, as the OOM killer would.
+            let pid = lib.extension().pid().context("the delay has no domain process")?;
+            let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            anyhow::ensure!(killed.is_ok_and(|s| s.success()), "cannot kill the delay's domain process {pid}");
+        }
+        let input: Vec<f32> = (0..BLOCK).map(|i| ((step * BLOCK + i) as f32 * 0.013).sin() * 0.5).collect();
+        let mut output = vec![0f32; BLOCK];
+        let mut count = [0f32];
+        let outcome = inst.run(
+            BLOCK,
+            &mut [
+                lv2::PortBuffer::Input(&input),
+                lv2::PortBuffer::Output(&mut output),
+                lv2::PortBuffer::Input(&[0.5]),
+                lv2::PortBuffer::Output(&mut count),
+            ],
+        )?;
+        blocks.push(matches!(outcome, Processed::Ran).then_some(output));
+    }
+    Ok((blocks, lib.extension().stats().restarts))
 }

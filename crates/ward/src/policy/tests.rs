@@ -681,6 +681,7 @@ poison = true
 history_mb = 3
 read_past_input_kb = 8
 history_replay_ms = 250
+checkpoint_ms = 125
 library_fault = "leak"
 restart_from = "/lib/e2.so"
 native_fallback = false
@@ -743,6 +744,7 @@ history = true
         history_mb: 3,
         read_past_input_kb: 8,
         history_replay: ms(250),
+        checkpoint: ms(125),
         library_fault: Some("leak".parse().expect("a library fault")),
         restart_from: Some("/lib/e2.so".into()),
         native_fallback: false,
