@@ -458,3 +458,75 @@ impl Drop for Instance<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lv2::{OptionValue, UridMap};
+
+    /// The feature `name` of `set`'s list, read as a plugin reads it.
+    fn feature(set: &FeatureSet, name: &str) -> Option<*mut c_void> {
+        set.list.iter().take_while(|f| !f.is_null()).find_map(|&f| {
+            // SAFETY: every pointer before the NULL points into `set._features`, whose URIs are C strings of
+            // `set._uris`; `set` outlives this read.
+            let f = unsafe { &*f };
+            // SAFETY: the feature's URI is a C string of `set._uris` (above).
+            let uri = unsafe { CStr::from_ptr(f.uri) };
+            (uri.to_str() == Ok(name)).then_some(f.data)
+        })
+    }
+
+    #[test]
+    fn the_features_lead_to_the_hosts_map_and_end_where_lv2_says() {
+        let host = Arc::new(UridMap::new());
+        let known = host.map("urn:ward:known");
+        let features = Features {
+            urid_map: true,
+            urid_unmap: true,
+            fixed_block_length: true,
+            options: Some(vec![OptionValue { context: 0, subject: 0, key: 7, value_type: 9, value: vec![1, 2, 3] }]),
+            flags: vec![uri::IS_LIVE.to_string()],
+            ..Features::default()
+        };
+        let set = FeatureSet::new(&features, host.clone()).expect("features it offers");
+        assert_eq!(set.list.len(), 6, "map, unmap, options, one buf-size flag, one flag, then NULL");
+        assert!(set.list.last().is_some_and(|f| f.is_null()));
+        assert_eq!(feature(&set, uri::FIXED_BLOCK_LENGTH), Some(std::ptr::null_mut()));
+        assert_eq!(feature(&set, uri::IS_LIVE), Some(std::ptr::null_mut()));
+        assert_eq!(feature(&set, uri::BOUNDED_BLOCK_LENGTH), None);
+
+        let map = feature(&set, uri::URID_MAP).expect("urid:map").cast::<Lv2UridMap>();
+        let unmap = feature(&set, uri::URID_UNMAP).expect("urid:unmap").cast::<Lv2UridUnmap>();
+        // SAFETY: the features' data are the map and unmap structs `set` owns; their functions take their handles
+        // and C strings, as a plugin calls them.
+        unsafe {
+            let (map, unmap) = (&*map, &*unmap);
+            assert_eq!((map.map)(map.handle, c"urn:ward:known".as_ptr()), known, "the host's own URIDs");
+            let fresh = (map.map)(map.handle, c"urn:ward:fresh".as_ptr());
+            assert_eq!(host.unmap(fresh).as_deref(), Some("urn:ward:fresh"), "mapped in the host's map");
+            let first = (unmap.unmap)(unmap.handle, fresh);
+            assert_eq!(CStr::from_ptr(first).to_str(), Ok("urn:ward:fresh"));
+            assert_eq!((unmap.unmap)(unmap.handle, fresh), first, "the same pointer every time");
+            assert!((unmap.unmap)(unmap.handle, 999).is_null(), "an unknown URID unmaps to NULL");
+        }
+
+        let options = feature(&set, uri::OPTIONS).expect("options:options").cast::<Lv2OptionsOption>();
+        // SAFETY: the options feature's data is `set._options`, two entries long (one option, then the end).
+        let (first, end) = unsafe { (&*options, &*options.add(1)) };
+        assert_eq!((first.key, first.value_type, first.size), (7, 9, 3));
+        assert_eq!(first.value as usize % 8, 0, "values are 8-byte aligned");
+        // SAFETY: the value holds `size` bytes (copied in by `FeatureSet::new`).
+        assert_eq!(unsafe { std::slice::from_raw_parts(first.value.cast::<u8>(), 3) }, [1, 2, 3]);
+        assert!(end.key == 0 && end.value.is_null(), "the list ends with a zero key and a NULL value");
+    }
+
+    #[test]
+    fn a_log_or_a_worker_is_refused() {
+        for f in
+            [Features { log: true, ..Features::default() }, Features { worker_schedule: true, ..Features::default() }]
+        {
+            let refused = FeatureSet::new(&f, Arc::new(UridMap::new())).err();
+            assert!(matches!(refused, Some(NativeCallError::FeatureNotOffered { .. })));
+        }
+    }
+}
