@@ -117,4 +117,22 @@ pub enum NativeCallError {
     BufferTooShort { samples: usize, len: usize, port: usize },
     #[error("a frame of {len} pixels, not {pixels}")]
     FrameSize { len: usize, pixels: usize },
+    /// The library could not be loaded (`dlerror`'s words).
+    #[error("cannot load {path}: {reason}")]
+    Load { path: String, reason: String },
+    /// A path or URI the plugin would be given holds a NUL byte, which C strings cannot.
+    #[error("{what} holds a NUL byte")]
+    NulInString { what: &'static str },
+    /// An LV2 library without a plugin of that URI.
+    #[error("no plugin {uri} among the library's {count}")]
+    NoSuchPlugin { uri: String, count: usize },
+    /// An LV2 feature asked for that this native host cannot offer.
+    #[error("this native host offers no {feature}")]
+    FeatureNotOffered { feature: &'static str },
+    /// An LV2 block given a different number of buffers than the plugin has ports.
+    #[error("{given} buffers for {ports} ports")]
+    PortCount { given: usize, ports: usize },
+    /// An LV2 port's buffer does not fit its kind, direction or the block.
+    #[error("port {port}: {what}")]
+    WrongBuffer { port: usize, what: String },
 }

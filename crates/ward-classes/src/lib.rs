@@ -11,7 +11,7 @@
 //! * [`ladspa`]: LADSPA audio plugins.
 //! * [`frei0r`]: frei0r video filters.
 //! * [`lv2`]: LV2 plugins, with the host's features proxied.
-//! * [`native_calls`]: both ABIs called directly in this process, without ward (native hosts, campaigns, the corpus).
+//! * [`native_calls`]: the ABIs called directly in this process, without ward (native hosts, campaigns, the corpora).
 
 #![deny(unsafe_code)]
 

@@ -1,6 +1,6 @@
 //! The plugin ABIs called directly, in this process, as a host without ward calls them: the structs of
-//! `include/ward_ladspa_abi.h` and `include/ward_frei0r_abi.h` read through the plugin's pointers, and the plugin's
-//! functions called through the pointers it gives. Every unsafe call into a plugin, of any host in the workspace
+//! `include/ward_ladspa_abi.h`, `include/ward_frei0r_abi.h` and `include/ward_lv2_abi.h` read through the plugin's
+//! pointers, and the plugin's functions called through the pointers it gives (LV2's in [`lv2`]). Every unsafe call into a plugin, of any host in the workspace
 //! that calls plugins natively (the campaign's native runs, the corpus's native runner), is here.
 //!
 //! Nothing here can make a plugin safe to call. A native host trusts the plugin to keep its ABI (descriptors that
@@ -14,6 +14,8 @@
 //! (dlsym, or a trial host's loader); it must stay loaded for as long as anything from it is used.
 
 use std::ffi::c_char;
+
+pub mod lv2;
 
 /// Longest string read from a plugin, as the adapters read them.
 const MAX_STRING: usize = 65536;
