@@ -431,6 +431,9 @@ unsafe extern "C" fn instantiate(
     }
     let specs: Vec<PortSpec> = proxy.info.ports.iter().map(PortSpec::from).collect();
     let realtime = offered.features.flags.iter().any(|f| f == class::uri::IS_LIVE);
+    if let (Some(rt), true) = (runtime::get(), realtime) {
+        rt.verbose_say(&format!("{}: instantiated by a real-time host (it offers lv2:isLive)", proxy.info.uri));
+    }
     let setup = class::Setup {
         realtime,
         sample_rate,
@@ -526,10 +529,30 @@ unsafe extern "C" fn cleanup(handle: *mut c_void) {
 /// The largest atom buffer taken from a host (its capacity is the host's word; the class's bound).
 const MAX_ATOM_BYTES: usize = 64 << 20;
 
+/// Whether the calling thread is scheduled in real time (`SCHED_FIFO` or `SCHED_RR`: a JACK process thread, say),
+/// asked once per thread.
+fn thread_is_realtime() -> bool {
+    thread_local! {
+        static REALTIME: bool = {
+            // SAFETY: sched_getscheduler(0) only reads the calling thread's policy.
+            let policy = unsafe { libc::sched_getscheduler(0) };
+            policy == libc::SCHED_FIFO || policy == libc::SCHED_RR
+        };
+    }
+    REALTIME.with(|r| *r)
+}
+
 unsafe extern "C" fn run(handle: *mut c_void, samples: u32) {
     // SAFETY: the host passes an instance of ours (LV2 contract).
     let Some(inst) = (unsafe { instance(handle) }) else { return };
     let n = samples as usize;
+    if !inst.instance.is_realtime() && thread_is_realtime() {
+        // A host that runs the plugin on a real-time thread without saying so at instantiation (jalv under JACK).
+        inst.instance.set_realtime();
+        if let Some(rt) = runtime::get() {
+            rt.verbose_say(&format!("{}: run from a real-time thread: blocks never wait for a recovery", inst.uri));
+        }
+    }
     // Copy the host's buffers in: every connected port to a buffer of its own here.
     for i in 0..inst.specs.len() {
         let p = inst.connected[i];

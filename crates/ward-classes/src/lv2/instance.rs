@@ -55,8 +55,8 @@ pub struct Instance {
     packing: Mutex<Packing>,
     /// Worker requests the plugin scheduled, fetched from the domain, not yet taken by the host.
     scheduled: Mutex<Vec<Vec<u8>>>,
-    /// Blocks come from a real-time thread (see [`Setup::realtime`]).
-    realtime: bool,
+    /// Blocks come from a real-time thread (see [`Setup::realtime`], [`Instance::set_realtime`]).
+    realtime: AtomicBool,
     sample_rate: f64,
     /// Checkpoints: every this many samples (0: never), and the samples since the last.
     checkpoint_every: u64,
@@ -64,13 +64,15 @@ pub struct Instance {
     /// A save failed once: no more checkpoints for this instance (the history alone rebuilds its state).
     checkpoints_off: Arc<AtomicBool>,
     /// The thread that takes a real-time instance's checkpoints.
-    checkpointer: Option<Checkpointer>,
+    checkpointer: Mutex<Option<Checkpointer>>,
+    /// The period of the latest real-time block, in nanoseconds.
+    period_ns: AtomicU64,
 }
 
 /// The plugin's state saved in its domain and logged as the restore that brings it back, as one step to other
 /// threads (no block in between); a save that fails turns checkpoints off for the instance.
 fn checkpoint(lib: &LibraryInner, handle: u64, uri: &str, off: &AtomicBool) {
-    let bound = usize::try_from(lib.ext.policy().history_mb).unwrap_or(usize::MAX).saturating_mul(1 << 20);
+    let bound = usize::try_from(lib.policy.history_mb).unwrap_or(usize::MAX).saturating_mul(1 << 20);
     let taken = lib.ext.exclusively(|| -> Result<(), ClassError> {
         let blob = save_of(lib, handle, uri)?;
         if blob.len() > bound.max(1 << 20) {
@@ -221,7 +223,7 @@ impl Instance {
         };
         let mut packed = Vec::new();
         put_u32(&mut packed, f.wire_flags());
-        put_u32(&mut packed, lib.ext.policy().read_past_input_kb);
+        put_u32(&mut packed, lib.policy.read_past_input_kb);
         let mut bundle = setup.bundle.to_string_lossy().into_owned();
         if !bundle.ends_with('/') {
             bundle.push('/');
@@ -261,7 +263,7 @@ impl Instance {
             Some(h) if h != 0 => h,
             _ => return Err(refused(format!("instantiate at {} Hz returned NULL", setup.sample_rate))),
         };
-        let every = lib.ext.policy().checkpoint;
+        let every = lib.policy.checkpoint;
         let checkpoint_every =
             if plugin.has_state { (every.as_secs_f64() * setup.sample_rate).round() as u64 } else { 0 };
         let checkpoints_off = Arc::new(AtomicBool::new(false));
@@ -277,17 +279,40 @@ impl Instance {
             _callback: callback,
             packing: Mutex::new(Packing::default()),
             scheduled: Mutex::new(Vec::new()),
-            realtime: setup.realtime,
+            realtime: AtomicBool::new(setup.realtime),
             sample_rate: setup.sample_rate,
             checkpoint_every,
             since_checkpoint: AtomicU64::new(0),
             checkpoints_off,
-            checkpointer,
+            checkpointer: Mutex::new(checkpointer),
+            period_ns: AtomicU64::new(0),
         })
     }
 
     pub fn descriptor(&self) -> &Arc<Descriptor> {
         &self.plugin
+    }
+
+    /// From now on blocks come from a real-time thread (a host that did not say so at instantiation, found running
+    /// the plugin on a thread the kernel schedules in real time): see [`Setup::realtime`].
+    pub fn set_realtime(&self) {
+        if self.realtime.swap(true, Ordering::Relaxed) || self.checkpoint_every == 0 {
+            return;
+        }
+        let mut slot = self.checkpointer.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Checkpointer::start(
+                Arc::clone(&self.lib),
+                self.handle,
+                self.plugin.uri.clone(),
+                Arc::clone(&self.checkpoints_off),
+            );
+        }
+    }
+
+    /// Whether blocks come from a real-time thread.
+    pub fn is_realtime(&self) -> bool {
+        self.realtime.load(Ordering::Relaxed)
     }
 
     /// The ports the instance was created with.
@@ -376,7 +401,7 @@ impl Instance {
         let sizes = self.layout(samples, ports)?;
         let mut packing = self.packing.lock().unwrap_or_else(|e| e.into_inner());
         pack(&mut packing, ports, &sizes, &self.ports);
-        let policy = self.lib.ext.policy();
+        let policy = self.lib.policy;
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -396,7 +421,7 @@ impl Instance {
             }
             if let Some(what) = wrong {
                 let kind = FaultKind::BadOutput { what: what.clone() };
-                if self.realtime {
+                if self.is_realtime() {
                     // Not retried on the real-time thread: recovered apart, the block bypassed.
                     let _ = self.lib.ext.declare_fault_apart("ward_lv2_run", kind);
                 } else if self.lib.ext.declare_fault("ward_lv2_run", kind).is_ok() && attempts <= policy.max_retries {
@@ -426,13 +451,25 @@ impl Instance {
             Arg::Out(output),
             Arg::U64(out_len),
         ];
-        let value = if self.realtime {
+        let value = if self.is_realtime() {
             let period = Duration::from_secs_f64(samples.max(1) as f64 / self.sample_rate);
+            self.period_ns.store(period.as_nanos() as u64, Ordering::Relaxed);
             self.lib.functions.run.call_realtime(&mut args, RetType::I64, period)?
         } else {
             self.lib.functions.run.call(&mut args, RetType::I64)?
         };
         Ok(value.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1))
+    }
+
+    /// A call the host makes from its audio thread beside the block (a worker's response, fetching the requests a
+    /// block queued): real-time like the block for a real-time instance (within the last block's period).
+    fn audio_thread_call(&self, f: &ward::Function, args: &mut [Arg<'_>]) -> Result<ward::Value, ward::Error> {
+        if self.is_realtime() {
+            let period = Duration::from_nanos(self.period_ns.load(Ordering::Relaxed).max(1_000_000));
+            f.call_realtime(args, RetType::I64, period)
+        } else {
+            f.call(args, RetType::I64)
+        }
     }
 
     /// A block of `samples` ran: take a checkpoint when one is due (on the checkpointer's thread for a real-time
@@ -446,9 +483,13 @@ impl Instance {
             return;
         }
         self.since_checkpoint.store(0, Ordering::Relaxed);
-        match &self.checkpointer {
+        let checkpointer = self.checkpointer.lock().unwrap_or_else(|e| e.into_inner());
+        match &*checkpointer {
             Some(c) => c.request(),
-            None => checkpoint(&self.lib, self.handle, &self.plugin.uri, &self.checkpoints_off),
+            None => {
+                drop(checkpointer);
+                checkpoint(&self.lib, self.handle, &self.plugin.uri, &self.checkpoints_off)
+            }
         }
     }
 
@@ -489,11 +530,10 @@ impl Instance {
     fn fetch_work(&self, queued: usize) {
         let mut buf = vec![0u8; queued.min(WORK_QUEUE_BYTES)];
         let cap = buf.len() as u64;
-        let taken = self
-            .lib
-            .functions
-            .take_work
-            .call(&mut [Arg::Handle(self.handle), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64);
+        let taken = self.audio_thread_call(
+            &self.lib.functions.take_work,
+            &mut [Arg::Handle(self.handle), Arg::Out(&mut buf), Arg::U64(cap)],
+        );
         let n = match taken.map(|v| v.as_i64()) {
             Ok(Some(n)) if n >= 0 && n as usize <= buf.len() => n as usize,
             Ok(_) => return,
@@ -552,12 +592,10 @@ impl Instance {
             return Err(self.bad(format!("a worker response of {} bytes", response.len())));
         }
         let len = response.len() as u64;
-        match self
-            .lib
-            .functions
-            .work_response
-            .call(&mut [Arg::Handle(self.handle), Arg::In(response), Arg::U64(len)], RetType::I64)
-        {
+        match self.audio_thread_call(
+            &self.lib.functions.work_response,
+            &mut [Arg::Handle(self.handle), Arg::In(response), Arg::U64(len)],
+        ) {
             Ok(_) => Ok(Processed::Ran),
             Err(e) => Ok(self.degraded(e)),
         }
@@ -711,7 +749,8 @@ fn unpack(packing: &Packing, ports: &mut [PortBuffer<'_>], sizes: &[(usize, usiz
 impl Drop for Instance {
     fn drop(&mut self) {
         // The checkpointer first: it calls into the instance.
-        self.checkpointer = None;
+        let checkpointer = self.checkpointer.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        drop(checkpointer);
         // A failure here leaves nothing behind in the host: the domain's memory goes with it.
         let _ = self.lib.functions.cleanup.call(&mut [Arg::Handle(self.handle)], RetType::I64);
     }

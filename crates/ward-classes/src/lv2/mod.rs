@@ -287,6 +287,19 @@ pub(crate) struct LibraryInner {
     plugins: Vec<Arc<Descriptor>>,
     library: u64,
     functions: Functions,
+    /// What the blocks need of the extension's policy, read once: reading it takes the domain's lock, which a
+    /// real-time block must not wait for while the domain is recovered.
+    policy: BlockPolicy,
+}
+
+/// The extension's policy as the blocks of its instances use it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockPolicy {
+    pub check_output: bool,
+    pub max_retries: u32,
+    pub read_past_input_kb: u32,
+    pub checkpoint: Duration,
+    pub history_mb: u64,
 }
 
 /// An LV2 plugin binary opened in its domain.
@@ -338,7 +351,15 @@ impl Library {
             restore: ext.function_as("ward_lv2_restore", "restore")?,
             cleanup: ext.function_as("ward_lv2_cleanup", "cleanup")?,
         };
-        Ok(Library { inner: Arc::new(LibraryInner { path, ext, plugins, library, functions }) })
+        let p = ext.policy();
+        let policy = BlockPolicy {
+            check_output: p.check_output,
+            max_retries: p.max_retries,
+            read_past_input_kb: p.read_past_input_kb,
+            checkpoint: p.checkpoint,
+            history_mb: p.history_mb,
+        };
+        Ok(Library { inner: Arc::new(LibraryInner { path, ext, plugins, library, functions, policy }) })
     }
 
     pub fn path(&self) -> &Path {

@@ -5,8 +5,8 @@
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use ward::{Isolation, Policy, Supervisor};
 use std::sync::Arc;
+use ward::{Isolation, Policy, Supervisor};
 
 use ward_classes::frei0r;
 use ward_classes::ladspa::{self, PortBuffer};

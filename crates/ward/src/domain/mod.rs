@@ -95,6 +95,10 @@ struct Symbol {
     failures_in_row: u32,
     /// Its successful calls since its last failure, while `failures_in_row` is not 0.
     ok_since_failure: u32,
+    /// Its successful real-time calls in the incarnation `realtime_incarnation` (`realtime`: a new incarnation's
+    /// first calls get the normal deadline).
+    realtime_calls: u32,
+    realtime_incarnation: u64,
 }
 
 /// Where an extension's code comes from, for `restart_from`.
@@ -172,6 +176,10 @@ pub(crate) struct Domain {
     /// A real-time call's fault is being recovered on a thread of its own (`realtime`): real-time calls fail at
     /// once meanwhile.
     recovering_apart: AtomicBool,
+    /// The incarnation whose process was given the scheduling of a real-time caller (`realtime`; 0: none).
+    realtime_scheduled: AtomicU64,
+    /// That the domain could not be given a real-time caller's scheduling was said.
+    realtime_said: AtomicBool,
 }
 
 /// Host callbacks the thread holding a domain's lock is in now: how deeply nested, and how many have begun or
@@ -264,6 +272,8 @@ impl Domain {
             callbacks: CallbackWatch::default(),
             incarnation: AtomicU64::new(1),
             recovering_apart: AtomicBool::new(false),
+            realtime_scheduled: AtomicU64::new(0),
+            realtime_said: AtomicBool::new(false),
         }
     }
 
@@ -422,6 +432,8 @@ impl Domain {
                 times: learn::CallTimes::default(),
                 failures_in_row: 0,
                 ok_since_failure: 0,
+                realtime_calls: 0,
+                realtime_incarnation: 0,
             });
             let i = st.symbols.len() - 1;
             if st.symbol_index.len() <= ext {

@@ -1,8 +1,10 @@
 //! Calls from a real-time thread (an audio host's process callback, due every period): such a thread must never
 //! wait for a recovery. A fault in its call fails the call at once (the class bypasses that block) and the domain is
 //! recovered on a thread of its own; its calls meanwhile fail at once too. Its deadline is the learned one without
-//! the floor, but never below one period: a hang costs the periods the plugin's own slowest blocks would, not the
-//! floor made for calls of any kind. And checkpoints: a state the class read from the extension (a plugin's saved
+//! the floor, but never below one period (eight times that for a new incarnation's first calls, which fault their
+//! pages in): a hang costs the periods the plugin's own slowest blocks would, not the floor made for calls of any
+//! kind. The domain's process gets the caller's real-time scheduling, so the audio thread does not wait for a
+//! process the scheduler ranks below every ordinary one. And checkpoints: a state the class read from the extension (a plugin's saved
 //! state), logged as the call that restores it, in place of the instance's earlier one.
 
 use std::sync::atomic::Ordering;
@@ -10,12 +12,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{call_name, learn, Domain, Guard, Outcome};
+use crate::backend::process::placement;
 use crate::call::{Arg, RetType, Value};
 use crate::error::Error;
 use crate::fault::{Fault, FaultKind};
 use crate::shadow::{OwnedArg, ShadowEntry};
 
+/// Real-time calls of a new incarnation whose deadline is [`WARM_SLACK`] times the learned one.
+const WARM_CALLS: u32 = 16;
+const WARM_SLACK: u32 = 8;
+
 impl Domain {
+    /// Give the domain's process, once per incarnation, the real-time scheduling of the calling thread when it has
+    /// one: a real-time host's audio thread would otherwise wait for a domain the scheduler ranks below every
+    /// ordinary process. Where that is not allowed (no `CAP_SYS_NICE`, no `RLIMIT_RTPRIO`), it is said once and the
+    /// domain runs as it did.
+    fn schedule_like_caller(&self, g: &mut Guard<'_>) {
+        let incarnation = g.borrow().incarnation;
+        if self.realtime_scheduled.swap(incarnation, Ordering::Relaxed) == incarnation {
+            return;
+        }
+        let Some(scheduling) = placement::realtime_scheduling() else { return };
+        let Some(pid) = g.borrow().backend.pid() else { return };
+        if let Err(e) = placement::schedule_process(pid, scheduling) {
+            if !self.realtime_said.swap(true, Ordering::Relaxed) {
+                tracing::warn!(domain = %self.name, error = %e, "the domain cannot be given the real-time scheduling of its caller");
+            }
+        }
+    }
+
     /// Call `sym` from a real-time thread whose calls are due every `period` (see the module's comment).
     pub(crate) fn call_realtime(
         self: &Arc<Self>,
@@ -34,24 +59,40 @@ impl Domain {
             return Err(recovering());
         }
         let (fpolicy, timeout) = {
-            let st = g.borrow();
+            let mut st = g.borrow_mut();
             if let Some(e) = self.disabled_error(&st) {
                 return Err(e);
             }
+            let incarnation = st.incarnation;
+            let st = &mut *st;
             let s = st
                 .symbols
-                .get(sym)
+                .get_mut(sym)
                 .ok_or_else(|| Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() })?;
+            if s.realtime_incarnation != incarnation {
+                s.realtime_incarnation = incarnation;
+                s.realtime_calls = 0;
+            }
             let ext_policy = &st.extensions[s.ext].1;
             let (normal, source) = learn::deadline(&s.policy, ext_policy, &s.times);
+            // A new incarnation's first calls fault its pages in and fill its caches: they get WARM_SLACK times the
+            // learned deadline, not one they would miss for nothing, nor the floor.
+            let slack = if s.realtime_calls >= WARM_CALLS { 1 } else { WARM_SLACK };
             let timeout = match (source, s.times.learned()) {
-                (learn::DeadlineSource::Learned, Some(learned)) => learned.max(period).min(normal),
+                (learn::DeadlineSource::Learned, Some(learned)) => (learned.max(period) * slack).min(normal),
                 _ => normal,
             };
             (s.policy.clone(), timeout)
         };
+        self.schedule_like_caller(&mut g);
         let kind = match self.attempt(&mut g, sym, args, ret, timeout, false) {
-            Outcome::Done(value) => return Ok(self.after_success(&g, sym, &fpolicy, args, ret, value)),
+            Outcome::Done(value) => {
+                let value = self.after_success(&g, sym, &fpolicy, args, ret, value);
+                let mut st = g.borrow_mut();
+                let s = &mut st.symbols[sym];
+                s.realtime_calls = s.realtime_calls.saturating_add(1);
+                return Ok(value);
+            }
             Outcome::Error(e) => return Err(e),
             Outcome::Failed(kind) => kind,
             // Recovered under this call by another thread: nothing left to do but skip this block.

@@ -266,6 +266,18 @@ impl Domain {
         };
         match self.attempt(g, entry.symbol, &mut args, entry.ret, timeout, true) {
             Outcome::Done(value) => {
+                // A replayed call warms the new incarnation as a live one would (see `realtime`'s warm calls).
+                {
+                    let mut st = g.borrow_mut();
+                    let incarnation = st.incarnation;
+                    if let Some(s) = st.symbols.get_mut(entry.symbol) {
+                        if s.realtime_incarnation != incarnation {
+                            s.realtime_incarnation = incarnation;
+                            s.realtime_calls = 0;
+                        }
+                        s.realtime_calls = s.realtime_calls.saturating_add(1);
+                    }
+                }
                 if let (Some(handle), Value::Handle(object)) = (entry.created, value) {
                     let mut st = g.borrow_mut();
                     st.handles.lock().unwrap_or_else(|e| e.into_inner()).rebind(handle, object);

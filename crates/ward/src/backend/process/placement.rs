@@ -23,6 +23,40 @@ pub fn current_cpu() -> Option<usize> {
     usize::try_from(cpu).ok()
 }
 
+/// The calling thread's real-time scheduling (its policy, `SCHED_FIFO` or `SCHED_RR`, and priority), if it has one:
+/// an audio host's process thread, say.
+pub fn realtime_scheduling() -> Option<(i32, i32)> {
+    // SAFETY: sched_getscheduler(0) takes a number and reads the calling thread's policy.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy != libc::SCHED_FIFO && policy != libc::SCHED_RR {
+        return None;
+    }
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_getparam writes one sched_param into the valid place given.
+    if unsafe { libc::sched_getparam(0, &mut param) } != 0 {
+        return None;
+    }
+    Some((policy, param.sched_priority))
+}
+
+/// Give every thread of the process `pid` (a domain's) the scheduling `(policy, priority)`: a real-time caller's,
+/// so the domain it waits for is not ranked below every ordinary process. Needs `CAP_SYS_NICE` or a high enough
+/// `RLIMIT_RTPRIO`.
+pub fn schedule_process(pid: i32, (policy, priority): (i32, i32)) -> io::Result<()> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))?.flatten() {
+        let Ok(tid) = task.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let param = libc::sched_param { sched_priority: priority };
+        // SAFETY: sched_setscheduler reads one valid sched_param; a thread that has exited fails with ESRCH.
+        if unsafe { libc::sched_setscheduler(tid, policy, &param) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Let the thread `tid` (a domain's serving thread; a process's first thread has the process's id) run on `cpu`
 /// only.
 pub fn pin(tid: i32, cpu: usize) -> io::Result<()> {
