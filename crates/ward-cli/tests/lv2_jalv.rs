@@ -26,15 +26,15 @@ fn jalv_args() -> [&'static str; 3] {
     ["-n", CLIENT, PLUGIN]
 }
 
-fn native() -> JalvRun {
-    let s = Scratch::new("lv2-jalv", "native");
+fn native(test: &str) -> JalvRun {
+    let s = Scratch::new("lv2-jalv", &format!("{test}-native"));
     let mut jalv = Command::new(host("jalv"));
     jalv.args(jalv_args());
     run_jalv(&s, "native", jalv, CLIENT, RUN_FOR)
 }
 
-fn under_ward() -> JalvRun {
-    let s = Scratch::new("lv2-jalv", "ward");
+fn under_ward(test: &str) -> JalvRun {
+    let s = Scratch::new("lv2-jalv", &format!("{test}-ward"));
     let mut cmd = ward();
     cmd.args(["run", "--isolation", "process", "-v", "--", host("jalv")]).args(jalv_args());
     run_jalv(&s, "ward", cmd, CLIENT, RUN_FOR)
@@ -72,10 +72,10 @@ fn report(what: &str, run: &JalvRun) {
 
 #[test]
 fn jalv_processes_an_lv2_effect_in_jack_natively_and_under_ward() {
-    let native = native();
+    let native = native("both");
     report("native", &native);
     assert_processed("native", &native);
-    let warded = under_ward();
+    let warded = under_ward("both");
     report("under ward", &warded);
     assert_processed("under ward", &warded);
 }
@@ -83,7 +83,7 @@ fn jalv_processes_an_lv2_effect_in_jack_natively_and_under_ward() {
 #[test]
 #[ignore = "needs the LV2 proxy (issue 31)"]
 fn under_ward_jalvs_plugin_runs_in_a_process_domain() {
-    let warded = under_ward();
+    let warded = under_ward("line");
     report("under ward", &warded);
     assert_processed("under ward", &warded);
     assert!(

@@ -14,6 +14,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::bounded::signal_group;
@@ -49,8 +50,11 @@ pub struct Xruns {
 impl JackServer {
     /// Starts `jackd -n NAME -d dummy -r 48000 -p 128` and waits until it accepts clients.
     pub fn start(scratch: &Scratch, tag: &str) -> JackServer {
-        let name = format!("ward-test-{}-{tag}", std::process::id());
-        let stderr_path = scratch.path(&format!("jackd-{tag}.err"));
+        // Unique on the machine: this process's id, and a count of the servers it started (tests run in parallel).
+        static STARTED: AtomicUsize = AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, Ordering::Relaxed);
+        let name = format!("ward-test-{}-{n}-{tag}", std::process::id());
+        let stderr_path = scratch.path(&format!("jackd-{n}-{tag}.err"));
         let err = std::fs::File::create(&stderr_path).expect("create the jackd log");
         let child = Command::new(host("jackd"))
             .args(["-n", &name, "-d", "dummy", "-r", &SAMPLE_RATE.to_string(), "-p", &PERIOD.to_string()])
