@@ -6,6 +6,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+pub mod bounded;
+pub mod jack;
+
 /// The `ward` program this crate built.
 pub fn ward() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ward"))
@@ -24,7 +27,10 @@ pub fn stderr(out: &Output) -> String {
 /// A host program Debian ships; the test fails (never skips) when it is missing.
 pub fn host(name: &str) -> &str {
     let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join(name).is_file());
-    assert!(found, "{name} is not installed: run scripts/deps (it installs ladspa-sdk, sox and ffmpeg)");
+    assert!(
+        found,
+        "{name} is not installed: run scripts/deps (it installs the hosts and plugin collections the tests use)"
+    );
     name
 }
 
