@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::bounded::{run_within, Finished};
-use common::{host, output, stderr, ward, Scratch};
+use common::{host, output, stderr, ward, wav, Scratch};
 
 const PACKAGES: [&str; 5] = ["swh-lv2", "mda-lv2", "x42-plugins", "lsp-plugins-lv2", "zam-plugins"];
 const SAMPLE_RATE: u32 = 48_000;
@@ -258,28 +258,6 @@ fn failure(run: &Finished) -> String {
     }
 }
 
-/// An output file as compared: every byte of it, except the timestamp in the PEAK chunk libsndfile adds to a float
-/// WAV (the time the file was written, in seconds; the chunk's peak values and positions are compared). A missing
-/// file reads as empty.
-fn comparable(path: &Path) -> Vec<u8> {
-    let mut bytes = std::fs::read(path).unwrap_or_default();
-    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
-        return bytes;
-    }
-    let mut at = 12;
-    while at + 8 <= bytes.len() {
-        let size = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]) as usize;
-        let data = at + 8;
-        // PEAK: a 4-byte version, then the 4-byte timestamp, then a value and a position per channel.
-        if &bytes[at..at + 4] == b"PEAK" && size >= 8 && data + 8 <= bytes.len() {
-            bytes[data + 4..data + 8].fill(0);
-        }
-        // Chunks are padded to an even length.
-        at = data.saturating_add(size).saturating_add(size & 1);
-    }
-    bytes
-}
-
 /// One plugin: natively twice, then under ward; its output files are removed afterwards.
 fn check(s: &Scratch, n: usize, plugin: Plugin, inputs: &Mutex<BTreeMap<usize, PathBuf>>) -> Outcome {
     if let Some(symbol) = &plugin.required_message_input {
@@ -315,7 +293,7 @@ fn check(s: &Scratch, n: usize, plugin: Plugin, inputs: &Mutex<BTreeMap<usize, P
         RUN_LIMIT,
         &err,
     );
-    let reproducible = run2.ending.success() && comparable(&first) == comparable(&second);
+    let reproducible = run2.ending.success() && wav::comparable(&first) == wav::comparable(&second);
 
     let mut cmd = ward();
     cmd.args(["run", "--isolation", "process", "-v", "--", "lv2apply"]).args(lv2apply(&input, &warded, &uri));
@@ -333,7 +311,7 @@ fn check(s: &Scratch, n: usize, plugin: Plugin, inputs: &Mutex<BTreeMap<usize, P
             Verdict::Nondeterministic(format!("{why}; under ward it {there}, not compared"))
         }
         (true, false) => Verdict::FailsUnderWard(failure(&under)),
-        (true, true) if comparable(&first) == comparable(&warded) => Verdict::Identical,
+        (true, true) if wav::comparable(&first) == wav::comparable(&warded) => Verdict::Identical,
         (true, true) => match native_differs_again(&input, &first, &second, &uri, &err) {
             Some(run) => Verdict::Nondeterministic(format!(
                 "the output under ward differed, and then native run {run} differed from the first; not compared"
@@ -354,11 +332,11 @@ const MORE_NATIVE_RUNS: usize = 4;
 /// first run whose output differs from `first`, if one does: a plugin that reads state it never set may come out
 /// the same in two native runs and different in a third, and such a difference is not ward's.
 fn native_differs_again(input: &Path, first: &Path, scratch_out: &Path, uri: &str, err: &Path) -> Option<usize> {
-    let expected = comparable(first);
+    let expected = wav::comparable(first);
     (0..MORE_NATIVE_RUNS).find_map(|k| {
         let _ = std::fs::remove_file(scratch_out);
         let run = run_within(Command::new("lv2apply").args(lv2apply(input, scratch_out, uri)), RUN_LIMIT, err);
-        (!run.ending.success() || comparable(scratch_out) != expected).then_some(k + 3)
+        (!run.ending.success() || wav::comparable(scratch_out) != expected).then_some(k + 3)
     })
 }
 
@@ -440,7 +418,6 @@ fn markdown(outcomes: &[Outcome], not_effects: &BTreeMap<&str, usize>, elapsed: 
 }
 
 #[test]
-#[ignore = "needs the LV2 proxy (issue 31)"]
 fn every_lv2_effect_gives_the_native_output_through_lv2apply_under_ward() {
     host("lv2apply");
     let s = Scratch::new("lv2-corpus", "lv2apply");

@@ -79,10 +79,58 @@ fn ffmpeg_lv2_filters_give_the_native_samples_under_ward() {
 }
 
 #[test]
-#[ignore = "needs the LV2 proxy (issue 31)"]
 fn under_ward_ffmpegs_lv2_filters_run_in_process_domains() {
     let s = Scratch::new("lv2-ffmpeg", "under-ward");
     for (name, err) in natively_and_under_ward(&s) {
         assert!(err.contains("LV2 plugin under ward (isolation process"), "{name}: not under ward:\n{err}");
+    }
+}
+
+/// ffmpeg's `lv2` filter with ward's built-in faulty identity `mode`, failing at block `at_block`.
+fn faulty_filter(mode: &str, at_block: u64) -> String {
+    format!("lv2=p=urn\\\\:ward\\\\:lv2\\\\:faulty#{mode}:c=at_block={at_block}")
+}
+
+/// How long a host may take before it counts as hung (natively) or too slow (under ward): generous, not a timing
+/// claim.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+const NATIVE_HANG_LIMIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+#[test]
+fn faulty_lv2_plugins_kill_or_hang_ffmpeg_natively_and_under_ward_it_finishes_with_the_fault_free_output() {
+    use common::bounded::{run_within, Ending};
+    let s = Scratch::new("lv2-ffmpeg", "faulty");
+    let lv2_path = ward_extensions::lv2_bundles().expect("the built-in LV2 bundles");
+    // The fault-free run: the identity with its fault beyond the stream.
+    let clean = s.path("clean.f32");
+    let native = output(
+        Command::new(host("ffmpeg"))
+            .env("LV2_PATH", &lv2_path)
+            .args(ffmpeg_args(&faulty_filter("crash", 1 << 30), &clean)),
+    );
+    assert!(native.status.success(), "the fault-free run: {}", stderr(&native));
+    let clean = read(&clean);
+    for mode in ["crash", "abort", "hang"] {
+        let filter = faulty_filter(mode, 20);
+        let out = s.path(&format!("{mode}-native.f32"));
+        let mut cmd = Command::new(host("ffmpeg"));
+        cmd.env("LV2_PATH", &lv2_path).args(ffmpeg_args(&filter, &out));
+        let run = run_within(&mut cmd, NATIVE_HANG_LIMIT, &s.path(&format!("{mode}-native.err")));
+        let expected_native = match mode {
+            "crash" => Ending::Signalled(libc::SIGSEGV),
+            "abort" => Ending::Signalled(libc::SIGABRT),
+            _ => Ending::TimedOut(NATIVE_HANG_LIMIT),
+        };
+        assert_eq!(run.ending, expected_native, "{mode} natively: {}", run.stderr);
+
+        let out = s.path(&format!("{mode}-ward.f32"));
+        let mut cmd = ward();
+        cmd.env("LV2_PATH", &lv2_path)
+            .args(["run", "--isolation", "process", "--", host("ffmpeg")])
+            .args(ffmpeg_args(&filter, &out));
+        let run = run_within(&mut cmd, LIMIT, &s.path(&format!("{mode}-ward.err")));
+        assert!(run.ending.success(), "{mode} under ward: {}\n{}", run.ending, run.stderr);
+        assert!(run.stderr.contains("recovered"), "{mode}: no recovery reported\n{}", run.stderr);
+        assert!(read(&out) == clean, "{mode}: the output under ward is not the fault-free one\n{}", run.stderr);
     }
 }

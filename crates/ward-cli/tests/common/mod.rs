@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 
 pub mod bounded;
 pub mod jack;
+pub mod wav;
 
 /// The `ward` program this crate built.
 pub fn ward() -> Command {

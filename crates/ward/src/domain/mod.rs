@@ -173,9 +173,9 @@ pub(crate) struct Domain {
     callbacks: CallbackWatch,
     /// The running incarnation (a copy of the state's), for a fault made without the lock.
     incarnation: AtomicU64,
-    /// A real-time call's fault is being recovered on a thread of its own (`realtime`): real-time calls fail at
-    /// once meanwhile.
-    recovering_apart: AtomicBool,
+    /// The domain is being recovered, on any thread (a real-time call's fault on a thread of its own, another
+    /// thread's on that thread): real-time calls fail at once meanwhile (`realtime`).
+    recovering_now: AtomicBool,
     /// The incarnation whose process was given the scheduling of a real-time caller (`realtime`; 0: none).
     realtime_scheduled: AtomicU64,
     /// That the domain could not be given a real-time caller's scheduling was said.
@@ -271,7 +271,7 @@ impl Domain {
             lock: ReentrantMutex::new(RefCell::new(state)),
             callbacks: CallbackWatch::default(),
             incarnation: AtomicU64::new(1),
-            recovering_apart: AtomicBool::new(false),
+            recovering_now: AtomicBool::new(false),
             realtime_scheduled: AtomicU64::new(0),
             realtime_said: AtomicBool::new(false),
         }

@@ -50,12 +50,12 @@ impl Domain {
         period: Duration,
     ) -> Result<Value, Error> {
         let recovering = || Error::Recovering { domain: self.name.clone() };
-        if self.recovering_apart.load(Ordering::Acquire) {
+        if self.recovering_now.load(Ordering::Acquire) {
             return Err(recovering());
         }
         // Another thread's call (a worker's, a state save) may hold the domain for a while: wait at most a period.
         let Some(mut g) = self.lock.try_lock_for(period) else { return Err(recovering()) };
-        if self.recovering_apart.load(Ordering::Acquire) {
+        if self.recovering_now.load(Ordering::Acquire) {
             return Err(recovering());
         }
         let (fpolicy, timeout) = {
@@ -123,7 +123,7 @@ impl Domain {
     /// Recover from `fault` (of a call that failed `in_row` times in a row) on a thread of its own, letting go of
     /// the lock `g` first; real-time calls fail at once until it is done. Where no thread can be started, here.
     fn recover_apart(self: &Arc<Self>, g: Guard<'_>, fault: Fault, in_row: u32) {
-        self.recovering_apart.store(true, Ordering::Release);
+        self.recovering_now.store(true, Ordering::Release);
         drop(g);
         let domain = Arc::clone(self);
         let apart = fault.clone();
@@ -132,13 +132,13 @@ impl Domain {
             // An error here is the domain disabled: its calls say so from now on.
             let _ = domain.recover_counted(&mut g, apart, in_row);
             drop(g);
-            domain.recovering_apart.store(false, Ordering::Release);
+            domain.recovering_now.store(false, Ordering::Release);
         });
         if spawned.is_err() {
             let mut g = self.lock.lock();
             let _ = self.recover_counted(&mut g, fault, in_row);
             drop(g);
-            self.recovering_apart.store(false, Ordering::Release);
+            self.recovering_now.store(false, Ordering::Release);
         }
     }
 

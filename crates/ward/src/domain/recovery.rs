@@ -32,6 +32,8 @@ impl Domain {
             return Err(Error::Fault(fault));
         }
         let started = Instant::now();
+        // Real-time callers do not wait for this (`realtime`).
+        let _raised = Raised::on(&self.recovering_now);
         // From now on calls keep the counts of failures in a row: none takes the plain path again.
         self.plain_calls.store(false, std::sync::atomic::Ordering::Release);
         self.events.emit(Event::Fault { fault: fault.clone() });
@@ -299,6 +301,22 @@ impl Domain {
                 Err(RecoveryError::Replay { call: name.to_string(), why: ReplayFailure::Refused(Box::new(e)) })
             }
         }
+    }
+}
+
+/// A flag raised for as long as this lives.
+struct Raised<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl<'a> Raised<'a> {
+    fn on(flag: &'a std::sync::atomic::AtomicBool) -> Raised<'a> {
+        flag.store(true, std::sync::atomic::Ordering::Release);
+        Raised(flag)
+    }
+}
+
+impl Drop for Raised<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
