@@ -90,6 +90,26 @@ pub(crate) fn open_library(
     }
 }
 
+/// A library's descriptions, read with `describe`: one that describes itself badly ([`ClassError::BadPlugin`] or
+/// [`ClassError::NotAPlugin`]) is a bad call of `describe_symbol`, as much as a crash is: recovered once (the
+/// restart may load another build, see `restart_from`) and asked again; refused if it does it again.
+pub(crate) fn described<T>(
+    ext: &Extension,
+    describe_symbol: &str,
+    describe: impl Fn() -> Result<T, ClassError>,
+) -> Result<T, ClassError> {
+    match describe() {
+        Err(e @ (ClassError::BadPlugin { .. } | ClassError::NotAPlugin { .. })) => {
+            let what = e.to_string();
+            if ext.declare_fault(describe_symbol, ward::FaultKind::BadOutput { what }).is_err() {
+                return Err(e);
+            }
+            describe()
+        }
+        other => other,
+    }
+}
+
 /// The reason an adapter's open wrote (a dlopen error, say).
 fn reason(why: &[u8]) -> String {
     match Reader::new(why).string() {

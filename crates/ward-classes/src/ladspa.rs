@@ -339,19 +339,7 @@ impl Library {
             open_call: "ladspa_descriptor",
         };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
-        // A library that describes itself badly is a bad call, as much as a crash is: recovered once (the restart
-        // may load another build, see `restart_from`) and asked again; refused if it does it again.
-        let plugins = match describe_all(&ext, library, &path) {
-            Ok(plugins) => plugins,
-            Err(e @ (ClassError::BadPlugin { .. } | ClassError::NotAPlugin { .. })) => {
-                let what = e.to_string();
-                if ext.declare_fault("ward_ladspa_describe", FaultKind::BadOutput { what }).is_err() {
-                    return Err(e);
-                }
-                describe_all(&ext, library, &path)?
-            }
-            Err(e) => return Err(e),
-        };
+        let plugins = adapters::described(&ext, "ward_ladspa_describe", || describe_all(&ext, library, &path))?;
         let functions = Functions {
             instantiate: ext.function_as("ward_ladspa_instantiate", "instantiate")?,
             activate: ext.function_as("ward_ladspa_activate", "activate")?,

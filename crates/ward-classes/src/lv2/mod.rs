@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ward::policy::FunctionPolicy;
-use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
+use ward::{Arg, Extension, Function, Isolation, RetType, Supervisor};
 
 use crate::adapters::{self, ADAPTER_ERROR_BELOW};
 use crate::error::{DescribeError, DescriptionError};
@@ -328,17 +328,7 @@ impl Library {
             open_call: "lv2_descriptor",
         };
         let adapters::Opened { path, ext, library } = adapters::open_library(supervisor, path, isolation, &spec)?;
-        let plugins = match describe_all(&ext, library, &path) {
-            Ok(plugins) => plugins,
-            Err(e @ (ClassError::BadPlugin { .. } | ClassError::NotAPlugin { .. })) => {
-                let what = e.to_string();
-                if ext.declare_fault("ward_lv2_describe", FaultKind::BadOutput { what }).is_err() {
-                    return Err(e);
-                }
-                describe_all(&ext, library, &path)?
-            }
-            Err(e) => return Err(e),
-        };
+        let plugins = adapters::described(&ext, "ward_lv2_describe", || describe_all(&ext, library, &path))?;
         let functions = Functions {
             instantiate: ext.function_as("ward_lv2_instantiate", "instantiate")?,
             activate: ext.function_as("ward_lv2_activate", "activate")?,

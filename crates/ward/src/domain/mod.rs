@@ -685,19 +685,23 @@ impl Domain {
     /// or becomes disabled.
     pub fn declare_fault(&self, ext: usize, symbol: &str, kind: FaultKind) -> Result<(), Error> {
         let mut g = self.lock_for(symbol, symbol)?;
+        let fault = self.declared_fault(&g, ext, symbol, kind)?;
+        self.recover(&mut g, fault)
+    }
+
+    /// The fault a class declares for a call of `symbol` whose result was wrong (see [`Domain::declare_fault`]); an
+    /// error when the domain is disabled.
+    fn declared_fault(&self, g: &Guard<'_>, ext: usize, symbol: &str, kind: FaultKind) -> Result<Fault, Error> {
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
-        let fault = {
-            let mut st = g.borrow_mut();
-            // The call's wrong result must not be replayed as history: the caller retries the call itself.
-            let st = &mut *st;
-            let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
-            st.shadow.drop_last_history(|s| Some(s) == index);
-            let call = index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string());
-            Fault { kind, domain: self.name.clone(), call: Some(call), incarnation: st.incarnation }
-        };
-        self.recover(&mut g, fault)
+        let mut st = g.borrow_mut();
+        // The call's wrong result must not be replayed as history: the caller retries the call itself.
+        let st = &mut *st;
+        let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
+        st.shadow.drop_last_history(|s| Some(s) == index);
+        let call = index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string());
+        Ok(Fault { kind, domain: self.name.clone(), call: Some(call), incarnation: st.incarnation })
     }
 
     /// Bookkeeping after a successful call: handles, shadow log, destroyed instances.

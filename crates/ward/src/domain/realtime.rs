@@ -144,24 +144,9 @@ impl Domain {
 
     /// A class found the result of a real-time call of `symbol` wrong: recover as [`Domain::declare_fault`] does,
     /// but on a thread of its own.
-    pub(crate) fn declare_fault_apart(
-        self: &Arc<Self>,
-        ext: usize,
-        symbol: &str,
-        kind: FaultKind,
-    ) -> Result<(), Error> {
+    pub(crate) fn declare_fault_apart(self: &Arc<Self>, ext: usize, symbol: &str, kind: FaultKind) -> Result<(), Error> {
         let g = self.lock.lock();
-        if let Some(e) = self.disabled_error(&g.borrow()) {
-            return Err(e);
-        }
-        let fault = {
-            let mut st = g.borrow_mut();
-            let st = &mut *st;
-            let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
-            st.shadow.drop_last_history(|s| Some(s) == index);
-            let call = index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string());
-            Fault { kind, domain: self.name.clone(), call: Some(call), incarnation: st.incarnation }
-        };
+        let fault = self.declared_fault(&g, ext, symbol, kind)?;
         self.recover_apart(g, fault, 0);
         Ok(())
     }
