@@ -157,8 +157,10 @@ impl ProxyLibrary {
         let mut descriptors = Vec::new();
         for d in library.plugins() {
             let Some(info) = infos.iter().find(|i| i.uri == d.uri) else {
+                // A binary may carry plugins its bundle does not offer (x42's UI variants, say): a host, which finds
+                // plugins by the bundle's URIs, never asks for them.
                 if let Some(rt) = runtime::get() {
-                    rt.say(&format!(
+                    rt.verbose_say(&format!(
                         "{}: plugin {} is not in its bundle's description: left out",
                         path.display(),
                         d.uri

@@ -144,7 +144,12 @@ impl Domain {
 
     /// A class found the result of a real-time call of `symbol` wrong: recover as [`Domain::declare_fault`] does,
     /// but on a thread of its own.
-    pub(crate) fn declare_fault_apart(self: &Arc<Self>, ext: usize, symbol: &str, kind: FaultKind) -> Result<(), Error> {
+    pub(crate) fn declare_fault_apart(
+        self: &Arc<Self>,
+        ext: usize,
+        symbol: &str,
+        kind: FaultKind,
+    ) -> Result<(), Error> {
         let g = self.lock.lock();
         let fault = self.declared_fault(&g, ext, symbol, kind)?;
         self.recover_apart(g, fault, 0);
