@@ -501,6 +501,9 @@ fn informational(line: &str) -> bool {
         || line.contains(": closed by the host (0 restarts")
         || line.contains("features ward's LV2 class does not know were left out")
         || line.contains("history past its bound")
+        || line.contains("is not in its bundle's description: left out")
+        || line.contains("instantiated by a real-time host")
+        || line.contains("run from a real-time thread")
 }
 
 /// Every effect plugin of the corpus packages, in package order; and the bundles that could not be read.
