@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ward_lv2_abi.h"
@@ -25,6 +26,21 @@ static inline void *lv2_feature(const LV2_Feature *const *features, const char *
             return features[i]->data;
         }
     }
+    return NULL;
+}
+
+/* The descriptor entries of a plugin with nothing to undo at deactivation, an instance that is one allocation,
+ * or no extension data. */
+static inline void lv2_deactivate_nothing(LV2_Handle handle) {
+    (void)handle;
+}
+
+static inline void lv2_cleanup_free(LV2_Handle handle) {
+    free(handle);
+}
+
+static inline const void *lv2_no_extension_data(const char *uri) {
+    (void)uri;
     return NULL;
 }
 

@@ -192,14 +192,6 @@ static void run(LV2_Handle handle, uint32_t n) {
     }
 }
 
-static void deactivate(LV2_Handle handle) {
-    (void)handle;
-}
-
-static void cleanup(LV2_Handle handle) {
-    free(handle);
-}
-
 static LV2_Worker_Status work(LV2_Handle handle, LV2_Worker_Respond_Function respond,
                               LV2_Worker_Respond_Handle respond_handle, uint32_t size, const void *data) {
     (void)handle;
@@ -242,11 +234,6 @@ static LV2_State_Status restore(LV2_Handle handle, LV2_State_Retrieve_Function r
 static const LV2_Worker_Interface worker_interface = {work, work_response, NULL};
 static const LV2_State_Interface state_interface = {save, restore};
 
-static const void *no_extension_data(const char *uri) {
-    (void)uri;
-    return NULL;
-}
-
 static const void *work_crash_extension_data(const char *uri) {
     return strcmp(uri, WARD_LV2_WORKER_INTERFACE) == 0 ? &worker_interface : NULL;
 }
@@ -258,16 +245,16 @@ static const void *save_crash_extension_data(const char *uri) {
 #define FAULTY_DESCRIPTOR(fragment, extension_data_function)                                                         \
     {                                                                                                                \
         .URI = FAULTY_URI "#" fragment, .instantiate = instantiate, .connect_port = connect_port,                    \
-        .activate = activate, .run = run, .deactivate = deactivate, .cleanup = cleanup,                              \
+        .activate = activate, .run = run, .deactivate = lv2_deactivate_nothing, .cleanup = lv2_cleanup_free,         \
         .extension_data = extension_data_function,                                                                   \
     }
 
 static const LV2_Descriptor descriptors[MODE_COUNT] = {
-    [CRASH] = FAULTY_DESCRIPTOR("crash", no_extension_data),
-    [HANG] = FAULTY_DESCRIPTOR("hang", no_extension_data),
-    [ABORT] = FAULTY_DESCRIPTOR("abort", no_extension_data),
-    [ATOM_OVERRUN] = FAULTY_DESCRIPTOR("atom-overrun", no_extension_data),
-    [ATOM_MALFORMED] = FAULTY_DESCRIPTOR("atom-malformed", no_extension_data),
+    [CRASH] = FAULTY_DESCRIPTOR("crash", lv2_no_extension_data),
+    [HANG] = FAULTY_DESCRIPTOR("hang", lv2_no_extension_data),
+    [ABORT] = FAULTY_DESCRIPTOR("abort", lv2_no_extension_data),
+    [ATOM_OVERRUN] = FAULTY_DESCRIPTOR("atom-overrun", lv2_no_extension_data),
+    [ATOM_MALFORMED] = FAULTY_DESCRIPTOR("atom-malformed", lv2_no_extension_data),
     [WORK_CRASH] = FAULTY_DESCRIPTOR("work-crash", work_crash_extension_data),
     [SAVE_CRASH] = FAULTY_DESCRIPTOR("save-crash", save_crash_extension_data),
 };

@@ -177,28 +177,15 @@ static void run(LV2_Handle handle, uint32_t n) {
     }
 }
 
-static void deactivate(LV2_Handle handle) {
-    (void)handle;
-}
-
-static void cleanup(LV2_Handle handle) {
-    free(handle);
-}
-
-static const void *extension_data(const char *uri) {
-    (void)uri;
-    return NULL;
-}
-
 static const LV2_Descriptor descriptor = {
     .URI = SYNTH_URI,
     .instantiate = instantiate,
     .connect_port = connect_port,
     .activate = activate,
     .run = run,
-    .deactivate = deactivate,
-    .cleanup = cleanup,
-    .extension_data = extension_data,
+    .deactivate = lv2_deactivate_nothing,
+    .cleanup = lv2_cleanup_free,
+    .extension_data = lv2_no_extension_data,
 };
 
 LV2_EXPORT const LV2_Descriptor *lv2_descriptor(uint32_t index) {

@@ -535,11 +535,7 @@ const MAX_ATOM_BYTES: usize = 64 << 20;
 /// asked once per thread.
 fn thread_is_realtime() -> bool {
     thread_local! {
-        static REALTIME: bool = {
-            // SAFETY: sched_getscheduler(0) only reads the calling thread's policy.
-            let policy = unsafe { libc::sched_getscheduler(0) };
-            policy == libc::SCHED_FIFO || policy == libc::SCHED_RR
-        };
+        static REALTIME: bool = ward::placement::realtime_scheduling().is_some();
     }
     REALTIME.with(|r| *r)
 }
