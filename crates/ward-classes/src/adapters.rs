@@ -20,6 +20,7 @@ static ADAPTERS: EmbeddedSet = EmbeddedSet::new(
         embedded!("ward_frei0r_adapter", "frei0r class adapter"),
         embedded!("ward_ladspa_adapter", "LADSPA class adapter"),
         embedded!("ward_lv2_adapter", "LV2 class adapter"),
+        embedded!("ward_runtime_adapter", "runtime adapter, with its compiler"),
     ],
 );
 
@@ -72,6 +73,7 @@ pub(crate) fn open_library(
     let adapter = self::path(spec.adapter)?;
     let ext = supervisor.load_adapter(&AdapterLoad {
         adapter: &adapter,
+        name: None,
         plugin: &path,
         isolation,
         functions: spec.functions,

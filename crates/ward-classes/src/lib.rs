@@ -11,6 +11,7 @@
 //! * [`ladspa`]: LADSPA audio plugins.
 //! * [`frei0r`]: frei0r video filters.
 //! * [`lv2`]: LV2 plugins, with the host's features proxied.
+//! * [`runtime`]: runtimes of plugins compiled from C at run time, linked into a running domain.
 //! * [`native_calls`]: the ABIs called directly in this process, without ward (native hosts, campaigns, the corpora).
 
 #![deny(unsafe_code)]
@@ -27,6 +28,7 @@ pub mod lv2;
 pub mod native_calls;
 mod plausible;
 mod reader;
+pub mod runtime;
 
 pub use detect::{class_of, classify, inspect, Class, Classification, ClassifyError, Inspected};
 pub use error::{ClassError, DescriptionError, NativeCallError};

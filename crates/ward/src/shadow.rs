@@ -276,12 +276,12 @@ impl ShadowLog {
         self.spare.clear();
     }
 
-    /// Record `entry`, a checkpoint of the instance `handle`, in place of its earlier checkpoints (entries of the same
-    /// function for the same handle). The history stays: a plugin's saved state may be its configuration only (most
+    /// Record `entry`, a checkpoint of the instance `handle` (of the whole extension when `None`), in place of its
+    /// earlier checkpoints (entries of the same function for the same handle, or of the same function). The history stays: a plugin's saved state may be its configuration only (most
     /// LV2 plugins save their settings, not their delay lines), and the blocks replayed around the checkpoint rebuild
     /// what it lacks, while a state that is whole makes the restart exact past the history's window.
-    pub fn checkpoint(&mut self, entry: ShadowEntry, handle: u64) {
-        self.entries.retain(|e| !(e.symbol == entry.symbol && !e.history && e.uses(handle)));
+    pub fn checkpoint(&mut self, entry: ShadowEntry, handle: Option<u64>) {
+        self.entries.retain(|e| !(e.symbol == entry.symbol && !e.history && handle.is_none_or(|h| e.uses(h))));
         self.entries.push_back(entry);
     }
 
@@ -436,10 +436,10 @@ mod tests {
         log.record(setter(0, 7, 0, b"create 7"));
         log.record(setter(0, 8, 0, b"create 8"));
         data_call(&mut log, 2, 7, &[0; 100], MS, b);
-        log.checkpoint(setter(3, 8, 0, b"state of 8"), 8);
-        log.checkpoint(setter(3, 7, 0, b"state 1"), 7);
+        log.checkpoint(setter(3, 8, 0, b"state of 8"), Some(8));
+        log.checkpoint(setter(3, 7, 0, b"state 1"), Some(7));
         data_call(&mut log, 2, 7, &[9; 100], MS, b);
-        log.checkpoint(setter(3, 7, 0, b"state 2"), 7);
+        log.checkpoint(setter(3, 7, 0, b"state 2"), Some(7));
         data_call(&mut log, 2, 7, &[10; 100], MS, b);
         let shape: Vec<(usize, u64, bool)> = log
             .entries()

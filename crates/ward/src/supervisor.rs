@@ -100,7 +100,7 @@ impl Supervisor {
     pub fn load_adapter(&self, load: &AdapterLoad<'_>) -> Result<Extension, Error> {
         check_header(load.plugin)?;
         check_header(load.adapter)?;
-        let name = extension_name(load.plugin);
+        let name = load.name.map_or_else(|| extension_name(load.plugin), str::to_string);
         let mut policy = self.inner.policy.for_extension(&name);
         for (function, default) in load.functions {
             let function = policy.functions.entry((*function).to_string()).or_insert_with(|| default.clone());
@@ -417,6 +417,9 @@ pub fn extension_name(path: &Path) -> String {
 pub struct AdapterLoad<'a> {
     /// The adapter shared object: what the domain loads.
     pub adapter: &'a Path,
+    /// Names the extension for policy and events in place of the plugin's file stem (a runtime, which opens no
+    /// plugin file of its own, is named by its host).
+    pub name: Option<&'a str>,
     /// The plugin the adapter will open: names the extension for policy and events.
     pub plugin: &'a Path,
     /// Overrides the policy's isolation kind.
@@ -467,6 +470,16 @@ impl Extension {
     /// shown; the symbol still keys the function's policy.
     pub fn function_as(&self, symbol: &str, call: &str) -> Result<Function, Error> {
         self.resolve(symbol, Some(call))
+    }
+
+    /// As [`Extension::function_as`], but a function of its own for each `instance`, though the symbol is the same:
+    /// its deadline is learned from its own calls, and its failures in a row are its own. A runtime's entry point
+    /// that calls whichever plugin it is handed is resolved once per plugin linked, so a plugin failing counts
+    /// against nothing but itself, and its calls are named for it. The symbol still keys the policy.
+    pub fn function_distinct(&self, symbol: &str, call: &str, instance: u64) -> Result<Function, Error> {
+        let sym = self.domain.distinct_symbol(self.ext, symbol, call, instance)?;
+        let plain = self.domain.plain_function(sym);
+        Ok(Function { domain: self.domain.clone(), sym, plain, name: symbol.to_string(), call: call.to_string() })
     }
 
     fn resolve(&self, symbol: &str, call: Option<&str>) -> Result<Function, Error> {
@@ -589,7 +602,8 @@ impl Function {
 
     /// Log a call of this function with `args` as if it had been made, without making it: a checkpoint of the
     /// instance its first [`Arg::Handle`] names (a class that read a plugin's state logs the call that restores
-    /// it). It replaces the instance's earlier checkpoint, in the order of the log: a restart replays the
+    /// it), or of the whole extension when no argument is a handle (a runtime's heap). It replaces the instance's
+    /// (or the extension's) earlier checkpoint by this function, in the order of the log: a restart replays the
     /// configuration and the history kept, with this call where it was made.
     pub fn record_checkpoint(&self, args: &[Arg<'_>], ret: RetType) -> Result<(), Error> {
         self.domain.record_checkpoint(self.sym, args, ret)

@@ -152,6 +152,7 @@ fn a_class_adapters_fault_targets_the_plugin_it_opens() {
     let sup = Supervisor::new(policy);
     let ext = sup.load_adapter(&AdapterLoad {
         adapter: &adapter,
+        name: None,
         plugin: &plugin,
         isolation: None,
         functions: &[],
@@ -201,6 +202,7 @@ fn mpk_adapter_with(test: &str, fault: &str, more: &str) -> (Supervisor, Extensi
     let adapter = builtin("calls");
     let load = AdapterLoad {
         adapter: &adapter,
+        name: None,
         plugin: &plugin,
         isolation: Some(Isolation::Mpk),
         functions: &[],

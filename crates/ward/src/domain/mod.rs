@@ -409,8 +409,18 @@ impl Domain {
     /// and messages (a class adapter's function is named for the plugin's call, see [`Symbol::call`]); `None`
     /// keeps the name it has, the symbol at first. The core only stores the name: it knows no class.
     pub fn symbol(&self, ext: usize, name: &str, call: Option<&str>) -> Result<usize, Error> {
+        self.symbol_keyed(ext, name, call, name)
+    }
+
+    /// As [`Domain::symbol`], as a function of its own for each `instance`: its own learned deadline and its own
+    /// count of failures in a row (a runtime's one entry point calls many plugins).
+    pub fn distinct_symbol(&self, ext: usize, name: &str, call: &str, instance: u64) -> Result<usize, Error> {
+        self.symbol_keyed(ext, name, Some(call), &format!("{name}\u{0}{instance}"))
+    }
+
+    fn symbol_keyed(&self, ext: usize, name: &str, call: Option<&str>, key: &str) -> Result<usize, Error> {
         let mut g = self.lock_for(name, call.unwrap_or(name))?;
-        let existing = g.borrow().symbol_index.get(ext).and_then(|m| m.get(name)).copied();
+        let existing = g.borrow().symbol_index.get(ext).and_then(|m| m.get(key)).copied();
         if let Some(i) = existing {
             if let Some(call) = call.filter(|c| *g.borrow().symbols[i].call != **c) {
                 g.borrow_mut().symbols[i].call = call.into();
@@ -439,7 +449,7 @@ impl Domain {
             if st.symbol_index.len() <= ext {
                 st.symbol_index.resize_with(ext + 1, HashMap::new);
             }
-            st.symbol_index[ext].insert(name.to_string(), i);
+            st.symbol_index[ext].insert(key.to_string(), i);
             i
         };
         // Resolve now so an unknown symbol is reported at once, not at the first call. A domain found dead here
@@ -453,7 +463,7 @@ impl Domain {
             Err(e) => {
                 let mut st = g.borrow_mut();
                 if let Some(m) = st.symbol_index.get_mut(ext) {
-                    m.remove(name);
+                    m.remove(key);
                 }
                 Err(e)
             }
@@ -749,7 +759,9 @@ impl Domain {
                 }
             }
         }
-        if fpolicy.state {
+        // A constructor that created nothing (a null handle) is not logged: replayed, it would create nothing again.
+        let created_nothing = ret == RetType::Handle && created.is_none();
+        if fpolicy.state && !created_nothing {
             let args = args.iter().map(OwnedArg::from_arg).collect();
             let entry = ShadowEntry { symbol: sym, args, ret, created, history: false, replay: Duration::ZERO };
             match fpolicy.replaces_same {

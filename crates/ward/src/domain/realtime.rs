@@ -172,12 +172,6 @@ impl Domain {
             return Err(Error::BadArguments { call: format!("#{sym}"), reason: "no such function".into() });
         }
         let handle = args.iter().find_map(|a| if let Arg::Handle(h) = a { Some(*h) } else { None });
-        let Some(handle) = handle else {
-            return Err(Error::BadArguments {
-                call: call_name(&g, sym),
-                reason: "a checkpoint names its instance by a handle argument".into(),
-            });
-        };
         let args = args.iter().map(OwnedArg::from_arg).collect();
         let entry = ShadowEntry { symbol: sym, args, ret, created: None, history: false, replay: Duration::ZERO };
         st.shadow.checkpoint(entry, handle);
