@@ -34,6 +34,9 @@ use crate::transforms::{check_name, ApplyError, Fault, InstallError, RemoveError
 /// The transform ABI's header, written into the include directory the compiler is given.
 pub const WARD_IMAGE_H: &str = include_str!("../../../extensions/runtime/ward_image.h");
 
+/// How much of the compiler's messages goes back to the client.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+
 /// The function type of every transform (`ward_image.h`).
 type TransformFn = unsafe extern "C" fn(*const u8, i64, i64, *mut u8, i64) -> i64;
 
@@ -113,7 +116,7 @@ impl NativeTransforms {
             .current_dir(build.path())
             // Messages in English with ASCII quotes, whatever the server's locale: they go to a client.
             .env("LC_ALL", "C")
-            .args(["-O2", "-shared", "-fPIC", "-fdiagnostics-color=never"])
+            .args(["-O2", "-shared", "-fPIC", "-fdiagnostics-color=never", "-fmax-errors=20"])
             // Mistakes C compilers merely warn about that make the call's result meaningless.
             .args(["-Werror=implicit-function-declaration", "-Werror=incompatible-pointer-types"])
             .args(["-Werror=int-conversion", "-Werror=return-type"])
@@ -153,7 +156,9 @@ impl NativeTransforms {
             }
         };
         if !status.success() {
-            let message = std::fs::read(&log_path).unwrap_or_default();
+            let mut message = std::fs::read(&log_path).unwrap_or_default();
+            // The first errors are the ones that matter; the answer stays small whatever the source provokes.
+            message.truncate(MAX_MESSAGE_BYTES);
             let message = String::from_utf8_lossy(&message);
             // Paths in the messages are relative to the build directory (the source, the headers beside it),
             // except the object's: the server's temporary directory is no business of the client's.

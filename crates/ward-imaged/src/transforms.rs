@@ -31,7 +31,7 @@ pub trait Transforms: Send + Sync {
     /// The names of the installed transforms, sorted.
     fn names(&self) -> Vec<String>;
 
-    /// What runs the transforms and with which isolation, in a few words (for logs and `GET /plugins`).
+    /// What runs the transforms and with which isolation, in a few words (for the server's log).
     fn describe(&self) -> String;
 }
 

@@ -73,3 +73,16 @@ fn a_missing_compiler_is_the_backend_failing_not_the_source() {
         other => panic!("expected a backend error, got {other:?}"),
     }
 }
+
+#[test]
+fn a_source_full_of_errors_gets_a_short_answer_that_starts_at_its_first_error() {
+    let transforms = NativeTransforms::new();
+    let source: String = (0..2000).map(|i| format!("int64_t x{i} = undeclared_{i} +;\n")).collect();
+    match transforms.install("noisy", &source) {
+        Err(InstallError::Compile { message, .. }) => {
+            assert!(message.starts_with("noisy.c:1:"), "{}", &message[..message.len().min(300)]);
+            assert!(message.len() <= 16 * 1024, "{} bytes of messages", message.len());
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+}
