@@ -7,6 +7,7 @@
 //! - [`image`]: images in the transform ABI's layout (`extensions/runtime/ward_image.h`), PPM, the default images;
 //! - [`transforms`]: the [`Transforms`] trait the server runs transforms through, and its errors;
 //! - [`native`]: the native baseline, compiled by the system C compiler and loaded into the server (no isolation);
+//! - [`ward`]: transforms in a ward runtime: compiled in the runtime's domain, a faulting one unlinked;
 //! - [`server`]: the HTTP server (hyper, tokio);
 //! - [`load`]: the load generator the benchmark uses.
 
@@ -17,8 +18,10 @@ pub mod load;
 pub mod native;
 pub mod server;
 pub mod transforms;
+pub mod ward;
 
 pub use image::Image;
 pub use native::NativeTransforms;
 pub use server::{Images, Server};
 pub use transforms::{ApplyError, Fault, InstallError, RemoveError, Transforms};
+pub use ward::WardTransforms;

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
+use ward::{Isolation, Policy};
 use ward_imaged::load::{self, LoadConfig};
 use ward_imaged::native::NativeConfig;
-use ward_imaged::{Image, Images, NativeTransforms, Server, Transforms};
+use ward_imaged::{Image, Images, NativeTransforms, Server, Transforms, WardTransforms};
 
 #[derive(Parser)]
 #[command(name = "ward-imaged", about = "An image server whose transforms are C plugins uploaded at run time")]
@@ -37,6 +38,15 @@ enum Command {
         /// The C compiler of the native backend.
         #[arg(long, default_value = "cc")]
         cc: String,
+        /// The isolation of the ward backend's runtime: process, mpk, none or auto.
+        #[arg(long, default_value = "process")]
+        isolation: Isolation,
+        /// The ward backend's quantum: a transform running longer is a fault.
+        #[arg(long, default_value_t = 2000)]
+        quantum_ms: u64,
+        /// A ward policy file (TOML) for the ward backend; its runtime is named `imaged`.
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
     /// Load a server: keep-alive connections requesting one image, transformed or not, for a while.
     Load {
@@ -67,6 +77,9 @@ enum Backend {
     /// Compiled by the system C compiler and loaded into the server: no isolation, a faulty transform kills the
     /// server (the baseline).
     Native,
+    /// A ward runtime: compiled by libtcc inside the runtime's domain (`--isolation`); a faulty transform is
+    /// unlinked and its requests answered with 502.
+    Ward,
 }
 
 fn main() -> ExitCode {
@@ -90,7 +103,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     match cli.command {
-        Command::Serve { listen, backend, images, cc } => runtime.block_on(serve(listen, backend, &images, cc)),
+        Command::Serve { listen, backend, images, cc, isolation, quantum_ms, policy } => {
+            let transforms = transforms(backend, cc, isolation, Duration::from_millis(quantum_ms), policy)?;
+            runtime.block_on(serve(listen, transforms, &images))
+        }
         Command::Load { url, transform, image, connections, duration, json } => {
             if !(duration.is_finite() && duration > 0.0) {
                 bail!("--duration must be a positive number of seconds");
@@ -110,7 +126,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-async fn serve(listen: SocketAddr, backend: Backend, files: &[PathBuf], cc: String) -> anyhow::Result<()> {
+fn transforms(
+    backend: Backend,
+    cc: String,
+    isolation: Isolation,
+    quantum: Duration,
+    policy: Option<PathBuf>,
+) -> anyhow::Result<Arc<dyn Transforms>> {
+    Ok(match backend {
+        Backend::Native => {
+            let config = NativeConfig { compiler: cc.into(), ..NativeConfig::default() };
+            Arc::new(NativeTransforms::with_config(config))
+        }
+        Backend::Ward => {
+            let policy = match policy {
+                Some(path) => Policy::from_file(&path).with_context(|| format!("reading {}", path.display()))?,
+                None => Policy::default(),
+            };
+            Arc::new(WardTransforms::new(policy, isolation, quantum).context("starting the ward runtime")?)
+        }
+    })
+}
+
+async fn serve(listen: SocketAddr, transforms: Arc<dyn Transforms>, files: &[PathBuf]) -> anyhow::Result<()> {
     // Uploaded source runs in this server (natively, with no isolation, in the baseline): answering other hosts
     // would offer them this machine.
     if !listen.ip().is_loopback() {
@@ -123,12 +161,6 @@ async fn serve(listen: SocketAddr, backend: Backend, files: &[PathBuf], cc: Stri
         let name = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         images.add(name, image).with_context(|| format!("adding {}", file.display()))?;
     }
-    let transforms: Arc<dyn Transforms> = match backend {
-        Backend::Native => {
-            let config = NativeConfig { compiler: cc.into(), ..NativeConfig::default() };
-            Arc::new(NativeTransforms::with_config(config))
-        }
-    };
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let bound = listener.local_addr()?;
     // The first line of standard output is the bound address, for whoever started the server.
