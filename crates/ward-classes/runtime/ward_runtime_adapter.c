@@ -8,7 +8,8 @@
  *   ward_rt_compile(name, src, len, report, cap)      C source -> plugin (handle) or NULL, diagnostics in report
  *   ward_rt_link_object(name, obj, len, report, cap)  a relocatable object -> plugin
  *   ward_rt_link_shared(name, path, report, cap)      a shared object -> plugin
- *   ward_rt_unlink(plugin)                            the plugin leaves the namespace; its code is freed
+ *   ward_rt_set_linked(plugin, 0 or 1)                the plugin leaves or re-enters the namespace
+ *   ward_rt_unlink(plugin)                            the plugin is gone; its code is freed
  *   ward_rt_invoke(plugin, a1..a5)                    calls the plugin's entry with a1..a5 (and any float args)
  *   ward_rt_heap_save(out, len) / _restore(in, len)   the heap as bytes, for the host's snapshots
  *
@@ -319,10 +320,12 @@ struct plugin {
     void *code; /* the relocated code and data (compiled or object plugins) */
     size_t code_len;
     void *library; /* the dlopen handle (shared-object plugins) */
+    int linked;    /* in the namespace: later plugins resolve its name */
 };
 
 static struct plugin *plugins[WARD_RT_MAX_PLUGINS];
 
+/* The plugin holding `name`, linked or not (a name stays taken while its plugin is unlinked). */
 static struct plugin *plugin_named(const char *name) {
     for (size_t i = 0; i < WARD_RT_MAX_PLUGINS; i++)
         if (plugins[i] != NULL && strcmp(plugins[i]->name, name) == 0)
@@ -394,7 +397,7 @@ void *ward_tcc_dlsym(void *handle, const char *name) {
         if (strcmp(builtins[i].name, name) == 0)
             return builtins[i].fn;
     struct plugin *p = plugin_named(name);
-    if (p != NULL) {
+    if (p != NULL && p->linked) {
         if (linking != NULL) {
             if (linking->dep_count < WARD_RT_MAX_DEPS)
                 linking->deps[linking->dep_count++] = p->name;
@@ -555,6 +558,7 @@ static struct plugin *add(struct link *l, struct plugin *p) {
         return NULL;
     }
     snprintf(p->name, sizeof p->name, "%s", l->name);
+    p->linked = 1;
     plugins[slot] = p;
     report_deps(l);
     return p;
@@ -712,6 +716,21 @@ WARD_ADAPTER_EXPORT void *ward_rt_link_shared(const char *name, const char *path
     }
     unlock();
     return p;
+}
+
+/* Dynamic linking proper: the plugin enters (1) or leaves (0) the namespace; its code stays where it is. */
+WARD_ADAPTER_EXPORT int64_t ward_rt_set_linked(struct plugin *p, int64_t linked) {
+    lock();
+    int64_t r = WARD_ADAPTER_E_INDEX;
+    for (size_t i = 0; i < WARD_RT_MAX_PLUGINS; i++) {
+        if (plugins[i] == p && p != NULL) {
+            p->linked = linked != 0;
+            r = 0;
+            break;
+        }
+    }
+    unlock();
+    return r;
 }
 
 WARD_ADAPTER_EXPORT int64_t ward_rt_unlink(struct plugin *p) {

@@ -375,3 +375,32 @@ fn unique() -> u64 {
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::SeqCst)
 }
+
+#[test]
+fn unlinked_plugins_keep_their_code_and_link_again_without_a_restart() {
+    let sup = supervisor("");
+    let rt = runtime_with_basics(&sup, Isolation::Process);
+    let pid = rt.extension().pid();
+    let id = rt.lookup("add").unwrap();
+    rt.unlink("add").unwrap();
+    assert_eq!(rt.lookup("add"), None);
+    assert_eq!(rt.plugins(), ["grayscale"]);
+    assert!(matches!(rt.call(id, &mut [Arg::I64(1), Arg::I64(2)], RetType::I64), Err(RuntimeError::Unlinked { .. })));
+    // Out of the namespace: a new plugin cannot resolve it, and its name stays taken.
+    let uses_add = "long add(long, long);\nlong uses_add(long x) { return add(x, 1); }\n";
+    assert!(matches!(rt.create("uses_add", Code::Source(uses_add)), Err(RuntimeError::Compile { .. })));
+    assert!(matches!(rt.create("add", Code::Source(ADD)), Err(RuntimeError::Exists { .. })));
+    rt.link("add").unwrap();
+    assert_eq!(rt.lookup("add"), Some(id));
+    assert_eq!(add(&rt, 40, 2), 42);
+    rt.create("uses_add", Code::Source(uses_add)).unwrap();
+    // Unlinked across a recovery, it stays unlinked.
+    rt.unlink("grayscale").unwrap();
+    let crash = rt.create("crash", Code::Source(CRASH)).unwrap();
+    assert!(matches!(rt.call(crash, &mut [], RetType::I64), Err(RuntimeError::PluginFault { .. })));
+    assert_ne!(rt.extension().pid(), pid);
+    assert_eq!(rt.lookup("grayscale"), None);
+    rt.link("grayscale").unwrap();
+    assert_eq!(gray(&rt), GRAY_PIXELS);
+    assert_eq!(rt.call(rt.lookup("uses_add").unwrap(), &mut [Arg::I64(41)], RetType::I64).unwrap(), Value::I64(42));
+}

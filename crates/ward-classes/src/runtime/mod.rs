@@ -120,6 +120,8 @@ pub enum RuntimeError {
     NoSuchPlugin { runtime: String, plugin: String },
     #[error("plugin id {id} names no plugin of runtime {runtime} now: it was deleted, or unlinked after a fault")]
     StalePlugin { runtime: String, id: u64 },
+    #[error("plugin {plugin} of runtime {runtime} is unlinked; link it to call it")]
+    Unlinked { runtime: String, plugin: String },
     #[error("runtime {runtime} has a plugin named {plugin} already; delete it first")]
     Exists { runtime: String, plugin: String },
     #[error("plugin {plugin} is called by {users}; delete those first")]
@@ -149,6 +151,8 @@ struct Plugin {
     uses: Vec<String>,
     /// `ward_rt_invoke` as a function of this plugin's own.
     call: Function,
+    /// In the namespace: callable, and resolvable by plugins linked later.
+    linked: bool,
 }
 
 #[derive(Default)]
@@ -185,6 +189,7 @@ struct Calls {
     link_object: Function,
     link_shared: Function,
     unlink: Function,
+    set_linked: Function,
     header: Function,
     builtin: Function,
     heap_save: Function,
@@ -230,6 +235,7 @@ impl Runtime {
             ("ward_rt_link_object", link.clone()),
             ("ward_rt_link_shared", link),
             ("ward_rt_unlink", FunctionPolicy { destroys: true, ..FunctionPolicy::default() }),
+            ("ward_rt_set_linked", FunctionPolicy { replaces_same: Some(1), ..state.clone() }),
             (
                 "ward_rt_invoke",
                 FunctionPolicy {
@@ -253,6 +259,7 @@ impl Runtime {
             link_object: ext.function("ward_rt_link_object")?,
             link_shared: ext.function("ward_rt_link_shared")?,
             unlink: ext.function("ward_rt_unlink")?,
+            set_linked: ext.function("ward_rt_set_linked")?,
             header: ext.function("ward_rt_header")?,
             builtin: ext.function("ward_rt_builtin")?,
             heap_save: ext.function("ward_rt_heap_save")?,
@@ -417,24 +424,51 @@ impl Runtime {
         table.next_id += 1;
         let call = self.ext.function_distinct("ward_rt_invoke", name, id.0)?;
         table.by_name.insert(name.to_string(), id);
-        table.plugins.insert(id, Plugin { name: name.to_string(), handle, uses, call });
+        table.plugins.insert(id, Plugin { name: name.to_string(), handle, uses, call, linked: true });
         Ok(id)
     }
 
     /// The plugin linked under `name`, if any.
     pub fn lookup(&self, name: &str) -> Option<PluginId> {
-        self.table.read().unwrap_or_else(|e| e.into_inner()).by_name.get(name).copied()
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        table.by_name.get(name).copied().filter(|id| table.plugins.get(id).is_some_and(|p| p.linked))
     }
 
     /// The names of the plugins linked now, sorted.
     pub fn plugins(&self) -> Vec<String> {
-        let mut names: Vec<String> =
-            self.table.read().unwrap_or_else(|e| e.into_inner()).by_name.keys().cloned().collect();
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<String> = table.plugins.values().filter(|p| p.linked).map(|p| p.name.clone()).collect();
         names.sort();
         names
     }
 
-    /// Unlink the plugin `name`; the runtime and its other plugins go on. Refused while other plugins call it.
+    /// Take the plugin `name` out of the namespace, keeping its code: it cannot be called, nor resolved by plugins
+    /// linked from now on, until [`Runtime::link`] puts it back. Plugins linked earlier that call it keep calling
+    /// its code. Nothing restarts; a recovery keeps it unlinked.
+    pub fn unlink(&self, name: &str) -> Result<(), RuntimeError> {
+        self.set_linked(name, false)
+    }
+
+    /// Put the plugin `name`, unlinked earlier, back into the namespace.
+    pub fn link(&self, name: &str) -> Result<(), RuntimeError> {
+        self.set_linked(name, true)
+    }
+
+    fn set_linked(&self, name: &str, linked: bool) -> Result<(), RuntimeError> {
+        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let no_such = || RuntimeError::NoSuchPlugin { runtime: self.name.clone(), plugin: name.to_string() };
+        let id = *table.by_name.get(name).ok_or_else(no_such)?;
+        let plugin = table.plugins.get_mut(&id).ok_or_else(no_such)?;
+        if plugin.linked == linked {
+            return Ok(());
+        }
+        self.calls.set_linked.call(&mut [Arg::Handle(plugin.handle), Arg::I64(i64::from(linked))], RetType::I64)?;
+        plugin.linked = linked;
+        Ok(())
+    }
+
+    /// Unlink the plugin `name` and free its code; the runtime and its other plugins go on. Refused while other
+    /// plugins call it.
     pub fn delete(&self, name: &str) -> Result<(), RuntimeError> {
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
         let Some(&id) = table.by_name.get(name) else {
@@ -446,11 +480,11 @@ impl Runtime {
             users.sort_unstable();
             return Err(RuntimeError::InUse { plugin: name.to_string(), users: users.join(", ") });
         }
-        self.unlink(&mut table, id)?;
+        self.free(&mut table, id)?;
         Ok(())
     }
 
-    fn unlink(&self, table: &mut Table, id: PluginId) -> Result<(), ward::Error> {
+    fn free(&self, table: &mut Table, id: PluginId) -> Result<(), ward::Error> {
         let Some(plugin) = table.plugins.remove(&id) else { return Ok(()) };
         table.by_name.remove(&plugin.name);
         let r = self.calls.unlink.call(&mut [Arg::Handle(plugin.handle)], RetType::I64);
@@ -479,6 +513,9 @@ impl Runtime {
             let Some(plugin) = table.plugins.get(&id) else {
                 return Err(RuntimeError::StalePlugin { runtime: self.name.clone(), id: id.0 });
             };
+            if !plugin.linked {
+                return Err(RuntimeError::Unlinked { runtime: self.name.clone(), plugin: plugin.name.clone() });
+            }
             let mut full: Vec<Arg<'_>> = Vec::with_capacity(args.len() + 1);
             full.push(Arg::Handle(plugin.handle));
             full.extend(args.iter_mut().map(reborrow));
@@ -500,7 +537,7 @@ impl Runtime {
                 unlinked.push(p.name.clone());
             }
             // The runtime may be disabled by now; the plugin leaves the namespace all the same.
-            if let Err(e) = self.unlink(&mut table, victim) {
+            if let Err(e) = self.free(&mut table, victim) {
                 tracing::warn!(runtime = %self.name, error = %e, "unlinking a failed plugin");
             }
         }
