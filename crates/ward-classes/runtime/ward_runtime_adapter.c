@@ -2,16 +2,17 @@
  * statically), the plugins linked so far (a namespace of named entry points), the runtime's heap, and the host's
  * built-ins, and it offers them as flat calls the generic call API carries:
  *
- *   ward_rt_open(heap_bytes)                          the heap; first call of every incarnation
- *   ward_rt_header(name, text, len)                   a header plugins may #include
- *   ward_rt_builtin(name, fn)                         a host function plugins may call by name
- *   ward_rt_compile(name, src, len, report, cap)      C source -> plugin (handle) or NULL, diagnostics in report
- *   ward_rt_link_object(name, obj, len, report, cap)  a relocatable object -> plugin
- *   ward_rt_link_shared(name, path, report, cap)      a shared object -> plugin
+ *   ward_rt_open(heap_bytes)                              a runtime (handle) with its heap
+ *   ward_rt_close(rt)                                     the runtime and everything in it freed
+ *   ward_rt_header(rt, name, text, len)                   a header plugins may #include
+ *   ward_rt_builtin(rt, name, fn)                         a host function plugins may call by name
+ *   ward_rt_compile(rt, name, src, len, report, cap)      C source -> plugin (handle) or NULL, diagnostics in report
+ *   ward_rt_link_object(rt, name, obj, len, report, cap)  a relocatable object -> plugin
+ *   ward_rt_link_shared(rt, name, path, report, cap)      a shared object -> plugin
  *   ward_rt_set_linked(plugin, 0 or 1)                the plugin leaves or re-enters the namespace
  *   ward_rt_unlink(plugin)                            the plugin is gone; its code is freed
  *   ward_rt_invoke(plugin, a1..a5)                    calls the plugin's entry with a1..a5 (and any float args)
- *   ward_rt_heap_save(out, len) / _restore(in, len)   the heap as bytes, for the host's snapshots
+ *   ward_rt_heap_save(rt, out, len) / _restore(rt, in, len)  the heap as bytes, for the host's snapshots
  *
  * The compiler is extension code like any other: it runs here, so source that crashes or hangs it costs this domain
  * a recovery, never the host. Everything it would ask of the system goes through the ward_tcc_* functions below (the
@@ -98,26 +99,50 @@ struct vfd {
     size_t pos;
 };
 
-static struct vfile files[WARD_RT_MAX_FILES];
-static size_t file_count;
+struct plugin;
+
+struct builtin {
+    char name[WARD_RT_MAX_NAME];
+    void *fn;
+};
+
+/* One runtime: a domain may hold several (a group, or every runtime of isolation none in the host's process). */
+struct runtime {
+    struct vfile files[WARD_RT_MAX_FILES]; /* headers, and the source or object being linked */
+    size_t file_count;
+    struct plugin *plugins[WARD_RT_MAX_PLUGINS];
+    struct builtin builtins[WARD_RT_MAX_BUILTINS];
+    size_t builtin_count;
+    unsigned char *heap;
+    uint64_t heap_len;
+    /* ward_heap() and ward_heap_size() of this runtime: compiled for it when it opens, so plugins, compiled or
+     * linked from objects, call them like any function and get this runtime's heap. */
+    void *heap_fn;
+    void *heap_size_fn;
+    void *stub_code;
+    size_t stub_len;
+};
+
+/* The runtime whose plugin is being linked, for the compiler's file and name lookups (under the lock). */
+static struct runtime *current;
 static struct vfd open_files[WARD_RT_OPEN_FILES];
 
-static struct vfile *file_find(const char *path) {
-    for (size_t i = 0; i < file_count; i++)
-        if (strcmp(files[i].path, path) == 0)
-            return &files[i];
+static struct vfile *file_find(struct runtime *rt, const char *path) {
+    for (size_t i = 0; rt != NULL && i < rt->file_count; i++)
+        if (strcmp(rt->files[i].path, path) == 0)
+            return &rt->files[i];
     return NULL;
 }
 
 /* Adds or replaces the file at `path` with a copy of `data`. 0, or -1 when out of room. */
-static int file_put(const char *path, const void *data, size_t len) {
-    if (strlen(path) >= sizeof files[0].path)
+static int file_put(struct runtime *rt, const char *path, const void *data, size_t len) {
+    if (strlen(path) >= sizeof rt->files[0].path)
         return -1;
-    struct vfile *f = file_find(path);
+    struct vfile *f = file_find(rt, path);
     if (f == NULL) {
-        if (file_count == WARD_RT_MAX_FILES)
+        if (rt->file_count == WARD_RT_MAX_FILES)
             return -1;
-        f = &files[file_count++];
+        f = &rt->files[rt->file_count++];
         snprintf(f->path, sizeof f->path, "%s", path);
         f->data = NULL;
         f->len = 0;
@@ -132,12 +157,12 @@ static int file_put(const char *path, const void *data, size_t len) {
     return 0;
 }
 
-static void file_remove(const char *path) {
-    struct vfile *f = file_find(path);
+static void file_remove(struct runtime *rt, const char *path) {
+    struct vfile *f = file_find(rt, path);
     if (f == NULL)
         return;
     free(f->data);
-    *f = files[--file_count];
+    *f = rt->files[--rt->file_count];
 }
 
 static struct vfd *vfd_of(int fd) {
@@ -152,12 +177,12 @@ int ward_tcc_open(const char *path, int flags, ...) {
         errno = EACCES;
         return -1;
     }
-    const struct vfile *f = file_find(path);
+    const struct vfile *f = file_find(current, path);
     /* A quoted #include looks beside the source first: serve the declared headers there too. */
     if (f == NULL && strncmp(path, WARD_RT_SOURCE_DIR "/", sizeof WARD_RT_SOURCE_DIR) == 0) {
         char header[160];
         snprintf(header, sizeof header, WARD_RT_INCLUDE_DIR "/%s", path + sizeof WARD_RT_SOURCE_DIR);
-        f = file_find(header);
+        f = file_find(current, header);
     }
     /* The libraries the compiler links every plugin with: empty, the resolver below stands in for them. */
     static const struct vfile empty_libc = {WARD_RT_LIB_DIR "/libc.a", (unsigned char *)"!<arch>\n", 8};
@@ -303,15 +328,6 @@ void ward_tcc_exit(int status) {
     abort();
 }
 
-/* ---- the heap plugins share ---- */
-
-static unsigned char *rt_heap;
-static uint64_t rt_heap_len;
-
-static void *builtin_heap(void) { return rt_heap; }
-
-static uint64_t builtin_heap_size(void) { return rt_heap_len; }
-
 /* ---- the namespace ---- */
 
 struct plugin {
@@ -321,25 +337,16 @@ struct plugin {
     size_t code_len;
     void *library; /* the dlopen handle (shared-object plugins) */
     int linked;    /* in the namespace: later plugins resolve its name */
+    struct runtime *rt;
 };
-
-static struct plugin *plugins[WARD_RT_MAX_PLUGINS];
 
 /* The plugin holding `name`, linked or not (a name stays taken while its plugin is unlinked). */
-static struct plugin *plugin_named(const char *name) {
+static struct plugin *plugin_named(struct runtime *rt, const char *name) {
     for (size_t i = 0; i < WARD_RT_MAX_PLUGINS; i++)
-        if (plugins[i] != NULL && strcmp(plugins[i]->name, name) == 0)
-            return plugins[i];
+        if (rt->plugins[i] != NULL && strcmp(rt->plugins[i]->name, name) == 0)
+            return rt->plugins[i];
     return NULL;
 }
-
-struct builtin {
-    char name[WARD_RT_MAX_NAME];
-    void *fn;
-};
-
-static struct builtin builtins[WARD_RT_MAX_BUILTINS];
-static size_t builtin_count;
 
 /* C library functions a plugin may call: pure functions of their arguments. */
 static const struct {
@@ -360,7 +367,10 @@ static const struct {
 
 /* What one link is doing, for the resolver and the error handler. */
 struct link {
+    struct runtime *rt;
     const char *name;   /* the plugin being linked */
+    const char *also;   /* another function to find in it, or NULL */
+    void *also_addr;
     int source_fd;      /* its source's virtual descriptor, -1 until open */
     const char *source; /* its text, for columns */
     size_t source_len;
@@ -389,14 +399,17 @@ static void report_add(struct link *l, const char *fmt, ...) {
  * then depends on), the allowed C library functions. Anything else stays undefined, and the link fails naming it. */
 void *ward_tcc_dlsym(void *handle, const char *name) {
     (void)handle;
+    struct runtime *rt = current;
+    if (rt == NULL)
+        return NULL;
     if (strcmp(name, "ward_heap") == 0)
-        return (void *)builtin_heap;
+        return rt->heap_fn;
     if (strcmp(name, "ward_heap_size") == 0)
-        return (void *)builtin_heap_size;
-    for (size_t i = 0; i < builtin_count; i++)
-        if (strcmp(builtins[i].name, name) == 0)
-            return builtins[i].fn;
-    struct plugin *p = plugin_named(name);
+        return rt->heap_size_fn;
+    for (size_t i = 0; i < rt->builtin_count; i++)
+        if (strcmp(rt->builtins[i].name, name) == 0)
+            return rt->builtins[i].fn;
+    struct plugin *p = plugin_named(rt, name);
     if (p != NULL && p->linked) {
         if (linking != NULL) {
             if (linking->dep_count < WARD_RT_MAX_DEPS)
@@ -458,9 +471,9 @@ static void on_error(void *opaque, const char *message) {
     report_add(l, "\n");
 }
 
-static int plugin_slot(void) {
+static int plugin_slot(struct runtime *rt) {
     for (int i = 0; i < WARD_RT_MAX_PLUGINS; i++)
-        if (plugins[i] == NULL)
+        if (rt->plugins[i] == NULL)
             return i;
     return -1;
 }
@@ -510,6 +523,7 @@ static struct plugin *tcc_link(struct link *l, const char *path) {
     tcc_add_include_path(s, WARD_RT_INCLUDE_DIR);
     tcc_define_symbol(s, "WARD_RUNTIME", "1");
     linking = l;
+    current = l->rt;
     if (tcc_add_file(s, path) < 0)
         goto out;
     int size = tcc_relocate(s, NULL);
@@ -531,6 +545,8 @@ static struct plugin *tcc_link(struct link *l, const char *path) {
         munmap(code, len);
         goto out;
     }
+    if (l->also != NULL)
+        l->also_addr = tcc_get_symbol(s, l->also);
     made = calloc(1, sizeof *made);
     if (made == NULL) {
         munmap(code, len);
@@ -542,12 +558,13 @@ static struct plugin *tcc_link(struct link *l, const char *path) {
     made->code_len = len;
 out:
     linking = NULL;
+    current = NULL;
     tcc_delete(s);
     return made;
 }
 
 static struct plugin *add(struct link *l, struct plugin *p) {
-    int slot = plugin_slot();
+    int slot = plugin_slot(l->rt);
     if (p == NULL)
         return NULL;
     if (slot < 0) {
@@ -559,13 +576,15 @@ static struct plugin *add(struct link *l, struct plugin *p) {
     }
     snprintf(p->name, sizeof p->name, "%s", l->name);
     p->linked = 1;
-    plugins[slot] = p;
+    p->rt = l->rt;
+    l->rt->plugins[slot] = p;
     report_deps(l);
     return p;
 }
 
-static int link_start(struct link *l, const char *name, char *report, uint64_t report_cap) {
+static int link_start(struct link *l, struct runtime *rt, const char *name, char *report, uint64_t report_cap) {
     memset(l, 0, sizeof *l);
+    l->rt = rt;
     l->name = name;
     l->source_fd = -1;
     l->report = report;
@@ -577,75 +596,138 @@ static int link_start(struct link *l, const char *name, char *report, uint64_t r
                       "with a digit\n", name, WARD_RT_MAX_NAME - 1);
         return -1;
     }
-    if (plugin_named(name) != NULL) {
+    if (plugin_named(rt, name) != NULL) {
         report_add(l, "0\t0\terror: a plugin named '%s' is linked already\n", name);
         return -1;
     }
     return 0;
 }
 
-WARD_ADAPTER_EXPORT int64_t ward_rt_open(uint64_t heap_bytes) {
-    lock();
-    if (rt_heap != NULL)
-        munmap(rt_heap, rt_heap_len);
-    rt_heap = NULL;
-    rt_heap_len = 0;
+/* The heap functions of `rt`, compiled for it: they return its heap's address and size as constants. */
+static int heap_stubs(struct runtime *rt) {
+    char source[256];
+    snprintf(source, sizeof source,
+             "void *ward_heap(void) { return (void *)%luUL; }\n"
+             "unsigned long ward_heap_size(void) { return %luUL; }\n",
+             (unsigned long)(uintptr_t)rt->heap, (unsigned long)rt->heap_len);
+    struct link l;
+    memset(&l, 0, sizeof l);
+    l.rt = rt;
+    l.name = "ward_heap";
+    l.also = "ward_heap_size";
+    l.source_fd = -1;
+    if (file_put(rt, WARD_RT_SOURCE_DIR "/ward_heap.c", source, strlen(source)) < 0)
+        return -1;
+    struct plugin *stub = tcc_link(&l, WARD_RT_SOURCE_DIR "/ward_heap.c");
+    file_remove(rt, WARD_RT_SOURCE_DIR "/ward_heap.c");
+    if (stub == NULL || l.also_addr == NULL) {
+        if (stub != NULL)
+            munmap(stub->code, stub->code_len);
+        free(stub);
+        return -1;
+    }
+    rt->heap_fn = stub->entry;
+    rt->heap_size_fn = l.also_addr;
+    rt->stub_code = stub->code;
+    rt->stub_len = stub->code_len;
+    free(stub);
+    return 0;
+}
+
+static void runtime_free(struct runtime *rt) {
+    for (size_t i = 0; i < WARD_RT_MAX_PLUGINS; i++) {
+        struct plugin *p = rt->plugins[i];
+        if (p == NULL)
+            continue;
+        if (p->code != NULL)
+            munmap(p->code, p->code_len);
+        if (p->library != NULL)
+            dlclose(p->library);
+        free(p);
+    }
+    for (size_t i = 0; i < rt->file_count; i++)
+        free(rt->files[i].data);
+    if (rt->stub_code != NULL)
+        munmap(rt->stub_code, rt->stub_len);
+    if (rt->heap != NULL)
+        munmap(rt->heap, rt->heap_len);
+    free(rt);
+}
+
+/* A new runtime with a heap of `heap_bytes`; NULL when out of memory. */
+WARD_ADAPTER_EXPORT struct runtime *ward_rt_open(uint64_t heap_bytes) {
+    struct runtime *rt = calloc(1, sizeof *rt);
+    if (rt == NULL)
+        return NULL;
     if (heap_bytes > 0) {
         void *h = mmap(NULL, heap_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (h == MAP_FAILED) {
-            unlock();
-            return WARD_ADAPTER_E_NOMEM;
+            free(rt);
+            return NULL;
         }
-        rt_heap = h;
-        rt_heap_len = heap_bytes;
+        rt->heap = h;
+        rt->heap_len = heap_bytes;
     }
+    lock();
+    int stubs = heap_stubs(rt);
+    unlock();
+    if (stubs < 0) {
+        runtime_free(rt);
+        return NULL;
+    }
+    return rt;
+}
+
+WARD_ADAPTER_EXPORT int64_t ward_rt_close(struct runtime *rt) {
+    lock();
+    runtime_free(rt);
     unlock();
     return 0;
 }
 
-WARD_ADAPTER_EXPORT int64_t ward_rt_header(const char *name, const uint8_t *text, uint64_t len) {
+WARD_ADAPTER_EXPORT int64_t ward_rt_header(struct runtime *rt, const char *name, const uint8_t *text, uint64_t len) {
     char path[160];
     if (strchr(name, '/') != NULL || strlen(name) > 100)
         return WARD_ADAPTER_E_LAYOUT;
     snprintf(path, sizeof path, WARD_RT_INCLUDE_DIR "/%s", name);
     lock();
-    int r = file_put(path, text, (size_t)len);
+    int r = file_put(rt, path, text, (size_t)len);
     unlock();
     return r < 0 ? WARD_ADAPTER_E_NOMEM : 0;
 }
 
-WARD_ADAPTER_EXPORT int64_t ward_rt_builtin(const char *name, void *fn) {
+WARD_ADAPTER_EXPORT int64_t ward_rt_builtin(struct runtime *rt, const char *name, void *fn) {
     if (!name_ok(name) || fn == NULL)
         return WARD_ADAPTER_E_LAYOUT;
     lock();
     int64_t r = 0;
     size_t i = 0;
-    while (i < builtin_count && strcmp(builtins[i].name, name) != 0)
+    while (i < rt->builtin_count && strcmp(rt->builtins[i].name, name) != 0)
         i++;
-    if (i == builtin_count) {
-        if (builtin_count == WARD_RT_MAX_BUILTINS)
+    if (i == rt->builtin_count) {
+        if (rt->builtin_count == WARD_RT_MAX_BUILTINS)
             r = WARD_ADAPTER_E_NOMEM;
         else
-            builtin_count++;
+            rt->builtin_count++;
     }
     if (r == 0) {
-        snprintf(builtins[i].name, sizeof builtins[i].name, "%s", name);
-        builtins[i].fn = fn;
+        snprintf(rt->builtins[i].name, sizeof rt->builtins[i].name, "%s", name);
+        rt->builtins[i].fn = fn;
     }
     unlock();
     return r;
 }
 
-WARD_ADAPTER_EXPORT void *ward_rt_compile(const char *name, const uint8_t *source, uint64_t len, char *report,
-                                          uint64_t report_cap) {
+WARD_ADAPTER_EXPORT void *ward_rt_compile(struct runtime *rt, const char *name, const uint8_t *source, uint64_t len,
+                                          char *report, uint64_t report_cap) {
     struct link l;
     lock();
     struct plugin *p = NULL;
-    if (link_start(&l, name, report, report_cap) == 0) {
+    if (link_start(&l, rt, name, report, report_cap) == 0) {
         char path[160];
         snprintf(path, sizeof path, WARD_RT_SOURCE_DIR "/%s.c", name);
-        if (file_put(path, source, (size_t)len) == 0) {
-            l.source = (const char *)file_find(path)->data;
+        if (file_put(rt, path, source, (size_t)len) == 0) {
+            l.source = (const char *)file_find(rt, path)->data;
             l.source_len = (size_t)len;
             /* The source's descriptor is the first free one: the compiler opens it before anything else. */
             for (int i = 0; i < WARD_RT_OPEN_FILES; i++) {
@@ -655,7 +737,7 @@ WARD_ADAPTER_EXPORT void *ward_rt_compile(const char *name, const uint8_t *sourc
                 }
             }
             p = add(&l, tcc_link(&l, path));
-            file_remove(path);
+            file_remove(rt, path);
         } else {
             report_add(&l, "0\t0\terror: out of memory for the source\n");
         }
@@ -664,17 +746,17 @@ WARD_ADAPTER_EXPORT void *ward_rt_compile(const char *name, const uint8_t *sourc
     return p;
 }
 
-WARD_ADAPTER_EXPORT void *ward_rt_link_object(const char *name, const uint8_t *object, uint64_t len, char *report,
-                                              uint64_t report_cap) {
+WARD_ADAPTER_EXPORT void *ward_rt_link_object(struct runtime *rt, const char *name, const uint8_t *object,
+                                              uint64_t len, char *report, uint64_t report_cap) {
     struct link l;
     lock();
     struct plugin *p = NULL;
-    if (link_start(&l, name, report, report_cap) == 0) {
+    if (link_start(&l, rt, name, report, report_cap) == 0) {
         char path[160];
         snprintf(path, sizeof path, WARD_RT_SOURCE_DIR "/%s.o", name);
-        if (file_put(path, object, (size_t)len) == 0) {
+        if (file_put(rt, path, object, (size_t)len) == 0) {
             p = add(&l, tcc_link(&l, path));
-            file_remove(path);
+            file_remove(rt, path);
         } else {
             report_add(&l, "0\t0\terror: out of memory for the object\n");
         }
@@ -683,12 +765,12 @@ WARD_ADAPTER_EXPORT void *ward_rt_link_object(const char *name, const uint8_t *o
     return p;
 }
 
-WARD_ADAPTER_EXPORT void *ward_rt_link_shared(const char *name, const char *path, char *report,
+WARD_ADAPTER_EXPORT void *ward_rt_link_shared(struct runtime *rt, const char *name, const char *path, char *report,
                                               uint64_t report_cap) {
     struct link l;
     lock();
     struct plugin *p = NULL;
-    if (link_start(&l, name, report, report_cap) == 0) {
+    if (link_start(&l, rt, name, report, report_cap) == 0) {
         void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         if (library == NULL) {
             const char *why = dlerror();
@@ -722,8 +804,8 @@ WARD_ADAPTER_EXPORT void *ward_rt_link_shared(const char *name, const char *path
 WARD_ADAPTER_EXPORT int64_t ward_rt_set_linked(struct plugin *p, int64_t linked) {
     lock();
     int64_t r = WARD_ADAPTER_E_INDEX;
-    for (size_t i = 0; i < WARD_RT_MAX_PLUGINS; i++) {
-        if (plugins[i] == p && p != NULL) {
+    for (size_t i = 0; p != NULL && i < WARD_RT_MAX_PLUGINS; i++) {
+        if (p->rt->plugins[i] == p) {
             p->linked = linked != 0;
             r = 0;
             break;
@@ -736,9 +818,9 @@ WARD_ADAPTER_EXPORT int64_t ward_rt_set_linked(struct plugin *p, int64_t linked)
 WARD_ADAPTER_EXPORT int64_t ward_rt_unlink(struct plugin *p) {
     lock();
     int64_t r = WARD_ADAPTER_E_INDEX;
-    for (size_t i = 0; i < WARD_RT_MAX_PLUGINS; i++) {
-        if (plugins[i] == p && p != NULL) {
-            plugins[i] = NULL;
+    for (size_t i = 0; p != NULL && i < WARD_RT_MAX_PLUGINS; i++) {
+        if (p->rt->plugins[i] == p) {
+            p->rt->plugins[i] = NULL;
             if (p->code != NULL)
                 munmap(p->code, p->code_len);
             if (p->library != NULL)
@@ -767,20 +849,18 @@ __asm__(".text\n"
         "    jmp *%rax\n"
         ".size ward_rt_invoke, .-ward_rt_invoke\n");
 
-WARD_ADAPTER_EXPORT int64_t ward_rt_heap_size(void) { return (int64_t)rt_heap_len; }
-
-WARD_ADAPTER_EXPORT int64_t ward_rt_heap_save(uint8_t *out, uint64_t len) {
-    if (len != rt_heap_len)
+WARD_ADAPTER_EXPORT int64_t ward_rt_heap_save(struct runtime *rt, uint8_t *out, uint64_t len) {
+    if (len != rt->heap_len)
         return WARD_ADAPTER_E_LAYOUT;
     if (len > 0)
-        memcpy(out, rt_heap, len);
+        memcpy(out, rt->heap, len);
     return 0;
 }
 
-WARD_ADAPTER_EXPORT int64_t ward_rt_heap_restore(const uint8_t *in, uint64_t len) {
-    if (len != rt_heap_len)
+WARD_ADAPTER_EXPORT int64_t ward_rt_heap_restore(struct runtime *rt, const uint8_t *in, uint64_t len) {
+    if (len != rt->heap_len)
         return WARD_ADAPTER_E_LAYOUT;
     if (len > 0)
-        memcpy(rt_heap, in, len);
+        memcpy(rt->heap, in, len);
     return 0;
 }

@@ -404,3 +404,21 @@ fn unlinked_plugins_keep_their_code_and_link_again_without_a_restart() {
     assert_eq!(gray(&rt), GRAY_PIXELS);
     assert_eq!(rt.call(rt.lookup("uses_add").unwrap(), &mut [Arg::I64(41)], RetType::I64).unwrap(), Value::I64(42));
 }
+
+#[test]
+fn runtimes_sharing_a_process_keep_their_own_plugins_and_heaps() {
+    let sup = supervisor("[defaults]\ncheckpoint_ms = 0\n");
+    let one = Runtime::open(&sup, "one", &options(Isolation::None)).unwrap();
+    let two = Runtime::open(&sup, "two", &options(Isolation::None)).unwrap();
+    let count_one = one.create("count", Code::Source(COUNTER)).unwrap();
+    let count_two = two.create("count", Code::Source(COUNTER)).unwrap();
+    two.create("add", Code::Source(ADD)).unwrap();
+    assert_eq!(one.lookup("add"), None);
+    for expected in 1..=3 {
+        assert_eq!(one.call(count_one, &mut [], RetType::I64).unwrap(), Value::I64(expected));
+    }
+    assert_eq!(two.call(count_two, &mut [], RetType::I64).unwrap(), Value::I64(1));
+    drop(one);
+    assert_eq!(two.call(count_two, &mut [], RetType::I64).unwrap(), Value::I64(2));
+    assert_eq!(add(&two, 1, 1), 2);
+}

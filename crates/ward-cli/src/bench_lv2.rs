@@ -597,7 +597,7 @@ fn percentile(values: &[f64], p: f64) -> f64 {
 }
 
 /// Why this machine cannot run mpk domains, from the processor's flags as the kernel shows them.
-fn mpk_unavailable() -> String {
+pub(crate) fn mpk_unavailable() -> String {
     let flags = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {

@@ -199,6 +199,9 @@ struct Calls {
 /// A runtime: one domain, its plugins, its heap and its built-ins. Calls are safe from many threads.
 pub struct Runtime {
     name: String,
+    /// The adapter's handle of this runtime (a domain may hold several).
+    handle: u64,
+    close: Function,
     ext: Extension,
     calls: Calls,
     heap_bytes: u64,
@@ -229,8 +232,9 @@ impl Runtime {
         };
         let functions = [
             ("ward_rt_open", state.clone()),
-            ("ward_rt_header", FunctionPolicy { replaces_same: Some(1), ..state.clone() }),
-            ("ward_rt_builtin", FunctionPolicy { replaces_same: Some(1), ..state.clone() }),
+            ("ward_rt_close", FunctionPolicy { destroys: true, ..FunctionPolicy::default() }),
+            ("ward_rt_header", FunctionPolicy { replaces_same: Some(2), ..state.clone() }),
+            ("ward_rt_builtin", FunctionPolicy { replaces_same: Some(2), ..state.clone() }),
             ("ward_rt_compile", link.clone()),
             ("ward_rt_link_object", link.clone()),
             ("ward_rt_link_shared", link),
@@ -265,15 +269,20 @@ impl Runtime {
             heap_save: ext.function("ward_rt_heap_save")?,
             heap_restore: ext.function("ward_rt_heap_restore")?,
         };
-        let opened = ext.function("ward_rt_open")?.call(&mut [Arg::U64(options.heap_bytes)], RetType::I64)?;
-        if opened.as_i64() != Some(0) {
-            return Err(RuntimeError::BadArguments {
-                what: format!("runtime {name}"),
-                reason: format!("cannot map a heap of {} bytes", options.heap_bytes),
-            });
-        }
+        let opened = ext.function("ward_rt_open")?.call(&mut [Arg::U64(options.heap_bytes)], RetType::Handle)?;
+        let handle = match opened.as_handle() {
+            Some(handle) if handle != 0 => handle,
+            _ => {
+                return Err(RuntimeError::BadArguments {
+                    what: format!("runtime {name}"),
+                    reason: format!("cannot map a heap of {} bytes", options.heap_bytes),
+                })
+            }
+        };
         let runtime = Runtime {
             name: name.to_string(),
+            handle,
+            close: ext.function("ward_rt_close")?,
             ext,
             calls,
             heap_bytes: options.heap_bytes,
@@ -309,10 +318,10 @@ impl Runtime {
             return Err(bad("a header name is a file name of at most 100 bytes, without '/'"));
         }
         let c_name = CString::new(name).map_err(|_| bad("the name contains a NUL byte"))?;
-        let r = self
-            .calls
-            .header
-            .call(&mut [Arg::Str(&c_name), Arg::In(text.as_bytes()), Arg::U64(text.len() as u64)], RetType::I64)?;
+        let r = self.calls.header.call(
+            &mut [Arg::Handle(self.handle), Arg::Str(&c_name), Arg::In(text.as_bytes()), Arg::U64(text.len() as u64)],
+            RetType::I64,
+        )?;
         match r.as_i64() {
             Some(0) => Ok(()),
             _ => Err(bad("the runtime has no room for it")),
@@ -334,7 +343,10 @@ impl Runtime {
             what: format!("built-in {name}"),
             reason: "the name contains a NUL byte".into(),
         })?;
-        let r = self.calls.builtin.call(&mut [Arg::Str(&c_name), Arg::Callback(&callback)], RetType::I64)?;
+        let r = self
+            .calls
+            .builtin
+            .call(&mut [Arg::Handle(self.handle), Arg::Str(&c_name), Arg::Callback(&callback)], RetType::I64)?;
         if r.as_i64() != Some(0) {
             return Err(RuntimeError::BadArguments {
                 what: format!("built-in {name}"),
@@ -362,6 +374,7 @@ impl Runtime {
         let linked = match code {
             Code::Source(text) => self.calls.compile.call(
                 &mut [
+                    Arg::Handle(self.handle),
                     Arg::Str(&c_name),
                     Arg::In(text.as_bytes()),
                     Arg::U64(text.len() as u64),
@@ -372,6 +385,7 @@ impl Runtime {
             ),
             Code::Object(bytes) => self.calls.link_object.call(
                 &mut [
+                    Arg::Handle(self.handle),
                     Arg::Str(&c_name),
                     Arg::In(bytes),
                     Arg::U64(bytes.len() as u64),
@@ -388,7 +402,13 @@ impl Runtime {
                         reason: format!("the path {} contains a NUL byte", path.display()),
                     })?;
                 self.calls.link_shared.call(
-                    &mut [Arg::Str(&c_name), Arg::Str(&c_path), Arg::Out(&mut report), Arg::U64(REPORT_BYTES as u64)],
+                    &mut [
+                        Arg::Handle(self.handle),
+                        Arg::Str(&c_name),
+                        Arg::Str(&c_path),
+                        Arg::Out(&mut report),
+                        Arg::U64(REPORT_BYTES as u64),
+                    ],
                     RetType::Handle,
                 )
             }
@@ -549,7 +569,9 @@ impl Runtime {
     pub fn heap(&self) -> Result<Vec<u8>, RuntimeError> {
         let mut bytes = vec![0u8; usize::try_from(self.heap_bytes).unwrap_or(usize::MAX)];
         let len = bytes.len() as u64;
-        self.calls.heap_save.call(&mut [Arg::Out(&mut bytes), Arg::U64(len)], RetType::I64)?;
+        self.calls
+            .heap_save
+            .call(&mut [Arg::Handle(self.handle), Arg::Out(&mut bytes), Arg::U64(len)], RetType::I64)?;
         Ok(bytes)
     }
 
@@ -558,7 +580,8 @@ impl Runtime {
         self.ext.exclusively(|| {
             let bytes = self.heap()?;
             let len = bytes.len() as u64;
-            self.calls.heap_restore.record_checkpoint(&[Arg::In(&bytes), Arg::U64(len)], RetType::I64)?;
+            let args = [Arg::Handle(self.handle), Arg::In(&bytes), Arg::U64(len)];
+            self.calls.heap_restore.record_checkpoint(&args, RetType::I64)?;
             *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
             Ok(())
         })
@@ -575,6 +598,15 @@ impl Runtime {
         }
         if let Err(e) = self.snapshot() {
             tracing::warn!(runtime = %self.name, error = %e, "cannot save the runtime's heap");
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // Frees the runtime in its domain: what matters where several share one (isolation none, a group).
+        if let Err(e) = self.close.call(&mut [Arg::Handle(self.handle)], RetType::I64) {
+            tracing::debug!(runtime = %self.name, error = %e, "closing the runtime");
         }
     }
 }
