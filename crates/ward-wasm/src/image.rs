@@ -8,11 +8,19 @@ pub const IMAGE_HEADER_BYTES: usize = 16;
 pub const MAX_IMAGE_SIDE: u32 = 65536;
 
 /// An RGB image whose pixel buffer matches its size.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Image {
     width: u32,
     height: u32,
     pixels: Vec<u8>,
+}
+
+/// The size and the first pixels only: an image's pixels are too many to be read in a message.
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = self.pixels.len().min(12);
+        write!(f, "Image({}x{}, starting {:?})", self.width, self.height, &self.pixels[..shown])
+    }
 }
 
 /// An image whose size or pixels the ABI cannot carry.

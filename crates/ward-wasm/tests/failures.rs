@@ -195,3 +195,40 @@ fn constructors_run_once_per_instance() {
     assert!(matches!(runtime.transform("ctor", &input), Err(CallError::Trap { .. })));
     assert_eq!(call(&runtime), [1, 1, 0], "the new instance ran its constructor once");
 }
+
+#[test]
+fn an_image_past_the_memory_limit_is_refused_and_smaller_ones_go_on() {
+    let config = WasmConfig { max_memory_bytes: 1 << 20, ..WasmConfig::default() };
+    let runtime = runtime(config, &[grayscale()]);
+    // 500x500 is 750,000 bytes in and as many out: past 1 MiB.
+    match runtime.transform("grayscale", &common::generated(500, 500)) {
+        Err(CallError::MemoryExhausted { needed, limit, .. }) => {
+            assert_eq!(limit, 1 << 20);
+            assert!(needed > limit, "needed {needed}");
+        }
+        other => panic!("expected MemoryExhausted, got {other:?}"),
+    }
+    let small = common::generated(100, 100);
+    assert_eq!(runtime.transform("grayscale", &small).expect("a smaller image"), common::grayscale(&small));
+}
+
+#[test]
+fn a_constructor_that_never_returns_fails_instantiation() {
+    let config = WasmConfig { quantum: Duration::from_millis(200), ..WasmConfig::default() };
+    let source = format!(
+        "__attribute__((constructor)) static void never_returns(void) {{ volatile int i = 0; for (;;) i++; }}\n{}",
+        transform_source("stuck", "return -1;")
+    );
+    let binary = common::compiler().compile("stuck", &source).expect("stuck compiles");
+    let runtime = WasmRuntime::new(config).expect("runtime");
+    // On a thread, for the same reason as the loop above.
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(runtime.link(&binary).map(|_| ()));
+    });
+    match receiver.recv_timeout(Duration::from_secs(120)) {
+        Ok(Err(LoadError::Instantiate { message, .. })) => assert!(message.contains("interrupt"), "{message}"),
+        Ok(other) => panic!("the constructor should be interrupted, got {other:?}"),
+        Err(_) => panic!("the constructor was not interrupted within 120 s of a 200 ms quantum"),
+    }
+}
