@@ -8,6 +8,7 @@
 //! - [`transforms`]: the [`Transforms`] trait the server runs transforms through, and its errors;
 //! - [`native`]: the native baseline, compiled by the system C compiler and loaded into the server (no isolation);
 //! - [`ward`]: transforms in a ward runtime: compiled in the runtime's domain, a faulting one unlinked;
+//! - [`wasm`]: transforms compiled to WebAssembly and run by wasmtime, the peer;
 //! - [`server`]: the HTTP server (hyper, tokio);
 //! - [`load`]: the load generator the benchmark uses.
 
@@ -19,9 +20,11 @@ pub mod native;
 pub mod server;
 pub mod transforms;
 pub mod ward;
+pub mod wasm;
 
 pub use image::Image;
 pub use native::NativeTransforms;
 pub use server::{Images, Server};
 pub use transforms::{ApplyError, Fault, InstallError, RemoveError, Transforms};
 pub use ward::WardTransforms;
+pub use wasm::WasmTransforms;

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ward::{Isolation, Policy};
 use ward_imaged::load::{self, LoadConfig};
 use ward_imaged::native::NativeConfig;
-use ward_imaged::{Image, Images, NativeTransforms, Server, Transforms, WardTransforms};
+use ward_imaged::{Image, Images, NativeTransforms, Server, Transforms, WardTransforms, WasmTransforms};
 
 #[derive(Parser)]
 #[command(name = "ward-imaged", about = "An image server whose transforms are C plugins uploaded at run time")]
@@ -80,6 +80,8 @@ enum Backend {
     /// A ward runtime: compiled by libtcc inside the runtime's domain (`--isolation`); a faulty transform is
     /// unlinked and its requests answered with 502.
     Ward,
+    /// WebAssembly: compiled by clang to wasm32 and run by wasmtime, with the same quantum (`--quantum-ms`).
+    Wasm,
 }
 
 fn main() -> ExitCode {
@@ -144,6 +146,9 @@ fn transforms(
                 None => Policy::default(),
             };
             Arc::new(WardTransforms::new(policy, isolation, quantum).context("starting the ward runtime")?)
+        }
+        Backend::Wasm => {
+            Arc::new(WasmTransforms::new(quantum).map_err(anyhow::Error::msg).context("starting wasmtime")?)
         }
     })
 }

@@ -95,6 +95,9 @@ pub enum Fault {
     /// It returned, but what it returned or wrote is not an image.
     #[error("bad output: {0}")]
     BadOutput(#[from] OutputError),
+    /// It returned, but its output is not an image, as a backend that checks outputs itself said.
+    #[error("bad output: {0}")]
+    Malformed(String),
 }
 
 /// Checks that `name` can name a transform: a C identifier (ASCII letters, digits, `_`, not starting with a digit)

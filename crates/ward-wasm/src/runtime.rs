@@ -289,15 +289,27 @@ impl WasmPlugin {
     /// Calls a transform: copies the input into the instance's memory, calls, checks the length returned and the
     /// header, and copies the output out.
     pub fn transform(&self, input: &Image) -> Result<Image, CallError> {
+        self.transform_pixels(input.pixels(), input.width(), input.height())
+    }
+
+    /// [`WasmPlugin::transform`] of an image the caller holds as pixels (`width * height * 3` bytes), so a host
+    /// with images of its own type copies them only into the instance's memory.
+    pub fn transform_pixels(&self, pixels: &[u8], width: u32, height: u32) -> Result<Image, CallError> {
         let name = self.name();
+        if pixel_bytes(width, height) != Some(pixels.len()) {
+            return Err(CallError::Host {
+                name: name.to_owned(),
+                message: format!("{} bytes of pixels for a {width}x{height} image", pixels.len()),
+            });
+        }
         let mut guard = self.lock();
         let PluginInstance { store, entry, memory, heap_base, .. } = self.ready(&mut guard)?;
         let Entry::Transform(entry) = entry else {
             return Err(CallError::WrongKind { name: name.to_owned(), kind: self.kind() });
         };
 
-        let in_len = input.pixels().len() as u64;
-        let capacity = input.output_capacity() as u64;
+        let in_len = pixels.len() as u64;
+        let capacity = (IMAGE_HEADER_BYTES + pixels.len()) as u64;
         let in_at = align16(*heap_base);
         let out_at = align16(in_at + in_len);
         let end = out_at + capacity;
@@ -318,16 +330,13 @@ impl WasmPlugin {
         let Some(input_region) = memory.data_mut(&mut *store).get_mut(in_at as usize..(in_at + in_len) as usize) else {
             return Err(CallError::MemoryExhausted { name: name.to_owned(), needed: end, limit });
         };
-        input_region.copy_from_slice(input.pixels());
+        input_region.copy_from_slice(pixels);
 
         store.set_epoch_deadline(self.deadline_ticks);
         let result = {
             let _in_flight = self.ticker.call();
             // Addresses are wasm32's unsigned 32-bit ones; `as i32` keeps their bits, as the ABI's pointers do.
-            entry.call(
-                &mut *store,
-                (in_at as i32, input.width().into(), input.height().into(), out_at as i32, capacity as i64),
-            )
+            entry.call(&mut *store, (in_at as i32, width.into(), height.into(), out_at as i32, capacity as i64))
         };
         let returned = match result {
             Ok(returned) => returned,
