@@ -486,6 +486,42 @@ mod runtime_in_mpk {
         the_others_answer(&rt);
     }
 
+    /// Whether the page holding `addr` is mapped executable in this process (the test's, which holds the domain).
+    fn executable(addr: u64) -> bool {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().any(|line| {
+            let mut fields = line.split_whitespace();
+            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { return false };
+            let Some((from, to)) = range.split_once('-') else { return false };
+            let (from, to) = (u64::from_str_radix(from, 16).unwrap(), u64::from_str_radix(to, 16).unwrap());
+            (from..to).contains(&addr) && perms.as_bytes().get(2) == Some(&b'x')
+        })
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn the_code_of_a_deleted_or_failed_plugin_is_executable_no_more() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        let whereabouts = "long here(void) { return (long)(void *)here; }\n";
+        let here = rt.create("here", Code::Source(whereabouts)).unwrap();
+        let at = rt.call(here, &mut [], RetType::I64).unwrap().as_i64().unwrap() as u64;
+        assert!(executable(at), "a linked plugin's code is executable");
+        rt.delete("here").unwrap();
+        assert!(!executable(at), "a deleted plugin's code page is back to read-write");
+        let fragile =
+            "long fragile(long x) {\n    if (x) return *(volatile long *)0;\n    return (long)(void *)fragile;\n}\n";
+        // Alone in its runtime, so that the plugins linked again after the fault make no page executable.
+        let lone = Runtime::open(&sup, "lone", &options(Isolation::Mpk)).unwrap();
+        let fragile = lone.create("fragile", Code::Source(fragile)).unwrap();
+        let at = lone.call(fragile, &mut [Arg::I64(0)], RetType::I64).unwrap().as_i64().unwrap() as u64;
+        assert!(executable(at));
+        let r = lone.call(fragile, &mut [Arg::I64(1)], RetType::I64);
+        assert!(matches!(r, Err(RuntimeError::PluginFault { .. })), "{r:?}");
+        assert!(!executable(at), "after the recovery, the failed plugin's code page is not executable");
+        the_others_answer(&rt);
+    }
+
     #[test]
     #[ignore = "needs PKU"]
     fn a_plugin_in_an_mpk_runtime_calls_a_built_in_of_the_host() {
