@@ -35,16 +35,30 @@ fn runtime_adapter(dir: &Path, adapters: &Path, include: &Path) {
     }
     let archive = out_dir.join("libtcc_ward.a");
     run(Command::new("objcopy").arg(format!("--redefine-syms={}", renames.display())).arg(LIBTCC).arg(&archive));
+    // Twice: the adapter, and the variant an mpk domain runs, which links no shared objects (it would need the
+    // dynamic linker, which an mpk domain never runs).
+    link_runtime_adapter(&source, &archive, adapters, include, &out_dir.join("ward_runtime_adapter.so"), &[]);
+    link_runtime_adapter(
+        &source,
+        &archive,
+        adapters,
+        include,
+        &out_dir.join("ward_runtime_adapter_mpk.so"),
+        &["-DWARD_RT_NO_SHARED"],
+    );
+}
 
+fn link_runtime_adapter(source: &Path, archive: &Path, adapters: &Path, include: &Path, out: &Path, defines: &[&str]) {
     let compiler = cc::Build::new().get_compiler();
     let mut cmd = compiler.to_command();
     cmd.args(["-std=c11", "-shared", "-fPIC", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden"])
         .arg(format!("-I{}", adapters.display()))
         .arg(format!("-I{}", include.display()))
+        .args(defines)
         .arg("-o")
-        .arg(out_dir.join("ward_runtime_adapter.so"))
-        .arg(&source)
-        .arg(&archive)
+        .arg(out)
+        .arg(source)
+        .arg(archive)
         // libtcc's own names stay inside the adapter: only the adapter's exports are visible.
         .args(["-Wl,--exclude-libs,ALL", "-Wl,-z,noexecstack", "-ldl", "-lm"]);
     run(&mut cmd);

@@ -287,8 +287,35 @@ int ward_tcc_dlclose(void *handle) {
     return 0;
 }
 
-/* Run-time code is made executable where the compiler asks; this domain is the boundary, not page rights. */
-int ward_tcc_mprotect(void *addr, size_t len, int prot) { return mprotect(addr, len, prot); }
+/* Run-time code is never writable and executable at once (W^X, in every isolation kind): the compiler asks for
+ * its code pages read-write-execute while it still copies the next section in, so the requests are only noted
+ * here, and the link makes the pages read-and-execute once the compiler is done with them (code_protect). In an
+ * mpk domain the domain runtime's mprotect scans the pages first and refuses code holding an instruction an mpk
+ * domain may not run (EPERM). */
+#define WARD_RT_MAX_CODE_RANGES 8
+
+static struct {
+    void *addr;
+    size_t len;
+} code_ranges[WARD_RT_MAX_CODE_RANGES];
+static size_t code_range_count;
+static int code_ranges_overflow;
+
+int ward_tcc_mprotect(void *addr, size_t len, int prot) {
+    if (!(prot & PROT_EXEC))
+        return mprotect(addr, len, prot);
+    for (size_t i = 0; i < code_range_count; i++)
+        if (code_ranges[i].addr == addr && code_ranges[i].len == len)
+            return 0;
+    if (code_range_count == WARD_RT_MAX_CODE_RANGES) {
+        code_ranges_overflow = 1;
+        return 0;
+    }
+    code_ranges[code_range_count].addr = addr;
+    code_ranges[code_range_count].len = len;
+    code_range_count++;
+    return 0;
+}
 
 /* The lock above serialises the compiler; its own semaphore has nothing left to do. */
 int ward_tcc_sem_init(void *sem, int shared, unsigned value) {
@@ -505,6 +532,25 @@ static void report_deps(struct link *l) {
     }
 }
 
+/* Makes the code pages the compiler asked for read-and-execute. 0, or -1 with the reason in the report. */
+static int code_protect(struct link *l) {
+    if (code_ranges_overflow) {
+        report_add(l, "0\t0\terror: the plugin's code is in more than %d pieces\n", WARD_RT_MAX_CODE_RANGES);
+        return -1;
+    }
+    for (size_t i = 0; i < code_range_count; i++) {
+        if (mprotect(code_ranges[i].addr, code_ranges[i].len, PROT_READ | PROT_EXEC) != 0) {
+            if (errno == EPERM)
+                report_add(l, "0\t0\terror: an mpk runtime runs no code holding the bytes of WRPKRU, XRSTOR, "
+                              "XRSTORS or WRFSBASE, and the plugin's code holds one (isolation process runs it)\n");
+            else
+                report_add(l, "0\t0\terror: cannot make the plugin's code executable: %s\n", strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Compiles (or links the object at) `path` in memory into a new plugin named `name`. */
 static struct plugin *tcc_link(struct link *l, const char *path) {
     struct plugin *made = NULL;
@@ -524,6 +570,12 @@ static struct plugin *tcc_link(struct link *l, const char *path) {
     tcc_define_symbol(s, "WARD_RUNTIME", "1");
     linking = l;
     current = l->rt;
+    code_range_count = 0;
+    code_ranges_overflow = 0;
+    /* The compiler lays code out first, then the data, each section only aligned as it asks: data aligned to a
+     * page keeps every writable byte off the code's pages, which become read-only. */
+    if (tcc_compile_string(s, "__asm__(\".data\\n.p2align 12\\n\");") < 0)
+        goto out;
     if (tcc_add_file(s, path) < 0)
         goto out;
     int size = tcc_relocate(s, NULL);
@@ -535,7 +587,7 @@ static struct plugin *tcc_link(struct link *l, const char *path) {
         report_add(l, "0\t0\terror: out of memory for %d bytes of code\n", size);
         goto out;
     }
-    if (tcc_relocate(s, code) < 0) {
+    if (tcc_relocate(s, code) < 0 || code_protect(l) < 0) {
         munmap(code, len);
         goto out;
     }
@@ -641,8 +693,10 @@ static void runtime_free(struct runtime *rt) {
             continue;
         if (p->code != NULL)
             munmap(p->code, p->code_len);
+#ifndef WARD_RT_NO_SHARED
         if (p->library != NULL)
             dlclose(p->library);
+#endif
         free(p);
     }
     for (size_t i = 0; i < rt->file_count; i++)
@@ -765,6 +819,21 @@ WARD_ADAPTER_EXPORT void *ward_rt_link_object(struct runtime *rt, const char *na
     return p;
 }
 
+#ifdef WARD_RT_NO_SHARED
+/* The variant an mpk domain runs: code enters such a domain only through ward's loader (scanned and keyed), never
+ * through the dynamic linker, so shared objects are refused and the adapter imports no dl* function. */
+WARD_ADAPTER_EXPORT void *ward_rt_link_shared(struct runtime *rt, const char *name, const char *path, char *report,
+                                              uint64_t report_cap) {
+    struct link l;
+    (void)path;
+    lock();
+    if (link_start(&l, rt, name, report, report_cap) == 0)
+        report_add(&l, "0\t0\terror: an mpk runtime links no shared objects: link a relocatable object, or use "
+                       "isolation process\n");
+    unlock();
+    return NULL;
+}
+#else
 WARD_ADAPTER_EXPORT void *ward_rt_link_shared(struct runtime *rt, const char *name, const char *path, char *report,
                                               uint64_t report_cap) {
     struct link l;
@@ -799,6 +868,7 @@ WARD_ADAPTER_EXPORT void *ward_rt_link_shared(struct runtime *rt, const char *na
     unlock();
     return p;
 }
+#endif
 
 /* Dynamic linking proper: the plugin enters (1) or leaves (0) the namespace; its code stays where it is. */
 WARD_ADAPTER_EXPORT int64_t ward_rt_set_linked(struct plugin *p, int64_t linked) {
@@ -823,8 +893,10 @@ WARD_ADAPTER_EXPORT int64_t ward_rt_unlink(struct plugin *p) {
             p->rt->plugins[i] = NULL;
             if (p->code != NULL)
                 munmap(p->code, p->code_len);
+#ifndef WARD_RT_NO_SHARED
             if (p->library != NULL)
                 dlclose(p->library);
+#endif
             free(p);
             r = 0;
             break;

@@ -21,6 +21,7 @@ static ADAPTERS: EmbeddedSet = EmbeddedSet::new(
         embedded!("ward_ladspa_adapter", "LADSPA class adapter"),
         embedded!("ward_lv2_adapter", "LV2 class adapter"),
         embedded!("ward_runtime_adapter", "runtime adapter, with its compiler"),
+        embedded!("ward_runtime_adapter_mpk", "runtime adapter for mpk domains, with its compiler"),
     ],
 );
 
@@ -252,6 +253,26 @@ mod tests {
                     Reason::UnsupportedImport { import, .. } if LIBRARY_LOOKUP.contains(&import.name.as_str()) => {}
                     other => panic!("{name} cannot be placed in an mpk domain: {other}"),
                 }
+            }
+        }
+    }
+
+    /// The runtime adapter's mpk variant, compiler and all (its setjmp and longjmp included), is one an mpk domain
+    /// holds as it is; the full adapter is refused for its shared objects alone.
+    #[test]
+    fn the_runtime_adapter_for_mpk_domains_passes_the_mpk_check_and_the_full_one_needs_the_dynamic_linker() {
+        let path = super::path("ward_runtime_adapter_mpk").unwrap_or_else(|e| panic!("{e}"));
+        let report = ward::check::check(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mpk = report.verdict(Isolation::Mpk).expect("a verdict on mpk");
+        assert!(mpk.ok, "the mpk runtime adapter: {:?}", mpk.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>());
+        let path = super::path("ward_runtime_adapter").unwrap_or_else(|e| panic!("{e}"));
+        let report = ward::check::check(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mpk = report.verdict(Isolation::Mpk).expect("a verdict on mpk");
+        assert!(!mpk.ok);
+        for reason in &mpk.reasons {
+            match reason {
+                Reason::UnsupportedImport { import, .. } if LIBRARY_LOOKUP.contains(&import.name.as_str()) => {}
+                other => panic!("the runtime adapter is refused for more than its shared objects: {other}"),
             }
         }
     }

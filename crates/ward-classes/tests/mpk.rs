@@ -274,3 +274,276 @@ fn an_lv2_plugin_mapping_uris_through_the_host_runs_in_an_mpk_domain_and_matches
     assert_eq!(mpk, Lv2Run { isolation: Isolation::Mpk, ..none });
     assert!(mpk.samples.iter().any(|s| s.iter().any(|&x| x != 0.0)), "the balance gave only silence");
 }
+
+/// Runtimes (issue 32) in mpk domains: plugins compiled by libtcc inside the domain, their code made executable by
+/// the domain runtime once scanned, linked, called and unlinked; after each kind of failure the other plugins
+/// answer. The transforms' sources are built in, so the tests need no file inside the emulated machine.
+mod runtime_in_mpk {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use ward::{Arg, Error, Isolation, Policy, RetType, Signature, Supervisor, ValType, Value};
+    use ward_classes::runtime::{Code, Runtime, RuntimeError, RuntimeOptions};
+
+    use super::common::require_pku;
+
+    const ADD: &str = "#include <stdint.h>\nint64_t add(int64_t a, int64_t b) { return a + b; }\n";
+    const IMAGE_HEADER: &str = include_str!("../../../extensions/runtime/ward_image.h");
+    const GRAYSCALE: &str = include_str!("../../../extensions/runtime/grayscale.c");
+    const FAULTY: &str = include_str!("../../../extensions/runtime/faulty.c");
+    const GRAY_PIXELS: [u8; 6] = [18, 18, 18, 76, 76, 76];
+
+    fn options(isolation: Isolation) -> RuntimeOptions {
+        // Generous: emulation is slow, and the machine may be loaded; the looping plugin is the only one that
+        // reaches the quantum.
+        RuntimeOptions {
+            isolation: Some(isolation),
+            quantum: Duration::from_secs(5),
+            compile_deadline: Duration::from_secs(120),
+            ..RuntimeOptions::default()
+        }
+    }
+
+    fn runtime_with_basics(sup: &Supervisor) -> Runtime {
+        require_pku();
+        let rt = Runtime::open(sup, "basics", &options(Isolation::Mpk)).unwrap();
+        assert_eq!(rt.isolation(), Isolation::Mpk);
+        rt.header("ward_image.h", IMAGE_HEADER).unwrap();
+        rt.create("add", Code::Source(ADD)).unwrap();
+        rt.create("grayscale", Code::Source(GRAYSCALE)).unwrap();
+        rt
+    }
+
+    fn add(rt: &Runtime, a: i64, b: i64) -> i64 {
+        let id = rt.lookup("add").expect("add is linked");
+        rt.call(id, &mut [Arg::I64(a), Arg::I64(b)], RetType::I64).unwrap().as_i64().unwrap()
+    }
+
+    fn gray(rt: &Runtime) -> Vec<u8> {
+        let id = rt.lookup("grayscale").expect("grayscale is linked");
+        let input = [10u8, 20, 30, 255, 0, 0];
+        let mut out = vec![0u8; 16 + 6];
+        let n = rt
+            .call(id, &mut [Arg::In(&input), Arg::I64(2), Arg::I64(1), Arg::Out(&mut out), Arg::I64(22)], RetType::I64)
+            .unwrap();
+        assert_eq!(n.as_i64(), Some(22));
+        assert_eq!(&out[..16], &[2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        out[16..].to_vec()
+    }
+
+    /// The other plugins answer, and the runtime still compiles.
+    fn the_others_answer(rt: &Runtime) {
+        assert_eq!(add(rt, 30, 12), 42);
+        assert_eq!(gray(rt), GRAY_PIXELS);
+        let name = format!("later{}", rt.plugins().len());
+        let id = rt.create(&name, Code::Source(&format!("long {name}(long a) {{ return a + 2; }}"))).unwrap();
+        assert_eq!(rt.call(id, &mut [Arg::I64(40)], RetType::I64).unwrap(), Value::I64(42));
+    }
+
+    #[test]
+    fn without_pku_a_runtime_asked_for_mpk_is_refused_saying_so() {
+        if ward::mpk_available() {
+            eprintln!("this machine has PKU: the test of its absence did not run here");
+            return;
+        }
+        let sup = Supervisor::new(Policy::default());
+        let err = Runtime::open(&sup, "nopku", &options(Isolation::Mpk)).unwrap_err();
+        assert!(matches!(err, RuntimeError::Ward(Error::IsolationUnavailable(..))), "{err:?}");
+        assert!(err.to_string().starts_with("isolation `mpk` is not available"), "{err}");
+        // auto runs it in a process, with shared objects.
+        let rt = Runtime::open(&sup, "nopku", &options(Isolation::Auto)).unwrap();
+        assert_eq!(rt.isolation(), Isolation::Process);
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn an_mpk_runtime_creates_looks_up_calls_and_deletes_plugins() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        assert_eq!(rt.plugins(), ["add", "grayscale"]);
+        assert_eq!(add(&rt, 2, 40), 42);
+        assert_eq!(gray(&rt), GRAY_PIXELS);
+        let id = rt.lookup("add").unwrap();
+        rt.delete("add").unwrap();
+        assert_eq!(rt.lookup("add"), None);
+        assert!(matches!(
+            rt.call(id, &mut [Arg::I64(1), Arg::I64(2)], RetType::I64),
+            Err(RuntimeError::StalePlugin { .. })
+        ));
+        let again = rt.create("add", Code::Source(ADD)).unwrap();
+        assert_ne!(again, id);
+        assert_eq!(add(&rt, 5, 6), 11);
+        // A plugin with globals: its data is writable, on pages apart from its code.
+        let counter = "static long calls;\nlong tally[4] = {1, 2, 3, 4};\n\
+                       long counted(long i) { calls++; tally[i & 3] += calls; return tally[i & 3]; }\n";
+        let counted = rt.create("counted", Code::Source(counter)).unwrap();
+        assert_eq!(rt.call(counted, &mut [Arg::I64(1)], RetType::I64).unwrap(), Value::I64(3));
+        assert_eq!(rt.call(counted, &mut [Arg::I64(1)], RetType::I64).unwrap(), Value::I64(5));
+        // A compile error comes back as in a process (libtcc recovers from it with the runtime's longjmp).
+        let broken = "long broken(long a) {\n    return a + missing;\n}\n";
+        let Err(RuntimeError::Compile { first, .. }) = rt.create("broken", Code::Source(broken)) else {
+            panic!("a broken source compiled");
+        };
+        assert_eq!(first.line, Some(2), "{first}");
+        assert!(first.message.contains("missing"), "{first}");
+        assert_eq!(add(&rt, 1, 1), 2);
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn an_mpk_runtime_refuses_code_holding_wrpkru_and_shared_objects_and_goes_on() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        // WRPKRU's bytes in a plugin's code: the domain runtime's scan refuses to make the page executable.
+        let wrpkru = "long sneaky(long a) {\n    __asm__(\".byte 0x0f, 0x01, 0xef\");\n    return a;\n}\n";
+        let Err(RuntimeError::Compile { first, .. }) = rt.create("sneaky", Code::Source(wrpkru)) else {
+            panic!("code holding WRPKRU was linked into an mpk runtime");
+        };
+        assert!(first.message.contains("WRPKRU"), "{first}");
+        assert_eq!(rt.lookup("sneaky"), None);
+        let Err(RuntimeError::Compile { first, .. }) =
+            rt.create("shared", Code::Shared(std::path::Path::new("/nonexistent/libshared.so")))
+        else {
+            panic!("an mpk runtime linked a shared object");
+        };
+        assert!(first.message.contains("an mpk runtime links no shared objects"), "{first}");
+        the_others_answer(&rt);
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn a_crashing_plugin_in_an_mpk_runtime_is_unlinked_and_the_others_answer() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        let crash = "long crash(long x) { volatile long *p = (long *)0; return *p + x; }\n";
+        let id = rt.create("crash", Code::Source(crash)).unwrap();
+        let Err(RuntimeError::PluginFault { plugin, fault, unlinked }) = rt.call(id, &mut [Arg::I64(1)], RetType::I64)
+        else {
+            panic!("a null read did not fault");
+        };
+        assert_eq!(plugin, "crash");
+        assert_eq!(fault.kind_name(), "signal");
+        assert_eq!(unlinked, ["crash"]);
+        assert_eq!(rt.lookup("crash"), None);
+        the_others_answer(&rt);
+        // The faulty transform too.
+        let faulty = rt.create("faulty", Code::Source(FAULTY)).unwrap();
+        let input = [1u8; 12];
+        let mut out = vec![0u8; 28];
+        let r = rt.call(
+            faulty,
+            &mut [Arg::In(&input), Arg::I64(2), Arg::I64(2), Arg::Out(&mut out), Arg::I64(28)],
+            RetType::I64,
+        );
+        assert!(matches!(r, Err(RuntimeError::PluginFault { .. })), "{r:?}");
+        the_others_answer(&rt);
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn a_plugin_past_its_quantum_in_an_mpk_runtime_is_unlinked_and_the_others_answer() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        let spin = "long spin(long x) { volatile long n = x; for (;;) n++; return n; }\n";
+        let id = rt.create("spin", Code::Source(spin)).unwrap();
+        let Err(RuntimeError::PluginFault { plugin, fault, .. }) = rt.call(id, &mut [Arg::I64(1)], RetType::I64) else {
+            panic!("an endless loop returned");
+        };
+        assert_eq!(plugin, "spin");
+        assert_eq!(fault.kind_name(), "timeout");
+        the_others_answer(&rt);
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn a_plugin_overrunning_its_buffer_in_an_mpk_runtime_is_unlinked_and_the_others_answer() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        let overrun = "#include <stdint.h>\nint64_t overrun(uint8_t *out, int64_t len) {\n    for (int64_t i = 0; \
+                       i < len + 65536; i++) out[i] = 7;\n    return len;\n}\n";
+        let id = rt.create("overrun", Code::Source(overrun)).unwrap();
+        let mut out = vec![0u8; 1000];
+        let r = rt.call(id, &mut [Arg::Out(&mut out), Arg::I64(1000)], RetType::I64);
+        assert!(matches!(r, Err(RuntimeError::PluginFault { .. })), "{r:?}");
+        assert!(out.iter().all(|&b| b == 0), "the failed call's output was not copied back");
+        the_others_answer(&rt);
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn source_that_crashes_the_compiler_in_an_mpk_runtime_costs_a_recovery() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        // Nesting deep enough to overflow the compiler's stack as it parses.
+        let depth = 2_000_000;
+        let source = format!("long deep(void) {{ return {}1{}; }}\n", "(".repeat(depth), ")".repeat(depth));
+        match rt.create("deep", Code::Source(&source)) {
+            Err(RuntimeError::CompilerFault { plugin, .. }) => assert_eq!(plugin, "deep"),
+            other => panic!("the compiler survived {depth} parentheses: {other:?}"),
+        }
+        assert_eq!(rt.lookup("deep"), None);
+        the_others_answer(&rt);
+    }
+
+    /// Whether the page holding `addr` is mapped executable in this process (the test's, which holds the domain).
+    fn executable(addr: u64) -> bool {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().any(|line| {
+            let mut fields = line.split_whitespace();
+            let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { return false };
+            let Some((from, to)) = range.split_once('-') else { return false };
+            let (from, to) = (u64::from_str_radix(from, 16).unwrap(), u64::from_str_radix(to, 16).unwrap());
+            (from..to).contains(&addr) && perms.as_bytes().get(2) == Some(&b'x')
+        })
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn the_code_of_a_deleted_or_failed_plugin_is_executable_no_more() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        let whereabouts = "long here(void) { return (long)(void *)here; }\n";
+        let here = rt.create("here", Code::Source(whereabouts)).unwrap();
+        let at = rt.call(here, &mut [], RetType::I64).unwrap().as_i64().unwrap() as u64;
+        assert!(executable(at), "a linked plugin's code is executable");
+        rt.delete("here").unwrap();
+        assert!(!executable(at), "a deleted plugin's code page is back to read-write");
+        let fragile =
+            "long fragile(long x) {\n    if (x) return *(volatile long *)0;\n    return (long)(void *)fragile;\n}\n";
+        // Alone in its runtime, so that the plugins linked again after the fault make no page executable.
+        let lone = Runtime::open(&sup, "lone", &options(Isolation::Mpk)).unwrap();
+        let fragile = lone.create("fragile", Code::Source(fragile)).unwrap();
+        let at = lone.call(fragile, &mut [Arg::I64(0)], RetType::I64).unwrap().as_i64().unwrap() as u64;
+        assert!(executable(at));
+        let r = lone.call(fragile, &mut [Arg::I64(1)], RetType::I64);
+        assert!(matches!(r, Err(RuntimeError::PluginFault { .. })), "{r:?}");
+        assert!(!executable(at), "after the recovery, the failed plugin's code page is not executable");
+        the_others_answer(&rt);
+    }
+
+    #[test]
+    #[ignore = "needs PKU"]
+    fn a_plugin_in_an_mpk_runtime_calls_a_built_in_of_the_host() {
+        let sup = Supervisor::new(Policy::default());
+        let rt = runtime_with_basics(&sup);
+        let seen = Arc::new(AtomicI64::new(0));
+        let seen_by_host = seen.clone();
+        rt.builtin("host_scale", Signature::new(&[ValType::I64], RetType::I64), move |args| {
+            let x = args.first().and_then(Value::as_i64).unwrap_or(0);
+            seen_by_host.fetch_add(1, Ordering::SeqCst);
+            Value::I64(x * 3)
+        })
+        .unwrap();
+        let source = "long host_scale(long);\nlong scaled(long x) { return host_scale(x) + 1; }\n";
+        let id = rt.create("scaled", Code::Source(source)).unwrap();
+        assert_eq!(rt.call(id, &mut [Arg::I64(5)], RetType::I64).unwrap(), Value::I64(16));
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        // After a crash elsewhere the plugin is linked again and still reaches the host.
+        let crash = rt.create("crash", Code::Source("long crash(void) { return *(volatile long *)8; }")).unwrap();
+        assert!(matches!(rt.call(crash, &mut [], RetType::I64), Err(RuntimeError::PluginFault { .. })));
+        assert_eq!(rt.call(id, &mut [Arg::I64(7)], RetType::I64).unwrap(), Value::I64(22));
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+        the_others_answer(&rt);
+    }
+}

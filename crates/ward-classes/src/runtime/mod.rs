@@ -29,6 +29,8 @@ pub use diagnostics::{Diagnostic, Severity};
 use crate::ClassError;
 
 const ADAPTER: &str = "ward_runtime_adapter";
+/// The adapter built without shared objects, for runtimes whose domain is mpk (see [`adapter_for`]).
+const ADAPTER_MPK: &str = "ward_runtime_adapter_mpk";
 /// Room for the compiler's messages about one plugin.
 const REPORT_BYTES: usize = 16 * 1024;
 /// Integer (or pointer) arguments a plugin call carries; float arguments do not count.
@@ -81,7 +83,8 @@ pub enum Code<'a> {
     Source(&'a str),
     /// An ELF relocatable object for x86-64 (`cc -c`), linked in the runtime's domain.
     Object(&'a [u8]),
-    /// A shared object, loaded in the runtime's domain (a process domain: with its own C library).
+    /// A shared object, loaded in the runtime's domain (a process domain: with its own C library). A runtime in an
+    /// mpk domain links none: its `create` is a compile error saying so.
     Shared(&'a Path),
 }
 
@@ -222,7 +225,7 @@ impl Runtime {
     /// Start a runtime named `name` (the name its policy section has) in a domain of its own.
     pub fn open(supervisor: &Supervisor, name: &str, options: &RuntimeOptions) -> Result<Runtime, RuntimeError> {
         check_name(name, "a runtime name")?;
-        let adapter = crate::adapters::path(ADAPTER)?;
+        let adapter = crate::adapters::path(adapter_for(supervisor, name, options.isolation))?;
         let state = FunctionPolicy { state: true, ..FunctionPolicy::default() };
         let link = FunctionPolicy {
             retryable: false,
@@ -608,6 +611,17 @@ impl Drop for Runtime {
         if let Err(e) = self.close.call(&mut [Arg::Handle(self.handle)], RetType::I64) {
             tracing::debug!(runtime = %self.name, error = %e, "closing the runtime");
         }
+    }
+}
+
+/// The adapter a runtime's domain runs. An mpk domain takes code only through ward's loader, never the dynamic
+/// linker, so a runtime whose domain will be mpk (asked for, or `auto` on a processor with protection keys) runs the
+/// adapter built without shared objects: `Code::Shared` is then a compile error saying so.
+fn adapter_for(supervisor: &Supervisor, name: &str, isolation: Option<Isolation>) -> &'static str {
+    match isolation.unwrap_or_else(|| supervisor.policy().for_extension(name).isolation) {
+        Isolation::Mpk => ADAPTER_MPK,
+        Isolation::Auto if ward::mpk_available() => ADAPTER_MPK,
+        _ => ADAPTER,
     }
 }
 

@@ -173,8 +173,9 @@ const GROUPS: &[Group] = &[
         names: &["__cxa_atexit", "__cxa_finalize"],
     },
     // Anonymous private mappings come from the domain's heap, and re-protection is limited to the heap's pages,
-    // read and write at most, with the domain's key: a guard page an extension makes still faults, and nothing
-    // becomes executable or changes key. Files, shared memory and fixed addresses are refused when called.
+    // with the domain's key: a guard page an extension makes still faults, and nothing changes key. Heap pages
+    // become executable only read-only and once scanned as the loader scans an image (code a compiler in the
+    // domain makes). Files, shared memory and fixed addresses are refused when called.
     Group {
         id: "domain-mappings",
         class: DomainRuntime,
@@ -225,6 +226,15 @@ const GROUPS: &[Group] = &[
             "seed48",
             "lcong48",
         ],
+    },
+    // Non-local jumps (libtcc recovers from a compile error with one): the runtime's own save and restore of the
+    // registers, with no pointer mangling (the guard is in the host's thread block) and no signal mask (the domain
+    // cannot change its own). `__longjmp_chk` refuses a frame that has returned, as glibc's does.
+    Group {
+        id: "jumps",
+        class: DomainRuntime,
+        why: "setjmp and longjmp of the domain runtime, without system calls",
+        names: &["_setjmp", "setjmp", "__sigsetjmp", "longjmp", "_longjmp", "siglongjmp", "__longjmp_chk"],
     },
     // strtok's position, likewise: the domain's own.
     Group { id: "strtok", class: DomainRuntime, why: "strtok's position of the domain's own", names: &["strtok"] },
@@ -1082,6 +1092,9 @@ mod tests {
         }
         for name in ["__cxa_atexit", "__cxa_finalize", "__tls_get_addr", "rand", "srand", "random", "qsort", "strtok"] {
             assert_eq!(class(name), DomainRuntime, "{name}");
+        }
+        for name in ["_setjmp", "__sigsetjmp", "longjmp", "__longjmp_chk", "siglongjmp"] {
+            assert_eq!(id(name, None), "jumps", "{name}");
         }
         for name in ["mmap", "munmap", "mprotect", "sysconf", "pthread_mutex_lock", "pthread_mutex_unlock"] {
             assert_eq!(class(name), DomainRuntime, "{name}");

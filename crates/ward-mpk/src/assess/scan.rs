@@ -71,29 +71,33 @@ const MOD_REGISTER: u8 = 3;
 
 /// Every offset in `code` where an instruction that can write PKRU begins, in increasing order.
 pub fn find_forbidden(code: &[u8]) -> Vec<(usize, Forbidden)> {
-    let mut found = Vec::new();
-    for (at, window) in code.windows(3).enumerate() {
-        if window[0] != ESCAPE {
-            continue;
-        }
-        let (opcode, modrm) = (window[1], window[2]);
-        let memory = modrm_mod(modrm) != MOD_REGISTER;
-        let hit = if *window == WRPKRU {
-            Some(Forbidden::Wrpkru)
-        } else if opcode == GROUP_15 && memory && modrm_reg(modrm) == XRSTOR_REG {
-            Some(Forbidden::Xrstor)
-        } else if opcode == GROUP_9 && memory && modrm_reg(modrm) == XRSTORS_REG {
-            Some(Forbidden::Xrstors)
-        } else if opcode == GROUP_15 && !memory && modrm_reg(modrm) == WRFSBASE_REG {
-            Some(Forbidden::Wrfsbase)
-        } else {
-            None
-        };
-        if let Some(kind) = hit {
-            found.push((at, kind));
-        }
+    code.windows(3).enumerate().filter_map(|(at, window)| forbidden_at(window).map(|kind| (at, kind))).collect()
+}
+
+/// The first offset in `code` where such an instruction begins, if any. It allocates nothing: the domain runtime
+/// scans code made at run time with it, inside the domain, where the host's heap is not to be written.
+pub fn first_forbidden(code: &[u8]) -> Option<(usize, Forbidden)> {
+    code.windows(3).enumerate().find_map(|(at, window)| forbidden_at(window).map(|kind| (at, kind)))
+}
+
+/// The forbidden instruction the three bytes `window` begin, if any.
+fn forbidden_at(window: &[u8]) -> Option<Forbidden> {
+    if window.len() < 3 || window[0] != ESCAPE {
+        return None;
     }
-    found
+    let (opcode, modrm) = (window[1], window[2]);
+    let memory = modrm_mod(modrm) != MOD_REGISTER;
+    if window[..3] == WRPKRU {
+        Some(Forbidden::Wrpkru)
+    } else if opcode == GROUP_15 && memory && modrm_reg(modrm) == XRSTOR_REG {
+        Some(Forbidden::Xrstor)
+    } else if opcode == GROUP_9 && memory && modrm_reg(modrm) == XRSTORS_REG {
+        Some(Forbidden::Xrstors)
+    } else if opcode == GROUP_15 && !memory && modrm_reg(modrm) == WRFSBASE_REG {
+        Some(Forbidden::Wrfsbase)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -172,6 +176,14 @@ mod tests {
             let wrfsbase = modrm_reg(modrm) == 2 && modrm >> 6 == 3;
             assert_eq!(!find_forbidden(&code).is_empty(), xrstor || wrfsbase, "modrm {modrm:#04x}");
         }
+    }
+
+    #[test]
+    fn the_first_hit_is_the_first_of_all_hits() {
+        let code = [0x90, 0x0f, 0xae, 0x2f, 0x0f, 0x01, 0xef];
+        assert_eq!(first_forbidden(&code), find_forbidden(&code).first().copied());
+        assert_eq!(first_forbidden(&code), Some((1, Forbidden::Xrstor)));
+        assert_eq!(first_forbidden(&[0x0f, 0xae, 0xe8, 0xc3]), None);
     }
 
     #[test]

@@ -1,8 +1,16 @@
 //! Anonymous mappings and their protections, inside the domain: `mmap` hands out zeroed, page-aligned memory from
 //! the domain's heap (so it carries the domain's key, counts against its quota and is restored with it), and
-//! `mprotect` changes the protection of heap pages with the domain's key, read and write at most: a guard page
-//! an extension makes faults as it would in a process, and nothing the domain does makes a page executable or
-//! gives it another key. `sysconf` answers what such code asks it (the page size, the processor count).
+//! `mprotect` changes the protection of heap pages with the domain's key: a guard page an extension makes faults as
+//! it would in a process, and nothing the domain does gives a page another key.
+//!
+//! Code made at run time (a compiler in the domain, as the runtime class's libtcc) becomes executable here, on the
+//! domain's own terms: only heap pages, only read and execute (never writable and executable at once, so the bytes
+//! checked are the bytes run), and only once the scan the loader runs on every image (`assess::scan`) finds no
+//! instruction an mpk domain may not hold in them, nor across the edge of an executable page beside them; a page
+//! that holds one stays as it was and `mprotect` fails with `EPERM`. Pages made executable go back to read-write,
+//! not executable, when their mapping is unmapped; a restore of the domain's memory makes the whole heap
+//! read-write first and never re-applies an executable protection. `sysconf` answers what such code asks it (the
+//! page size, the processor count).
 
 use std::ffi::c_void;
 
@@ -21,6 +29,10 @@ pub struct Protection {
 }
 
 const READ_WRITE: i32 = libc::PROT_READ | libc::PROT_WRITE;
+const READ_EXECUTE: i32 = libc::PROT_READ | libc::PROT_EXEC;
+/// Bytes an instruction the scan refuses spans past its first: an executable page beside the range is scanned
+/// this far into it.
+const SCAN_REACH: usize = 2;
 
 /// `pkey_mprotect` made from inside the domain, as a raw system call: the runtime calls no library code.
 pub(super) fn pkey_mprotect(start: usize, len: usize, prot: i32, key: u32) -> i64 {
@@ -51,7 +63,8 @@ pub(super) fn ranges(b: &RuntimeBlock) -> Vec<(usize, usize, i32)> {
         .filter_map(|p| {
             let end = p.start.checked_add(p.len)?;
             let inside = p.start >= b.heap_start && end <= b.heap_end && p.start.is_multiple_of(page);
-            inside.then_some((p.start, p.len, p.prot & READ_WRITE))
+            // Executable pages are not made so again: they come back read-write (the heap's own protection).
+            (inside && p.prot & libc::PROT_EXEC == 0).then_some((p.start, p.len, p.prot & READ_WRITE))
         })
         .collect()
 }
@@ -166,10 +179,13 @@ pub(super) unsafe extern "C" fn rt_mprotect(
 
 /// Changes the protection of heap pages `[addr, addr + len)` and remembers it for a restore.
 fn protect(b: &mut RuntimeBlock, addr: usize, len: usize, prot: i32) -> i32 {
-    if prot & !READ_WRITE != 0 {
-        // Executable pages would be code the loader never scanned for WRPKRU.
+    let executable = prot & libc::PROT_EXEC != 0;
+    if prot & !(READ_WRITE | libc::PROT_EXEC) != 0 || (executable && prot & libc::PROT_WRITE != 0) {
+        // Writable code could be changed after the scan below; other bits (PROT_GROWSDOWN, say) have no heap use.
         return fail(libc::EACCES);
     }
+    // Executable pages are readable: the scan reads them, and the code's own constants are there.
+    let prot = if executable { READ_EXECUTE } else { prot };
     let Some(len) = len.checked_next_multiple_of(b.page) else {
         return fail(libc::ENOMEM);
     };
@@ -180,6 +196,11 @@ fn protect(b: &mut RuntimeBlock, addr: usize, len: usize, prot: i32) -> i32 {
     }
     if len == 0 {
         return 0;
+    }
+    if executable {
+        if let Err(errno) = scannable(b, addr, len) {
+            return fail(errno);
+        }
     }
     let n = b.protected_count.min(PROTECTED_SLOTS);
     match b.protected[..n].iter().position(|p| p.start == addr && p.len == len) {
@@ -199,6 +220,39 @@ fn protect(b: &mut RuntimeBlock, addr: usize, len: usize, prot: i32) -> i32 {
         return fail((-r) as i32);
     }
     0
+}
+
+/// The protection the domain gave the heap page at `page_at` (read-write unless it changed it).
+fn protection_of(b: &RuntimeBlock, page_at: usize) -> i32 {
+    let n = b.protected_count.min(PROTECTED_SLOTS);
+    // The latest change covering the page is the one in force.
+    b.protected[..n]
+        .iter()
+        .rev()
+        .find(|p| p.start <= page_at && page_at - p.start < p.len)
+        .map_or(READ_WRITE, |p| p.prot)
+}
+
+/// Whether the heap pages `[addr, addr + len)` (page-aligned, inside the used heap) may become executable: every
+/// page readable now, and no instruction the loader refuses in their bytes, nor across the edge into an executable
+/// page beside them. `Err` carries the errno: `EACCES` for an unreadable page, `EPERM` for a forbidden instruction.
+fn scannable(b: &RuntimeBlock, addr: usize, len: usize) -> Result<(), i32> {
+    let page = b.page;
+    let end = addr + len;
+    if (addr..end).step_by(page).any(|p| protection_of(b, p) & libc::PROT_READ == 0) {
+        return Err(libc::EACCES);
+    }
+    let beside_executable =
+        |p: usize| p >= b.heap_start && p < b.heap_top && protection_of(b, p) & libc::PROT_EXEC != 0;
+    let from = if addr >= page && beside_executable(addr - page) { addr - SCAN_REACH } else { addr };
+    let to = if beside_executable(end) { end + SCAN_REACH } else { end };
+    // SAFETY: [addr, end) is heap memory the domain can read (every page checked readable above); the bytes added
+    // at either end lie in an executable page of the heap, readable too.
+    let code = unsafe { std::slice::from_raw_parts(from as *const u8, to - from) };
+    match crate::assess::scan::first_forbidden(code) {
+        Some(_) => Err(libc::EPERM),
+        None => Ok(()),
+    }
 }
 
 /// # Safety
@@ -255,7 +309,7 @@ mod tests {
     }
 
     #[test]
-    fn mprotect_refuses_execute_and_memory_outside_the_heap() {
+    fn mprotect_refuses_memory_outside_the_heap() {
         // SAFETY: the thunk contract: `bp` is a block laid out by `fresh`, alive for the test, whose heap the mappings
         // come from.
         unsafe {
@@ -263,13 +317,50 @@ mod tests {
             let mut b = fresh(&mut heap);
             let bp: *mut RuntimeBlock = &mut **b;
             let p = rt_mmap(0, 8192, READ_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, bp) as usize;
-            assert_eq!(rt_mprotect(p, 4096, libc::PROT_READ | libc::PROT_EXEC, 0, 0, bp), -1);
-            assert_eq!(super::super::errno(), libc::EACCES);
             let outside = b.heap_end;
             assert_eq!(rt_mprotect(outside, 4096, libc::PROT_READ, 0, 0, bp), -1);
             assert_eq!(rt_mprotect(p + 1, 4096, libc::PROT_READ, 0, 0, bp), -1);
             assert_eq!(super::super::errno(), libc::EINVAL);
             assert!(ranges(&b).is_empty(), "nothing refused is remembered");
+        }
+    }
+
+    #[test]
+    fn heap_pages_become_executable_only_read_only_and_only_without_forbidden_instructions() {
+        // Only the refusals reach no system call: making the pages executable (pkey_mprotect) needs a processor
+        // with protection keys, and the mpk runtime tests do it.
+        // SAFETY: the thunk contract: `bp` is a block laid out by `fresh`, alive for the test, whose heap the mappings
+        // come from; the bytes written lie in the two pages mapped at `p`, read-write.
+        unsafe {
+            let mut heap = vec![0u8; 1 << 20];
+            let mut b = fresh(&mut heap);
+            let bp: *mut RuntimeBlock = &mut **b;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            let page = b.page;
+            let p = rt_mmap(0, 2 * page, READ_WRITE, flags, -1, bp) as usize;
+            let rwx = libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC;
+            assert_eq!(rt_mprotect(p, page, rwx, 0, 0, bp), -1, "writable and executable at once");
+            assert_eq!(super::super::errno(), libc::EACCES);
+            // WRPKRU in the second page.
+            std::ptr::copy_nonoverlapping([0x0f, 0x01, 0xef].as_ptr(), (p + page) as *mut u8, 3);
+            assert_eq!(rt_mprotect(p + page, page, READ_EXECUTE, 0, 0, bp), -1);
+            assert_eq!(super::super::errno(), libc::EPERM);
+            assert!(ranges(&b).is_empty(), "nothing refused is remembered");
+            assert_eq!(scannable(&b, p, page), Ok(()), "the first page holds none");
+            // A forbidden instruction across the edge of an executable page: the first page's last byte starts one
+            // that the second page ends.
+            *((p + page - 1) as *mut u8) = 0x0f;
+            *((p + page) as *mut [u8; 3]) = [0x01, 0xef, 0x90];
+            assert_eq!(scannable(&b, p + page, page), Ok(()), "beside a page that is not executable");
+            b.protected[0] = Protection { start: p, len: page, prot: READ_EXECUTE };
+            b.protected_count = 1;
+            assert_eq!(protection_of(&b, p), READ_EXECUTE);
+            assert_eq!(protection_of(&b, p + page), READ_WRITE);
+            assert_eq!(scannable(&b, p + page, page), Err(libc::EPERM), "beside an executable page");
+            assert!(ranges(&b).is_empty(), "executable pages are never made so again by a restore");
+            // A page made inaccessible is not scanned.
+            b.protected[0] = Protection { start: p, len: page, prot: libc::PROT_NONE };
+            assert_eq!(scannable(&b, p, page), Err(libc::EACCES));
         }
     }
 

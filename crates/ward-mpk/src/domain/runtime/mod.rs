@@ -1,5 +1,5 @@
 //! The domain runtime: ward's own implementation of the imports an mpk domain cannot take from the host's libc
-//! (its heap, errno, atexit list and random-number state), and the functions that turn `exit`, `abort` and their
+//! (its heap, errno, atexit list, random-number state, and `setjmp`/`longjmp`), and the functions that turn `exit`, `abort` and their
 //! kind into faults.
 //!
 //! Every function here runs inside the domain, on its stack, with its rights: it reads host memory at most and
@@ -32,6 +32,7 @@ use std::ops::{Deref, DerefMut};
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+mod jumps;
 mod libfault;
 mod libraries;
 mod locks;
@@ -248,6 +249,9 @@ pub fn function(name: &str) -> Option<Raw> {
         "dlsym" => libraries::rt_dlsym as Raw,
         "dlerror" => libraries::rt_dlerror as Raw,
         "dlclose" => libraries::rt_dlclose as Raw,
+        "_setjmp" | "setjmp" | "__sigsetjmp" => jumps::setjmp(),
+        "longjmp" | "_longjmp" | "siglongjmp" => jumps::longjmp(),
+        "__longjmp_chk" => jumps::longjmp_checked(),
         _ => return None,
     };
     Some(f)
