@@ -213,6 +213,8 @@ pub struct Runtime {
     builtins: Mutex<Vec<Callback>>,
     /// When the heap was last saved.
     snapshot: Mutex<Instant>,
+    /// The policy's `checkpoint_ms`: how often the heap is saved (zero: never).
+    snapshot_period: Duration,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -282,6 +284,7 @@ impl Runtime {
                 })
             }
         };
+        let snapshot_period = ext.policy().checkpoint;
         let runtime = Runtime {
             name: name.to_string(),
             handle,
@@ -292,6 +295,7 @@ impl Runtime {
             table: RwLock::new(Table::default()),
             builtins: Mutex::new(Vec::new()),
             snapshot: Mutex::new(Instant::now()),
+            snapshot_period,
         };
         for (header, text) in HEADERS {
             runtime.header(header, text)?;
@@ -592,7 +596,7 @@ impl Runtime {
 
     /// After a call: save the heap when the policy's checkpoint period has passed since the last save.
     fn maybe_snapshot(&self) {
-        let period = self.ext.policy().checkpoint;
+        let period = self.snapshot_period;
         if period.is_zero() || self.heap_bytes == 0 {
             return;
         }

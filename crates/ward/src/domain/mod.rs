@@ -169,6 +169,8 @@ pub(crate) struct Domain {
     policy: ExtensionPolicy,
     events: Arc<EventBus>,
     lock: ReentrantMutex<RefCell<State>>,
+    /// The state's handle map, shared: a plain call (`plain`) translates a handle without the domain's lock.
+    handles: Arc<Mutex<HandleMap>>,
     /// Whether the thread holding `lock` is out in a host callback, for threads waiting for it.
     callbacks: CallbackWatch,
     /// The running incarnation (a copy of the state's), for a fault made without the lock.
@@ -268,6 +270,7 @@ impl Domain {
             escalation: None,
             policy,
             events,
+            handles: state.handles.clone(),
             lock: ReentrantMutex::new(RefCell::new(state)),
             callbacks: CallbackWatch::default(),
             incarnation: AtomicU64::new(1),

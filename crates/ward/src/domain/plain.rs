@@ -3,8 +3,8 @@
 //!
 //! Such a domain cannot fail on its own (a fault in the extension is the host's), so a call of it has no deadline
 //! to keep, nothing to recover, no history to keep, and nothing to learn. What the core still does for other
-//! calls (the domain's lock, the symbol table, handle translation, the shadow log) is needed only by functions the
-//! policy marks `state` or `destroys`, by handles and scratch copies, and once the domain has been recovered (a
+//! calls (the domain's lock, the symbol table, the shadow log) is needed only by functions the policy marks `state`
+//! or `destroys`, by functions returning handles, by scratch copies, and once the domain has been recovered (a
 //! class wrapper's `declare_fault`): those calls take the full path, [`Domain::call`]. A plain call takes no lock
 //! (calls are as concurrent as the host makes them, as without ward), allocates nothing and formats nothing.
 
@@ -46,8 +46,8 @@ impl Domain {
     }
 
     /// A plain call of `f`, or `None` when this call needs the full path: the domain was recovered since, the
-    /// result is a handle, or an argument is a handle, a scratch buffer, a callback without a stub, or one more
-    /// than its registers hold (the full path says which).
+    /// result is a handle, or an argument is a handle the full path must report, a scratch buffer, a callback
+    /// without a stub, or one more than its registers hold (the full path says which).
     #[inline]
     pub(crate) fn call_plain(&self, f: PlainFunction, args: &mut [Arg<'_>], ret: RetType) -> Option<Value> {
         if !self.plain_calls.load(Ordering::Acquire) || ret == RetType::Handle {
@@ -66,7 +66,12 @@ impl Domain {
                 Arg::Str(s) => regs.push_int(s.as_ptr() as u64),
                 // Without isolation the host's own `Callback` keeps the slot alive: nothing to track.
                 Arg::Callback(c) => regs.push_int(ward_abi::callback_stub(c.slot())? as u64),
-                Arg::Handle(_) | Arg::Scratch(_) => return None,
+                // A domain never recovered has each handle's first object: no replay has moved it.
+                Arg::Handle(h) => match self.handles.lock().unwrap_or_else(|e| e.into_inner()).object(*h) {
+                    Some(object) if object != 0 => regs.push_int(object),
+                    _ => return None,
+                },
+                Arg::Scratch(_) => return None,
             };
             packed.ok()?;
         }
