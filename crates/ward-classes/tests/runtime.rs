@@ -422,3 +422,29 @@ fn runtimes_sharing_a_process_keep_their_own_plugins_and_heaps() {
     assert_eq!(two.call(count_two, &mut [], RetType::I64).unwrap(), Value::I64(2));
     assert_eq!(add(&two, 1, 1), 2);
 }
+
+#[test]
+fn a_hostile_plugin_in_a_process_runtime_meets_the_sandbox_and_the_others_answer() {
+    // The system call filter is what stops a plugin that calls the kernel itself; ward always installs it (it needs
+    // no privilege), so this test has nothing to skip.
+    let sup = supervisor("");
+    let rt = runtime_with_basics(&sup, Isolation::Process);
+    // The compiler reads no file: an #include names only what the runtime was given.
+    let Err(RuntimeError::Compile { first, .. }) =
+        rt.create("snoop", Code::Source("#include \"/etc/passwd\"\nlong snoop(void) { return 0; }\n"))
+    else {
+        panic!("a source including /etc/passwd compiled");
+    };
+    assert!(first.message.contains("not found"), "{first}");
+    // socket(AF_INET, SOCK_STREAM, 0) made directly, past the C library the runtime offers.
+    let socket = "long net(void) {\n    long r;\n    __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(41L), \"D\"(2L), \
+                  \"S\"(1L), \"d\"(0L) : \"rcx\", \"r11\", \"memory\");\n    return r;\n}\n";
+    let net = rt.create("net", Code::Source(socket)).unwrap();
+    let Err(RuntimeError::PluginFault { plugin, fault, .. }) = rt.call(net, &mut [], RetType::I64) else {
+        panic!("a plugin opened a socket in a sandboxed runtime");
+    };
+    assert_eq!(plugin, "net");
+    assert!(fault.to_string().contains("sandbox"), "{fault}");
+    assert_eq!(add(&rt, 2, 2), 4);
+    assert_eq!(gray(&rt), GRAY_PIXELS);
+}

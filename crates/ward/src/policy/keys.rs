@@ -124,7 +124,8 @@ policy_section! {
             "history_replay_ms", Extension, set Option<Duration> => millis_or_zero(" (0 = no history)");
         /// How much of the stream (audio time, not the clock's) passes between checkpoints of an instance whose
         /// plugin can save its state (LV2's `state:interface`): the class saves it and a restart restores the last
-        /// save and replays only the history since (docs/RELIABILITY.md, "Checkpoints"); zero: never.
+        /// save and replays only the history since (docs/RELIABILITY.md, "Checkpoints"); for a runtime, the least
+        /// time (the clock's) between snapshots of its heap, which a restart restores; zero: never.
         checkpoint: Duration = DEFAULT_CHECKPOINT;
             "checkpoint_ms", Extension, set Option<Duration> => millis_or_zero(" (0 = no checkpoints)");
         /// A run-time library fault injected into the extension's own calls to its C library (fault testing;
