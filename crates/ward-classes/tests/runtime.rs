@@ -437,7 +437,8 @@ fn a_hostile_plugin_in_a_process_runtime_meets_the_sandbox_and_the_others_answer
     };
     assert!(first.message.contains("not found"), "{first}");
     // socket(AF_INET, SOCK_STREAM, 0) made directly, past the C library the runtime offers.
-    let socket = "long net(void) {\n    long r;\n    __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(41L), \"D\"(2L), \
+    let socket =
+        "long net(void) {\n    long r;\n    __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(41L), \"D\"(2L), \
                   \"S\"(1L), \"d\"(0L) : \"rcx\", \"r11\", \"memory\");\n    return r;\n}\n";
     let net = rt.create("net", Code::Source(socket)).unwrap();
     let Err(RuntimeError::PluginFault { plugin, fault, .. }) = rt.call(net, &mut [], RetType::I64) else {
