@@ -369,6 +369,9 @@ impl Backend {
     fn name(self) -> String {
         match self {
             Backend::Native => "native (cc -O2)".into(),
+            Backend::Ward(Isolation::Process) => {
+                format!("ward process x{}", WardTransforms::default_pool(Isolation::Process))
+            }
             Backend::Ward(isolation) => format!("ward {isolation}"),
             Backend::Wasm => "wasmtime".into(),
         }
@@ -379,7 +382,8 @@ impl Backend {
             Backend::Native => Arc::new(NativeTransforms::with_config(NativeConfig::default())),
             Backend::Ward(isolation) => {
                 let policy = Policy::from_toml_str("[defaults]\ncheckpoint_ms = 0\n", "the benchmark's policy")?;
-                Arc::new(WardTransforms::new(policy, isolation, Duration::from_secs(10))?)
+                let pool = WardTransforms::default_pool(isolation);
+                Arc::new(WardTransforms::new(policy, isolation, Duration::from_secs(10), pool)?)
             }
             Backend::Wasm => Arc::new(WasmTransforms::new(Duration::from_secs(10)).map_err(anyhow::Error::msg)?),
         };

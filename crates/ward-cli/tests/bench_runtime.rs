@@ -41,7 +41,10 @@ fn the_runtime_benchmark_reports_every_group_in_one_run() {
     assert!(variants("null call").iter().any(|v| v == "wasmtime call"));
     // The image server: every image for every backend, with native's ratio beside the others.
     let server = group("server");
-    for backend in ["native (cc -O2)", "ward none", "ward process", "wasmtime"] {
+    let pool = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for backend in
+        ["native (cc -O2)".to_string(), "ward none".into(), format!("ward process x{pool}"), "wasmtime".into()]
+    {
         let images: Vec<&str> =
             server.iter().filter(|l| l["backend"] == backend).filter_map(|l| l["image"].as_str()).collect();
         assert_eq!(images.len(), 4, "{backend}: {images:?}");

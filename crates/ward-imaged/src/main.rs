@@ -44,9 +44,13 @@ enum Command {
         /// The ward backend's quantum: a transform running longer is a fault.
         #[arg(long, default_value_t = 2000)]
         quantum_ms: u64,
-        /// A ward policy file (TOML) for the ward backend; its runtime is named `imaged`.
+        /// A ward policy file (TOML) for the ward backend; its runtimes are named `imaged`.
         #[arg(long)]
         policy: Option<PathBuf>,
+        /// The ward backend's runtimes, each transform linked into all and requests taken in turn (0: one per
+        /// processor with isolation process, whose domain serves one call at a time; one otherwise).
+        #[arg(long, default_value_t = 0)]
+        runtimes: usize,
     },
     /// Load a server: keep-alive connections requesting one image, transformed or not, for a while.
     Load {
@@ -105,8 +109,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("tokio runtime")?;
     match cli.command {
-        Command::Serve { listen, backend, images, cc, isolation, quantum_ms, policy } => {
-            let transforms = transforms(backend, cc, isolation, Duration::from_millis(quantum_ms), policy)?;
+        Command::Serve { listen, backend, images, cc, isolation, quantum_ms, policy, runtimes } => {
+            let quantum = Duration::from_millis(quantum_ms);
+            let transforms = transforms(backend, cc, isolation, quantum, policy, runtimes)?;
             runtime.block_on(serve(listen, transforms, &images))
         }
         Command::Load { url, transform, image, connections, duration, json } => {
@@ -134,6 +139,7 @@ fn transforms(
     isolation: Isolation,
     quantum: Duration,
     policy: Option<PathBuf>,
+    runtimes: usize,
 ) -> anyhow::Result<Arc<dyn Transforms>> {
     Ok(match backend {
         Backend::Native => {
@@ -145,7 +151,8 @@ fn transforms(
                 Some(path) => Policy::from_file(&path).with_context(|| format!("reading {}", path.display()))?,
                 None => Policy::default(),
             };
-            Arc::new(WardTransforms::new(policy, isolation, quantum).context("starting the ward runtime")?)
+            let runtimes = if runtimes == 0 { WardTransforms::default_pool(isolation) } else { runtimes };
+            Arc::new(WardTransforms::new(policy, isolation, quantum, runtimes).context("starting the ward runtimes")?)
         }
         Backend::Wasm => {
             Arc::new(WasmTransforms::new(quantum).map_err(anyhow::Error::msg).context("starting wasmtime")?)
