@@ -122,7 +122,13 @@ pub fn run(isolation: DemoIsolation, json: bool) -> Result<bool> {
     } else {
         true
     };
-    Ok(faults_ok && well_ok && plugins_ok)
+    // Likewise a runtime: a plugin's crash under `none` would be the host's.
+    let runtime_ok = match isolation {
+        DemoIsolation::Process => crate::hosts::demo_runtime::run(Isolation::Process, json)?,
+        DemoIsolation::Mpk => crate::hosts::demo_runtime::run(Isolation::Mpk, json)?,
+        DemoIsolation::None => true,
+    };
+    Ok(faults_ok && well_ok && plugins_ok && runtime_ok)
 }
 
 /// Whether this machine has protection keys; when not, says so (the mpk part then does not run).

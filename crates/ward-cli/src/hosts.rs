@@ -7,6 +7,7 @@
 pub mod campaign_host;
 pub mod child;
 pub mod demo_plugins;
+pub mod demo_runtime;
 #[allow(unsafe_code)]
 pub mod floor;
 #[allow(unsafe_code)]

@@ -78,6 +78,10 @@ fn demo_contains_every_fault() {
     let well: Vec<&Value> = lines.iter().filter(|l| l["type"] == "well").collect();
     assert_eq!(well.len(), 3, "{lines:#?}");
     assert!(well.iter().all(|w| w["ok"] == true), "{well:#?}");
+    // A runtime: plugins compiled from source in its domain, a crashing one and a compiler crash contained.
+    let runtime: Vec<&Value> = lines.iter().filter(|l| l["type"] == "runtime").collect();
+    assert_eq!(runtime.len(), 5, "{lines:#?}");
+    assert!(runtime.iter().all(|r| r["ok"] == true && r["isolation"] == "process"), "{runtime:#?}");
     assert!(out.status.success(), "exit status {:?}; stderr: {stderr}", out.status);
 }
 
@@ -109,6 +113,9 @@ fn demo_under_mpk_contains_every_fault_an_mpk_domain_can_hold() {
     let well: Vec<&Value> = lines.iter().filter(|l| l["type"] == "well").collect();
     assert_eq!(well.len(), 3, "{lines:#?}");
     assert!(well.iter().all(|w| w["ok"] == true && w["isolation"] == "mpk"), "{well:#?}");
+    let runtime: Vec<&Value> = lines.iter().filter(|l| l["type"] == "runtime").collect();
+    assert_eq!(runtime.len(), 5, "{lines:#?}");
+    assert!(runtime.iter().all(|r| r["ok"] == true && r["isolation"] == "mpk"), "{runtime:#?}");
 }
 
 #[test]
