@@ -772,51 +772,46 @@ WARD_ADAPTER_EXPORT int64_t ward_rt_builtin(struct runtime *rt, const char *name
     return r;
 }
 
-WARD_ADAPTER_EXPORT void *ward_rt_compile(struct runtime *rt, const char *name, const uint8_t *source, uint64_t len,
-                                          char *report, uint64_t report_cap) {
+/* Links the plugin `name` from `bytes` given to the compiler as the in-memory file NAME.EXT: C source ("c") or a
+ * relocatable object ("o"). */
+static struct plugin *link_bytes(struct runtime *rt, const char *name, const char *ext, const uint8_t *bytes,
+                                 uint64_t len, char *report, uint64_t report_cap) {
     struct link l;
     lock();
     struct plugin *p = NULL;
     if (link_start(&l, rt, name, report, report_cap) == 0) {
         char path[160];
-        snprintf(path, sizeof path, WARD_RT_SOURCE_DIR "/%s.c", name);
-        if (file_put(rt, path, source, (size_t)len) == 0) {
-            l.source = (const char *)file_find(rt, path)->data;
-            l.source_len = (size_t)len;
-            /* The source's descriptor is the first free one: the compiler opens it before anything else. */
-            for (int i = 0; i < WARD_RT_OPEN_FILES; i++) {
-                if (open_files[i].file == NULL) {
-                    l.source_fd = WARD_RT_FD_BASE + i;
-                    break;
+        snprintf(path, sizeof path, WARD_RT_SOURCE_DIR "/%s.%s", name, ext);
+        if (file_put(rt, path, bytes, (size_t)len) == 0) {
+            if (strcmp(ext, "c") == 0) {
+                l.source = (const char *)file_find(rt, path)->data;
+                l.source_len = (size_t)len;
+                /* The source's descriptor is the first free one: the compiler opens it before anything else. */
+                for (int i = 0; i < WARD_RT_OPEN_FILES; i++) {
+                    if (open_files[i].file == NULL) {
+                        l.source_fd = WARD_RT_FD_BASE + i;
+                        break;
+                    }
                 }
             }
             p = add(&l, tcc_link(&l, path));
             file_remove(rt, path);
         } else {
-            report_add(&l, "0\t0\terror: out of memory for the source\n");
+            report_add(&l, "0\t0\terror: out of memory for the %s\n", strcmp(ext, "c") == 0 ? "source" : "object");
         }
     }
     unlock();
     return p;
 }
 
+WARD_ADAPTER_EXPORT void *ward_rt_compile(struct runtime *rt, const char *name, const uint8_t *source, uint64_t len,
+                                          char *report, uint64_t report_cap) {
+    return link_bytes(rt, name, "c", source, len, report, report_cap);
+}
+
 WARD_ADAPTER_EXPORT void *ward_rt_link_object(struct runtime *rt, const char *name, const uint8_t *object,
                                               uint64_t len, char *report, uint64_t report_cap) {
-    struct link l;
-    lock();
-    struct plugin *p = NULL;
-    if (link_start(&l, rt, name, report, report_cap) == 0) {
-        char path[160];
-        snprintf(path, sizeof path, WARD_RT_SOURCE_DIR "/%s.o", name);
-        if (file_put(rt, path, object, (size_t)len) == 0) {
-            p = add(&l, tcc_link(&l, path));
-            file_remove(rt, path);
-        } else {
-            report_add(&l, "0\t0\terror: out of memory for the object\n");
-        }
-    }
-    unlock();
-    return p;
+    return link_bytes(rt, name, "o", object, len, report, report_cap);
 }
 
 #ifdef WARD_RT_NO_SHARED

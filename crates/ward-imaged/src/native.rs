@@ -29,7 +29,7 @@ use parking_lot::RwLock;
 use tempfile::TempDir;
 
 use crate::image::Image;
-use crate::transforms::{check_name, ApplyError, Fault, InstallError, RemoveError, Transforms};
+use crate::transforms::{check_upload, ApplyError, Fault, InstallError, RemoveError, Transforms};
 
 /// The transform ABI's header, written into the include directory the compiler is given.
 pub const WARD_IMAGE_H: &str = include_str!("../../../extensions/runtime/ward_image.h");
@@ -207,13 +207,7 @@ fn defined_in(address: *const libc::c_void, object: &Path) -> bool {
 
 impl Transforms for NativeTransforms {
     fn install(&self, name: &str, source: &str) -> Result<(), InstallError> {
-        check_name(name)?;
-        if source.contains('\0') {
-            return Err(InstallError::InvalidSource {
-                name: name.to_owned(),
-                reason: "the source has a NUL byte".into(),
-            });
-        }
+        check_upload(name, source)?;
         if self.installed.read().contains_key(name) {
             return Err(InstallError::NameTaken(name.to_owned()));
         }

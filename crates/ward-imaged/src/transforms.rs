@@ -120,6 +120,16 @@ pub fn check_name(name: &str) -> Result<(), InstallError> {
     }
 }
 
+/// Checks an upload before any backend compiles it: its name (see [`check_name`]) and a source with no NUL byte
+/// (a C string ends at one, so the compiler would see less than the client sent).
+pub fn check_upload(name: &str, source: &str) -> Result<(), InstallError> {
+    check_name(name)?;
+    if source.contains('\0') {
+        return Err(InstallError::InvalidSource { name: name.to_owned(), reason: "the source has a NUL byte".into() });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use ward_classes::runtime::{Code, Runtime, RuntimeError, RuntimeOptions, Severit
 
 use crate::image::Image;
 use crate::native::WARD_IMAGE_H;
-use crate::transforms::{check_name, ApplyError, Fault, InstallError, RemoveError, Transforms};
+use crate::transforms::{check_upload, ApplyError, Fault, InstallError, RemoveError, Transforms};
 
 /// The runtime's name, as a policy file's `[extension.imaged]` section names it.
 pub const RUNTIME_NAME: &str = "imaged";
@@ -117,13 +117,7 @@ fn install_error(name: &str, e: RuntimeError, later: bool) -> InstallError {
 
 impl Transforms for WardTransforms {
     fn install(&self, name: &str, source: &str) -> Result<(), InstallError> {
-        check_name(name)?;
-        if source.contains('\0') {
-            return Err(InstallError::InvalidSource {
-                name: name.to_owned(),
-                reason: "the source has a NUL byte".into(),
-            });
-        }
+        check_upload(name, source)?;
         let _changing = self.changing.lock().unwrap_or_else(|e| e.into_inner());
         for (i, runtime) in self.runtimes.iter().enumerate() {
             if let Err(e) = runtime.create(name, Code::Source(source)) {

@@ -10,7 +10,7 @@ use ward_wasm::{CallError, CompileError, ImageHeader, LoadError, WasmCompiler, W
 
 use crate::image::{Image, OutputError};
 use crate::native::WARD_IMAGE_H;
-use crate::transforms::{check_name, ApplyError, Fault, InstallError, RemoveError, Transforms};
+use crate::transforms::{check_upload, ApplyError, Fault, InstallError, RemoveError, Transforms};
 
 /// Transforms in wasmtime.
 pub struct WasmTransforms {
@@ -31,7 +31,7 @@ impl WasmTransforms {
 
 impl Transforms for WasmTransforms {
     fn install(&self, name: &str, source: &str) -> Result<(), InstallError> {
-        check_name(name)?;
+        check_upload(name, source)?;
         let _installing = self.installing.lock().unwrap_or_else(|e| e.into_inner());
         if self.runtime.plugin(name).is_some() {
             return Err(InstallError::NameTaken(name.to_owned()));
