@@ -686,18 +686,21 @@ static int heap_stubs(struct runtime *rt) {
     return 0;
 }
 
+/* A plugin's code (or library) and record, freed. */
+static void plugin_free(struct plugin *p) {
+    if (p->code != NULL)
+        munmap(p->code, p->code_len);
+#ifndef WARD_RT_NO_SHARED
+    if (p->library != NULL)
+        dlclose(p->library);
+#endif
+    free(p);
+}
+
 static void runtime_free(struct runtime *rt) {
     for (size_t i = 0; i < WARD_RT_MAX_PLUGINS; i++) {
-        struct plugin *p = rt->plugins[i];
-        if (p == NULL)
-            continue;
-        if (p->code != NULL)
-            munmap(p->code, p->code_len);
-#ifndef WARD_RT_NO_SHARED
-        if (p->library != NULL)
-            dlclose(p->library);
-#endif
-        free(p);
+        if (rt->plugins[i] != NULL)
+            plugin_free(rt->plugins[i]);
     }
     for (size_t i = 0; i < rt->file_count; i++)
         free(rt->files[i].data);
@@ -886,13 +889,7 @@ WARD_ADAPTER_EXPORT int64_t ward_rt_unlink(struct plugin *p) {
     for (size_t i = 0; p != NULL && i < WARD_RT_MAX_PLUGINS; i++) {
         if (p->rt->plugins[i] == p) {
             p->rt->plugins[i] = NULL;
-            if (p->code != NULL)
-                munmap(p->code, p->code_len);
-#ifndef WARD_RT_NO_SHARED
-            if (p->library != NULL)
-                dlclose(p->library);
-#endif
-            free(p);
+            plugin_free(p);
             r = 0;
             break;
         }

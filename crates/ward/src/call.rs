@@ -39,6 +39,27 @@ pub enum Arg<'a> {
     Callback(&'a Callback),
 }
 
+impl Arg<'_> {
+    /// The same argument, borrowed again for a shorter while: to pass a caller's arguments on in a call of one's
+    /// own (a runtime puts its plugin's handle before them) without giving up the caller's buffers.
+    pub fn reborrow(&mut self) -> Arg<'_> {
+        match self {
+            Arg::I64(v) => Arg::I64(*v),
+            Arg::U64(v) => Arg::U64(*v),
+            Arg::F64(v) => Arg::F64(*v),
+            Arg::F32(v) => Arg::F32(*v),
+            Arg::Ptr(v) => Arg::Ptr(*v),
+            Arg::In(b) => Arg::In(b),
+            Arg::Out(b) => Arg::Out(b),
+            Arg::InOut(b) => Arg::InOut(b),
+            Arg::Scratch(b) => Arg::Scratch(b),
+            Arg::Str(s) => Arg::Str(s),
+            Arg::Handle(h) => Arg::Handle(*h),
+            Arg::Callback(c) => Arg::Callback(c),
+        }
+    }
+}
+
 /// How to read a function's return value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetType {

@@ -545,7 +545,7 @@ impl Runtime {
             }
             let mut full: Vec<Arg<'_>> = Vec::with_capacity(args.len() + 1);
             full.push(Arg::Handle(plugin.handle));
-            full.extend(args.iter_mut().map(reborrow));
+            full.extend(args.iter_mut().map(Arg::reborrow));
             match plugin.call.call(&mut full, ret) {
                 Ok(value) => {
                     drop(table);
@@ -626,23 +626,6 @@ fn adapter_for(supervisor: &Supervisor, name: &str, isolation: Option<Isolation>
         Isolation::Mpk => ADAPTER_MPK,
         Isolation::Auto if ward::mpk_available() => ADAPTER_MPK,
         _ => ADAPTER,
-    }
-}
-
-fn reborrow<'b>(arg: &'b mut Arg<'_>) -> Arg<'b> {
-    match arg {
-        Arg::I64(v) => Arg::I64(*v),
-        Arg::U64(v) => Arg::U64(*v),
-        Arg::F64(v) => Arg::F64(*v),
-        Arg::F32(v) => Arg::F32(*v),
-        Arg::Ptr(v) => Arg::Ptr(*v),
-        Arg::In(b) => Arg::In(b),
-        Arg::Out(b) => Arg::Out(b),
-        Arg::InOut(b) => Arg::InOut(b),
-        Arg::Scratch(b) => Arg::Scratch(b),
-        Arg::Str(s) => Arg::Str(s),
-        Arg::Handle(h) => Arg::Handle(*h),
-        Arg::Callback(c) => Arg::Callback(c),
     }
 }
 
