@@ -244,7 +244,12 @@ pub fn run(json: bool, quick: bool, load: u32) -> Result<bool> {
 }
 
 /// Time `runs` runs of `body(ops)` after one warm-up run; per-operation median, min and max.
-fn measure(runs: usize, ops: u64, mut body: impl FnMut(u64) -> Result<()>) -> Result<Stats> {
+fn measure(runs: usize, ops: u64, body: impl FnMut(u64) -> Result<()>) -> Result<Stats> {
+    Ok(summarise(per_op_runs(runs, ops, body)?, ops))
+}
+
+/// Time `runs` runs of `body(ops)` after one warm-up run: each run's nanoseconds per operation.
+pub(crate) fn per_op_runs(runs: usize, ops: u64, mut body: impl FnMut(u64) -> Result<()>) -> Result<Vec<f64>> {
     body(ops)?;
     let mut per_op = Vec::with_capacity(runs);
     for _ in 0..runs {
@@ -252,7 +257,7 @@ fn measure(runs: usize, ops: u64, mut body: impl FnMut(u64) -> Result<()>) -> Re
         body(ops)?;
         per_op.push(t.elapsed().as_nanos() as f64 / ops as f64);
     }
-    Ok(summarise(per_op, ops))
+    Ok(per_op)
 }
 
 fn summarise(mut v: Vec<f64>, ops_per_run: u64) -> Stats {

@@ -29,6 +29,7 @@ use ward_imaged::native::NativeConfig;
 use ward_imaged::{Images, NativeTransforms, Server, Transforms, WardTransforms, WasmTransforms};
 use ward_wasm::{ImageHeader, WasmCompiler, WasmConfig, WasmRuntime};
 
+use crate::bench::per_op_runs as measure;
 use crate::bench_hosts::summarise;
 use crate::output::{fmt_ns, json_line, say, Columns};
 
@@ -206,18 +207,6 @@ fn supervisor() -> Result<Supervisor> {
 fn open(sup: &Supervisor, name: &str, isolation: Isolation) -> Result<Runtime> {
     let options = RuntimeOptions { isolation: Some(isolation), ..RuntimeOptions::default() };
     Runtime::open(sup, name, &options).with_context(|| format!("cannot open a runtime with isolation {isolation}"))
-}
-
-/// Time `runs` runs of `body(ops)` after one warm-up run: per-operation nanoseconds.
-fn measure(runs: usize, ops: u64, mut body: impl FnMut(u64) -> Result<()>) -> Result<Vec<f64>> {
-    body(ops)?;
-    let mut per_op = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let t = Instant::now();
-        body(ops)?;
-        per_op.push(t.elapsed().as_nanos() as f64 / ops as f64);
-    }
-    Ok(per_op)
 }
 
 fn codegen(out: &Out, plan: &Plan, kinds: &[Isolation]) -> Result<()> {
