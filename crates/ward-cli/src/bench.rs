@@ -208,7 +208,21 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
-pub fn run(json: bool, quick: bool, load: u32) -> Result<bool> {
+/// The flags `ward bench xpc` and `ward bench runtime` share.
+#[derive(clap::Args)]
+pub struct Flags {
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Fewer and shorter runs (for tests and smoke checks).
+    #[arg(long)]
+    pub quick: bool,
+    /// Run with this many processes of busy work beside the benchmark (started and stopped by it).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub load: u32,
+}
+
+pub fn run(Flags { json, quick, load }: Flags) -> Result<bool> {
     let plan = if quick { QUICK } else { FULL };
     let well = ward_extensions::path_of("well").context("cannot extract the built-in extension well.so")?;
     let faulty = ward_extensions::path_of("faulty").context("cannot extract the built-in extension faulty.so")?;

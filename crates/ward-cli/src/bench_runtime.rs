@@ -55,15 +55,8 @@ const NOP: &str = "long nop(void) { return 0; }\n";
 
 #[derive(Args)]
 pub struct RuntimeArgs {
-    /// One JSON object per line instead of tables.
-    #[arg(long)]
-    json: bool,
-    /// Fewer and shorter runs (for tests and smoke checks).
-    #[arg(long)]
-    quick: bool,
-    /// Run with this many processes of busy work beside the benchmark (started and stopped by it).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
-    load: u32,
+    #[command(flatten)]
+    flags: crate::bench::Flags,
     /// The transform the image server applies.
     #[arg(long, default_value = "grayscale", value_parser = ["grayscale", "downsample", "crop"])]
     transform: String,
@@ -168,14 +161,14 @@ pub fn runtime(args: RuntimeArgs) -> Result<bool> {
     if args.connections == 0 {
         bail!("--connections must be at least 1");
     }
-    let plan = if args.quick { QUICK } else { FULL };
+    let plan = if args.flags.quick { QUICK } else { FULL };
     if cfg!(debug_assertions) {
         eprintln!("note: this is a debug build of ward; build with --release for representative numbers");
     }
-    let load = crate::load::Load::start(args.load)?;
+    let load = crate::load::Load::start(args.flags.load)?;
     let (kinds, no_mpk) = isolations();
-    let out = Out { json: args.json, cols: Columns::new(&[12, 28, 9, 19, 7, 12]), load: load.processes() };
-    if !args.json {
+    let out = Out { json: args.flags.json, cols: Columns::new(&[12, 28, 9, 19, 7, 12]), load: load.processes() };
+    if !args.flags.json {
         say!(
             "ward bench runtime: medians of {} runs per line, {} CPUs; ratios against the baseline of each group",
             plan.runs,
@@ -432,7 +425,7 @@ fn server(out: &Out, plan: &Plan, args: &RuntimeArgs, kinds: &[Isolation], no_mp
         )?;
         say!("{}", cols.row(&["image", "backend", "requests/s", "range", "ratio", "latency p50/p90/p99", "target"]))?;
     }
-    let seconds = if args.quick { args.seconds.min(0.5) } else { args.seconds };
+    let seconds = if args.flags.quick { args.seconds.min(0.5) } else { args.seconds };
     let mut native_rates = Vec::new();
     for backend in &backends {
         let transforms = backend.start(&args.transform, source)?;

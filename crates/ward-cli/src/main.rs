@@ -117,17 +117,7 @@ pub enum DemoIsolation {
 #[derive(Subcommand)]
 enum BenchWhat {
     /// Cross-domain calls: null calls, buffers, deferred calls, recovery, starting a domain.
-    Xpc {
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
-        /// Fewer and shorter runs (for tests and smoke checks).
-        #[arg(long)]
-        quick: bool,
-        /// Run with this many processes of busy work beside the benchmark (started and stopped by it).
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
-        load: u32,
-    },
+    Xpc(bench::Flags),
     /// sox through a chain of five LADSPA plugins: native, and under `ward run` with isolation none and process.
     Sox(bench_hosts::SoxArgs),
     /// ffmpeg with a frei0r filter on 300 frames of 1920x1080: native, and under `ward run` (none, process).
@@ -148,7 +138,7 @@ fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a.isolation, a.json),
-        Command::Bench { what: BenchWhat::Xpc { json, quick, load } } => bench::run(json, quick, load),
+        Command::Bench { what: BenchWhat::Xpc(flags) } => bench::run(flags),
         Command::Bench { what: BenchWhat::Sox(a) } => bench_hosts::sox(a),
         Command::Bench { what: BenchWhat::Ffmpeg(a) } => bench_hosts::ffmpeg(a),
         Command::Bench { what: BenchWhat::Scan(a) } => bench_hosts::scan(a),

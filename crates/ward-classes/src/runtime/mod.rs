@@ -173,14 +173,20 @@ impl Table {
         order
     }
 
+    /// The plugins that call `name` directly, sorted.
+    fn callers(&self, name: &str) -> Vec<String> {
+        let mut users: Vec<String> =
+            self.plugins.values().filter(|p| p.uses.iter().any(|u| u == name)).map(|p| p.name.clone()).collect();
+        users.sort_unstable();
+        users
+    }
+
     fn collect_users(&self, name: &str, order: &mut Vec<PluginId>) {
         let Some(&id) = self.by_name.get(name) else { return };
         if order.contains(&id) {
             return;
         }
-        let users: Vec<String> =
-            self.plugins.values().filter(|p| p.uses.iter().any(|u| u == name)).map(|p| p.name.clone()).collect();
-        for user in users {
+        for user in self.callers(name) {
             self.collect_users(&user, order);
         }
         order.push(id);
@@ -226,7 +232,7 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Start a runtime named `name` (the name its policy section has) in a domain of its own.
     pub fn open(supervisor: &Supervisor, name: &str, options: &RuntimeOptions) -> Result<Runtime, RuntimeError> {
-        check_name(name, "a runtime name")?;
+        c_identifier(name, "a runtime name")?;
         let adapter = crate::adapters::path(adapter_for(supervisor, name, options.isolation))?;
         let state = FunctionPolicy { state: true, ..FunctionPolicy::default() };
         let link = FunctionPolicy {
@@ -344,12 +350,8 @@ impl Runtime {
         signature: Signature,
         handler: impl Fn(&[Value]) -> Value + Send + Sync + 'static,
     ) -> Result<(), RuntimeError> {
-        check_name(name, "a built-in name")?;
+        let c_name = c_identifier(name, "a built-in name")?;
         let callback = Callback::new(signature, handler)?;
-        let c_name = CString::new(name).map_err(|_| RuntimeError::BadArguments {
-            what: format!("built-in {name}"),
-            reason: "the name contains a NUL byte".into(),
-        })?;
         let r = self
             .calls
             .builtin
@@ -368,11 +370,7 @@ impl Runtime {
     /// compile or link error is [`RuntimeError::Compile`], with the compiler's messages; a compiler that crashes or
     /// hangs is [`RuntimeError::CompilerFault`], after which the runtime runs on without the plugin.
     pub fn create(&self, name: &str, code: Code<'_>) -> Result<PluginId, RuntimeError> {
-        check_name(name, "a plugin name")?;
-        let c_name = CString::new(name).map_err(|_| RuntimeError::BadArguments {
-            what: format!("plugin {name}"),
-            reason: "the name contains a NUL byte".into(),
-        })?;
+        let c_name = c_identifier(name, "a plugin name")?;
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
         if table.by_name.contains_key(name) {
             return Err(RuntimeError::Exists { runtime: self.name.clone(), plugin: name.to_string() });
@@ -501,10 +499,8 @@ impl Runtime {
         let Some(&id) = table.by_name.get(name) else {
             return Err(RuntimeError::NoSuchPlugin { runtime: self.name.clone(), plugin: name.to_string() });
         };
-        let mut users: Vec<&str> =
-            table.plugins.values().filter(|p| p.uses.iter().any(|u| u == name)).map(|p| p.name.as_str()).collect();
+        let users = table.callers(name);
         if !users.is_empty() {
-            users.sort_unstable();
             return Err(RuntimeError::InUse { plugin: name.to_string(), users: users.join(", ") });
         }
         self.free(&mut table, id)?;
@@ -514,8 +510,7 @@ impl Runtime {
     fn free(&self, table: &mut Table, id: PluginId) -> Result<(), ward::Error> {
         let Some(plugin) = table.plugins.remove(&id) else { return Ok(()) };
         table.by_name.remove(&plugin.name);
-        let r = self.calls.unlink.call(&mut [Arg::Handle(plugin.handle)], RetType::I64);
-        r.map(|_| ())
+        self.calls.unlink.call(&mut [Arg::Handle(plugin.handle)], RetType::I64).map(|_| ())
     }
 
     /// Call the plugin `id` with `args` (at most [`MAX_INT_ARGS`] integer, pointer or buffer arguments and
@@ -635,17 +630,21 @@ fn text_of(report: &[u8]) -> String {
     String::from_utf8_lossy(&report[..end]).into_owned()
 }
 
-/// A name the adapter accepts: a C identifier of at most [`MAX_NAME`] bytes.
-fn check_name(name: &str, what: &str) -> Result<(), RuntimeError> {
+/// A name the adapter accepts, a C identifier of at most [`MAX_NAME`] bytes, as the C string it is passed as.
+fn c_identifier(name: &str, what: &str) -> Result<CString, RuntimeError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name.bytes().enumerate().all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
+    let bad = || RuntimeError::BadArguments {
+        what: format!("{name:?}"),
+        reason: format!(
+            "{what} is a C identifier: letters, digits and '_', at most {MAX_NAME} bytes, not starting with a digit"
+        ),
+    };
+    // An identifier has no NUL byte, so the C string cannot fail; `bad` covers it all the same.
     if ok {
-        Ok(())
+        CString::new(name).map_err(|_| bad())
     } else {
-        Err(RuntimeError::BadArguments {
-            what: format!("{name:?}"),
-            reason: format!("{what} is a C identifier: letters, digits and '_', at most {MAX_NAME} bytes, not starting with a digit"),
-        })
+        Err(bad())
     }
 }
