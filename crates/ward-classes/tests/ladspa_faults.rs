@@ -338,12 +338,11 @@ fn overrun_caught(isolation: Isolation) {
 // ---- NaN output ---------------------------------------------------------------------------------------------------
 
 #[test]
-fn nan_output_passes_unnoticed_by_default() {
-    let (_sup, lib, events) = open("", Isolation::Process);
+fn without_output_checks_nan_output_passes_unnoticed() {
+    let (_sup, lib, events) = open("check_output = false", Isolation::Process);
     assert!(!lib.extension().policy().check_output);
     let mut inst = amp(&lib);
     let b = run(&mut inst, arm(NAN, 1), &signal(1));
-    // The documented default: without output checks the class does not look at the audio.
     assert_eq!(b.processed, Processed::Ran);
     assert!(b.audio().iter().all(|v| v.is_nan()), "{:?}", b.out);
     assert_eq!(lib.extension().stats().faults, 0);
@@ -351,8 +350,9 @@ fn nan_output_passes_unnoticed_by_default() {
 }
 
 #[test]
-fn with_check_output_a_nan_block_is_a_fault_recovered_and_retried() {
-    let (_sup, lib, events) = open("check_output = true", Isolation::Process);
+fn by_default_a_nan_block_is_a_fault_recovered_and_retried() {
+    let (_sup, lib, events) = open("", Isolation::Process);
+    assert!(lib.extension().policy().check_output, "output checks are on by default");
     let mut inst = amp(&lib);
     let armed = arm(NAN, 3);
     for n in 1..=3 {
@@ -371,27 +371,50 @@ fn with_check_output_a_nan_block_is_a_fault_recovered_and_retried() {
     assert!(matches!(f[0].kind, FaultKind::BadOutput { .. }), "{:?}", f[0]);
     assert_eq!(f[0].call.as_deref(), Some(RUN));
     assert_eq!(replayed(&seen), [3]);
+    assert!(!seen.iter().any(|e| matches!(e, Event::OwnOutput { .. })), "{seen:?}");
     let stats = lib.extension().stats();
     assert_eq!((stats.faults, stats.restarts, stats.incarnation), (1, 1, 2));
 }
 
 #[test]
-fn with_check_output_a_plugin_that_keeps_writing_nan_is_bypassed() {
-    let (_sup, lib, events) = open("check_output = true", Isolation::Process);
+fn a_plugin_that_writes_nan_again_after_its_recovery_has_it_passed_on_as_natively() {
+    let (_sup, lib, events) = open("", Isolation::Process);
     let mut inst = amp(&lib);
-    // From block 1 on, every block: the retry, block 1 of the new incarnation, writes NaN again.
+    // From block 1 on, every block: the retry, block 1 of the new incarnation, writes NaN again, as it would
+    // natively.
     let always = Arm { kind: NAN, at: 1.0, repeat: true };
+    for n in 1..=3 {
+        let b = run(&mut inst, always, &signal(n));
+        assert_eq!(b.processed, Processed::Ran, "block {n}");
+        assert!(b.audio().iter().all(|v| v.is_nan()), "block {n}: the plugin's own output: {:?}", b.out);
+        assert_eq!(b.blocks, n as f32, "block {n}: the recovered instance counts on (its blocks were replayed)");
+    }
+    let seen: Vec<Event> = events.try_iter().collect();
+    let f = faults(&seen);
+    assert_eq!(f.len(), 1, "one recovery, then the output is the plugin's own: {seen:?}");
+    assert!(matches!(f[0].kind, FaultKind::BadOutput { .. }), "{:?}", f[0]);
+    let own: Vec<&Event> = seen.iter().filter(|e| matches!(e, Event::OwnOutput { .. })).collect();
+    assert_eq!(own.len(), 1, "said once: {seen:?}");
+    let line = own[0].to_string();
+    assert!(line.contains(RUN) && line.contains("plugin's own output"), "{line}");
+    let stats = lib.extension().stats();
+    assert_eq!((stats.faults, stats.restarts), (1, 1));
+    assert!(!stats.disabled);
+}
+
+#[test]
+fn with_no_retries_a_nan_block_is_bypassed() {
+    let (_sup, lib, events) = open("max_retries = 0", Isolation::Process);
+    let mut inst = amp(&lib);
     let input = signal(1);
-    let b = run(&mut inst, always, &input);
+    let b = run(&mut inst, arm(NAN, 1), &input);
     assert!(is_bypassed(&b.processed), "{:?}", b.processed);
     assert_eq!(b.audio(), input, "bypass: the input passes through");
     assert_no_nan(&b);
     assert_eq!(b.blocks, SENTINEL, "a bypassed block leaves the control outputs alone");
     let seen: Vec<Event> = events.try_iter().collect();
-    let f = faults(&seen);
-    assert!(!f.is_empty() && f.iter().all(|f| matches!(f.kind, FaultKind::BadOutput { .. })), "{seen:?}");
+    assert!(faults(&seen).iter().all(|f| matches!(f.kind, FaultKind::BadOutput { .. })), "{seen:?}");
     assert!(!replayed(&seen).is_empty(), "the domain was recovered: {seen:?}");
-    assert!(!lib.extension().stats().disabled);
 
     // A clean block afterwards runs again.
     let input = signal(2);
@@ -559,7 +582,9 @@ fn a_fault_in_one_instance_leaves_the_other_working() {
 
 #[test]
 fn the_hosts_input_is_never_modified_and_output_is_written_only_on_success_or_bypass() {
-    let (_sup, lib, _events) = open("check_output = true", Isolation::Process);
+    // No retries: a faulted attempt's block is bypassed at once (a NaN retried and written again would be the
+    // plugin's own output, passed on).
+    let (_sup, lib, _events) = open("check_output = true\nmax_retries = 0", Isolation::Process);
     let mut inst = amp(&lib);
     let input = signal(1);
     let copy = input.clone();
@@ -584,8 +609,8 @@ fn the_hosts_input_is_never_modified_and_output_is_written_only_on_success_or_by
     assert!(short.iter().all(|&v| v == SENTINEL) && blocks[0] == SENTINEL, "a refused block wrote output");
     assert_eq!(input, copy);
 
-    // Faulted attempts write nothing: neither the overrun's output (written before it crashed, and again on the
-    // retry, block 1 of the new incarnation) nor NaN reach the host; the block is bypassed.
+    // Faulted attempts write nothing: neither the overrun's output (written before it crashed) nor NaN reach the
+    // host; the block is bypassed.
     for (what, armed) in [("overrun", arm(OVERRUN, 1)), ("NaN", Arm { kind: NAN, at: 1.0, repeat: true })] {
         let b = run(&mut inst, armed, &input);
         assert!(is_bypassed(&b.processed), "{what}: {:?}", b.processed);

@@ -66,3 +66,46 @@ fn a_buffer_of_the_wrong_kind_or_length_is_refused_before_the_domain_sees_it() {
     let mut wrong = [PortBuffer::Input(&gain), PortBuffer::Input(&input), PortBuffer::AtomOutput(&mut atom)];
     assert!(inst.run(64, &mut wrong).is_err());
 }
+
+/// swh's amp with a gain of 1000 dB writes infinity natively on every block: under the default policy (output checks on) the
+/// first such block costs one recovery; the same output again from the recovered domain is the plugin's own and is
+/// passed on from then on, as natively, with no more faults.
+#[test]
+fn a_plugin_whose_own_output_is_infinite_costs_one_recovery_then_has_it_passed_on() {
+    for realtime in [false, true] {
+        let sup = Supervisor::new(Policy::default());
+        let events = sup.subscribe();
+        let lib = Library::open(&sup, installed(SWH_AMP), Some(Isolation::Process)).unwrap();
+        assert!(lib.extension().policy().check_output, "output checks are on by default");
+        let inst = lib.instantiate(0, Setup { realtime, ..amp_setup() }).unwrap();
+        assert_eq!(inst.activate().unwrap(), Processed::Ran);
+        let gain = [1000.0f32];
+        let input = [0.25f32; 64];
+        let mut out = [0f32; 64];
+        let (mut passed, mut bypassed) = (0, 0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while passed < 3 {
+            assert!(std::time::Instant::now() < deadline, "realtime {realtime}: no block passed on");
+            let mut ports = [PortBuffer::Input(&gain), PortBuffer::Input(&input), PortBuffer::Output(&mut out)];
+            match inst.run(64, &mut ports).unwrap() {
+                Processed::Ran => {
+                    assert!(out.iter().all(|v| v.is_infinite()), "realtime {realtime}: the plugin's own output: {out:?}");
+                    passed += 1;
+                }
+                // On the real-time thread the first infinite block is bypassed while the domain recovers apart.
+                other => {
+                    assert!(realtime, "{other:?}");
+                    bypassed += 1;
+                }
+            }
+        }
+        let seen: Vec<ward::Event> = events.try_iter().collect();
+        let faults = seen.iter().filter(|e| matches!(e, ward::Event::Fault { .. })).count();
+        let own = seen.iter().filter(|e| matches!(e, ward::Event::OwnOutput { .. })).count();
+        assert_eq!((faults, own), (1, 1), "realtime {realtime}: {seen:?}");
+        assert_eq!(lib.extension().stats().restarts, 1, "realtime {realtime}");
+        if realtime {
+            assert!(bypassed >= 1, "the first infinite block is bypassed on the real-time thread");
+        }
+    }
+}

@@ -81,6 +81,10 @@ pub enum Event {
     /// a restart replays only the most recent data calls, so a plugin's state after a recovery may differ from the
     /// uninterrupted run. Informational: nothing failed.
     HistoryWindowed { domain: String, history_mb: u64, history_replay_ms: u64 },
+    /// A class's output check found the same kind of wrong output again right after the recovery the first one
+    /// caused: it is the extension's own (a native host gets it too), so it is passed on as written, and that
+    /// check stops for the instance (said once per instance).
+    OwnOutput { domain: String, call: String, what: String },
 }
 
 impl Event {
@@ -141,6 +145,11 @@ impl std::fmt::Display for Event {
                  replays only the most recent data calls, so the plugin's state after a recovery may differ from the \
                  uninterrupted run"
             ),
+            Event::OwnOutput { domain, call, what } => write!(
+                f,
+                "{domain}: {call}: {what} again after its recovery: it is the plugin's own output, passed on as \
+                 written (as natively); this instance's output is not checked from now on"
+            ),
         }
     }
 }
@@ -189,6 +198,9 @@ impl EventBus {
             Event::HistoryWindowed { domain, history_mb, history_replay_ms } => tracing::info!(
                 domain = %domain, history_mb, history_replay_ms, "history past its bound: restarts replay a window"
             ),
+            Event::OwnOutput { domain, call, what } => {
+                tracing::warn!(domain = %domain, call = %call, "wrong output again after recovery, passed on: {what}")
+            }
         }
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         subs.retain(|tx| !matches!(tx.try_send(event.clone()), Err(TrySendError::Disconnected(_))));

@@ -529,6 +529,12 @@ impl Extension {
         self.domain.declare_fault(self.ext, symbol, kind)
     }
 
+    /// Say that a call's output, which a class found wrong, came out the same again right after the recovery that
+    /// [`Extension::declare_fault`] made of it: it is the extension's own ([`Event::OwnOutput`]).
+    pub fn report_own_output(&self, symbol: &str, what: &str) {
+        self.domain.report_own_output(self.ext, symbol, what)
+    }
+
     /// Run `f` with the extension's domain held for this thread: calls of other threads wait until it returns (a
     /// real-time call at most its period), so what `f` does in the domain is one step to them (a class saving a
     /// plugin's state and logging it as a checkpoint, with no block in between).

@@ -67,6 +67,11 @@ pub struct Instance {
     checkpointer: Mutex<Option<Checkpointer>>,
     /// The period of the latest real-time block, in nanoseconds.
     period_ns: AtomicU64,
+    /// Output checks (the policy's `check_output`): the last checked block's NaN or infinity was declared a fault
+    /// (the next block comes from the recovered domain); the plugin wrote one again right after such a recovery,
+    /// so its output is its own and passed on unchecked.
+    non_finite_recovered: AtomicBool,
+    output_is_its_own: AtomicBool,
 }
 
 /// The plugin's state saved in its domain and logged as the restore that brings it back, as one step to other
@@ -286,6 +291,8 @@ impl Instance {
             checkpoints_off,
             checkpointer: Mutex::new(checkpointer),
             period_ns: AtomicU64::new(0),
+            non_finite_recovered: AtomicBool::new(false),
+            output_is_its_own: AtomicBool::new(false),
         })
     }
 
@@ -416,8 +423,15 @@ impl Instance {
                 return Err(self.bad(format!("the adapter refused the block (code {code})")));
             }
             let mut wrong = self.check_atoms(&packing, samples);
-            if wrong.is_none() && policy.check_output {
+            if wrong.is_none() && policy.check_output && !self.output_is_its_own.load(Ordering::Relaxed) {
                 wrong = self.non_finite_output(&packing, samples);
+                let recovered_for_it = self.non_finite_recovered.swap(wrong.is_some(), Ordering::Relaxed);
+                if let (Some(what), true) = (&wrong, recovered_for_it) {
+                    // Again on the recovered domain's first checked block: the plugin does so natively too.
+                    self.output_is_its_own.store(true, Ordering::Relaxed);
+                    self.lib.ext.report_own_output("ward_lv2_run", what);
+                    wrong = None;
+                }
             }
             if let Some(what) = wrong {
                 let kind = FaultKind::BadOutput { what: what.clone() };

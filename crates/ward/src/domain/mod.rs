@@ -702,6 +702,19 @@ impl Domain {
         self.recover(&mut g, fault)
     }
 
+    /// See [`crate::Extension::report_own_output`].
+    pub fn report_own_output(&self, ext: usize, symbol: &str, what: &str) {
+        let call = match self.lock_for(symbol, symbol) {
+            Ok(g) => {
+                let st = g.borrow();
+                let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
+                index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string())
+            }
+            Err(_) => symbol.to_string(),
+        };
+        self.events.emit(Event::OwnOutput { domain: self.name.clone(), call, what: what.to_string() });
+    }
+
     /// The fault a class declares for a call of `symbol` whose result was wrong (see [`Domain::declare_fault`]); an
     /// error when the domain is disabled.
     fn declared_fault(&self, g: &Guard<'_>, ext: usize, symbol: &str, kind: FaultKind) -> Result<Fault, Error> {

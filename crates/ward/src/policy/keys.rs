@@ -98,8 +98,10 @@ policy_section! {
         /// failure) after load.
         init: Option<String> = None;
             "init", Extension, some Option<String> => function_name();
-        /// Class output checks: a class wrapper treats wrong output (audio with NaN or infinity) as a fault.
-        check_output: bool = false;
+        /// Class output checks: a class wrapper treats wrong output (audio with NaN or infinity) as a fault and
+        /// retries the call on the recovered domain; the same wrong output again right after that recovery is the
+        /// plugin's own and is passed on (and that instance's checks stop).
+        check_output: bool = true;
             "check_output", Extension, set Option<bool> => flag();
         /// Call the extension's functions with poison in every register and stack slot they are not given (process
         /// isolation only), so a stale register or an uninitialised local read faults instead of giving a wrong

@@ -38,7 +38,7 @@
 //! wait = "adaptive"          # adaptive | poll | sleep (see WaitMode: where a process domain runs)
 //! spin = 2000                # spin iterations before sleeping (adaptive)
 //! init = "well_init"         # called after load (no args, returns int64; nonzero = load failure)
-//! check_output = false       # class output checks (audio with NaN or infinity is a fault)
+//! check_output = true        # class output checks (audio with NaN or infinity is a fault, retried once)
 //! poison = false             # call with poison in every register and stack slot not given (process only)
 //! read_past_input_kb = 16    # an extension reading this far past an input reads zeros (0 = faults at once; <= 1024)
 //! history_mb = 16            # data calls (history = true) kept for replay: at most this many MiB ... (0 = off)

@@ -676,7 +676,7 @@ on_limit = "fail"
 zygote = false
 spin = 7
 init = "e_init"
-check_output = true
+check_output = false
 poison = true
 history_mb = 3
 read_past_input_kb = 8
@@ -739,7 +739,7 @@ history = true
         wait: WaitMode::Poll,
         spin: 7,
         init: Some("e_init".into()),
-        check_output: true,
+        check_output: false,
         poison: true,
         history_mb: 3,
         read_past_input_kb: 8,
