@@ -157,13 +157,16 @@ struct ProxyDescriptor {
     /// Keys instances of the plugin stored at their saves in this process: what a restore retrieves from the host
     /// (a session saved by one instance is restored into another, maybe after the host closed and reopened the
     /// binary).
-    state_keys: Arc<Mutex<Vec<u32>>>,
+    state_keys: StateKeys,
 }
 
-/// The state keys of each plugin (by URI) seen stored in this process, kept across the binary's closing.
-static STATE_KEYS: Mutex<Option<HashMap<String, Arc<Mutex<Vec<u32>>>>>> = Mutex::new(None);
+/// The state keys one plugin's instances stored, shared by them.
+type StateKeys = Arc<Mutex<Vec<u32>>>;
 
-fn state_keys_of(uri: &str) -> Arc<Mutex<Vec<u32>>> {
+/// The state keys of each plugin (by URI) seen stored in this process, kept across the binary's closing.
+static STATE_KEYS: Mutex<Option<HashMap<String, StateKeys>>> = Mutex::new(None);
+
+fn state_keys_of(uri: &str) -> StateKeys {
     let mut all = STATE_KEYS.lock().unwrap_or_else(|e| e.into_inner());
     Arc::clone(all.get_or_insert_with(HashMap::new).entry(uri.to_string()).or_default())
 }
@@ -579,7 +582,7 @@ struct ProxyInstance {
     atoms: Vec<Vec<u8>>,
     schedule: Option<(usize, unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32)>,
     /// Keys the plugin's instances stored at their saves through this proxy (its descriptor's).
-    state_keys: Arc<Mutex<Vec<u32>>>,
+    state_keys: StateKeys,
     /// The host's features as the class reaches them (the path functions of a save or restore are set here).
     host: Arc<HostFeatures>,
     /// The values of the last options:interface get, where the host's options point until the next get.
