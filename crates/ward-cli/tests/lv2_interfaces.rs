@@ -2,7 +2,7 @@
 //! (`lv2_hosts/lilv_state_host.c`, built here) gets and sets the options of ward's built-in `lv2_options` through
 //! its `options:interface`, and saves and restores its state offering its own `state:mapPath`, `makePath` and
 //! `freePath`. Under `ward run` the host sees what it sees natively: the same answers, its own path functions called
-//! with the same paths, its strings freed with its own freePath.
+//! with the same paths, its strings freed with its own freePath; and no options interface from a plugin without one.
 
 use std::path::Path;
 use std::process::Command;
@@ -82,6 +82,7 @@ fn a_lilv_host_gets_and_sets_options_and_maps_paths_through_the_proxy_as_nativel
         format!("  urn:ward:lv2:options#file: \"{session}/takes/one.wav\""),
         "  urn:ward:lv2:options#scratch: \"\"".into(),
         "  urn:ward:no-such-option: none".into(),
+        "amp options interface: NULL".into(),
     ] {
         assert!(native_out.lines().any(|l| l == line), "no line {line:?} natively:\n{native_out}");
     }

@@ -263,6 +263,17 @@ int main(int argc, char **argv) {
     print_options("second", options, lilv_instance_get_handle(second), all);
     lilv_instance_free(second);
 
+    /* A plugin without options:interface: NULL, as from the plugin itself. */
+    LilvNode *amp_uri = lilv_new_uri(world, "urn:ward:lv2:amp");
+    const LilvPlugin *amp = lilv_plugins_get_by_uri(lilv_world_get_all_plugins(world), amp_uri);
+    LilvInstance *amp_instance = amp != NULL ? lilv_plugin_instantiate(amp, 48000.0, without_paths) : NULL;
+    if (amp_instance == NULL)
+        return fail("urn:ward:lv2:amp is not there or not instantiated");
+    printf("amp options interface: %s\n",
+           lilv_instance_get_extension_data(amp_instance, LV2_OPTIONS__interface) ? "not NULL" : "NULL");
+    lilv_instance_free(amp_instance);
+    lilv_node_free(amp_uri);
+
     lilv_node_free(uri);
     lilv_world_free(world);
     return 0;
