@@ -1,8 +1,8 @@
 /* ward's LV2 class adapter: loaded into a domain in place of the plugin library, it opens the library there and
  * turns LV2's pointer-rich interface into flat calls. Descriptors are serialised; instances are handles; the host's
- * features are proxied, not passed through: the URID map and unmap, the log, and the worker's schedule reach the
- * host through one host callback per instance (or are queued here and fetched by the class), the options are copied
- * in. A block's port buffers travel in one packed buffer, are copied into buffers that end at guard pages (so an
+ * features are proxied, not passed through: the URID map and unmap, the log, the state extension's path functions
+ * and the worker's schedule reach the host through one host callback per instance (or are queued here and fetched by
+ * the class), the options are copied in; options:interface's get and set copy the options out and in. A block's port buffers travel in one packed buffer, are copied into buffers that end at guard pages (so an
  * overrunning plugin faults instead of corrupting anything), and the outputs come back in another.
  *
  * What LV2 keeps outside the binary (which ports a plugin has, of what kind) the class reads from the bundle on the
@@ -31,6 +31,11 @@
 #define LOG_BURST 20
 /* URIs longer than this are not mapped (0, as the spec's failure value). */
 #define MAX_URI_BYTES 4096
+/* Paths longer than this are not mapped (NULL, as from a host that cannot). */
+#define MAX_PATH_BYTES 4096
+/* The most options one get or set carries, and the largest value of one. */
+#define MAX_OPTIONS 1024
+#define MAX_OPTION_BYTES 65536
 #define URI_CACHE_SLOTS 1024
 
 /* Flags of a described plugin. */
@@ -51,6 +56,10 @@
 #define FEATURE_FIXED 0x20
 #define FEATURE_POWER_OF_2 0x40
 #define FEATURE_OPTIONS 0x80
+#define FEATURE_MAP_PATH 0x100
+#define FEATURE_MAKE_PATH 0x200
+#define FEATURE_FREE_PATH 0x400
+#define PATH_FEATURES (FEATURE_MAP_PATH | FEATURE_MAKE_PATH | FEATURE_FREE_PATH)
 
 /* Port kinds, as the class sends them. */
 #define PORT_AUDIO 0
@@ -63,8 +72,11 @@
 #define HOST_PUT 1        /* append (arg) bytes of w0..w3 to the text being sent */
 #define HOST_MAP 2        /* map the text sent: the URID, 0 when it cannot */
 #define HOST_UNMAP_LEN 3  /* unmap URID (arg): the URI's length, -1 when unknown; the host keeps the URI */
-#define HOST_UNMAP_GET 4  /* 8 bytes of the URI kept, from offset (arg) */
+#define HOST_REPLY_GET 4  /* 8 bytes of the text the host keeps (a URI unmapped, a path), from offset (arg) */
 #define HOST_LOG 5        /* log the text sent, of log type URID (arg) */
+#define HOST_ABSTRACT_PATH 6 /* state:mapPath's abstract_path of the text sent: its length, -1 for NULL; kept */
+#define HOST_ABSOLUTE_PATH 7 /* state:mapPath's absolute_path of the text sent, as above */
+#define HOST_MAKE_PATH 8     /* state:makePath's path of the text sent, as above */
 
 typedef int64_t (*host_fn)(uint64_t op, uint64_t arg, uint64_t w0, uint64_t w1, uint64_t w2, uint64_t w3);
 
@@ -117,6 +129,12 @@ struct instance {
     LV2_Worker_Schedule schedule;
     LV2_Feature feature_map, feature_unmap, feature_log, feature_schedule, feature_options;
     LV2_Feature feature_bounded, feature_fixed, feature_pow2;
+    /* The state extension's path functions, offered at instantiate (makePath, freePath) as the host did, and to a
+     * save or restore as the host does for that call. */
+    LV2_State_Map_Path map_path;
+    LV2_State_Make_Path make_path;
+    LV2_State_Free_Path free_path;
+    LV2_Feature feature_map_path, feature_make_path, feature_free_path;
     LV2_Feature *flag_features;
     uint32_t flag_feature_count;
     const LV2_Feature **features_list;
@@ -133,6 +151,9 @@ struct instance {
     uint32_t log_in_window;
     uint32_t log_dropped;
 
+    /* options:interface, when the plugin has it. */
+    const LV2_Options_Interface *options_iface;
+
     /* Worker: requests the plugin scheduled, responses its work gave. */
     const LV2_Worker_Interface *worker;
     struct queue work;
@@ -148,6 +169,7 @@ struct instance {
      * right after that activation, so the plugin's activate does not clear what it restored. */
     unsigned char *pending_restore;
     size_t pending_restore_len;
+    uint32_t pending_restore_features;
 };
 
 /* ---- reading the class's packed inputs ---- */
@@ -306,7 +328,7 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_describe(const struct library *lib, uint64_
     if (worker != NULL && worker->work != NULL && worker->work_response != NULL)
         flags |= HAS_WORKER;
     const LV2_Options_Interface *options = extension(d, WARD_LV2_OPTIONS_INTERFACE);
-    if (options != NULL && options->set != NULL)
+    if (options != NULL && (options->get != NULL || options->set != NULL))
         flags |= HAS_OPTIONS;
     struct writer w = {out, cap, 0};
     put_u32(&w, flags);
@@ -396,7 +418,7 @@ static const char *unmap_urid(LV2_URID_Unmap_Handle handle, LV2_URID urid) {
     char *uri = NULL;
     if (n >= 0 && n <= MAX_URI_BYTES && (uri = malloc((size_t)n + 8)) != NULL) {
         for (int64_t at = 0; at < n; at += 8) {
-            int64_t w = inst->host(HOST_UNMAP_GET, (uint64_t)at, 0, 0, 0, 0);
+            int64_t w = inst->host(HOST_REPLY_GET, (uint64_t)at, 0, 0, 0, 0);
             memcpy(uri + at, &w, 8);
         }
         uri[n] = 0;
@@ -422,6 +444,60 @@ static const char *unmap_urid(LV2_URID_Unmap_Handle handle, LV2_URID urid) {
     unlock(&inst->cache_lock);
     /* The cache is full: the string is leaked rather than freed under a plugin that may keep it. */
     return uri;
+}
+
+/* A path the host's state feature (`op`) makes of `path`, copied into a new string here (the plugin frees it with the
+ * freePath offered, or free); NULL when the path is too long or the host answers NULL. */
+static char *host_path(struct instance *inst, uint64_t op, const char *path) {
+    if (path == NULL)
+        return NULL;
+    size_t n = strnlen(path, MAX_PATH_BYTES + 1);
+    if (n > MAX_PATH_BYTES)
+        return NULL;
+    lock(&inst->host_lock);
+    send_text(inst, path, n);
+    int64_t len = inst->host(op, n, 0, 0, 0, 0);
+    char *out = NULL;
+    if (len >= 0 && len <= MAX_PATH_BYTES && (out = malloc((size_t)len + 8)) != NULL) {
+        for (int64_t at = 0; at < len; at += 8) {
+            int64_t w = inst->host(HOST_REPLY_GET, (uint64_t)at, 0, 0, 0, 0);
+            memcpy(out + at, &w, 8);
+        }
+        out[len] = 0;
+    }
+    unlock(&inst->host_lock);
+    return out;
+}
+
+static char *abstract_path(LV2_State_Map_Path_Handle handle, const char *absolute) {
+    return host_path(handle, HOST_ABSTRACT_PATH, absolute);
+}
+
+static char *absolute_path(LV2_State_Map_Path_Handle handle, const char *abstract) {
+    return host_path(handle, HOST_ABSOLUTE_PATH, abstract);
+}
+
+static char *make_path(LV2_State_Make_Path_Handle handle, const char *path) {
+    return host_path(handle, HOST_MAKE_PATH, path);
+}
+
+/* The strings handed out above are this adapter's: freed here, whatever the host's freePath does with its own. */
+static void free_path(LV2_State_Free_Path_Handle handle, char *path) {
+    (void)handle;
+    free(path);
+}
+
+/* The path features offered to a save or restore (`features`, FEATURE_* bits), NULL-terminated, in `list` (4). */
+static const LV2_Feature *const *state_features(struct instance *inst, uint32_t features, const LV2_Feature **list) {
+    size_t n = 0;
+    if (features & FEATURE_MAP_PATH)
+        list[n++] = &inst->feature_map_path;
+    if (features & FEATURE_MAKE_PATH)
+        list[n++] = &inst->feature_make_path;
+    if (features & FEATURE_FREE_PATH)
+        list[n++] = &inst->feature_free_path;
+    list[n] = NULL;
+    return list;
 }
 
 static int64_t now_ms(void) {
@@ -611,7 +687,13 @@ static int build_features(struct instance *inst) {
     inst->feature_bounded = (LV2_Feature){WARD_LV2_BUF_SIZE_BOUNDED, NULL};
     inst->feature_fixed = (LV2_Feature){WARD_LV2_BUF_SIZE_FIXED, NULL};
     inst->feature_pow2 = (LV2_Feature){WARD_LV2_BUF_SIZE_POWER_OF_2, NULL};
-    inst->features_list = calloc(8 + (size_t)inst->flag_feature_count + 1, sizeof *inst->features_list);
+    inst->map_path = (LV2_State_Map_Path){inst, abstract_path, absolute_path};
+    inst->make_path = (LV2_State_Make_Path){inst, make_path};
+    inst->free_path = (LV2_State_Free_Path){inst, free_path};
+    inst->feature_map_path = (LV2_Feature){WARD_LV2_STATE_MAP_PATH, &inst->map_path};
+    inst->feature_make_path = (LV2_Feature){WARD_LV2_STATE_MAKE_PATH, &inst->make_path};
+    inst->feature_free_path = (LV2_Feature){WARD_LV2_STATE_FREE_PATH, &inst->free_path};
+    inst->features_list = calloc(16 + (size_t)inst->flag_feature_count + 1, sizeof *inst->features_list);
     if (inst->features_list == NULL)
         return 0;
     size_t n = 0;
@@ -632,6 +714,11 @@ static int build_features(struct instance *inst) {
         inst->features_list[n++] = &inst->feature_fixed;
     if (f & FEATURE_POWER_OF_2)
         inst->features_list[n++] = &inst->feature_pow2;
+    /* The state extension lets a host offer these two at instantiate (mapPath belongs to save and restore). */
+    if (f & FEATURE_MAKE_PATH)
+        inst->features_list[n++] = &inst->feature_make_path;
+    if (f & FEATURE_FREE_PATH)
+        inst->features_list[n++] = &inst->feature_free_path;
     for (uint32_t i = 0; i < inst->flag_feature_count; i++)
         inst->features_list[n++] = &inst->flag_features[i];
     inst->features_list[n] = NULL;
@@ -676,6 +763,9 @@ WARD_ADAPTER_EXPORT struct instance *ward_lv2_instantiate(const struct library *
     const LV2_State_Interface *state = extension(d, WARD_LV2_STATE_INTERFACE);
     if (state != NULL && state->save != NULL && state->restore != NULL)
         inst->state = state;
+    const LV2_Options_Interface *options = extension(d, WARD_LV2_OPTIONS_INTERFACE);
+    if (options != NULL && (options->get != NULL || options->set != NULL))
+        inst->options_iface = options;
     return inst;
 }
 
@@ -716,7 +806,7 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_cleanup(struct instance *inst) {
     return 0;
 }
 
-static int64_t restore_now(struct instance *inst, const unsigned char *in, uint64_t in_len);
+static int64_t restore_now(struct instance *inst, const unsigned char *in, uint64_t in_len, uint32_t features);
 
 /* Run one block of `samples` samples. `in` holds, per port, u32 bytes of its buffer (0: not connected) and u32 bytes
  * sent (at most those), then the bytes sent of each port in port order: an input's data, an output's present
@@ -784,7 +874,7 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_run(struct instance *inst, uint64_t samples
         WARD_CALL1(d->activate, inst->handle);
     }
     if (inst->pending_restore != NULL) {
-        (void)restore_now(inst, inst->pending_restore, inst->pending_restore_len);
+        (void)restore_now(inst, inst->pending_restore, inst->pending_restore_len, inst->pending_restore_features);
         free(inst->pending_restore);
         inst->pending_restore = NULL;
     }
@@ -893,21 +983,22 @@ static LV2_State_Status store(LV2_State_Handle handle, uint32_t key, const void 
 }
 
 /* Save the plugin's state: its properties as records (u32 key, type, flags, size; the value padded to 8 bytes) into
- * `out`. The bytes written; minus the bytes needed when `cap` is too small (the save is kept for the next call,
- * which then takes it without saving again); an error code when the plugin has no state interface or its save
- * failed. */
-WARD_ADAPTER_EXPORT int64_t ward_lv2_save(struct instance *inst, unsigned char *out, uint64_t cap) {
+ * `out`, with the path features `features` (FEATURE_* bits) offered. The bytes written; minus the bytes needed when
+ * `cap` is too small (the save is kept for the next call, which then takes it without saving again); an error code
+ * when the plugin has no state interface or its save failed. */
+WARD_ADAPTER_EXPORT int64_t ward_lv2_save(struct instance *inst, uint64_t features, unsigned char *out, uint64_t cap) {
     if (inst->state == NULL)
         return WARD_ADAPTER_E_SYMBOL;
     if (!inst->saved_pending) {
-        static const LV2_Feature *const no_features[] = {NULL};
+        const LV2_Feature *list[4];
+        const LV2_Feature *const *offered = state_features(inst, (uint32_t)features & PATH_FEATURES, list);
         inst->saved_len = 0;
         struct ward_call c = ward_call_begin((const void *)(uintptr_t)inst->state->save);
         c.ints[0] = WARD_ARG(inst->handle);
         c.ints[1] = WARD_ARG(store);
         c.ints[2] = WARD_ARG(inst);
         c.ints[3] = WARD_ARG((uint32_t)(LV2_STATE_IS_POD | LV2_STATE_IS_PORTABLE));
-        c.ints[4] = WARD_ARG(no_features);
+        c.ints[4] = WARD_ARG(offered);
         ward_call_poisoned(&c);
         if ((uint32_t)c.ret_int != LV2_STATE_SUCCESS)
             return WARD_ADAPTER_E_INSTANCE;
@@ -950,10 +1041,11 @@ static const void *retrieve(LV2_State_Handle handle, uint32_t key, size_t *size,
     return NULL;
 }
 
-/* Restore the plugin's state from records as ward_lv2_save writes them. The values are read where they lie (8-byte
- * aligned when `in` is): the plugin copies what it keeps, as LV2 asks. While an activation waits for the first block,
- * the records are kept and restored right after it. */
-WARD_ADAPTER_EXPORT int64_t ward_lv2_restore(struct instance *inst, const unsigned char *in, uint64_t in_len) {
+/* Restore the plugin's state from records as ward_lv2_save writes them, with the path features `features` offered.
+ * The values are read where they lie (8-byte aligned when `in` is): the plugin copies what it keeps, as LV2 asks.
+ * While an activation waits for the first block, the records are kept and restored right after it. */
+WARD_ADAPTER_EXPORT int64_t ward_lv2_restore(struct instance *inst, const unsigned char *in, uint64_t in_len,
+                                             uint64_t features) {
     if (inst->state == NULL)
         return WARD_ADAPTER_E_SYMBOL;
     if (inst->activate_pending) {
@@ -964,20 +1056,137 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_restore(struct instance *inst, const unsign
         free(inst->pending_restore);
         inst->pending_restore = copy;
         inst->pending_restore_len = in_len;
+        inst->pending_restore_features = (uint32_t)features & PATH_FEATURES;
         return 0;
     }
-    return restore_now(inst, in, in_len);
+    return restore_now(inst, in, in_len, (uint32_t)features & PATH_FEATURES);
 }
 
-static int64_t restore_now(struct instance *inst, const unsigned char *in, uint64_t in_len) {
-    static const LV2_Feature *const no_features[] = {NULL};
+static int64_t restore_now(struct instance *inst, const unsigned char *in, uint64_t in_len, uint32_t features) {
+    const LV2_Feature *list[4];
+    const LV2_Feature *const *offered = state_features(inst, features, list);
     struct retrieving r = {in, in_len};
     struct ward_call c = ward_call_begin((const void *)(uintptr_t)inst->state->restore);
     c.ints[0] = WARD_ARG(inst->handle);
     c.ints[1] = WARD_ARG(retrieve);
     c.ints[2] = WARD_ARG(&r);
     c.ints[3] = WARD_ARG((uint32_t)(LV2_STATE_IS_POD | LV2_STATE_IS_PORTABLE));
-    c.ints[4] = WARD_ARG(no_features);
+    c.ints[4] = WARD_ARG(offered);
     ward_call_poisoned(&c);
     return (uint32_t)c.ret_int == LV2_STATE_SUCCESS ? 0 : WARD_ADAPTER_E_INSTANCE;
+}
+
+/* ---- options:interface ---- */
+
+/* Read `count` options of a get or set request (u32 context, subject, key each, and for a set u32 type, u32 size and
+ * the value's bytes) into a NULL-terminated array whose values (for a set) are copied into `*values`; NULL when
+ * malformed or out of memory. */
+static LV2_Options_Option *read_options(struct reader *r, int with_values, unsigned char **values) {
+    uint32_t count = get_u32(r);
+    if (r->bad || count > MAX_OPTIONS)
+        return NULL;
+    LV2_Options_Option *options = calloc((size_t)count + 1, sizeof *options);
+    const unsigned char **sent = calloc((size_t)count + 1, sizeof *sent);
+    size_t total = 0;
+    if (options == NULL || sent == NULL) {
+        free(options);
+        free(sent);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < count && !r->bad; i++) {
+        LV2_Options_Option *o = &options[i];
+        o->context = (LV2_Options_Context)get_u32(r);
+        o->subject = get_u32(r);
+        o->key = get_u32(r);
+        if (with_values) {
+            o->type = get_u32(r);
+            o->size = get_u32(r);
+            if (o->size > MAX_OPTION_BYTES)
+                r->bad = 1;
+            else
+                sent[i] = get_bytes(r, o->size);
+            total += ((size_t)o->size + 7) & ~(size_t)7;
+        }
+    }
+    *values = r->bad || r->left != 0 ? NULL : malloc(total + 8);
+    if (*values == NULL) {
+        free(options);
+        free(sent);
+        return NULL;
+    }
+    size_t at = 0;
+    for (uint32_t i = 0; with_values && i < count; i++) {
+        memcpy(*values + at, sent[i], options[i].size);
+        options[i].value = *values + at;
+        at += ((size_t)options[i].size + 7) & ~(size_t)7;
+    }
+    free(sent);
+    return options;
+}
+
+/* options:interface's get on the options `in` asks for (u32 count; u32 context, subject, key each). `out` receives
+ * u32 status, u32 count, then per option u32 type, u32 size and the value's bytes (type and size 0: not answered).
+ * The bytes written; minus the bytes needed when `cap` is too small; WARD_ADAPTER_E_SYMBOL when the plugin has no
+ * get; WARD_ADAPTER_E_LAYOUT for a malformed request or an answer no plugin gives (a value larger than
+ * MAX_OPTION_BYTES, or NULL with a size): the class calls that a fault. */
+WARD_ADAPTER_EXPORT int64_t ward_lv2_get_options(struct instance *inst, const unsigned char *in, uint64_t in_len,
+                                                 unsigned char *out, uint64_t cap) {
+    if (inst->options_iface == NULL || inst->options_iface->get == NULL)
+        return WARD_ADAPTER_E_SYMBOL;
+    struct reader r = {in, in_len, 0};
+    unsigned char *values = NULL;
+    LV2_Options_Option *options = read_options(&r, 0, &values);
+    if (options == NULL)
+        return WARD_ADAPTER_E_LAYOUT;
+    uint32_t count = 0;
+    while (options[count].key != 0 || options[count].value != NULL)
+        count++;
+    /* The plugin may overwrite the array's keys: what was asked is kept apart. */
+    uint32_t status = (uint32_t)WARD_CALL2(inst->options_iface->get, inst->handle, options);
+    size_t need = 8;
+    int64_t result = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const LV2_Options_Option *o = &options[i];
+        if (o->size > MAX_OPTION_BYTES || (o->size != 0 && o->value == NULL)) {
+            result = WARD_ADAPTER_E_LAYOUT;
+            break;
+        }
+        need += 8 + (o->value != NULL ? o->size : 0);
+    }
+    if (result == 0 && need > cap)
+        result = -(int64_t)need;
+    if (result == 0) {
+        struct writer w = {out, cap, 0};
+        put_u32(&w, status);
+        put_u32(&w, count);
+        for (uint32_t i = 0; i < count; i++) {
+            const LV2_Options_Option *o = &options[i];
+            uint32_t size = o->value != NULL ? o->size : 0;
+            put_u32(&w, o->value != NULL ? o->type : 0);
+            put_u32(&w, size);
+            put_bytes(&w, o->value, size);
+        }
+        result = writer_result(&w);
+    }
+    free(options);
+    free(values);
+    return result;
+}
+
+/* options:interface's set of the options `in` carries (u32 count; u32 context, subject, key, type, size and the value
+ * each): the plugin's status, WARD_ADAPTER_E_SYMBOL when it has no set, WARD_ADAPTER_E_LAYOUT when malformed. */
+WARD_ADAPTER_EXPORT int64_t ward_lv2_set_options(struct instance *inst, uint64_t keys, const unsigned char *in,
+                                                 uint64_t in_len) {
+    (void)keys; /* the class's name for the set of keys, for its shadow log */
+    if (inst->options_iface == NULL || inst->options_iface->set == NULL)
+        return WARD_ADAPTER_E_SYMBOL;
+    struct reader r = {in, in_len, 0};
+    unsigned char *values = NULL;
+    LV2_Options_Option *options = read_options(&r, 1, &values);
+    if (options == NULL)
+        return WARD_ADAPTER_E_LAYOUT;
+    uint32_t status = (uint32_t)WARD_CALL2(inst->options_iface->set, inst->handle, options);
+    free(options);
+    free(values);
+    return (int64_t)status;
 }

@@ -275,6 +275,83 @@ fn an_lv2_plugin_mapping_uris_through_the_host_runs_in_an_mpk_domain_and_matches
     assert!(mpk.samples.iter().any(|s| s.iter().any(|&x| x != 0.0)), "the balance gave only silence");
 }
 
+/// A host that keeps what an LV2 plugin logs, and makes paths under `/session/`.
+#[derive(Default)]
+struct LoggingHost {
+    map: UridMap,
+    logged: std::sync::Mutex<Vec<(u32, String)>>,
+}
+
+impl Host for LoggingHost {
+    fn map(&self, uri: &str) -> u32 {
+        self.map.map(uri)
+    }
+    fn unmap(&self, urid: u32) -> Option<String> {
+        self.map.unmap(urid)
+    }
+    fn log(&self, log_type: u32, message: &str) {
+        self.logged.lock().unwrap_or_else(|e| e.into_inner()).push((log_type, message.to_string()));
+    }
+    fn make_path(&self, path: &str) -> Option<String> {
+        Some(format!("/session/{path}"))
+    }
+}
+
+/// ward's built-in `lv2_options` logs a note from `instantiate` through `log:log`: from inside an mpk domain the
+/// message (formatted there) leaves through the instance's callback and reaches the host's log. Its options are
+/// got and set through the domain too, and the path its makePath got from the host comes back.
+#[test]
+#[ignore = "needs PKU"]
+fn an_lv2_plugins_log_message_in_an_mpk_domain_reaches_the_hosts_log() {
+    require_pku();
+    let dir = ward_extensions::lv2_bundle_of("lv2_options").unwrap();
+    let binary = dir.join("lv2_options.so");
+    let infos = bundle::plugins_of_binary(&binary).unwrap();
+    let sup = Supervisor::new(Policy::default());
+    let lib = lv2::Library::open(&sup, &binary, Some(Isolation::Mpk)).unwrap();
+    assert_eq!(lib.extension().isolation(), Isolation::Mpk);
+    let host = Arc::new(LoggingHost::default());
+    let setup = lv2::Setup {
+        sample_rate: 48000.0,
+        bundle: dir,
+        ports: infos[0].ports.iter().map(lv2::PortSpec::from).collect(),
+        features: lv2::Features {
+            urid_map: true,
+            log: true,
+            paths: lv2::PathFeatures { make_path: true, ..lv2::PathFeatures::default() },
+            ..lv2::Features::default()
+        },
+        host: host.clone(),
+        realtime: false,
+    };
+    let inst = lib.instantiate(lib.plugin("urn:ward:lv2:options").unwrap().index, setup).unwrap();
+    let note = host.map("http://lv2plug.in/ns/ext/log#Note");
+    assert_eq!(
+        *host.logged.lock().unwrap(),
+        [(note, "lv2_options: instantiated at 48000 Hz\n".to_string())],
+        "the plugin's message in the host's log"
+    );
+    let gain = lv2::OptionValue {
+        context: 0,
+        subject: 0,
+        key: host.map("urn:ward:lv2:options#gain"),
+        value_type: host.map("http://lv2plug.in/ns/ext/atom#Float"),
+        value: 0.5f32.to_ne_bytes().to_vec(),
+    };
+    assert_eq!(inst.set_options(std::slice::from_ref(&gain)).unwrap(), 0);
+    let got = inst.get_options(&[lv2::OptionKey { context: 0, subject: 0, key: gain.key }]).unwrap();
+    assert_eq!(got.values, [Some(gain)]);
+    let scratch = lv2::OptionKey { context: 0, subject: 0, key: host.map("urn:ward:lv2:options#scratch") };
+    let got = inst.get_options(&[scratch]).unwrap();
+    let value = got.values[0].as_ref().map(|v| v.value.as_slice());
+    assert_eq!(value, Some(&b"/session/scratch.wav\0"[..]), "makePath reached the host and its answer the plugin");
+    let input: Vec<f32> = (0..LV2_FRAMES).map(|i| i as f32).collect();
+    let mut out = vec![0f32; LV2_FRAMES];
+    let mut ports = [lv2::PortBuffer::Input(&input), lv2::PortBuffer::Output(&mut out)];
+    assert_eq!(inst.run(LV2_FRAMES, &mut ports).unwrap(), Processed::Ran);
+    assert_eq!(out, input.iter().map(|x| x * 0.5).collect::<Vec<_>>());
+}
+
 /// Runtimes (issue 32) in mpk domains: plugins compiled by libtcc inside the domain, their code made executable by
 /// the domain runtime once scanned, linked, called and unlinked; after each kind of failure the other plugins
 /// answer. The transforms' sources are built in, so the tests need no file inside the emulated machine.

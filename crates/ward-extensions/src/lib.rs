@@ -44,6 +44,9 @@
 //!   output that notifies the count of held notes; needs urid:map.
 //! * `lv2_worker` – `urn:ward:lv2:worker`: out = in × a gain its `work` computes every 16 blocks; needs
 //!   worker:schedule and urid:map, logs once at instantiate through log:log where offered.
+//! * `lv2_options` – `urn:ward:lv2:options`: out = in × a gain got and set through `options:interface`, a file
+//!   path saved and restored through `state:mapPath`, a scratch path from `state:makePath`; needs urid:map, logs
+//!   once at instantiate through log:log where offered.
 //! * `lv2_counter` – `urn:ward:lv2:counter`: out = in + a ramp of the samples processed so far, with no
 //!   `state:interface`.
 //! * `lv2_faulty` – `urn:ward:lv2:faulty#crash`, `#hang`, `#abort`, `#atom-overrun`, `#atom-malformed`,
@@ -93,6 +96,7 @@ pub const ALL: &[Builtin] = &[
     embedded!("lv2_counter", "LV2 urn:ward:lv2:counter: out = in + a ramp of the samples so far, no state interface"),
     embedded!("lv2_delay", "LV2 urn:ward:lv2:delay: a feedback delay with a long tail and state:interface"),
     embedded!("lv2_faulty", "LV2 urn:ward:lv2:faulty#...: identities that crash, hang, abort or break atoms or work"),
+    embedded!("lv2_options", "LV2 urn:ward:lv2:options: a gain set through options:interface, a path saved by mapPath"),
     embedded!("lv2_synth", "LV2 urn:ward:lv2:synth: an instrument, a sine per held MIDI note, with notifications"),
     embedded!("lv2_worker", "LV2 urn:ward:lv2:worker: a gain computed by its worker every 16 blocks"),
 ];

@@ -1,8 +1,8 @@
 //! LV2 behind the proxy: the descriptors the host reads (built here, in the host's memory, from what the class read
 //! through the domain and the plugin's bundle says), the host's features proxied for the plugin, and the functions
-//! the descriptors' pointers lead to (the class wrappers), with the worker and state interfaces a plugin has.
+//! the descriptors' pointers lead to (the class wrappers), with the worker, state and options interfaces a plugin has.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use ward::{Isolation, Supervisor};
 use ward_classes::lv2::bundle::{self, PluginInfo};
 use ward_classes::lv2::{
-    self as class, Features, Host, Instance, Library, OptionValue, PortBuffer, PortKind, PortSpec,
+    self as class, Features, Host, Instance, Library, OptionKey, OptionValue, PathFeatures, PortBuffer, PortKind,
+    PortSpec,
 };
 use ward_classes::ClassError;
 
@@ -87,6 +88,35 @@ struct RawOption {
     value: *const c_void,
 }
 
+/// `state:mapPath`'s two functions and `state:makePath`'s: a path in, a string the host allocated out (or NULL).
+type PathFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_char;
+type FreePathFn = unsafe extern "C" fn(*mut c_void, *mut c_char);
+
+#[repr(C)]
+struct MapPathFeature {
+    handle: *mut c_void,
+    abstract_path: Option<PathFn>,
+    absolute_path: Option<PathFn>,
+}
+
+#[repr(C)]
+struct MakePathFeature {
+    handle: *mut c_void,
+    path: Option<PathFn>,
+}
+
+#[repr(C)]
+struct FreePathFeature {
+    handle: *mut c_void,
+    free_path: Option<FreePathFn>,
+}
+
+#[repr(C)]
+struct OptionsInterface {
+    get: unsafe extern "C" fn(*mut c_void, *mut RawOption) -> u32,
+    set: unsafe extern "C" fn(*mut c_void, *const RawOption) -> u32,
+}
+
 type RespondFn = unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32;
 
 #[repr(C)]
@@ -109,6 +139,8 @@ const WORKER_SUCCESS: u32 = 0;
 const WORKER_ERR_UNKNOWN: u32 = 1;
 const STATE_SUCCESS: u32 = 0;
 const STATE_ERR_UNKNOWN: u32 = 1;
+const OPTIONS_ERR_UNKNOWN: u32 = 1;
+const OPTIONS_ERR_BAD_VALUE: u32 = 8;
 
 // ---- descriptors ----
 
@@ -122,6 +154,21 @@ struct ProxyDescriptor {
     /// The plugin as its bundle describes it.
     info: PluginInfo,
     _uri: CString,
+    /// Keys instances of the plugin stored at their saves in this process: what a restore retrieves from the host
+    /// (a session saved by one instance is restored into another, maybe after the host closed and reopened the
+    /// binary).
+    state_keys: StateKeys,
+}
+
+/// The state keys one plugin's instances stored, shared by them.
+type StateKeys = Arc<Mutex<Vec<u32>>>;
+
+/// The state keys of each plugin (by URI) seen stored in this process, kept across the binary's closing.
+static STATE_KEYS: Mutex<Option<HashMap<String, StateKeys>>> = Mutex::new(None);
+
+fn state_keys_of(uri: &str) -> StateKeys {
+    let mut all = STATE_KEYS.lock().unwrap_or_else(|e| e.into_inner());
+    Arc::clone(all.get_or_insert_with(HashMap::new).entry(uri.to_string()).or_default())
 }
 
 /// An LV2 binary under ward, with its descriptors built once.
@@ -177,7 +224,7 @@ impl ProxyLibrary {
                 run: Some(run),
                 deactivate: d.has_deactivate.then_some(deactivate as HandleFn),
                 cleanup: Some(cleanup),
-                extension_data: Some(extension_data_for(d.has_state, d.has_worker)),
+                extension_data: Some(extension_data_for(d.has_state, d.has_worker, d.has_options)),
             };
             descriptors.push(ProxyDescriptor {
                 raw,
@@ -185,6 +232,7 @@ impl ProxyLibrary {
                 index: d.index,
                 info: info.clone(),
                 _uri: uri,
+                state_keys: state_keys_of(&d.uri),
             });
         }
         Ok(ProxyLibrary { library, descriptors, lib_descriptor: OnceLock::new() })
@@ -242,13 +290,112 @@ unsafe extern "C" fn lib_cleanup(_handle: *mut c_void) {}
 
 // ---- the host's features ----
 
-/// The host's URID map, unmap and log, as the class reaches them.
+/// The state extension's path functions a host offered, at instantiate or to one save or restore (handles as
+/// numbers: they are the host's, only passed back).
+#[derive(Default, Clone, Copy)]
+struct HostPaths {
+    /// `state:mapPath`: abstract_path, absolute_path.
+    map: Option<(usize, PathFn, PathFn)>,
+    make: Option<(usize, PathFn)>,
+    free: Option<(usize, FreePathFn)>,
+}
+
+impl HostPaths {
+    /// The path features of a feature list (the first of each, as a plugin looking one up finds it).
+    ///
+    /// # Safety
+    /// `features` is NULL or a NULL-terminated array of valid features (LV2's contract).
+    unsafe fn of(features: *const *const Feature) -> HostPaths {
+        let mut paths = HostPaths::default();
+        if features.is_null() {
+            return paths;
+        }
+        let mut at = features;
+        // SAFETY: walking a NULL-terminated array per the function's contract.
+        while let Some(f) = unsafe { (*at).as_ref() } {
+            at = at.wrapping_add(1);
+            if f.uri.is_null() || f.data.is_null() {
+                continue;
+            }
+            // SAFETY: a feature's URI is a C string.
+            let uri = unsafe { CStr::from_ptr(f.uri) }.to_bytes();
+            if uri == class::uri::STATE_MAP_PATH.as_bytes() {
+                // SAFETY: the state:mapPath feature's data is an LV2_State_Map_Path.
+                let m = unsafe { &*(f.data as *const MapPathFeature) };
+                if let (Some(a), Some(b), None) = (m.abstract_path, m.absolute_path, paths.map) {
+                    paths.map = Some((m.handle as usize, a, b));
+                }
+            } else if uri == class::uri::STATE_MAKE_PATH.as_bytes() {
+                // SAFETY: the state:makePath feature's data is an LV2_State_Make_Path.
+                let m = unsafe { &*(f.data as *const MakePathFeature) };
+                if let (Some(path), None) = (m.path, paths.make) {
+                    paths.make = Some((m.handle as usize, path));
+                }
+            } else if uri == class::uri::STATE_FREE_PATH.as_bytes() {
+                // SAFETY: the state:freePath feature's data is an LV2_State_Free_Path.
+                let m = unsafe { &*(f.data as *const FreePathFeature) };
+                if let (Some(free), None) = (m.free_path, paths.free) {
+                    paths.free = Some((m.handle as usize, free));
+                }
+            }
+        }
+        paths
+    }
+
+    fn offered(&self) -> PathFeatures {
+        PathFeatures { map_path: self.map.is_some(), make_path: self.make.is_some(), free_path: self.free.is_some() }
+    }
+}
+
+/// The host's URID map, unmap, log and path functions, as the class reaches them.
 struct HostFeatures {
     map: Option<(usize, unsafe extern "C" fn(*mut c_void, *const c_char) -> u32)>,
     unmap: Option<(usize, unsafe extern "C" fn(*mut c_void, u32) -> *const c_char)>,
     log: Option<(usize, unsafe extern "C" fn(*mut c_void, u32, *const c_char, ...) -> c_int)>,
     /// URIs mapped by a host that offers no map (a plugin that requires none still gets one: the class's own).
     own: class::UridMap,
+    /// makePath and freePath as offered at instantiate (valid for the instance's life).
+    paths: HostPaths,
+    /// The path functions of the save or restore in progress (valid only during it).
+    call_paths: Mutex<Option<HostPaths>>,
+    /// What the host's absolute_path answered, by abstract path: a restore replayed after a restart, when the host's
+    /// functions of that restore are gone, gets the same answers.
+    absolute_of: Mutex<HashMap<String, String>>,
+}
+
+impl HostFeatures {
+    /// Run `f` (a save or restore) with the host's path functions `paths` in force.
+    fn during<T>(&self, paths: HostPaths, f: impl FnOnce() -> T) -> T {
+        *self.call_paths.lock().unwrap_or_else(|e| e.into_inner()) = Some(paths);
+        let result = f();
+        *self.call_paths.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        result
+    }
+
+    fn call_paths(&self) -> Option<HostPaths> {
+        *self.call_paths.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Call one of the host's path functions on `path`: its answer copied, and the host's string freed with its
+    /// freePath (of the call, or of the instance), or with `free` where it offers none, as the state extension says.
+    fn host_path(&self, call: Option<HostPaths>, function: (usize, PathFn), path: &str) -> Option<String> {
+        let c = CString::new(path).ok()?;
+        let (handle, f) = function;
+        // SAFETY: a path function the host offered for this call (or the instance's life), given a C string.
+        let answer = unsafe { f(handle as *mut c_void, c.as_ptr()) };
+        if answer.is_null() {
+            return None;
+        }
+        // SAFETY: non-NULL, a NUL-terminated string the host allocated.
+        let text = unsafe { CStr::from_ptr(answer) }.to_str().ok().map(str::to_owned);
+        match call.and_then(|p| p.free).or(self.paths.free) {
+            // SAFETY: the host's freePath, on the string its own function returned.
+            Some((handle, free)) => unsafe { free(handle as *mut c_void, answer) },
+            // SAFETY: without freePath the host's string is the C library's to free (the state extension).
+            None => unsafe { libc::free(answer as *mut c_void) },
+        }
+        text
+    }
 }
 
 impl Host for HostFeatures {
@@ -279,6 +426,29 @@ impl Host for HostFeatures {
             printf(handle as *mut c_void, log_type, c"%s".as_ptr(), c.as_ptr());
         }
     }
+
+    fn abstract_path(&self, absolute: &str) -> Option<String> {
+        let call = self.call_paths();
+        let (handle, to_abstract, _) = call?.map?;
+        self.host_path(call, (handle, to_abstract), absolute)
+    }
+
+    fn absolute_path(&self, abstract_path: &str) -> Option<String> {
+        let call = self.call_paths();
+        let mut known = self.absolute_of.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((handle, _, to_absolute)) = call.and_then(|p| p.map) else {
+            return known.get(abstract_path).cloned();
+        };
+        let answer = self.host_path(call, (handle, to_absolute), abstract_path)?;
+        known.insert(abstract_path.to_string(), answer.clone());
+        Some(answer)
+    }
+
+    fn make_path(&self, path: &str) -> Option<String> {
+        let call = self.call_paths();
+        let make = call.and_then(|p| p.make).or(self.paths.make)?;
+        self.host_path(call, make, path)
+    }
 }
 
 /// What the host offered an instance, read off its feature list.
@@ -295,10 +465,20 @@ struct Offered {
 unsafe fn offered(features: *const *const Feature) -> Offered {
     let mut o = Offered {
         features: Features::default(),
-        host: HostFeatures { map: None, unmap: None, log: None, own: class::UridMap::new() },
+        host: HostFeatures {
+            map: None,
+            unmap: None,
+            log: None,
+            own: class::UridMap::new(),
+            // SAFETY: per the function's contract.
+            paths: unsafe { HostPaths::of(features) },
+            call_paths: Mutex::new(None),
+            absolute_of: Mutex::new(HashMap::new()),
+        },
         schedule: None,
         unknown: Vec::new(),
     };
+    o.features.paths = PathFeatures { map_path: false, ..o.host.paths.offered() };
     if features.is_null() {
         return o;
     }
@@ -349,6 +529,9 @@ unsafe fn offered(features: *const *const Feature) -> Offered {
                 // SAFETY: the options feature's data is NULL or an array of options ending with a zero key.
                 o.features.options = Some(unsafe { options(data as *const RawOption) });
             }
+            // Read above; mapPath belongs to save and restore, where the host gives it again.
+            class::uri::STATE_MAKE_PATH | class::uri::STATE_FREE_PATH | class::uri::STATE_MAP_PATH
+                if !data.is_null() => {}
             class::uri::BOUNDED_BLOCK_LENGTH => o.features.bounded_block_length = true,
             class::uri::FIXED_BLOCK_LENGTH => o.features.fixed_block_length = true,
             class::uri::POWER_OF_2_BLOCK_LENGTH => o.features.power_of_2_block_length = true,
@@ -398,8 +581,12 @@ struct ProxyInstance {
     samples: Vec<Vec<f32>>,
     atoms: Vec<Vec<u8>>,
     schedule: Option<(usize, unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32)>,
-    /// Keys the plugin stored at its last save through this proxy: what a restore retrieves from the host.
-    state_keys: Mutex<Vec<u32>>,
+    /// Keys the plugin's instances stored at their saves through this proxy (its descriptor's).
+    state_keys: StateKeys,
+    /// The host's features as the class reaches them (the path functions of a save or restore are set here).
+    host: Arc<HostFeatures>,
+    /// The values of the last options:interface get, where the host's options point until the next get.
+    option_values: Mutex<Vec<Vec<u8>>>,
 }
 
 /// Plugins whose left-out features were reported (once each, with `-v`).
@@ -436,13 +623,14 @@ unsafe extern "C" fn instantiate(
     if let (Some(rt), true) = (runtime::get(), realtime) {
         rt.verbose_say(&format!("{}: instantiated by a real-time host (it offers lv2:isLive)", proxy.info.uri));
     }
+    let host = Arc::new(offered.host);
     let setup = class::Setup {
         realtime,
         sample_rate,
         bundle,
         ports: specs.clone(),
         features: offered.features,
-        host: Arc::new(offered.host),
+        host: Arc::clone(&host) as Arc<dyn Host>,
     };
     let result = inside_ward(|| proxy.library.instantiate(proxy.index, setup));
     report();
@@ -457,7 +645,9 @@ unsafe extern "C" fn instantiate(
                 samples: vec![Vec::new(); n],
                 atoms: vec![Vec::new(); n],
                 schedule: offered.schedule,
-                state_keys: Mutex::new(Vec::new()),
+                state_keys: Arc::clone(&proxy.state_keys),
+                host,
+                option_values: Mutex::new(Vec::new()),
             });
             Box::into_raw(boxed) as *mut c_void
         }
@@ -635,54 +825,129 @@ unsafe extern "C" fn run(handle: *mut c_void, samples: u32) {
     report();
 }
 
-// ---- extension data: the worker and state interfaces, where the plugin has them ----
+// ---- extension data: the worker, state and options interfaces, where the plugin has them ----
 
 static WORKER: WorkerInterface = WorkerInterface { work, work_response, end_run };
 static STATE: StateInterface = StateInterface { save, restore };
+static OPTIONS: OptionsInterface = OptionsInterface { get: options_get, set: options_set };
 
-unsafe extern "C" fn ext_none(_uri: *const c_char) -> *const c_void {
-    std::ptr::null()
-}
-
+/// The `extension_data` of a plugin with the interfaces its parameters say (it takes no instance, so one function
+/// per combination): any other URI gets NULL, as from a plugin that lacks it.
+///
 /// # Safety
-/// `uri` is NULL or a C string.
-unsafe fn ext_lookup(uri: *const c_char, state: bool, worker: bool) -> *const c_void {
+/// `uri` is NULL or a C string (LV2's contract).
+unsafe extern "C" fn ext_lookup<const STATE_: bool, const WORKER_: bool, const OPTIONS_: bool>(
+    uri: *const c_char,
+) -> *const c_void {
     if uri.is_null() {
         return std::ptr::null();
     }
     // SAFETY: per the function's contract.
     let uri = unsafe { CStr::from_ptr(uri) }.to_bytes();
-    if state && uri == class::uri::STATE_INTERFACE.as_bytes() {
+    if STATE_ && uri == class::uri::STATE_INTERFACE.as_bytes() {
         return &STATE as *const StateInterface as *const c_void;
     }
-    if worker && uri == class::uri::WORKER_INTERFACE.as_bytes() {
+    if WORKER_ && uri == class::uri::WORKER_INTERFACE.as_bytes() {
         return &WORKER as *const WorkerInterface as *const c_void;
+    }
+    if OPTIONS_ && uri == class::uri::OPTIONS_INTERFACE.as_bytes() {
+        return &OPTIONS as *const OptionsInterface as *const c_void;
     }
     std::ptr::null()
 }
 
-unsafe extern "C" fn ext_state(uri: *const c_char) -> *const c_void {
-    // SAFETY: the host passes a C string (LV2 contract).
-    unsafe { ext_lookup(uri, true, false) }
-}
-unsafe extern "C" fn ext_worker(uri: *const c_char) -> *const c_void {
-    // SAFETY: the host passes a C string (LV2 contract).
-    unsafe { ext_lookup(uri, false, true) }
-}
-unsafe extern "C" fn ext_both(uri: *const c_char) -> *const c_void {
-    // SAFETY: the host passes a C string (LV2 contract).
-    unsafe { ext_lookup(uri, true, true) }
+fn extension_data_for(state: bool, worker: bool, options: bool) -> ExtensionDataFn {
+    match (state, worker, options) {
+        (false, false, false) => ext_lookup::<false, false, false>,
+        (true, false, false) => ext_lookup::<true, false, false>,
+        (false, true, false) => ext_lookup::<false, true, false>,
+        (true, true, false) => ext_lookup::<true, true, false>,
+        (false, false, true) => ext_lookup::<false, false, true>,
+        (true, false, true) => ext_lookup::<true, false, true>,
+        (false, true, true) => ext_lookup::<false, true, true>,
+        (true, true, true) => ext_lookup::<true, true, true>,
+    }
 }
 
-/// The `extension_data` of a plugin with these interfaces (it takes no instance, so one function per combination):
-/// any other URI gets NULL, as from a plugin that lacks it.
-fn extension_data_for(state: bool, worker: bool) -> ExtensionDataFn {
-    match (state, worker) {
-        (false, false) => ext_none,
-        (true, false) => ext_state,
-        (false, true) => ext_worker,
-        (true, true) => ext_both,
+/// The options of a host's list up to its terminator (a zero key with a NULL value), at most [`MAX_OPTIONS`].
+///
+/// # Safety
+/// `list` is NULL or an array of options ending as above (LV2's contract).
+unsafe fn option_list<'a>(list: *const RawOption) -> Vec<&'a RawOption> {
+    let mut out = Vec::new();
+    for i in 0..if list.is_null() { 0 } else { MAX_OPTIONS } {
+        // SAFETY: within the array up to its terminator, per the function's contract.
+        let o = unsafe { &*list.add(i) };
+        if o.key == 0 && o.value.is_null() {
+            break;
+        }
+        out.push(o);
     }
+    out
+}
+
+/// options:interface's get: the options asked answered through the domain. The values stay where they are put
+/// until the instance's next get.
+unsafe extern "C" fn options_get(handle: *mut c_void, list: *mut RawOption) -> u32 {
+    // SAFETY: the host passes an instance of ours.
+    let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return OPTIONS_ERR_UNKNOWN };
+    // SAFETY: the host passes a terminated option list (LV2 contract).
+    let asked: Vec<OptionKey> = unsafe { option_list(list) }
+        .iter()
+        .map(|o| OptionKey { context: o.context, subject: o.subject, key: o.key })
+        .collect();
+    if asked.iter().any(|k| k.key == 0) {
+        return OPTIONS_ERR_UNKNOWN;
+    }
+    let got = inside_ward(|| inst.instance.get_options(&asked));
+    report();
+    let Ok(got) = got else { return OPTIONS_ERR_UNKNOWN };
+    let mut kept = inst.option_values.lock().unwrap_or_else(|e| e.into_inner());
+    kept.clear();
+    for (i, value) in got.values.into_iter().enumerate() {
+        let Some(value) = value else { continue };
+        // The bytes stay put while the outer vector grows (each is a heap buffer of its own); one byte more, so
+        // that even an empty value has a place to point to.
+        let mut bytes = value.value;
+        let size = bytes.len() as u32;
+        bytes.push(0);
+        // SAFETY: `i` is within the list just walked, which the host lets the plugin fill in (LV2 contract).
+        let o = unsafe { &mut *list.add(i) };
+        o.size = size;
+        o.value_type = value.value_type;
+        o.value = bytes.as_ptr() as *const c_void;
+        kept.push(bytes);
+    }
+    got.status
+}
+
+/// options:interface's set: the options copied into the domain (and replayed after a restart).
+unsafe extern "C" fn options_set(handle: *mut c_void, list: *const RawOption) -> u32 {
+    // SAFETY: the host passes an instance of ours.
+    let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return OPTIONS_ERR_UNKNOWN };
+    let mut options = Vec::new();
+    // SAFETY: the host passes a terminated option list (LV2 contract).
+    for o in unsafe { option_list(list) } {
+        if o.key == 0 || o.size as usize > 65536 || (o.value.is_null() && o.size != 0) {
+            return OPTIONS_ERR_BAD_VALUE;
+        }
+        let value = if o.size == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: an option's value points to `size` bytes (LV2 contract).
+            unsafe { std::slice::from_raw_parts(o.value as *const u8, o.size as usize) }.to_vec()
+        };
+        options.push(OptionValue {
+            context: o.context,
+            subject: o.subject,
+            key: o.key,
+            value_type: o.value_type,
+            value,
+        });
+    }
+    let status = inside_ward(|| inst.instance.set_options(&options));
+    report();
+    status.unwrap_or(OPTIONS_ERR_UNKNOWN)
 }
 
 unsafe extern "C" fn work(
@@ -751,16 +1016,24 @@ unsafe extern "C" fn save(
     store: Option<StoreFn>,
     store_handle: *mut c_void,
     _flags: u32,
-    _features: *const *const Feature,
+    features: *const *const Feature,
 ) -> u32 {
     // SAFETY: the host passes an instance of ours.
     let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return STATE_ERR_UNKNOWN };
     let Some(store) = store else { return STATE_ERR_UNKNOWN };
-    let blob = inside_ward(|| inst.instance.save());
+    // SAFETY: the host passes a NULL-terminated feature list, valid during the save (LV2 contract).
+    let paths = unsafe { HostPaths::of(features) };
+    let blob = inst.host.during(paths, || inside_ward(|| inst.instance.save_offering(paths.offered())));
     report();
     let Ok(blob) = blob else { return STATE_ERR_UNKNOWN };
     let records = state_records(&blob);
-    *inst.state_keys.lock().unwrap_or_else(|e| e.into_inner()) = records.iter().map(|r| r.0).collect();
+    let mut keys = inst.state_keys.lock().unwrap_or_else(|e| e.into_inner());
+    for r in &records {
+        if !keys.contains(&r.0) {
+            keys.push(r.0);
+        }
+    }
+    drop(keys);
     for (key, kind, flags, value) in records {
         // SAFETY: the host's store function for this save; the value lives until it returns.
         let status = unsafe { store(store_handle, key, value.as_ptr() as *const c_void, value.len(), kind, flags) };
@@ -776,16 +1049,18 @@ unsafe extern "C" fn restore(
     retrieve: Option<RetrieveFn>,
     retrieve_handle: *mut c_void,
     _flags: u32,
-    _features: *const *const Feature,
+    features: *const *const Feature,
 ) -> u32 {
     // SAFETY: the host passes an instance of ours.
     let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return STATE_ERR_UNKNOWN };
     let Some(retrieve) = retrieve else { return STATE_ERR_UNKNOWN };
-    // The keys to ask the host for: those the plugin stored at its last save here, else those it stores now (a
-    // restore from a session saved by another process).
+    // SAFETY: the host passes a NULL-terminated feature list, valid during the restore (LV2 contract).
+    let paths = unsafe { HostPaths::of(features) };
+    // The keys to ask the host for: those the plugin's instances stored at their saves here, else those it stores
+    // now (a restore from a session saved by another process).
     let mut keys = inst.state_keys.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if keys.is_empty() {
-        if let Ok(blob) = inside_ward(|| inst.instance.save()) {
+        if let Ok(blob) = inside_ward(|| inst.instance.save_offering(PathFeatures::default())) {
             keys = state_records(&blob).iter().map(|r| r.0).collect();
         }
     }
@@ -805,7 +1080,7 @@ unsafe extern "C" fn restore(
         blob.extend_from_slice(bytes);
         blob.resize((blob.len() + 7) & !7, 0);
     }
-    let restored = inside_ward(|| inst.instance.restore(&blob));
+    let restored = inst.host.during(paths, || inside_ward(|| inst.instance.restore_offering(&blob, paths.offered())));
     report();
     match restored {
         Ok(_) => STATE_SUCCESS,

@@ -1,6 +1,7 @@
-//! The host's side of an instance's features: the URID map and unmap and the log, reached from the domain through
-//! one callback per instance. Text crosses 32 bytes a call (a callback carries registers only); the adapter caches
-//! what it mapped, so a URI crosses once per instance.
+//! The host's side of an instance's features: the URID map and unmap, the log and the state extension's path
+//! functions, reached from the domain through one callback per instance. Text crosses 32 bytes a call (a callback
+//! carries registers only); the adapter caches what it mapped, so a URI crosses once per instance. Everything the
+//! domain sends is checked here before the host's functions see it: it comes from a plugin ward does not trust.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,23 @@ pub trait Host: Send + Sync {
     /// A message the plugin logged (`log:log`), of the log type `log_type` (a URID), cut at 512 bytes and bounded in
     /// rate by the adapter.
     fn log(&self, log_type: u32, message: &str);
+    /// `state:mapPath`'s `abstract_path`: the path to store for the absolute path `absolute` (`None`: the host
+    /// cannot map it, the plugin gets NULL). Called only for a call the host offered `map_path` to.
+    fn abstract_path(&self, absolute: &str) -> Option<String> {
+        let _ = absolute;
+        None
+    }
+    /// `state:mapPath`'s `absolute_path`: the absolute path of the stored path `abstract_path`.
+    fn absolute_path(&self, abstract_path: &str) -> Option<String> {
+        let _ = abstract_path;
+        None
+    }
+    /// `state:makePath`: an absolute path for the plugin to create the relative path `path` at (checked before: no
+    /// absolute path, no `..`), the host making its directories.
+    fn make_path(&self, path: &str) -> Option<String> {
+        let _ = path;
+        None
+    }
 }
 
 /// A URID map of its own, for hosts that have none (Rust hosts, tests): URIDs from 1, in the order first mapped;
@@ -60,8 +78,11 @@ impl Host for UridMap {
 const PUT: i64 = 1;
 const MAP: i64 = 2;
 const UNMAP_LEN: i64 = 3;
-const UNMAP_GET: i64 = 4;
+const REPLY_GET: i64 = 4;
 const LOG: i64 = 5;
+const ABSTRACT_PATH: i64 = 6;
+const ABSOLUTE_PATH: i64 = 7;
+const MAKE_PATH: i64 = 8;
 
 /// The most text one message or URI may gather before it is sent (a domain sending more is cut off).
 const MAX_TEXT: usize = 8192;
@@ -71,12 +92,34 @@ const MAX_MAPPED: u32 = 65536;
 /// The most log messages one instance hands the host a second (the adapter bounds them too, but the host does not
 /// trust the domain to).
 const MAX_LOGS_PER_SECOND: u32 = 20;
+/// The longest path either way (the adapter's MAX_PATH_BYTES): longer is NULL, as from a host that cannot map it.
+const MAX_PATH: usize = 4096;
 
-/// The text being sent by the domain, and the URI last unmapped, being fetched.
+/// A path the domain sent, as the host's path functions may see it: UTF-8, not empty, no NUL or other control
+/// character, within [`MAX_PATH`]; for makePath also relative and without `..` (it names a file in the host's own
+/// directory, which the plugin must not leave).
+fn checked_path(text: &[u8], relative: bool) -> Option<&str> {
+    let path = std::str::from_utf8(text).ok()?;
+    if path.is_empty() || path.len() > MAX_PATH || path.chars().any(char::is_control) {
+        return None;
+    }
+    if relative && (path.starts_with('/') || path.split('/').any(|part| part == "..")) {
+        return None;
+    }
+    Some(path)
+}
+
+/// A path the host answered, as the domain may get it: within [`MAX_PATH`] and with no NUL (the plugin reads a C
+/// string).
+fn answer_path(path: Option<String>) -> Option<Vec<u8>> {
+    path.filter(|p| p.len() <= MAX_PATH && !p.contains('\0')).map(String::into_bytes)
+}
+
+/// The text being sent by the domain, and the host's last answer (a URI unmapped, a path), being fetched.
 #[derive(Default)]
 struct Exchange {
     text: Vec<u8>,
-    unmapped: Vec<u8>,
+    reply: Vec<u8>,
     /// URIs mapped so far (each time the domain asked).
     mapped: u32,
     /// Log messages in the current second, and when it started.
@@ -120,18 +163,38 @@ pub(crate) fn callback(host: Arc<dyn Host>) -> Result<Callback, ClassError> {
             }
             UNMAP_LEN => match u32::try_from(word(1)).ok().and_then(|u| host.unmap(u)) {
                 Some(uri) => {
-                    x.unmapped = uri.into_bytes();
-                    x.unmapped.len() as i64
+                    x.reply = uri.into_bytes();
+                    x.reply.len() as i64
                 }
                 None => {
-                    x.unmapped.clear();
+                    x.reply.clear();
                     -1
                 }
             },
-            UNMAP_GET => {
+            op @ (ABSTRACT_PATH | ABSOLUTE_PATH | MAKE_PATH) => {
+                let text = std::mem::take(&mut x.text);
+                let answer = checked_path(&text, op == MAKE_PATH).and_then(|path| {
+                    answer_path(match op {
+                        ABSTRACT_PATH => host.abstract_path(path),
+                        ABSOLUTE_PATH => host.absolute_path(path),
+                        _ => host.make_path(path),
+                    })
+                });
+                match answer {
+                    Some(bytes) => {
+                        x.reply = bytes;
+                        x.reply.len() as i64
+                    }
+                    None => {
+                        x.reply.clear();
+                        -1
+                    }
+                }
+            }
+            REPLY_GET => {
                 let at = usize::try_from(word(1)).unwrap_or(usize::MAX);
                 let mut w = [0u8; 8];
-                if let Some(rest) = x.unmapped.get(at..) {
+                if let Some(rest) = x.reply.get(at..) {
                     let n = rest.len().min(8);
                     w[..n].copy_from_slice(&rest[..n]);
                 }
@@ -155,4 +218,31 @@ pub(crate) fn callback(host: Arc<dyn Host>) -> Result<Callback, ClassError> {
         Value::I64(result)
     })?;
     Ok(callback)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_from_the_domain_is_checked_before_the_host_sees_it() {
+        assert_eq!(checked_path(b"/home/a/take 1.wav", false), Some("/home/a/take 1.wav"));
+        assert_eq!(checked_path(b"", false), None);
+        assert_eq!(checked_path(b"a\0b", false), None);
+        assert_eq!(checked_path(b"a\nb", false), None);
+        assert_eq!(checked_path(&[0xff, 0xfe], false), None);
+        assert_eq!(checked_path(&vec![b'a'; MAX_PATH + 1], false), None);
+        assert_eq!(checked_path(b"scratch/x.wav", true), Some("scratch/x.wav"));
+        assert_eq!(checked_path(b"/etc/passwd", true), None);
+        assert_eq!(checked_path(b"a/../../x", true), None);
+        assert_eq!(checked_path(b"..", true), None);
+    }
+
+    #[test]
+    fn a_path_from_the_host_reaches_the_domain_only_within_bounds() {
+        assert_eq!(answer_path(Some("/s/x".into())), Some(b"/s/x".to_vec()));
+        assert_eq!(answer_path(Some("a\0b".into())), None);
+        assert_eq!(answer_path(Some("a".repeat(MAX_PATH + 1))), None);
+        assert_eq!(answer_path(None), None);
+    }
 }

@@ -1,4 +1,4 @@
-//! One LV2 plugin instance under ward: its blocks, its worker's requests and responses, its state.
+//! One LV2 plugin instance under ward: its blocks, its worker's requests and responses, its state, its options.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -8,7 +8,7 @@ use std::time::Duration;
 use ward::{Arg, Callback, FaultKind, RetType};
 
 use super::atom::{self, AtomUrids, ATOM_HEADER};
-use super::{host, uri, Descriptor, LibraryInner, PortKind, PortSpec, Setup};
+use super::{host, uri, Descriptor, LibraryInner, OptionValue, PathFeatures, PortKind, PortSpec, Setup};
 use crate::adapters::ADAPTER_ERROR_BELOW;
 use crate::{ClassError, Processed};
 
@@ -20,6 +20,31 @@ const MAX_STATE: u64 = 256 << 20;
 const MAX_PORTS: usize = 4096;
 /// The largest buffer of one port (the adapter's MAX_PORT_BYTES).
 const MAX_PORT_BYTES: usize = 64 << 20;
+/// The most options one get or set carries, and the largest value of one (the adapter's MAX_OPTIONS and
+/// MAX_OPTION_BYTES).
+const MAX_OPTIONS: usize = 1024;
+const MAX_OPTION_BYTES: usize = 65536;
+/// The status bits `options:interface` defines (success is none of them); any other bit is no plugin's answer.
+const OPTIONS_STATUS_BITS: u32 = 0x1 | 0x2 | 0x4 | 0x8;
+
+/// Which option a get asks for: `LV2_Options_Option`'s context, subject and key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionKey {
+    /// `LV2_Options_Context`: 0 instance, 1 resource, 2 blank, 3 port.
+    pub context: u32,
+    pub subject: u32,
+    /// A URID of the host's map (never 0: 0 ends an option list).
+    pub key: u32,
+}
+
+/// What `options:interface`'s get answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// The plugin's status: 0, or `LV2_Options_Status` bits (1 unknown, 2 bad subject, 4 bad key, 8 bad value).
+    pub status: u32,
+    /// One per option asked, in order: its value, or `None` where the plugin gave none.
+    pub values: Vec<Option<OptionValue>>,
+}
 
 /// The data of one port for one block. Audio and CV ports hold a block of samples, a control port one value (the
 /// first of its slice); an atom port holds the atom with its header: for an output, the whole buffer the plugin may
@@ -72,14 +97,18 @@ pub struct Instance {
     /// so its output is its own and passed on unchecked.
     non_finite_recovered: AtomicBool,
     output_is_its_own: AtomicBool,
+    /// The path features the host offered at instantiation: what [`Instance::save`] and [`Instance::restore`] offer.
+    paths: PathFeatures,
 }
 
 /// The plugin's state saved in its domain and logged as the restore that brings it back, as one step to other
 /// threads (no block in between); a save that fails turns checkpoints off for the instance.
+/// ward's own saves offer no path feature: the host's functions are the host's to call when it saves, and a plugin
+/// without mapPath stores absolute paths, which a restart restores as they are.
 fn checkpoint(lib: &LibraryInner, handle: u64, uri: &str, off: &AtomicBool) {
     let bound = usize::try_from(lib.policy.history_mb).unwrap_or(usize::MAX).saturating_mul(1 << 20);
     let taken = lib.ext.exclusively(|| -> Result<(), ClassError> {
-        let blob = save_of(lib, handle, uri)?;
+        let blob = save_of(lib, handle, uri, PathFeatures::default())?;
         if blob.len() > bound.max(1 << 20) {
             // Kept in the shadow log, a state larger than the history may hold would hold the host's memory.
             return Err(ClassError::Refused {
@@ -88,7 +117,9 @@ fn checkpoint(lib: &LibraryInner, handle: u64, uri: &str, off: &AtomicBool) {
             });
         }
         let len = blob.len() as u64;
-        lib.functions.restore.record_checkpoint(&[Arg::Handle(handle), Arg::In(&blob), Arg::U64(len)], RetType::I64)?;
+        lib.functions
+            .restore
+            .record_checkpoint(&[Arg::Handle(handle), Arg::In(&blob), Arg::U64(len), Arg::U64(0)], RetType::I64)?;
         Ok(())
     });
     if let Err(e) = taken {
@@ -98,13 +129,16 @@ fn checkpoint(lib: &LibraryInner, handle: u64, uri: &str, off: &AtomicBool) {
 }
 
 /// The state `state:interface` saves, through the adapter (see [`Instance::save`]).
-fn save_of(lib: &LibraryInner, handle: u64, uri: &str) -> Result<Vec<u8>, ClassError> {
+fn save_of(lib: &LibraryInner, handle: u64, uri: &str, paths: PathFeatures) -> Result<Vec<u8>, ClassError> {
     let bad = |reason: String| ClassError::BadArguments { plugin: uri.to_string(), reason };
     let mut buf = vec![0u8; 64 * 1024];
+    let features = u64::from(paths.wire_flags());
     for _ in 0..2 {
         let cap = buf.len() as u64;
-        let value =
-            lib.functions.save.call(&mut [Arg::Handle(handle), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)?;
+        let value = lib
+            .functions
+            .save
+            .call(&mut [Arg::Handle(handle), Arg::U64(features), Arg::Out(&mut buf), Arg::U64(cap)], RetType::I64)?;
         let n = value.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1);
         if n < ADAPTER_ERROR_BELOW {
             return Err(ClassError::Refused { plugin: uri.to_string(), what: "its save failed".into() });
@@ -293,6 +327,7 @@ impl Instance {
             period_ns: AtomicU64::new(0),
             non_finite_recovered: AtomicBool::new(false),
             output_is_its_own: AtomicBool::new(false),
+            paths: setup.features.paths,
         })
     }
 
@@ -628,28 +663,159 @@ impl Instance {
 
     /// The plugin's state (`state:interface` save), as property records (u32 key, type, flags, size; the value
     /// padded to 8 bytes), for [`Instance::restore`].
+    /// The plugin gets the path features [`Features::paths`](super::Features::paths) offered at instantiation.
     pub fn save(&self) -> Result<Vec<u8>, ClassError> {
+        self.save_offering(self.paths)
+    }
+
+    /// [`Instance::save`] offering the plugin the path features `paths` (a host that offers them per save, as lilv
+    /// does): the plugin's calls reach the [`Host`](super::Host)'s path functions.
+    pub fn save_offering(&self, paths: PathFeatures) -> Result<Vec<u8>, ClassError> {
         if !self.plugin.has_state {
             return Err(self.bad("the plugin has no state interface".into()));
         }
-        save_of(&self.lib, self.handle, &self.plugin.uri)
+        save_of(&self.lib, self.handle, &self.plugin.uri, paths)
     }
 
-    /// Restore a state [`Instance::save`] gave. The last restore is replayed after a restart.
+    /// Restore a state [`Instance::save`] gave, offering the path features offered at instantiation. The last
+    /// restore is replayed after a restart.
     pub fn restore(&self, state: &[u8]) -> Result<Processed, ClassError> {
+        self.restore_offering(state, self.paths)
+    }
+
+    /// [`Instance::restore`] offering the plugin the path features `paths`. Replayed after a restart, it offers them
+    /// again: the host's path functions must answer for as long as the instance lives.
+    pub fn restore_offering(&self, state: &[u8], paths: PathFeatures) -> Result<Processed, ClassError> {
         if !self.plugin.has_state {
             return Err(self.bad("the plugin has no state interface".into()));
         }
         let len = state.len() as u64;
+        let features = u64::from(paths.wire_flags());
         match self
             .lib
             .functions
             .restore
-            .call(&mut [Arg::Handle(self.handle), Arg::In(state), Arg::U64(len)], RetType::I64)
+            .call(&mut [Arg::Handle(self.handle), Arg::In(state), Arg::U64(len), Arg::U64(features)], RetType::I64)
         {
             Ok(v) if v.as_i64() == Some(0) => Ok(Processed::Ran),
             Ok(_) => Err(ClassError::Refused { plugin: self.plugin.uri.clone(), what: "its restore failed".into() }),
             Err(e) => Ok(self.degraded(e)),
+        }
+    }
+
+    /// `options:interface`'s get: the values of the options `asked`, copied out of the domain. An answer no plugin
+    /// gives (a value beyond 64 KiB, NULL with a size, a value without a type, an unknown status bit) is a fault: the
+    /// plugin is recovered and asked again (as often as `max_retries` allows), then the get fails.
+    pub fn get_options(&self, asked: &[OptionKey]) -> Result<Options, ClassError> {
+        if !self.plugin.has_options {
+            return Err(self.bad("the plugin has no options interface".into()));
+        }
+        if asked.len() > MAX_OPTIONS || asked.iter().any(|k| k.key == 0) {
+            return Err(self.bad(format!("a get of {} options, or of key 0", asked.len())));
+        }
+        let mut request = Vec::with_capacity(4 + 12 * asked.len());
+        put_u32(&mut request, asked.len() as u32);
+        for k in asked {
+            for w in [k.context, k.subject, k.key] {
+                put_u32(&mut request, w);
+            }
+        }
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let what = match self.get_options_once(&request, asked) {
+                Ok(Ok(options)) => return Ok(options),
+                Ok(Err(what)) => what,
+                Err(e) => return Err(e),
+            };
+            let what = format!("{} answered options:interface's get implausibly: {what}", self.plugin.uri);
+            let kind = FaultKind::BadOutput { what: what.clone() };
+            if self.lib.ext.declare_fault("ward_lv2_get_options", kind).is_err()
+                || attempts > self.lib.policy.max_retries
+            {
+                return Err(ClassError::Refused { plugin: self.plugin.uri.clone(), what });
+            }
+        }
+    }
+
+    /// One get: the options, or what is implausible about the answer.
+    fn get_options_once(&self, request: &[u8], asked: &[OptionKey]) -> Result<Result<Options, String>, ClassError> {
+        let mut out = vec![0u8; 8 + asked.len() * 16 + 256];
+        for _ in 0..2 {
+            let (len, cap) = (request.len() as u64, out.len() as u64);
+            let value = self.lib.functions.get_options.call(
+                &mut [Arg::Handle(self.handle), Arg::In(request), Arg::U64(len), Arg::Out(&mut out), Arg::U64(cap)],
+                RetType::I64,
+            )?;
+            let n = value.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1);
+            if n < ADAPTER_ERROR_BELOW {
+                return Ok(Err(format!("a value larger than {MAX_OPTION_BYTES} bytes, or NULL with a size")));
+            }
+            if n >= 0 {
+                out.truncate(n as usize);
+                return Ok(parse_options(&out, asked));
+            }
+            let need = n.unsigned_abs() as usize;
+            if need > 8 + asked.len() * (8 + MAX_OPTION_BYTES) {
+                return Ok(Err(format!("{need} bytes of answers to {} options", asked.len())));
+            }
+            out = vec![0u8; need];
+        }
+        Ok(Err("its answer keeps growing".into()))
+    }
+
+    /// `options:interface`'s set: the options copied into the domain, the plugin's status back (0, or
+    /// `LV2_Options_Status` bits). A set is state: replayed after a restart, in order with the restores and sets
+    /// around it; a later set of the same keys replaces it in the shadow log.
+    pub fn set_options(&self, options: &[OptionValue]) -> Result<u32, ClassError> {
+        if !self.plugin.has_options {
+            return Err(self.bad("the plugin has no options interface".into()));
+        }
+        if options.len() > MAX_OPTIONS || options.iter().any(|o| o.key == 0 || o.value.len() > MAX_OPTION_BYTES) {
+            return Err(self.bad(format!(
+                "a set of {} options, of key 0 or a value beyond {MAX_OPTION_BYTES} bytes",
+                options.len()
+            )));
+        }
+        let mut packed = Vec::new();
+        put_u32(&mut packed, options.len() as u32);
+        // The keys set, named by one number for the shadow log (FNV-1a over context, subject and key of each).
+        let mut keys: u64 = 0xcbf2_9ce4_8422_2325;
+        for o in options {
+            for w in [o.context, o.subject, o.key] {
+                for b in w.to_le_bytes() {
+                    keys = (keys ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+            for w in [o.context, o.subject, o.key, o.value_type, o.value.len() as u32] {
+                put_u32(&mut packed, w);
+            }
+            packed.extend_from_slice(&o.value);
+        }
+        let len = packed.len() as u64;
+        let value = match self
+            .lib
+            .functions
+            .set_options
+            .call(&mut [Arg::Handle(self.handle), Arg::U64(keys), Arg::In(&packed), Arg::U64(len)], RetType::I64)
+        {
+            Ok(v) => v.as_i64().unwrap_or(ADAPTER_ERROR_BELOW - 1),
+            Err(e) => {
+                tracing::debug!(plugin = %self.plugin.uri, error = %e, "options not set");
+                return Err(ClassError::Refused {
+                    plugin: self.plugin.uri.clone(),
+                    what: format!("options:interface's set failed: {e}"),
+                });
+            }
+        };
+        match u32::try_from(value) {
+            Ok(status) if status & !OPTIONS_STATUS_BITS == 0 => Ok(status),
+            _ if value < ADAPTER_ERROR_BELOW => Err(self.bad(format!("the adapter refused the set (code {value})"))),
+            _ => {
+                let what = format!("{} answered options:interface's set with status {value:#x}", self.plugin.uri);
+                let _ = self.lib.ext.declare_fault("ward_lv2_set_options", FaultKind::BadOutput { what: what.clone() });
+                Err(ClassError::Refused { plugin: self.plugin.uri.clone(), what })
+            }
         }
     }
 
@@ -698,6 +864,48 @@ impl Instance {
         tracing::debug!(plugin = %self.plugin.uri, error = %e, "bypassed");
         Processed::Bypassed { reason: e.to_string() }
     }
+}
+
+/// A get's answer as the adapter writes it (u32 status, u32 count, then u32 type, u32 size and the value per option),
+/// bounds-checked: the bytes come from the domain. An implausible answer is said.
+fn parse_options(bytes: &[u8], asked: &[OptionKey]) -> Result<Options, String> {
+    let mut at = 0;
+    let mut word = || -> Result<u32, String> {
+        let w = bytes.get(at..at + 4).ok_or("the answer ends early")?;
+        at += 4;
+        Ok(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    let status = word()?;
+    let count = word()? as usize;
+    if status & !OPTIONS_STATUS_BITS != 0 {
+        return Err(format!("status {status:#x}"));
+    }
+    if count != asked.len() {
+        return Err(format!("{count} answers to {} options", asked.len()));
+    }
+    let mut values = Vec::with_capacity(count);
+    for k in asked {
+        let mut word = || -> Result<u32, String> {
+            let w = bytes.get(at..at + 4).ok_or("the answer ends early")?;
+            at += 4;
+            Ok(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        };
+        let (value_type, size) = (word()?, word()? as usize);
+        if size > MAX_OPTION_BYTES {
+            return Err(format!("a value of {size} bytes"));
+        }
+        let value = bytes.get(at..at + size).ok_or("a value runs past the end")?.to_vec();
+        at += size;
+        values.push(match (value_type, size) {
+            (0, 0) => None,
+            (0, _) => return Err(format!("a value of {size} bytes without a type for key {}", k.key)),
+            _ => Some(OptionValue { context: k.context, subject: k.subject, key: k.key, value_type, value }),
+        });
+    }
+    if at != bytes.len() {
+        return Err(format!("{} bytes after the answers", bytes.len() - at));
+    }
+    Ok(Options { status, values })
 }
 
 fn dir(spec: &PortSpec) -> &'static str {

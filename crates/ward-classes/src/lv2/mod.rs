@@ -6,10 +6,13 @@
 //! ([`bundle`]), read on the host's side: the wrapper never asks the domain what it must copy. An [`Instance`] gets
 //! the host's features proxied ([`Features`], [`Host`]): the URID map is the host's own, reached through a callback
 //! and cached in the domain; the log reaches the host bounded in size and rate; worker requests come back to the host
-//! to schedule as it would; options are copied in. A block's ports cross call-by-value-result, every buffer ending at
+//! to schedule as it would; options are copied in; the state extension's path functions reach the host's, their
+//! strings bounded and checked both ways. `options:interface` is a wrapper: options are copied out of and into the
+//! domain, and a set is state the shadow log replays. A block's ports cross call-by-value-result, every buffer ending at
 //! a guard page in the domain, and an atom sequence the plugin writes is checked before the host sees it ([`atom`]).
 //!
-//! The shadow log holds instantiation (with its features and ports), activation and the last restored state; blocks,
+//! The shadow log holds instantiation (with its features and ports), activation, options set (the last set of each
+//! set of keys) and the last restored state; blocks,
 //! worker requests and responses are history, replayed in order after a restart.
 
 pub mod atom;
@@ -30,7 +33,7 @@ use crate::reader::Reader;
 use crate::ClassError;
 
 pub use host::{Host, UridMap};
-pub use instance::{Instance, PortBuffer};
+pub use instance::{Instance, OptionKey, Options, PortBuffer};
 
 const ADAPTER: &str = "ward_lv2_adapter";
 
@@ -63,6 +66,9 @@ pub mod uri {
     pub const WORKER_SCHEDULE: &str = "http://lv2plug.in/ns/ext/worker#schedule";
     pub const WORKER_INTERFACE: &str = "http://lv2plug.in/ns/ext/worker#interface";
     pub const STATE_INTERFACE: &str = "http://lv2plug.in/ns/ext/state#interface";
+    pub const STATE_MAP_PATH: &str = "http://lv2plug.in/ns/ext/state#mapPath";
+    pub const STATE_MAKE_PATH: &str = "http://lv2plug.in/ns/ext/state#makePath";
+    pub const STATE_FREE_PATH: &str = "http://lv2plug.in/ns/ext/state#freePath";
     pub const BOUNDED_BLOCK_LENGTH: &str = "http://lv2plug.in/ns/ext/buf-size#boundedBlockLength";
     pub const FIXED_BLOCK_LENGTH: &str = "http://lv2plug.in/ns/ext/buf-size#fixedBlockLength";
     pub const POWER_OF_2_BLOCK_LENGTH: &str = "http://lv2plug.in/ns/ext/buf-size#powerOf2BlockLength";
@@ -96,6 +102,9 @@ fn function_policies() -> Vec<(&'static str, FunctionPolicy)> {
         ("ward_lv2_take_work", history.clone()),
         ("ward_lv2_work", history.clone()),
         ("ward_lv2_work_response", history),
+        // Options set are state; a set of the same keys (the second argument names them) replaces the one before,
+        // so a host that sets an option often does not grow the log.
+        ("ward_lv2_set_options", FunctionPolicy { replaces_same: Some(2), ..state.clone() }),
         ("ward_lv2_open", state.clone()),
         ("ward_lv2_instantiate", state.clone()),
         ("ward_lv2_activate", state.clone()),
@@ -119,7 +128,7 @@ pub struct Descriptor {
     pub has_state: bool,
     /// It has `worker:interface` (work and work_response).
     pub has_worker: bool,
-    /// It has `options:interface`.
+    /// It has `options:interface` (get or set): see [`Instance::get_options`], [`Instance::set_options`].
     pub has_options: bool,
 }
 
@@ -228,6 +237,25 @@ pub struct Features {
     pub options: Option<Vec<OptionValue>>,
     /// Features without data that say something of the host ([`uri::FLAG_FEATURES`]).
     pub flags: Vec<String>,
+    /// The state extension's path features: `make_path` and `free_path` are offered at instantiate, and all of them
+    /// to [`Instance::save`] and [`Instance::restore`] (a host offering them per call uses
+    /// [`Instance::save_offering`] and [`Instance::restore_offering`]). They lead to the [`Host`]'s path functions.
+    pub paths: PathFeatures,
+}
+
+/// The state extension's path features (`state:mapPath`, `state:makePath`, `state:freePath`) a host offers a call.
+/// The plugin gets each offered one as ward's, which reaches the [`Host`]'s; one not offered stays out of its list.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathFeatures {
+    pub map_path: bool,
+    pub make_path: bool,
+    pub free_path: bool,
+}
+
+impl PathFeatures {
+    fn wire_flags(self) -> u32 {
+        u32::from(self.map_path) * 0x100 + u32::from(self.make_path) * 0x200 + u32::from(self.free_path) * 0x400
+    }
 }
 
 impl Features {
@@ -247,7 +275,8 @@ impl Features {
                 f |= bit;
             }
         }
-        f
+        // mapPath belongs to save and restore, not to instantiate.
+        f | PathFeatures { map_path: false, ..self.paths }.wire_flags()
     }
 }
 
@@ -278,6 +307,8 @@ struct Functions {
     work_response: Function,
     save: Function,
     restore: Function,
+    get_options: Function,
+    set_options: Function,
     cleanup: Function,
 }
 
@@ -339,6 +370,8 @@ impl Library {
             work_response: ext.function_as("ward_lv2_work_response", "work_response")?,
             save: ext.function_as("ward_lv2_save", "save")?,
             restore: ext.function_as("ward_lv2_restore", "restore")?,
+            get_options: ext.function_as("ward_lv2_get_options", "options_get")?,
+            set_options: ext.function_as("ward_lv2_set_options", "options_set")?,
             cleanup: ext.function_as("ward_lv2_cleanup", "cleanup")?,
         };
         let p = ext.policy();
