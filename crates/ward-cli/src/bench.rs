@@ -208,7 +208,7 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
-/// The flags `ward bench xpc` and `ward bench runtime` share.
+/// The flags `ward bench xpc`, `ward bench runtime` and `ward bench jalv` share.
 #[derive(clap::Args)]
 pub struct Flags {
     /// One JSON object per line instead of a table.

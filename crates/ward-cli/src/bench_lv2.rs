@@ -150,10 +150,10 @@ impl Variant {
 
 /// One plugin to benchmark.
 #[derive(Clone)]
-struct Plugin {
-    uri: String,
+pub(crate) struct Plugin {
+    pub(crate) uri: String,
     /// The Debian package of its bundle; "-" for a plugin named with `--plugin` outside the corpus packages.
-    package: String,
+    pub(crate) package: String,
 }
 
 /// A bundle of a corpus package that ward's bundle reader refuses: its plugins are not known, so not benchmarked.
@@ -391,7 +391,7 @@ impl Bench {
             return Ok(Err(format!("no result within {} s: stopped", RUN_LIMIT.as_secs())));
         };
         if variant != Variant::Native {
-            let said = WardSaid::read(&stderr, variant);
+            let said = WardSaid::read(&stderr, variant.isolation());
             self.notes.extend(said.notes);
             if let Some(problem) = said.problem {
                 return Ok(Err(problem));
@@ -435,7 +435,7 @@ fn failure(status: ExitStatus, stderr: &str) -> String {
 
 /// The last lines of standard error that are not ward's, joined: lv2bench's reason for skipping a plugin, or the
 /// plugin's own complaint.
-fn plugin_lines(stderr: &str) -> String {
+pub(crate) fn plugin_lines(stderr: &str) -> String {
     let own: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("ward: ") && !l.trim().is_empty()).collect();
     tail(&own.join("\n"), 3).replace('\n', " / ")
 }
@@ -451,38 +451,42 @@ fn lv2bench_seconds(stdout: &str, uri: &str) -> Option<f64> {
     })
 }
 
-/// What `ward run --verbose` said about one run.
-struct WardSaid {
+/// What `ward run --verbose` said about one run (of lv2bench here, of jalv in `ward bench jalv`).
+pub(crate) struct WardSaid {
     /// Why the run does not count: the plugin was not under ward with the isolation asked for, or ward reported
     /// something about it (a fault, a recovery, a refusal).
-    problem: Option<String>,
+    pub(crate) problem: Option<String>,
+    /// Whether ward said the plugin ran under ward with the isolation asked for.
+    pub(crate) under_ward: bool,
+    /// What ward reported about the plugin beyond how things are: faults, recoveries, refusals.
+    pub(crate) reported: Vec<String>,
     /// Lines about the machine rather than the plugin.
-    notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 impl WardSaid {
-    fn read(stderr: &str, variant: Variant) -> WardSaid {
-        let under_ward = format!("LV2 plugin under ward (isolation {}", variant.isolation());
-        let mut ran_under_ward = false;
+    /// `isolation`: the one `ward run --isolation` was given.
+    pub(crate) fn read(stderr: &str, isolation: &str) -> WardSaid {
+        let asked = format!("LV2 plugin under ward (isolation {isolation}");
+        let mut under_ward = false;
         let mut notes = Vec::new();
         let mut reported = Vec::new();
         for line in stderr.lines().filter_map(|l| l.strip_prefix("ward: ")) {
-            if line.contains(&under_ward) {
-                ran_under_ward = true;
+            if line.contains(&asked) {
+                under_ward = true;
             } else if line.contains("plugin under ward (isolation") {
                 // Under ward with another isolation than asked for: not what this variant measures (said below).
             } else if line.starts_with("this machine lacks part of") {
                 notes.push(line.to_string());
             } else if !informational(line) {
-                reported.push(line);
+                reported.push(line.to_string());
             }
         }
         let problem = if !reported.is_empty() {
             Some(format!("ward reported: {}", reported.join(" / ")))
-        } else if !ran_under_ward {
+        } else if !under_ward {
             Some(format!(
-                "the plugin did not run under ward with isolation {} (`ward run --verbose` did not say so){}",
-                variant.isolation(),
+                "the plugin did not run under ward with isolation {isolation} (`ward run --verbose` did not say so){}",
                 match plugin_lines(stderr) {
                     lines if lines.is_empty() => String::new(),
                     lines => format!(": {lines}"),
@@ -491,7 +495,7 @@ impl WardSaid {
         } else {
             None
         };
-        WardSaid { problem, notes }
+        WardSaid { problem, under_ward, reported, notes }
     }
 }
 
@@ -554,7 +558,7 @@ fn bundles_of_package(package: &str) -> Result<BTreeSet<PathBuf>> {
 }
 
 /// The plugins named with `--plugin`, each found in a bundle on the LV2 path (lilv's, which lv2bench searches).
-fn named(uris: &[String]) -> Result<Vec<Plugin>> {
+pub(crate) fn named(uris: &[String]) -> Result<Vec<Plugin>> {
     let path = bundle::search_path();
     let bundles = bundle::all_bundles(&path);
     // The package of each corpus bundle, where dpkg knows it; a plugin elsewhere has none.
@@ -1052,17 +1056,17 @@ mod tests {
                      ward: /usr/lib/lv2/amp-swh.lv2/plugin-linux.so: LV2 plugin under ward (isolation process, \
                      domain process 7)\n\
                      ward: plugin-linux: closed by the host (0 restarts, 0 buffers lent in place)\n";
-        assert!(WardSaid::read(under, Variant::Process).problem.is_none());
-        let problem = WardSaid::read(under, Variant::Mpk).problem.unwrap_or_default();
+        assert!(WardSaid::read(under, "process").problem.is_none());
+        let problem = WardSaid::read(under, "mpk").problem.unwrap_or_default();
         assert!(problem.contains("did not run under ward with isolation mpk"), "{problem}");
         let fallback = "ward: /x/plugin.so: loaded without ward: no bundle\n";
-        let problem = WardSaid::read(fallback, Variant::Process).problem.unwrap_or_default();
+        let problem = WardSaid::read(fallback, "process").problem.unwrap_or_default();
         assert!(problem.contains("loaded without ward"), "{problem}");
         let fault = format!("{under}ward: plugin-linux: fault: SIGSEGV\n");
-        let problem = WardSaid::read(&fault, Variant::Process).problem.unwrap_or_default();
+        let problem = WardSaid::read(&fault, "process").problem.unwrap_or_default();
         assert!(problem.contains("fault: SIGSEGV"), "{problem}");
         let sandbox = format!("{under}ward: this machine lacks part of the process domains' sandbox: landlock\n");
-        let said = WardSaid::read(&sandbox, Variant::Process);
+        let said = WardSaid::read(&sandbox, "process");
         assert!(said.problem.is_none());
         assert_eq!(said.notes.len(), 1);
     }

@@ -7,6 +7,8 @@
 mod bench;
 #[allow(unsafe_code)]
 mod bench_hosts;
+#[allow(unsafe_code)]
+mod bench_jalv;
 mod bench_lv2;
 mod bench_runtime;
 mod campaign;
@@ -128,6 +130,9 @@ enum BenchWhat {
     /// Debian's lv2bench over every LV2 effect plugin of the corpus (or those named with --plugin), 512-frame
     /// blocks: native, and under `ward run` (process; mpk where the processor has protection keys).
     Lv2(bench_lv2::Lv2Args),
+    /// jalv in a JACK server of its own (dummy backend, 48 kHz, 128 frames) with one heavy LV2 plugin: CPU time per
+    /// period and xruns, natively and under `ward run` (process; mpk where the processor has protection keys).
+    Jalv(bench_jalv::JalvArgs),
     /// Runtimes (issue 32): code generation, link and unlink, null calls, and the image server under load: native,
     /// ward (none, process; mpk where the processor has protection keys) and WebAssembly.
     Runtime(bench_runtime::RuntimeArgs),
@@ -143,6 +148,7 @@ fn main() -> ExitCode {
         Command::Bench { what: BenchWhat::Ffmpeg(a) } => bench_hosts::ffmpeg(a),
         Command::Bench { what: BenchWhat::Scan(a) } => bench_hosts::scan(a),
         Command::Bench { what: BenchWhat::Lv2(a) } => bench_lv2::lv2(a),
+        Command::Bench { what: BenchWhat::Jalv(a) } => bench_jalv::jalv(a),
         Command::Bench { what: BenchWhat::Runtime(a) } => bench_runtime::runtime(a),
         Command::Inject(a) => inject::run(a),
         Command::Campaign(a) => campaign::run(a),
