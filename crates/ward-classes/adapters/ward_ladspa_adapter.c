@@ -314,8 +314,9 @@ static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned
         size_t bytes = (size_t)word(l.region_words, 2 * r) * sizeof(LADSPA_Data);
         uint32_t flags = word(l.region_words, 2 * r + 1);
         size_t align = inst->region_audio[r] ? 16 : 4;
-        LADSPA_Data *buf = (flags & REGION_RETURNS) ? guarded_get(&inst->buffers[r], bytes, align)
-                                                    : guarded_get_input(&inst->buffers[r], bytes, align, inst->read_past);
+        struct guarded *g = &inst->buffers[r];
+        LADSPA_Data *buf = (flags & REGION_RETURNS) ? guarded_get(g, bytes, align)
+                                                    : guarded_get_input(g, bytes, align, inst->read_past);
         if (buf == NULL)
             return WARD_ADAPTER_E_NOMEM;
         if (flags & REGION_ZEROS) {
