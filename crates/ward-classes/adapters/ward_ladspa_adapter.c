@@ -230,12 +230,16 @@ static size_t port_floats(int descriptor, uint64_t samples) {
 /* Where the host's port buffers lie, as the class sends it ahead of a block (`Instance::pack` in ladspa.rs): the host's
  * buffers form regions (buffers that overlap, as an input and an output run in place do, are one region), and each
  * port lies at an offset in one region. Every region travels in `in` after the layout, with what the host's memory
- * holds; those that hold an output come back in `out`. The plugin then sees the memory the host gave it: an output
- * that is also its input, and in an output whatever the host's buffer held where the plugin writes nothing. (The
- * outputs' old contents travel in `in`, not in an in-out buffer, so a block kept as history keeps them.) */
+ * holds, except one that holds zeros only (REGION_ZEROS: its copy here is cleared); those that hold an output come
+ * back in `out`. The plugin then sees the memory the host gave it: an output that is also its input, and in an
+ * output whatever the host's buffer held where the plugin writes nothing. (The outputs' old contents travel in
+ * `in`, not in an in-out buffer, so a block kept as history keeps them.) */
+#define REGION_RETURNS 0x1 /* it holds an output: it comes back in `out` */
+#define REGION_ZEROS 0x2   /* every byte of it is zero: not in `in` */
+
 struct layout {
     uint32_t regions;
-    const unsigned char *region_words; /* per region, u32s: floats, then 1 when it comes back in `out` */
+    const unsigned char *region_words; /* per region, u32s: floats, then REGION_* flags */
     const unsigned char *port_words;   /* per port, u32s: region, then offset in floats */
     size_t header_bytes;
 };
@@ -266,10 +270,12 @@ static int read_layout(const struct instance *inst, uint64_t samples, const unsi
     uint64_t want_in = header, want_out = 0;
     for (uint32_t r = 0; r < regions; r++) {
         uint64_t bytes = (uint64_t)word(l->region_words, 2 * r) * sizeof(LADSPA_Data);
-        if (word(l->region_words, 2 * r + 1) > 1)
+        uint32_t flags = word(l->region_words, 2 * r + 1);
+        if (flags & ~(uint32_t)(REGION_RETURNS | REGION_ZEROS))
             return 0;
-        want_in += bytes;
-        if (word(l->region_words, 2 * r + 1))
+        if (!(flags & REGION_ZEROS))
+            want_in += bytes;
+        if (flags & REGION_RETURNS)
             want_out += bytes;
     }
     if (want_in != in_len || want_out != out_len)
@@ -279,7 +285,7 @@ static int read_layout(const struct instance *inst, uint64_t samples, const unsi
         if (r >= regions || (uint64_t)at + port_floats(d->PortDescriptors[p], samples) > word(l->region_words, 2 * r))
             return 0;
         /* An output lies in a region that comes back. */
-        if (!(d->PortDescriptors[p] & LADSPA_PORT_INPUT) && !word(l->region_words, 2 * r + 1))
+        if (!(d->PortDescriptors[p] & LADSPA_PORT_INPUT) && !(word(l->region_words, 2 * r + 1) & REGION_RETURNS))
             return 0;
     }
     return 1;
@@ -306,14 +312,19 @@ static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned
     size_t at_in = l.header_bytes;
     for (uint32_t r = 0; r < l.regions; r++) {
         size_t bytes = (size_t)word(l.region_words, 2 * r) * sizeof(LADSPA_Data);
-        int returns = word(l.region_words, 2 * r + 1) != 0;
+        uint32_t flags = word(l.region_words, 2 * r + 1);
         size_t align = inst->region_audio[r] ? 16 : 4;
-        LADSPA_Data *buf = returns ? guarded_get(&inst->buffers[r], bytes, align)
-                                   : guarded_get_input(&inst->buffers[r], bytes, align, inst->read_past);
+        struct guarded *g = &inst->buffers[r];
+        LADSPA_Data *buf = (flags & REGION_RETURNS) ? guarded_get(g, bytes, align)
+                                                    : guarded_get_input(g, bytes, align, inst->read_past);
         if (buf == NULL)
             return WARD_ADAPTER_E_NOMEM;
-        memcpy(buf, in + at_in, bytes);
-        at_in += bytes;
+        if (flags & REGION_ZEROS) {
+            memset(buf, 0, bytes);
+        } else {
+            memcpy(buf, in + at_in, bytes);
+            at_in += bytes;
+        }
         inst->region_at[r] = buf;
     }
     for (unsigned long p = 0; p < inst->port_count; p++) {
@@ -334,7 +345,7 @@ static int64_t run_block(struct instance *inst, uint64_t samples, const unsigned
 
     size_t at_out = 0;
     for (uint32_t r = 0; r < l.regions; r++) {
-        if (!word(l.region_words, 2 * r + 1))
+        if (!(word(l.region_words, 2 * r + 1) & REGION_RETURNS))
             continue;
         size_t bytes = (size_t)word(l.region_words, 2 * r) * sizeof(LADSPA_Data);
         memcpy(out + at_out, inst->region_at[r], bytes);

@@ -433,6 +433,7 @@ impl Library {
             input: Vec::new(),
             output: Vec::new(),
             output_at: Vec::new(),
+            zero_regions: Vec::new(),
             own_regions,
             output_is_its_own: false,
         })
@@ -545,6 +546,21 @@ fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u
     Err(DescribeError::KeepsGrowing { subject: subject() })
 }
 
+/// Flags of a region in a block's layout (the adapter's `REGION_*`): it holds an output and comes back; it holds
+/// zeros only and its bytes are not sent (the adapter clears its copy).
+const REGION_RETURNS: u32 = 0x1;
+const REGION_ZEROS: u32 = 0x2;
+
+/// Whether every float of `s` is +0.0 (every bit clear, so the adapter's cleared copy is the same bytes). Sixteen
+/// at a time, so the common cases cost little: a buffer of audio stops at its first chunk, a cleared one is read
+/// at the speed of memory.
+fn only_zeros(s: &[f32]) -> bool {
+    let chunks = s.chunks_exact(16);
+    let rest = chunks.remainder();
+    chunks.into_iter().all(|c| c.iter().fold(0u32, |a, x| a | x.to_bits()) == 0)
+        && rest.iter().all(|x| x.to_bits() == 0)
+}
+
 /// The data of one port for one block: a control port's slice holds its one value. In [`Instance::run_placed`], one
 /// region of memory ports lie in: `Input` when it holds inputs only, `Output` when it holds an output.
 #[derive(Debug)]
@@ -569,11 +585,14 @@ pub struct Instance {
     /// Packing buffers, kept between blocks: the layout and every region as the host's memory holds it; the
     /// regions holding an output as the plugin left them (see the adapter's `struct layout`). The outputs' old
     /// contents travel as an input, not in an in-out buffer: the core keeps a block's inputs as history after the
-    /// call, when an in-out buffer holds the results.
+    /// call, when an in-out buffer holds the results. The history keeps `input` itself (`Arg::InVec`) and leaves
+    /// another buffer in its place, so it is packed anew for every call.
     input: Vec<u8>,
     output: Vec<u8>,
     /// Where each region holding an output starts in `output`.
     output_at: Vec<usize>,
+    /// Which regions of the block hold zeros only (sent as a flag, not as their bytes).
+    zero_regions: Vec<bool>,
     /// Each port in a region of its own (`run` and `run_adding`).
     own_regions: Vec<Placement>,
     /// The plugin wrote a NaN or infinity again on the block retried after the recovery the first one caused: its
@@ -660,21 +679,26 @@ impl Instance {
             let what = if adding { "run_adding" } else { "run" };
             return Err(self.bad(format!("the plugin has no {what} function")));
         }
-        self.pack(regions, placements, &lengths);
         let mut attempts = 0;
         loop {
             attempts += 1;
-            match self.call_block(samples, adding) {
+            // Packed for every attempt: the history may have kept the last attempt's packing buffer.
+            self.pack(regions, placements, &lengths);
+            let checked = self.lib.check_output && !self.output_is_its_own;
+            let direct = if checked { None } else { self.direct_output(regions, &lengths) };
+            let took_directly = direct.is_some();
+            match self.call_block(samples, adding, direct) {
                 Err(e) => {
                     self.bypass(samples, regions, placements, adding);
                     return Ok(self.degraded(e));
                 }
                 Ok(code) if code != 0 => {
+                    // (A region that took the results directly holds what the domain left in their place.)
                     return Err(self.bad(format!("the adapter refused the block (code {code})")));
                 }
                 Ok(_) => {}
             }
-            if self.lib.check_output && !self.output_is_its_own {
+            if checked {
                 if let Some(what) = self.non_finite_output(samples, placements) {
                     let call = if adding { "ward_ladspa_run_adding" } else { "ward_ladspa_run" };
                     if attempts > 1 {
@@ -686,28 +710,52 @@ impl Instance {
                     }
                     let declared = self.lib.ext.declare_fault(call, FaultKind::BadOutput { what: what.clone() });
                     if declared.is_ok() && attempts <= self.lib.ext.policy().max_retries {
-                        // The domain was recovered; the packed regions are intact: try again.
+                        // The domain was recovered; the host's regions are intact: try again.
                         continue;
                     }
                     self.bypass(samples, regions, placements, adding);
                     return Ok(Processed::Bypassed { reason: format!("output check failed: {what}") });
                 }
             }
-            self.unpack(regions, &lengths);
+            if !took_directly {
+                self.unpack(regions, &lengths);
+            }
             return Ok(Processed::Ran);
         }
     }
 
-    fn call_block(&mut self, samples: usize, adding: bool) -> Result<i64, ward::Error> {
-        let (in_len, out_len) = (self.input.len() as u64, self.output.len() as u64);
+    /// The host's memory of the block's one region holding outputs, as bytes, when there is only one: the call's
+    /// results go straight there, not through the packing buffer (only when they need no check first).
+    fn direct_output<'r>(&self, regions: &'r mut [PortBuffer<'_>], lengths: &[usize]) -> Option<&'r mut [u8]> {
+        let mut outputs = regions.iter_mut().zip(lengths).filter_map(|(region, &len)| match region {
+            PortBuffer::Output(s) => Some(&mut s[..len]),
+            PortBuffer::Input(_) => None,
+        });
+        let only = outputs.next()?;
+        if outputs.next().is_some() {
+            return None;
+        }
+        Some(bytemuck::cast_slice_mut(only))
+    }
+
+    /// One call of the adapter with the packed block; the outputs come back into `direct` if given (the one region
+    /// holding outputs, see `direct_output`), else into the output packing buffer.
+    fn call_block(&mut self, samples: usize, adding: bool, direct: Option<&mut [u8]>) -> Result<i64, ward::Error> {
+        let in_len = self.input.len() as u64;
         let f = if adding { &self.lib.functions.run_adding } else { &self.lib.functions.run };
+        let output = match direct {
+            Some(bytes) => bytes,
+            None => &mut self.output[..],
+        };
+        let out_len = output.len() as u64;
         let value = f.call(
             &mut [
                 Arg::Handle(self.handle),
                 Arg::U64(samples as u64),
-                Arg::In(&self.input),
+                // The history keeps this buffer itself, not a copy of it (the next block is packed anew).
+                Arg::InVec(&mut self.input),
                 Arg::U64(in_len),
-                Arg::Out(&mut self.output),
+                Arg::Out(output),
                 Arg::U64(out_len),
             ],
             RetType::I64,
@@ -765,33 +813,48 @@ impl Instance {
     fn pack(&mut self, regions: &[PortBuffer<'_>], placements: &[Placement], lengths: &[usize]) {
         let word = |v: usize| (v as u32).to_ne_bytes();
         self.input.clear();
-        self.output.clear();
         self.output_at.clear();
+        self.zero_regions.clear();
+        // At most this, in one allocation: the buffer may be a fresh one the history left in its place.
+        self.input.reserve(4 + 8 * (regions.len() + placements.len()) + 4 * lengths.iter().sum::<usize>());
         self.input.extend_from_slice(&word(regions.len()));
+        // A region of zeros only (a host's fresh output buffer, silence) is said by its flag, not sent.
+        let mut out_len = 0;
         for (region, &len) in regions.iter().zip(lengths) {
+            let (s, mut flags): (&[f32], u32) = match region {
+                PortBuffer::Input(s) => {
+                    self.output_at.push(usize::MAX);
+                    (&s[..len], 0)
+                }
+                PortBuffer::Output(s) => {
+                    self.output_at.push(out_len);
+                    out_len += len * 4;
+                    (&s[..len], REGION_RETURNS)
+                }
+            };
+            let zeros = only_zeros(s);
+            if zeros {
+                flags |= REGION_ZEROS;
+            }
+            self.zero_regions.push(zeros);
             self.input.extend_from_slice(&word(len));
-            self.input.extend_from_slice(&word(usize::from(matches!(region, PortBuffer::Output(_)))));
+            self.input.extend_from_slice(&flags.to_ne_bytes());
         }
         for place in placements {
             self.input.extend_from_slice(&word(place.region));
             self.input.extend_from_slice(&word(place.offset));
         }
         // Whole regions at a time (samples as their native bytes), not sample by sample.
-        let mut out_len = 0;
-        for (region, &len) in regions.iter().zip(lengths) {
+        for ((region, &len), &zeros) in regions.iter().zip(lengths).zip(&self.zero_regions) {
             let s: &[f32] = match region {
-                PortBuffer::Input(s) => {
-                    self.output_at.push(usize::MAX);
-                    s
-                }
-                PortBuffer::Output(s) => {
-                    self.output_at.push(out_len);
-                    out_len += len * 4;
-                    s
-                }
+                PortBuffer::Input(s) => s,
+                PortBuffer::Output(s) => s,
             };
-            self.input.extend_from_slice(bytemuck::cast_slice(&s[..len]));
+            if !zeros {
+                self.input.extend_from_slice(bytemuck::cast_slice(&s[..len]));
+            }
         }
+        // Only its length matters: the call writes every byte of it (or fails, and it is not read).
         self.output.resize(out_len, 0);
     }
 

@@ -166,6 +166,41 @@ fn output_samples_a_plugin_leaves_unwritten_keep_the_hosts_values() {
     }
 }
 
+/// A region holding zeros only travels as a flag, and the adapter clears its copy (which held the block before's
+/// output): what the plugin leaves unwritten is the host's zeros, bit for bit, while negative zeros, which are not
+/// all bits clear, travel as bytes and stay negative. The same delay_n as above, whose seventh block writes only its
+/// first 5536 samples after six blocks that write all of theirs (its input never zero); its delay control is
+/// zero too.
+#[test]
+fn output_samples_a_plugin_leaves_unwritten_keep_the_hosts_zeros_bit_for_bit() {
+    let sup = Supervisor::new(Policy::default());
+    const BLOCK: usize = 10_000;
+    let input: Vec<f32> = (0..BLOCK).map(|i| ((i as f32) * 0.01).sin() + 2.0).collect();
+    let (max_delay, delay) = ([1.0f32], [0.0f32]);
+    for iso in [Isolation::None, Isolation::Process] {
+        for zero in [0.0f32, -0.0] {
+            let lib = Library::open(&sup, debian("/usr/lib/ladspa/delay_1898.so"), Some(iso)).unwrap();
+            let index = lib.plugin("delay_n").unwrap().index;
+            let mut inst = lib.instantiate(index, 48000).unwrap();
+            inst.activate().unwrap();
+            let mut out = vec![zero; BLOCK];
+            for block in 1..=7 {
+                out.fill(zero);
+                let mut ports = [
+                    PortBuffer::Input(&input),
+                    PortBuffer::Output(&mut out),
+                    PortBuffer::Input(&max_delay),
+                    PortBuffer::Input(&delay),
+                ];
+                assert_eq!(inst.run(BLOCK, &mut ports).unwrap(), Processed::Ran, "{iso:?} {zero}: block {block}");
+            }
+            let what = format!("{iso:?}, the host's buffer filled with {zero:?}");
+            assert!(out[..5536].iter().all(|x| x.to_bits() != zero.to_bits()), "{what}: the plugin writes those");
+            assert!(out[5536..].iter().all(|x| x.to_bits() == zero.to_bits()), "{what}: the unwritten samples");
+        }
+    }
+}
+
 /// Ports the host runs in place share one buffer in the domain (issue 33): plate reads its input sample again after
 /// writing the left output sample (for the right one), so run in place with its left output, as applyplugin runs it,
 /// it gives another right output than with separate buffers, as natively.

@@ -23,6 +23,10 @@ pub enum Arg<'a> {
     Ptr(usize),
     /// Input bytes: the extension reads them and must not change them.
     In(&'a [u8]),
+    /// Input bytes, as `In`, in a buffer the caller lets the core keep: where the call is kept as history, the core
+    /// takes this buffer instead of a copy of it and leaves another in its place (empty, or the buffer of a
+    /// history entry it dropped, holding anything). A caller that passes the same bytes again fills it anew.
+    InVec(&'a mut Vec<u8>),
     /// Output bytes: the extension writes them.
     Out(&'a mut [u8]),
     /// Bytes the extension reads and writes.
@@ -50,6 +54,7 @@ impl Arg<'_> {
             Arg::F32(v) => Arg::F32(*v),
             Arg::Ptr(v) => Arg::Ptr(*v),
             Arg::In(b) => Arg::In(b),
+            Arg::InVec(v) => Arg::InVec(v),
             Arg::Out(b) => Arg::Out(b),
             Arg::InOut(b) => Arg::InOut(b),
             Arg::Scratch(b) => Arg::Scratch(b),
@@ -191,6 +196,7 @@ pub fn pack_in_process(
             Arg::F32(v) => packer.push_f32(*v),
             Arg::Ptr(p) => packer.push_int(*p as u64),
             Arg::In(b) => packer.push_int(b.as_ptr() as u64),
+            Arg::InVec(v) => packer.push_int(v.as_ptr() as u64),
             Arg::Out(b) | Arg::InOut(b) => packer.push_int(b.as_mut_ptr() as u64),
             Arg::Scratch(b) => {
                 // The copy's heap buffer stays put when `copies` grows.

@@ -36,6 +36,7 @@ impl OwnedArg {
             Arg::F32(v) => OwnedArg::F32(*v),
             Arg::Ptr(v) => OwnedArg::Ptr(*v),
             Arg::In(b) => OwnedArg::In(b.to_vec()),
+            Arg::InVec(v) => OwnedArg::In(v.to_vec()),
             Arg::Out(b) => OwnedArg::Out(b.len()),
             Arg::InOut(b) => OwnedArg::InOut(b.to_vec()),
             Arg::Scratch(b) => OwnedArg::Scratch(b.to_vec()),
@@ -47,7 +48,11 @@ impl OwnedArg {
 
     /// As [`OwnedArg::from_arg`], copying buffers into `spare` ones where there are: a buffer of a dropped history
     /// entry already has its pages, so keeping a frame every call costs a copy and no allocation or page fault.
-    fn from_arg_reusing(arg: &Arg<'_>, spare: &mut Vec<Vec<u8>>) -> OwnedArg {
+    /// An `InVec`'s buffer is taken, not copied, and the caller gets the spare (or an empty buffer) in its place.
+    fn from_arg_reusing(arg: &mut Arg<'_>, spare: &mut Vec<Vec<u8>>) -> OwnedArg {
+        if let Arg::InVec(v) = arg {
+            return OwnedArg::In(std::mem::replace(&mut **v, spare.pop().unwrap_or_default()));
+        }
         let mut copy = |b: &[u8]| {
             let mut v = spare.pop().unwrap_or_default();
             v.clear();
@@ -78,6 +83,7 @@ fn held_by(args: &[Arg<'_>]) -> usize {
             .iter()
             .map(|a| match a {
                 Arg::In(b) | Arg::Scratch(b) => b.len(),
+                Arg::InVec(v) => v.len(),
                 Arg::InOut(b) => b.len(),
                 _ => 0,
             })
@@ -204,7 +210,8 @@ impl ShadowLog {
         self.entries.push_back(entry);
     }
 
-    /// Keep a data call (a call of a function marked history) with copies of its inputs, within `bounds`: the
+    /// Keep a data call (a call of a function marked history) with copies of its inputs (an `InVec`'s own buffer,
+    /// exchanged for a spare one), within `bounds`: the
     /// oldest history entries are dropped until this one fits (the state entries stay, and the order), so the
     /// history is the most recent window of the stream. A call of which the bounds do not hold
     /// [`MIN_WINDOW_CALLS`] drops the whole history and is not copied. `took` is what the call took (zero when it
@@ -212,7 +219,7 @@ impl ShadowLog {
     pub fn record_history(
         &mut self,
         symbol: usize,
-        args: &[Arg<'_>],
+        args: &mut [Arg<'_>],
         ret: RetType,
         created: Option<u64>,
         took: Duration,
@@ -235,7 +242,7 @@ impl ShadowLog {
             }
             trimmed = true;
         }
-        let args = args.iter().map(|a| OwnedArg::from_arg_reusing(a, &mut self.spare)).collect();
+        let args = args.iter_mut().map(|a| OwnedArg::from_arg_reusing(a, &mut self.spare)).collect();
         self.entries.push_back(ShadowEntry { symbol, args, ret, created, history: true, replay });
         self.history_bytes += held;
         self.history_replay += replay;
@@ -478,8 +485,8 @@ mod tests {
         b: HistoryBounds,
     ) -> Kept {
         let mut out = vec![0u8; block.len()];
-        let args = [Arg::Handle(handle), Arg::In(block), Arg::Out(&mut out)];
-        log.record_history(symbol, &args, RetType::I64, None, took, b)
+        let mut args = [Arg::Handle(handle), Arg::In(block), Arg::Out(&mut out)];
+        log.record_history(symbol, &mut args, RetType::I64, None, took, b)
     }
 
     /// The first byte of each kept history call's block, in order.
@@ -596,6 +603,32 @@ mod tests {
             _ => unreachable!("a data call's block"),
         };
         assert_eq!(newest, (oldest, 99, 4096), "the oldest block's buffer, holding the newest block");
+    }
+
+    #[test]
+    fn an_in_vec_block_is_kept_as_its_own_buffer_and_the_caller_gets_a_dropped_entrys() {
+        let mut log = ShadowLog::default();
+        let b = bounds(WINDOW * (64 + 4096), 60_000);
+        let mut block = Vec::new();
+        let mut kept = Vec::new();
+        for n in 0..=WINDOW as u8 {
+            block.clear();
+            block.resize(4096, n);
+            let given = block.as_ptr();
+            let mut out = [0u8; 4];
+            let mut args = [Arg::Handle(7), Arg::InVec(&mut block), Arg::Out(&mut out)];
+            log.record_history(1, &mut args, RetType::I64, None, MS, b);
+            let newest = match &log.entries().back().map(|e| &e.args[1]) {
+                Some(OwnedArg::In(v)) => (v.as_ptr(), v[0], v.len()),
+                _ => unreachable!("a data call's block"),
+            };
+            assert_eq!(newest, (given, n, 4096), "block {n}: the caller's own buffer, not a copy");
+            kept.push(given);
+        }
+        // The history was full at the last block: the caller now holds the dropped oldest entry's buffer.
+        assert_eq!(block.as_ptr(), kept[0]);
+        assert_eq!(kept_blocks(&log), (1..=WINDOW as u8).collect::<Vec<_>>());
+        assert_eq!(log.history_held().0, WINDOW * (64 + 4096));
     }
 
     #[test]

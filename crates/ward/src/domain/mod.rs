@@ -736,7 +736,7 @@ impl Domain {
         g: &Guard<'_>,
         sym: usize,
         fpolicy: &FunctionPolicy,
-        args: &[Arg<'_>],
+        args: &mut [Arg<'_>],
         ret: RetType,
         value: Value,
     ) -> Value {
@@ -1013,6 +1013,7 @@ impl Domain {
             out.push(match a {
                 Arg::I64(_) | Arg::U64(_) | Arg::Ptr(_) | Arg::F64(_) | Arg::F32(_) => continue,
                 Arg::In(b) => WireValue::In(b),
+                Arg::InVec(v) => WireValue::In(v),
                 Arg::Out(b) => WireValue::Out(b),
                 Arg::InOut(b) => WireValue::InOut(b),
                 Arg::Scratch(b) => WireValue::Scratch(b),
@@ -1236,6 +1237,7 @@ fn reborrow<'a>(a: &'a Arg<'_>) -> Arg<'a> {
         Arg::F32(v) => Arg::F32(*v),
         Arg::Ptr(v) => Arg::Ptr(*v),
         Arg::In(b) => Arg::In(b),
+        Arg::InVec(v) => Arg::In(v),
         Arg::Out(b) | Arg::InOut(b) => Arg::In(b),
         Arg::Scratch(b) => Arg::Scratch(b),
         Arg::Str(s) => Arg::Str(s),

@@ -62,6 +62,7 @@ impl Domain {
                 Arg::F64(v) => regs.push_f64(*v),
                 Arg::F32(v) => regs.push_f32(*v),
                 Arg::In(b) => regs.push_int(b.as_ptr() as u64),
+                Arg::InVec(v) => regs.push_int(v.as_ptr() as u64),
                 Arg::Out(b) | Arg::InOut(b) => regs.push_int(b.as_mut_ptr() as u64),
                 Arg::Str(s) => regs.push_int(s.as_ptr() as u64),
                 // Without isolation the host's own `Callback` keeps the slot alive: nothing to track.
