@@ -89,7 +89,10 @@ fn a_plugin_whose_own_output_is_infinite_costs_one_recovery_then_has_it_passed_o
             let mut ports = [PortBuffer::Input(&gain), PortBuffer::Input(&input), PortBuffer::Output(&mut out)];
             match inst.run(64, &mut ports).unwrap() {
                 Processed::Ran => {
-                    assert!(out.iter().all(|v| v.is_infinite()), "realtime {realtime}: the plugin's own output: {out:?}");
+                    assert!(
+                        out.iter().all(|v| v.is_infinite()),
+                        "realtime {realtime}: the plugin's own output: {out:?}"
+                    );
                     passed += 1;
                 }
                 // On the real-time thread the first infinite block is bypassed while the domain recovers apart.
