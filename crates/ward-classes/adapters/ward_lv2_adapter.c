@@ -397,6 +397,21 @@ static LV2_URID map_uri(LV2_URID_Map_Handle handle, const char *uri) {
     return urid;
 }
 
+/* The host's reply of `len` bytes (a length the host just answered, checked against `max`), fetched eight bytes at a
+ * time into a new NUL-terminated string; NULL when the length is out of bounds or memory is short. Called with
+ * host_lock held. */
+static char *fetch_reply(struct instance *inst, int64_t len, int64_t max) {
+    char *out = NULL;
+    if (len < 0 || len > max || (out = malloc((size_t)len + 8)) == NULL)
+        return NULL;
+    for (int64_t at = 0; at < len; at += 8) {
+        int64_t w = inst->host(HOST_REPLY_GET, (uint64_t)at, 0, 0, 0, 0);
+        memcpy(out + at, &w, 8);
+    }
+    out[len] = 0;
+    return out;
+}
+
 static const char *unmap_urid(LV2_URID_Unmap_Handle handle, LV2_URID urid) {
     struct instance *inst = handle;
     if (urid == 0)
@@ -414,15 +429,7 @@ static const char *unmap_urid(LV2_URID_Unmap_Handle handle, LV2_URID urid) {
     }
     unlock(&inst->cache_lock);
     lock(&inst->host_lock);
-    int64_t n = inst->host(HOST_UNMAP_LEN, urid, 0, 0, 0, 0);
-    char *uri = NULL;
-    if (n >= 0 && n <= MAX_URI_BYTES && (uri = malloc((size_t)n + 8)) != NULL) {
-        for (int64_t at = 0; at < n; at += 8) {
-            int64_t w = inst->host(HOST_REPLY_GET, (uint64_t)at, 0, 0, 0, 0);
-            memcpy(uri + at, &w, 8);
-        }
-        uri[n] = 0;
-    }
+    char *uri = fetch_reply(inst, inst->host(HOST_UNMAP_LEN, urid, 0, 0, 0, 0), MAX_URI_BYTES);
     unlock(&inst->host_lock);
     if (uri == NULL)
         return NULL;
@@ -456,15 +463,7 @@ static char *host_path(struct instance *inst, uint64_t op, const char *path) {
         return NULL;
     lock(&inst->host_lock);
     send_text(inst, path, n);
-    int64_t len = inst->host(op, n, 0, 0, 0, 0);
-    char *out = NULL;
-    if (len >= 0 && len <= MAX_PATH_BYTES && (out = malloc((size_t)len + 8)) != NULL) {
-        for (int64_t at = 0; at < len; at += 8) {
-            int64_t w = inst->host(HOST_REPLY_GET, (uint64_t)at, 0, 0, 0, 0);
-            memcpy(out + at, &w, 8);
-        }
-        out[len] = 0;
-    }
+    char *out = fetch_reply(inst, inst->host(op, n, 0, 0, 0, 0), MAX_PATH_BYTES);
     unlock(&inst->host_lock);
     return out;
 }
