@@ -3,6 +3,8 @@
 //! its `options:interface`, and saves and restores its state offering its own `state:mapPath`, `makePath` and
 //! `freePath`. Under `ward run` the host sees what it sees natively: the same answers, its own path functions called
 //! with the same paths, its strings freed with its own freePath; and no options interface from a plugin without one.
+//! A second host (`lv2_hosts/lilv_block_host.c`) runs blocks through the proxy on separate buffers (borrowed as they
+//! are) and in place (copied), with silence in and around them (sent short), and gets native's bytes back.
 
 use std::path::Path;
 use std::process::Command;
@@ -10,13 +12,14 @@ use std::process::Command;
 mod common;
 use common::{output, stderr, ward, Scratch};
 
-/// The host built from its source with lilv (Debian's liblilv-dev); the test fails when it cannot be.
-fn build_host(s: &Scratch) -> std::path::PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/lv2_hosts/lilv_state_host.c");
+/// The host `name` (`lv2_hosts/NAME.c`) built from its source with lilv (Debian's liblilv-dev); the test fails when
+/// it cannot be.
+fn build_host(s: &Scratch, name: &str) -> std::path::PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/lv2_hosts/{name}.c"));
     let flags = output(Command::new("pkg-config").args(["--cflags", "--libs", "lilv-0"]));
     assert!(flags.status.success(), "pkg-config finds no lilv-0: run scripts/deps (it installs liblilv-dev)");
     let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
-    let program = s.path("lilv_state_host");
+    let program = s.path(name);
     let built = output(
         Command::new("cc")
             .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
@@ -39,7 +42,7 @@ fn sorted(text: &str) -> Vec<&str> {
 #[test]
 fn a_lilv_host_gets_and_sets_options_and_maps_paths_through_the_proxy_as_natively() {
     let s = Scratch::new("lv2-interfaces", "lilv-host");
-    let host = build_host(&s);
+    let host = build_host(&s, "lilv_state_host");
     let lv2_path = ward_extensions::lv2_bundles().expect("the built-in LV2 bundles");
     let session = s.path("session");
     let scratch = s.path("scratch");
@@ -86,4 +89,25 @@ fn a_lilv_host_gets_and_sets_options_and_maps_paths_through_the_proxy_as_nativel
     ] {
         assert!(native_out.lines().any(|l| l == line), "no line {line:?} natively:\n{native_out}");
     }
+}
+
+#[test]
+fn a_lilv_host_gets_native_bytes_for_silent_and_loud_blocks_on_separate_buffers_and_in_place() {
+    let s = Scratch::new("lv2-interfaces", "block-host");
+    let host = build_host(&s, "lilv_block_host");
+    let lv2_path = ward_extensions::lv2_bundles().expect("the built-in LV2 bundles");
+
+    let native = output(Command::new(&host).env("LV2_PATH", &lv2_path));
+    assert!(native.status.success(), "natively: {}", stderr(&native));
+    let native_out = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert_eq!(native_out.lines().count(), 16, "eight blocks of each kind natively:\n{native_out}");
+
+    let warded =
+        output(ward().env("LV2_PATH", &lv2_path).args(["run", "--isolation", "process", "-v", "--"]).arg(&host));
+    let err = stderr(&warded);
+    assert!(warded.status.success(), "under ward: {:?}\n{err}", warded.status);
+    assert!(err.contains("LV2 plugin under ward (isolation process"), "not under ward:\n{err}");
+    assert!(err.contains("(0 restarts"), "a block failed under ward:\n{err}");
+    let warded_out = String::from_utf8_lossy(&warded.stdout).into_owned();
+    assert_eq!(warded_out, native_out, "under ward:\n{warded_out}\nnatively:\n{native_out}\n{err}");
 }

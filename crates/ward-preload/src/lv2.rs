@@ -13,7 +13,7 @@ use ward_classes::lv2::{
     self as class, Features, Host, Instance, Library, OptionKey, OptionValue, PathFeatures, PortBuffer, PortKind,
     PortSpec,
 };
-use ward_classes::ClassError;
+use ward_classes::{ClassError, Processed};
 
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
@@ -580,6 +580,10 @@ struct ProxyInstance {
     connected: Vec<*mut c_void>,
     samples: Vec<Vec<f32>>,
     atoms: Vec<Vec<u8>>,
+    /// The byte ranges of the host's connected buffers in the current block (see [`host_extents`]), kept to save an
+    /// allocation per block.
+    extents: Vec<(usize, usize)>,
+    extents_sorted: Vec<(usize, usize)>,
     schedule: Option<(usize, unsafe extern "C" fn(*mut c_void, u32, *const c_void) -> u32)>,
     /// Keys the plugin's instances stored at their saves through this proxy (its descriptor's).
     state_keys: StateKeys,
@@ -644,6 +648,8 @@ unsafe extern "C" fn instantiate(
                 connected: vec![std::ptr::null_mut(); n],
                 samples: vec![Vec::new(); n],
                 atoms: vec![Vec::new(); n],
+                extents: Vec::with_capacity(n),
+                extents_sorted: Vec::with_capacity(n),
                 schedule: offered.schedule,
                 state_keys: Arc::clone(&proxy.state_keys),
                 host,
@@ -741,7 +747,36 @@ unsafe extern "C" fn run(handle: *mut c_void, samples: u32) {
             rt.verbose_say(&format!("{}: run from a real-time thread: blocks never wait for a recovery", inst.uri));
         }
     }
-    // Copy the host's buffers in: every connected port to a buffer of its own here.
+    // SAFETY: `n` is this run's block length (the host's contract for every connected port).
+    if unsafe { host_extents(inst, n) } {
+        let mut ports: Vec<PortBuffer<'_>> = Vec::with_capacity(inst.specs.len());
+        for (i, spec) in inst.specs.iter().enumerate() {
+            let p = inst.connected[i];
+            let len = inst.extents.get(i).map_or(0, |&(start, end)| end - start);
+            // SAFETY: `host_extents` found every connected buffer aligned for its kind and no two of them
+            // overlapping, so each is borrowed once; the host connected each to at least `len` bytes, valid and
+            // not touched by the host during this run (LV2's contract), and the borrows end with this block.
+            ports.push(unsafe {
+                match (p.is_null() || len == 0, spec.kind, spec.output) {
+                    (true, _, _) | (_, PortKind::Other, _) => PortBuffer::Unconnected,
+                    (_, PortKind::Atom, false) => {
+                        PortBuffer::AtomInput(std::slice::from_raw_parts(p as *const u8, len))
+                    }
+                    (_, PortKind::Atom, true) => {
+                        PortBuffer::AtomOutput(std::slice::from_raw_parts_mut(p as *mut u8, len))
+                    }
+                    (_, _, false) => PortBuffer::Input(std::slice::from_raw_parts(p as *const f32, len / 4)),
+                    (_, _, true) => PortBuffer::Output(std::slice::from_raw_parts_mut(p as *mut f32, len / 4)),
+                }
+            });
+        }
+        let result = inside_ward(|| inst.instance.run(n, &mut ports));
+        drop(ports);
+        after_run(inst, result);
+        return;
+    }
+    // Buffers that overlap (an input and an output run in place): every connected port copied to a buffer of its
+    // own here, and the outputs copied back.
     for i in 0..inst.specs.len() {
         let p = inst.connected[i];
         if p.is_null() {
@@ -788,12 +823,53 @@ unsafe extern "C" fn run(handle: *mut c_void, samples: u32) {
     }
     let result = inside_ward(|| inst.instance.run(n, &mut ports));
     drop(ports);
-    if let Err(e) = &result {
-        if let Some(rt) = runtime::get() {
-            rt.say(&format!("{}: block refused: {e}", inst.uri));
+    copy_outputs_back(inst);
+    after_run(inst, result);
+}
+
+/// Where the host's connected buffers lie for a block of `n` samples, into `inst.extents` (one byte range per port,
+/// empty for one not connected): true when they can be borrowed as they are, each aligned for what it holds and no
+/// two overlapping; false when they must be copied (a host that runs a plugin in place, an atom larger than the
+/// proxy takes).
+///
+/// # Safety
+/// The host connected every non-NULL port to a buffer valid for this run: `n` floats for audio and CV, one for a
+/// control port, an atom header and the size it says for an atom (LV2's contract).
+unsafe fn host_extents(inst: &mut ProxyInstance, n: usize) -> bool {
+    inst.extents.clear();
+    for (spec, &p) in inst.specs.iter().zip(&inst.connected) {
+        let start = p as usize;
+        let len = match spec.kind {
+            _ if p.is_null() => 0,
+            PortKind::Other => 0,
+            PortKind::Audio | PortKind::Cv => n * 4,
+            PortKind::Control => 4,
+            PortKind::Atom => {
+                let mut size = [0u8; 4];
+                // SAFETY: an atom port points to at least an atom header (the function's contract).
+                unsafe { std::ptr::copy(p as *const u8, size.as_mut_ptr(), 4) };
+                let total = 8 + u32::from_le_bytes(size) as usize;
+                if total > MAX_ATOM_BYTES {
+                    return false;
+                }
+                total
+            }
+        };
+        let align = if spec.kind == PortKind::Atom { 1 } else { 4 };
+        if len != 0 && !start.is_multiple_of(align) {
+            return false;
         }
+        inst.extents.push((start, start + len));
     }
-    // Copy the outputs back.
+    let sorted = &mut inst.extents_sorted;
+    sorted.clear();
+    sorted.extend(inst.extents.iter().copied().filter(|r| r.0 != r.1));
+    sorted.sort_unstable();
+    sorted.windows(2).all(|w| w[0].1 <= w[1].0)
+}
+
+/// The outputs of a block run on the proxy's own copies back into the host's buffers.
+fn copy_outputs_back(inst: &ProxyInstance) {
     for i in 0..inst.specs.len() {
         let p = inst.connected[i];
         if p.is_null() || !inst.specs[i].output {
@@ -813,6 +889,15 @@ unsafe extern "C" fn run(handle: *mut c_void, samples: u32) {
                 unsafe { std::ptr::copy(buf.as_ptr(), p as *mut u8, total) };
             }
             PortKind::Other => {}
+        }
+    }
+}
+
+/// What follows every block: a refusal said, the requests it scheduled handed to the host, events reported.
+fn after_run(inst: &ProxyInstance, result: Result<Processed, ClassError>) {
+    if let Err(e) = &result {
+        if let Some(rt) = runtime::get() {
+            rt.say(&format!("{}: block refused: {e}", inst.uri));
         }
     }
     // Requests the block scheduled go to the host's worker, as the plugin would have sent them.

@@ -442,11 +442,12 @@ impl Instance {
     pub fn run(&self, samples: usize, ports: &mut [PortBuffer<'_>]) -> Result<Processed, ClassError> {
         let sizes = self.layout(samples, ports)?;
         let mut packing = self.packing.lock().unwrap_or_else(|e| e.into_inner());
-        pack(&mut packing, ports, &sizes, &self.ports);
         let policy = self.lib.policy;
         let mut attempts = 0;
         loop {
             attempts += 1;
+            // Packed for every attempt: the history keeps the input packing buffer of the last one.
+            pack(&mut packing, ports, &sizes, &self.ports);
             let code = match self.call_block(&mut packing, samples) {
                 Err(e) => {
                     self.bypass(samples, ports);
@@ -457,7 +458,7 @@ impl Instance {
             if code < 0 {
                 return Err(self.bad(format!("the adapter refused the block (code {code})")));
             }
-            let mut wrong = self.check_atoms(&packing, samples);
+            let mut wrong = self.check_atoms(&packing, samples, &sizes);
             if wrong.is_none() && policy.check_output && !self.output_is_its_own.load(Ordering::Relaxed) {
                 wrong = self.non_finite_output(&packing, samples);
                 let recovered_for_it = self.non_finite_recovered.swap(wrong.is_some(), Ordering::Relaxed);
@@ -495,7 +496,8 @@ impl Instance {
         let mut args = [
             Arg::Handle(self.handle),
             Arg::U64(samples as u64),
-            Arg::In(input),
+            // The history keeps this buffer itself, not a copy of it (the next attempt or block is packed anew).
+            Arg::InVec(input),
             Arg::U64(in_len),
             Arg::Out(output),
             Arg::U64(out_len),
@@ -543,13 +545,14 @@ impl Instance {
     }
 
     /// What is wrong with the first malformed atom output, if one is.
-    fn check_atoms(&self, packing: &Packing, samples: usize) -> Option<String> {
+    /// `sizes` is the block's layout: the bytes of each port's buffer (an atom output's capacity and header).
+    fn check_atoms(&self, packing: &Packing, samples: usize, sizes: &[(usize, usize)]) -> Option<String> {
         for (i, spec) in self.ports.iter().enumerate() {
             let at = packing.output_at[i];
             if spec.kind != PortKind::Atom || !spec.output || at == usize::MAX {
                 continue;
             }
-            let len = u32::from_le_bytes(packing.input[8 * i..8 * i + 4].try_into().unwrap_or([0; 4])) as usize;
+            let len = sizes[i].0;
             let buffer = &packing.output[at..at + len];
             if let Err(what) = atom::check_output(buffer, len - ATOM_HEADER, samples, self.urids) {
                 return Some(format!("{} wrote a malformed atom to port {i}: {what}", self.plugin.uri));
@@ -917,20 +920,37 @@ fn dir(spec: &PortSpec) -> &'static str {
 }
 
 /// The layout and every port's bytes into the input packing buffer; room in the output one for the outputs.
+///
+/// A port of samples or a value is sent without its trailing zeros (the adapter zeroes the rest of a port sent
+/// short): a silent block, or an output the host cleared, costs its header only, and any other block one look at
+/// its last sample.
 fn pack(packing: &mut Packing, ports: &[PortBuffer<'_>], sizes: &[(usize, usize)], specs: &[PortSpec]) {
     let Packing { input, output, output_at } = packing;
     input.clear();
     output_at.clear();
-    for &(bytes, sent) in sizes {
+    let floats = |buf: &PortBuffer<'_>, sent: usize| -> Option<usize> {
+        let s: &[f32] = match buf {
+            PortBuffer::Input(s) => s,
+            PortBuffer::Output(s) => s,
+            _ => return None,
+        };
+        let s = &s[..sent / 4];
+        Some(s.iter().rposition(|v| v.to_bits() != 0).map_or(0, |last| last + 1))
+    };
+    for (buf, &(bytes, sent)) in ports.iter().zip(sizes) {
+        let sent = floats(buf, sent).map_or(sent, |n| n * 4);
         input.extend_from_slice(&(bytes as u32).to_le_bytes());
         input.extend_from_slice(&(sent as u32).to_le_bytes());
     }
     let mut out_len = 0;
-    for ((buf, &(bytes, sent)), spec) in ports.iter().zip(sizes).zip(specs) {
+    for (i, ((buf, &(bytes, sent)), spec)) in ports.iter().zip(sizes).zip(specs).enumerate() {
+        // What the header above says is sent of this port.
+        let header = [input[8 * i + 4], input[8 * i + 5], input[8 * i + 6], input[8 * i + 7]];
+        let trimmed = (u32::from_le_bytes(header) as usize).min(sent) / 4;
         match buf {
             PortBuffer::Unconnected => {}
-            PortBuffer::Input(s) => input.extend_from_slice(bytemuck::cast_slice(&s[..sent / 4])),
-            PortBuffer::Output(s) => input.extend_from_slice(bytemuck::cast_slice(&s[..sent / 4])),
+            PortBuffer::Input(s) => input.extend_from_slice(bytemuck::cast_slice(&s[..trimmed])),
+            PortBuffer::Output(s) => input.extend_from_slice(bytemuck::cast_slice(&s[..trimmed])),
             PortBuffer::AtomInput(s) => input.extend_from_slice(&s[..sent]),
             PortBuffer::AtomOutput(s) => {
                 // The capacity in the size, as LV2 asks a host to set it; the type as the host left it.
