@@ -61,6 +61,10 @@
 //!   it counts as one more.
 //!
 //! Where the run queue cannot be read, a wait spins at most [`BLIND_SPIN`] turns, and says so in its statistics.
+//!
+//! A side whose records keep coming long after its spin ends (a call that computes for half a millisecond, a host
+//! that calls once per audio period) spins only the fast path's turns until one comes soon after that short spin
+//! ([`SpinTrim`]).
 
 use std::hint;
 use std::ptr;
@@ -95,6 +99,14 @@ pub const FIRST_LOOK: u64 = 64;
 pub const LOOK_EVERY: u64 = 256;
 /// The most turns a wait spins where the run queue cannot be read, whatever its `spin` (about 50 us).
 pub const BLIND_SPIN: u64 = 2000;
+/// Waits whose spin ran out and whose sleep then lasted [`LONG_SLEEP`] or more, this many with no wait between them
+/// that a spin past the fast path caught, before a consumer trims its spin to [`TRIMMED_SPIN`] (see [`SpinTrim`]).
+pub const LONG_WAITS_TO_TRIM: u32 = 8;
+/// A sleep this long after a spin ran out says the records come well after any spin ends (a spin of the default
+/// 2000 turns is about 50 us).
+pub const LONG_SLEEP: Duration = Duration::from_micros(200);
+/// The turns a trimmed wait spins: the fast path's, which catch a record that comes within a couple of microseconds.
+pub const TRIMMED_SPIN: u64 = FIRST_LOOK;
 
 /// Errors of the rings.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -417,6 +429,65 @@ pub struct Consumer {
     cut_short: bool,
     /// This side's wait statistics, as published in the control page.
     stats: WaitTotals,
+    /// Whether this side's spins pay, from how its recent waits ended.
+    trim: SpinTrim,
+}
+
+/// How a wait ended, for [`SpinTrim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// A record within the fast path's turns ([`TRIMMED_SPIN`]), or already there.
+    Quick,
+    /// A record caught by spinning past the fast path: the spin paid.
+    Spun,
+    /// The spin ran out (or stopped early) and the record came after a sleep this long.
+    Slept(Duration),
+}
+
+/// A consumer's spin, trimmed to the fast path while spinning does not pay: when the records come long after any
+/// spin ends (a call that computes for half a millisecond, a host that calls once per audio period), a full spin
+/// burns its processor for nothing on every wait, on both sides of a process domain. After
+/// [`LONG_WAITS_TO_TRIM`] waits that slept [`LONG_SLEEP`] or more after their spin, with none between them caught
+/// by spinning past the fast path, the spin is trimmed to [`TRIMMED_SPIN`] turns; a record that then comes soon
+/// after such a spin (a sleep shorter than [`LONG_SLEEP`]: a full spin might have caught it) gives the full spin
+/// back at once. Records that come within the fast path say nothing either way: a short call between long ones
+/// costs no more trimmed than untrimmed. The glibc adaptive mutex's spin count, learned from how its spins end,
+/// is the same idea.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SpinTrim {
+    long_in_a_row: u32,
+    trimmed: bool,
+}
+
+impl SpinTrim {
+    /// The turns to spin of a wait asked to spin `asked` (`u64::MAX`: for as long as spinning can pay, which a
+    /// policy of polling asked for and keeps).
+    pub fn limit(&self, asked: u64) -> u64 {
+        if self.trimmed && asked != u64::MAX {
+            asked.min(TRIMMED_SPIN)
+        } else {
+            asked
+        }
+    }
+
+    /// A wait ended so.
+    pub fn ended(&mut self, end: WaitEnd) {
+        match end {
+            WaitEnd::Quick => {}
+            WaitEnd::Slept(slept) if slept >= LONG_SLEEP => {
+                if !self.trimmed {
+                    self.long_in_a_row += 1;
+                    self.trimmed = self.long_in_a_row >= LONG_WAITS_TO_TRIM;
+                }
+            }
+            WaitEnd::Spun | WaitEnd::Slept(_) => *self = SpinTrim::default(),
+        }
+    }
+
+    /// Whether waits spin only the fast path's turns now.
+    pub fn trimmed(&self) -> bool {
+        self.trimmed
+    }
 }
 
 /// What a wait publishes about itself (`CTRL_WAIT_FLAGS` and after), kept here so that publishing is a store.
@@ -475,7 +546,13 @@ impl Consumer {
             crowding: runqueue::crowding,
             cut_short: false,
             stats: WaitTotals::default(),
+            trim: SpinTrim::default(),
         }
+    }
+
+    /// Whether this side's waits spin only the fast path's turns, their full spin not paying (see [`SpinTrim`]).
+    pub fn spin_trimmed(&self) -> bool {
+        self.trim.trimmed()
     }
 
     #[cfg(test)]
@@ -618,7 +695,8 @@ impl Consumer {
     /// Block until a record is available (`Ready`), `deadline` passes (`TimedOut`) or `stop()` returns true
     /// (`Stopped`). A record already there wins over both.
     ///
-    /// Spins up to `spin` iterations first (checking `stop()` and the clock every 256), then sleeps on the doorbell
+    /// Spins up to `spin` iterations first (fewer while its spins do not pay: [`SpinTrim`]; checking `stop()` and
+    /// the clock every 256), then sleeps on the doorbell
     /// in slices of at most 50 ms; `spin == u32::MAX` spins for as long as spinning can pay. The spin stops early,
     /// for the sleep, once the producer cannot be running (see the module docs). `Corrupt` if the producer broke
     /// the ring. A [`Deadline::after`] is fixed at the first check, so a record that comes sooner costs no clock
@@ -632,7 +710,8 @@ impl Consumer {
         if !self.is_empty()? {
             return Ok(WaitOutcome::Ready);
         }
-        let mut limit = if spin == u32::MAX { u64::MAX } else { u64::from(spin) };
+        let asked = if spin == u32::MAX { u64::MAX } else { u64::from(spin) };
+        let mut limit = self.trim.limit(asked);
         let mut spun: u64 = 0;
         let mut next_look = FIRST_LOOK;
         let spun_out = loop {
@@ -684,6 +763,9 @@ impl Consumer {
             self.ring.atomic_u64(CTRL_SPIN_TURNS).store(self.stats.turns, Ordering::Relaxed);
         }
         if let Some(outcome) = spun_out {
+            if outcome == WaitOutcome::Ready && spin != 0 {
+                self.trim.ended(if spun <= TRIMMED_SPIN { WaitEnd::Quick } else { WaitEnd::Spun });
+            }
             return Ok(outcome);
         }
         if spin == 0 {
@@ -691,8 +773,13 @@ impl Consumer {
             // What it said before is stale (it ran where it was put): it says nothing.
             self.forget_cpu();
         }
+        // A sleep costs microseconds: two clock reads to learn whether spinning pays are nothing beside it.
+        let asleep_at = (spin != 0).then(Instant::now);
         let outcome = self.sleep(deadline.map(Deadline::instant), stop);
         self.ring.waiting().store(0, Ordering::Relaxed);
+        if let (Some(at), Ok(WaitOutcome::Ready)) = (asleep_at, &outcome) {
+            self.trim.ended(WaitEnd::Slept(at.elapsed()));
+        }
         if spin != 0 {
             // Woken, maybe on another processor than before: say where this side runs now.
             self.publish_cpu();
@@ -1182,6 +1269,67 @@ mod tests {
         assert_eq!((stats.cut_short, cut, stats.flags), (0, false, 0));
         assert_eq!(asked, 391, "then went to sleep, which asked once more");
         assert_eq!(stats.sleeps, 0, "and was stopped before the futex");
+    }
+
+    #[test]
+    fn the_rule_of_a_trimmed_spin() {
+        let long = WaitEnd::Slept(LONG_SLEEP);
+        let mut trim = SpinTrim::default();
+        assert_eq!(trim.limit(2000), 2000);
+        for _ in 1..LONG_WAITS_TO_TRIM {
+            trim.ended(long);
+            // Records within the fast path say nothing either way.
+            trim.ended(WaitEnd::Quick);
+        }
+        assert!(!trim.trimmed(), "one long wait short of trimming");
+        trim.ended(WaitEnd::Spun);
+        for _ in 1..LONG_WAITS_TO_TRIM {
+            trim.ended(long);
+        }
+        assert!(!trim.trimmed(), "a spin that paid starts the count again");
+        trim.ended(long);
+        assert!(trim.trimmed());
+        assert_eq!(trim.limit(2000), TRIMMED_SPIN);
+        assert_eq!(trim.limit(10), 10, "never more than asked");
+        assert_eq!(trim.limit(u64::MAX), u64::MAX, "a polling wait keeps polling");
+        trim.ended(long);
+        trim.ended(WaitEnd::Quick);
+        assert!(trim.trimmed(), "long sleeps and quick records keep it trimmed");
+        trim.ended(WaitEnd::Slept(LONG_SLEEP - Duration::from_micros(1)));
+        assert!(!trim.trimmed(), "a record soon after the trimmed spin gives the full spin back");
+        assert_eq!(trim.limit(2000), 2000);
+        trim.ended(long);
+        assert!(!trim.trimmed(), "and the count starts again");
+    }
+
+    #[test]
+    fn a_consumer_whose_records_come_long_after_its_spin_trims_it() {
+        let (region, mut p, mut c) = pair(CAP);
+        c.set_crowding(room);
+        let waits = LONG_WAITS_TO_TRIM as u64;
+        let consumer = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            for _ in 0..waits {
+                assert_eq!(c.wait(2000, None, &|| false).unwrap(), WaitOutcome::Ready);
+                assert_eq!(c.pop(&mut buf).unwrap(), Some(16));
+            }
+            let trimmed = c.spin_trimmed();
+            let (stop, _) = stop_at(2);
+            assert_eq!(c.wait(2000, None, &stop).unwrap(), WaitOutcome::Stopped);
+            trimmed
+        });
+        for seq in 0..waits {
+            // Each record well after the consumer went to sleep: its spin ran out, and the sleep was long.
+            while p.ring.waiting().load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(LONG_SLEEP * 2);
+            p.push(&record(16, seq)).unwrap();
+            p.publish();
+        }
+        assert!(consumer.join().unwrap(), "trimmed after {waits} long waits");
+        let stats = region.domain_wait_stats();
+        assert_eq!(stats.spin_turns, waits * 2000 + TRIMMED_SPIN, "the last wait spun the fast path's turns only");
     }
 
     #[test]
