@@ -49,6 +49,10 @@
 //!   once at instantiate through log:log where offered.
 //! * `lv2_counter` – `urn:ward:lv2:counter`: out = in + a ramp of the samples processed so far, with no
 //!   `state:interface`.
+//! * `lv2_gate` – `urn:ward:lv2:gate`: out = in + the sum of every block's first input sample so far; a block run
+//!   with control `wait` set waits until its host writes to the FIFO `gate` in its bundle directory (a test makes
+//!   a bundle directory of its own with one), so a block can be made late on purpose; without that file it never
+//!   waits.
 //! * `lv2_faulty` – `urn:ward:lv2:faulty#crash`, `#hang`, `#abort`, `#atom-overrun`, `#atom-malformed`,
 //!   `#work-crash`, `#save-crash`: identities that fail at block `at_block` (default 10), one way each. They kill,
 //!   hang or corrupt whoever loads them natively.
@@ -96,6 +100,7 @@ pub const ALL: &[Builtin] = &[
     embedded!("lv2_counter", "LV2 urn:ward:lv2:counter: out = in + a ramp of the samples so far, no state interface"),
     embedded!("lv2_delay", "LV2 urn:ward:lv2:delay: a feedback delay with a long tail and state:interface"),
     embedded!("lv2_faulty", "LV2 urn:ward:lv2:faulty#...: identities that crash, hang, abort or break atoms or work"),
+    embedded!("lv2_gate", "LV2 urn:ward:lv2:gate: out = in + a running sum; a block waits for its bundle's gate FIFO"),
     embedded!("lv2_options", "LV2 urn:ward:lv2:options: a gain set through options:interface, a path saved by mapPath"),
     embedded!("lv2_synth", "LV2 urn:ward:lv2:synth: an instrument, a sine per held MIDI note, with notifications"),
     embedded!("lv2_worker", "LV2 urn:ward:lv2:worker: a gain computed by its worker every 16 blocks"),

@@ -29,6 +29,7 @@ const URIS: &[&str] = &[
     "urn:ward:lv2:faulty#hang",
     "urn:ward:lv2:faulty#save-crash",
     "urn:ward:lv2:faulty#work-crash",
+    "urn:ward:lv2:gate",
     "urn:ward:lv2:options",
     "urn:ward:lv2:synth",
     "urn:ward:lv2:worker",

@@ -12,6 +12,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
     ("lv2_counter", &["lv2_descriptor"]),
     ("lv2_delay", &["lv2_descriptor"]),
     ("lv2_faulty", &["lv2_descriptor"]),
+    ("lv2_gate", &["lv2_descriptor"]),
     ("lv2_options", &["lv2_descriptor"]),
     ("lv2_synth", &["lv2_descriptor"]),
     ("lv2_worker", &["lv2_descriptor"]),

@@ -34,6 +34,19 @@ pub enum Error {
     /// not made, and nothing waited.
     #[error("extension {domain} is being recovered; the real-time call was not made")]
     Recovering { domain: String },
+    /// A real-time call passed its real-time deadline (`deadline`) and was handed to another thread: its caller
+    /// gets this at once, while the call goes on in the domain within the function's normal deadline. Its outputs
+    /// are dropped; returning in time, it is logged as made and nothing failed; else it is a hang, recovered as one.
+    #[error(
+        "real-time call {call} of extension {domain} missed its deadline of {:.2} ms: it goes on late, its results \
+         dropped",
+        .deadline.as_secs_f64() * 1e3
+    )]
+    Late { domain: String, call: String, deadline: std::time::Duration },
+    /// A real-time call found an earlier one ([`Error::Late`]) still running late in its domain: it was not made,
+    /// and nothing waited.
+    #[error("extension {domain} is still running a late real-time call; this one was not made")]
+    Busy { domain: String },
     #[error("isolation `{0}` is not available: {1}")]
     IsolationUnavailable(String, String),
     /// A `library_fault` policy for an isolation kind that cannot carry one.

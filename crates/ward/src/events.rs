@@ -85,13 +85,17 @@ pub enum Event {
     /// caused: it is the extension's own (a native host gets it too), so it is passed on as written, and that
     /// check stops for the instance (said once per instance).
     OwnOutput { domain: String, call: String, what: String },
+    /// A real-time call missed its real-time deadline (`deadline`), its caller went on without it, and it returned
+    /// later, after `took` of the domain's time, within the function's normal deadline: late, not hung. Its
+    /// outputs were dropped; it is logged as made. Informational: nothing failed.
+    Late { domain: String, call: String, deadline: Duration, took: Duration },
 }
 
 impl Event {
     /// Whether the event only informs (nothing failed, nothing was recovered): hosts' users see it when they ask
     /// for detail (`ward run -v`), not otherwise.
     pub fn is_informational(&self) -> bool {
-        matches!(self, Event::HistoryWindowed { .. })
+        matches!(self, Event::HistoryWindowed { .. } | Event::Late { .. })
     }
 }
 
@@ -150,6 +154,13 @@ impl std::fmt::Display for Event {
                 "{domain}: {call}: {what} again after its recovery: it is the plugin's own output, passed on as \
                  written (as natively); this instance's output is not checked from now on"
             ),
+            Event::Late { domain, call, deadline, took } => write!(
+                f,
+                "{domain}: real-time call {call} missed its deadline of {:.2} ms and returned late, after {:.2} ms \
+                 (its results dropped, the block bypassed; not a hang)",
+                deadline.as_secs_f64() * 1e3,
+                took.as_secs_f64() * 1e3
+            ),
         }
     }
 }
@@ -201,6 +212,10 @@ impl EventBus {
             Event::OwnOutput { domain, call, what } => {
                 tracing::warn!(domain = %domain, call = %call, "wrong output again after recovery, passed on: {what}")
             }
+            Event::Late { domain, call, deadline, took } => tracing::info!(
+                domain = %domain, call = %call, deadline_us = deadline.as_micros() as u64,
+                took_us = took.as_micros() as u64, "real-time call returned late"
+            ),
         }
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         subs.retain(|tx| !matches!(tx.try_send(event.clone()), Err(TrySendError::Disconnected(_))));

@@ -600,8 +600,12 @@ impl Function {
     /// Call from a real-time thread whose calls are due every `period` (an audio host's process callback): the
     /// thread never waits for a recovery. A fault fails the call at once ([`Error::Fault`]) and the domain is
     /// recovered on a thread of its own; calls made meanwhile fail at once with [`Error::Recovering`], as do calls
-    /// that find the domain held by another thread's call for longer than `period`. The deadline is the learned one
-    /// without the policy's floor, and never below `period`. Nothing is retried: the caller has the block to skip.
+    /// that find the domain held by another thread's call for longer than `period`. The real-time deadline is the
+    /// learned one without the policy's floor, and never below `period`. A call of a process domain that misses it
+    /// fails at once with [`Error::Late`] but is no fault yet: it goes on in the domain, waited for on another thread
+    /// with the function's normal deadline (calls meanwhile fail at once with [`Error::Busy`]); returned in time, it
+    /// is logged as made (its outputs dropped, [`Event::Late`] says so), else it is a hang, recovered apart. Nothing
+    /// is retried: the caller has the block to skip.
     pub fn call_realtime(&self, args: &mut [Arg<'_>], ret: RetType, period: Duration) -> Result<Value, Error> {
         self.domain.call_realtime(self.sym, args, ret, period)
     }

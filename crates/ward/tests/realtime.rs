@@ -1,6 +1,7 @@
 //! Calls from a real-time thread (`Function::call_realtime`): a fault fails the call at once, without a retry, and
-//! the domain is recovered on a thread of its own, its state replayed; a hang is caught at the function's learned
-//! deadline without the policy's floor, never below one period.
+//! the domain is recovered on a thread of its own, its state replayed; a call still running at the function's
+//! learned deadline without the policy's floor (never below one period) is late: its caller gets it back then, and
+//! it is a hang only at the function's normal deadline.
 
 mod common;
 
@@ -37,7 +38,7 @@ fn compute_rt(f: &Function, x: i64, period: Duration) -> Result<i64, ward::Error
 fn compute_when_back(f: &Function, x: i64, period: Duration) -> Result<i64, ward::Error> {
     loop {
         match compute_rt(f, x, period) {
-            Err(ward::Error::Recovering { .. }) => std::thread::yield_now(),
+            Err(ward::Error::Recovering { .. } | ward::Error::Busy { .. }) => std::thread::yield_now(),
             other => return other,
         }
     }
@@ -83,7 +84,7 @@ fn calls_made_while_the_domain_is_recovered_apart_fail_at_once_with_recovering()
 }
 
 #[test]
-fn a_real_time_hang_is_caught_at_its_learned_deadline_without_the_floor() {
+fn a_real_time_hang_is_late_at_its_real_time_deadline_and_a_fault_only_at_its_normal_one() {
     let (_sup, ext, events) = faulty();
     let compute = ext.function("faulty_compute").unwrap();
     let period = Duration::from_millis(50);
@@ -91,13 +92,58 @@ fn a_real_time_hang_is_caught_at_its_learned_deadline_without_the_floor() {
         assert_eq!(compute_rt(&compute, i, period).unwrap(), i * i + 1);
     }
     ext.call("faulty_arm", &mut [Arg::I64(5), Arg::I64(0)], RetType::Void).unwrap();
+    // The caller gets the call back at its real-time deadline, late: no fault yet, the call goes on in the domain.
     let e = compute_rt(&compute, 6, period).unwrap_err();
-    let ward::Error::Fault(fault) = e else { panic!("not a fault: {e}") };
-    let FaultKind::Timeout { deadline } = fault.kind else { panic!("not a hang: {fault}") };
+    let ward::Error::Late { deadline, call, .. } = e else { panic!("not late: {e}") };
+    assert_eq!(call, "faulty_compute");
     // Calls of microseconds: the deadline is the period (more only if two of the 40 calls were kept off the
     // processor for over 12 ms), far below the floor a normal call's learned deadline keeps.
     assert!(deadline >= period, "{deadline:?}");
     assert!(deadline < ExtensionPolicy::default().deadline_floor, "{deadline:?}");
+    // It never returns: at its normal deadline (the floor, for calls of microseconds) it is a hang, recovered.
+    let until = Instant::now() + Duration::from_secs(120);
+    let fault = loop {
+        assert!(Instant::now() < until, "no fault within two minutes");
+        if let Ok(Event::Fault { fault }) = events.recv_timeout(Duration::from_secs(1)) {
+            break fault;
+        }
+    };
+    let FaultKind::Timeout { deadline: normal } = fault.kind else { panic!("not a hang: {fault}") };
+    assert!(normal >= ExtensionPolicy::default().deadline_floor, "{normal:?}");
+    assert_eq!(fault.incarnation, 1);
     recovered(&events);
     assert_eq!(compute_when_back(&compute, 6, period).unwrap(), 37);
+    assert_eq!(ext.stats().restarts, 1);
+}
+
+#[test]
+fn while_a_real_time_call_runs_late_real_time_calls_fail_at_once_with_busy() {
+    // A normal deadline of seconds: the calls below surely come while the late call is still waited for.
+    let policy = "[extension.faulty]\nmax_restarts = 1000\nrestart_period_s = 3600\nbackoff_initial_ms = 0.001\n\
+                  backoff_max_ms = 0.001\ndeadline_floor_ms = 5000\n";
+    let (_sup, ext, events) = faulty_with(Isolation::Process, policy);
+    let compute = ext.function("faulty_compute").unwrap();
+    let period = Duration::from_millis(50);
+    for i in 0..40 {
+        compute_rt(&compute, i, period).unwrap();
+    }
+    ext.call("faulty_arm", &mut [Arg::I64(5), Arg::I64(0)], RetType::Void).unwrap();
+    assert!(matches!(compute_rt(&compute, 6, period), Err(ward::Error::Late { .. })));
+    // Until the late call is a fault (it never returns), each call is refused at once, naming the domain; then the
+    // recovery's and finally the recovered domain's answers come.
+    let mut busy = 0u64;
+    let result = loop {
+        match compute_rt(&compute, 2, period) {
+            Err(ward::Error::Busy { domain }) => {
+                assert_eq!(domain, "faulty");
+                busy += 1;
+                std::thread::yield_now();
+            }
+            Err(ward::Error::Recovering { .. }) => std::thread::yield_now(),
+            other => break other,
+        }
+    };
+    assert_eq!(result.unwrap(), 5);
+    assert!(busy > 0, "no call found the late one running");
+    recovered(&events);
 }

@@ -172,13 +172,16 @@ pub(crate) struct Refused {
 /// The calls of a domain in another process, through its rings: a call is started, its steps (callbacks, the
 /// return) awaited and answered one by one by the core, which serves callbacks with its state released.
 pub(crate) trait Ring {
-    /// Start a call: marshal the arguments into the domain and send it.
+    /// Start a call: marshal the arguments into the domain and send it. `in_place`: buffers may be lent where they
+    /// lie in the host's memory (the arena) instead of copied; false for a call that may outlive its caller's
+    /// buffers (a real-time call handed to another thread when late), which then borrows none of them.
     fn begin(
         &mut self,
         tracker: &mut Tracker,
         func: u32,
         args: &[WireValue<'_>],
         ret: RetType,
+        in_place: bool,
     ) -> Result<Frame, BackendError>;
 
     /// Wait for the next step of the innermost call.

@@ -138,6 +138,9 @@ struct State {
     recovering: bool,
     /// Some image has a `rewrite` (checked first, so calls of other domains pay one load).
     rewriting: bool,
+    /// A real-time call that missed its real-time deadline and goes on in the domain, waited for by the next thread
+    /// that takes the domain (`realtime`).
+    late: Option<Box<realtime::LateCall>>,
 }
 
 impl State {
@@ -182,6 +185,9 @@ pub(crate) struct Domain {
     realtime_scheduled: AtomicU64,
     /// That the domain could not be given a real-time caller's scheduling was said.
     realtime_said: AtomicBool,
+    /// A real-time call is running late in the domain (`realtime`): real-time calls fail at once meanwhile, and
+    /// the next thread to take the domain waits for that call first.
+    late_now: AtomicBool,
 }
 
 /// Host callbacks the thread holding a domain's lock is in now: how deeply nested, and how many have begun or
@@ -222,6 +228,14 @@ impl Drop for CallbackOut<'_> {
 /// is bounded by its deadline, and its recovery by the restart limits).
 const TURN_LOOK: Duration = Duration::from_millis(50);
 
+/// How waiting for a ring call ended, short of its return.
+enum RingEnd {
+    /// The backend said so (a fault, the deadline passed, the domain closed under it).
+    Backend(BackendError),
+    /// What the call comes to.
+    Outcome(Outcome),
+}
+
 /// What one attempt of a call came to.
 enum Outcome {
     Done(Value),
@@ -261,6 +275,7 @@ impl Domain {
             disabled: None,
             recovering: false,
             rewriting: false,
+            late: None,
         };
         Domain {
             name,
@@ -277,6 +292,7 @@ impl Domain {
             recovering_now: AtomicBool::new(false),
             realtime_scheduled: AtomicU64::new(0),
             realtime_said: AtomicBool::new(false),
+            late_now: AtomicBool::new(false),
         }
     }
 
@@ -286,11 +302,17 @@ impl Domain {
     /// whole of the call's deadline ends the wait: the callback may itself be waiting for this thread's call, which
     /// could then never run. That ends as a [`FaultKind::BusyInCallback`] fault of this call, reported; the domain
     /// is not recovered (nothing is wrong with it) and the holder's call goes on.
+    /// A real-time call running late in the domain is waited for first (see [`Domain::settle_late`]): nothing else
+    /// may go to the domain while it is there.
     fn lock_for(&self, symbol: &str, call: &str) -> Result<Guard<'_>, Error> {
-        if let Some(g) = self.lock.try_lock() {
-            return Ok(g);
+        let mut g = match self.lock.try_lock() {
+            Some(g) => g,
+            None => self.lock_contended(symbol, call)?,
+        };
+        if self.late_now.load(Ordering::Acquire) {
+            self.settle_late(&mut g);
         }
-        self.lock_contended(symbol, call)
+        Ok(g)
     }
 
     #[cold]
@@ -377,6 +399,7 @@ impl Domain {
         opened: Option<PathBuf>,
     ) -> Result<usize, Error> {
         let mut g = self.lock.lock();
+        self.settle_late(&mut g);
         let path = spec.path.clone();
         let added = {
             let mut st = g.borrow_mut();
@@ -740,6 +763,22 @@ impl Domain {
         ret: RetType,
         value: Value,
     ) -> Value {
+        self.after_success_charged(g, sym, fpolicy, args, ret, value, None)
+    }
+
+    /// [`Domain::after_success`], a history entry charged `replay` (what replaying it is expected to take, before
+    /// the round trip and copies) where given, else what the call took.
+    #[allow(clippy::too_many_arguments)]
+    fn after_success_charged(
+        &self,
+        g: &Guard<'_>,
+        sym: usize,
+        fpolicy: &FunctionPolicy,
+        args: &mut [Arg<'_>],
+        ret: RetType,
+        value: Value,
+        replay: Option<Duration>,
+    ) -> Value {
         let mut st = g.borrow_mut();
         st.consecutive_faults = 0;
         let s = &mut st.symbols[sym];
@@ -792,7 +831,7 @@ impl Domain {
                 replay: e.1.history_replay,
             });
             if let Some(bounds) = bounds.filter(|b| b.bytes > 0 && !b.replay.is_zero()) {
-                let took = st.symbols[sym].times.last();
+                let took = replay.unwrap_or_else(|| st.symbols[sym].times.last());
                 let was_trimmed = st.shadow.history_trimmed();
                 let kept = st.shadow.record_history(sym, args, ret, created, took, bounds);
                 if kept != Kept::Whole && !was_trimmed && st.shadow.history_trimmed() {
@@ -851,45 +890,65 @@ impl Domain {
         if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, replaying, &rewrite, &mut wire) {
             return Outcome::Error(e);
         }
-        let frame = {
-            let mut st = g.borrow_mut();
-            let st = &mut *st;
-            let Some(ring) = st.backend.ring() else { return Outcome::Stale };
-            match ring.begin(&mut st.tracker, func, &wire, ret) {
-                Ok(f) => f,
-                Err(e) => return self.outcome_of(st, e, Some(sym), timeout),
-            }
+        let frame = match self.start_ring(g, sym, func, &wire, ret, timeout, true) {
+            Ok(frame) => frame,
+            Err(outcome) => return outcome,
         };
         // The deadline bounds the domain's own time in this call: time the host spends serving a callback (which
         // may include nested calls) moves it later by as much, and nothing else does. An extension that keeps
         // calling back in a loop therefore still runs out of time.
         // Fixed at the first look (most replies come before it): a clock read is a tenth of a polling round trip.
         let mut deadline = Deadline::after(timeout);
+        match self.wait_ring(g, &frame, &mut deadline, incarnation) {
+            Ok(regs) => self.finish_ring(g, sym, frame, &mut wire, ret, regs, &deadline),
+            Err(end) => {
+                abandon(g, frame);
+                self.ring_outcome(g, end, sym, timeout)
+            }
+        }
+    }
+
+    /// Start a ring call of `func` with the translated arguments `wire` (lent in place where `in_place` allows).
+    #[allow(clippy::too_many_arguments)]
+    fn start_ring(
+        &self,
+        g: &Guard<'_>,
+        sym: usize,
+        func: u32,
+        wire: &[WireValue<'_>],
+        ret: RetType,
+        timeout: Duration,
+        in_place: bool,
+    ) -> Result<crate::backend::Frame, Outcome> {
+        let mut st = g.borrow_mut();
+        let st = &mut *st;
+        let Some(ring) = st.backend.ring() else { return Err(Outcome::Stale) };
+        ring.begin(&mut st.tracker, func, wire, ret, in_place).map_err(|e| self.outcome_of(st, e, Some(sym), timeout))
+    }
+
+    /// Wait for the ring call `frame` (of incarnation `incarnation`) to return within `deadline`, serving its
+    /// callbacks. On an error the caller abandons the frame, or (a deadline passed) may wait again later.
+    fn wait_ring(
+        &self,
+        g: &mut Guard<'_>,
+        frame: &crate::backend::Frame,
+        deadline: &mut Deadline,
+        incarnation: u64,
+    ) -> Result<ward_abi::RegRet, RingEnd> {
         loop {
             let step = {
                 let mut st = g.borrow_mut();
                 // The domain moved to another backend (escalation) while this call was out in a callback.
-                let Some(ring) = st.backend.ring() else { return Outcome::Stale };
-                ring.wait(&frame, &mut deadline)
+                let Some(ring) = st.backend.ring() else { return Err(RingEnd::Outcome(Outcome::Stale)) };
+                ring.wait(frame, deadline)
             };
             match step {
-                Ok(Step::Done(regs)) => {
-                    let mut st = g.borrow_mut();
-                    let st = &mut *st;
-                    let mut outputs: SmallVec<[&mut [u8]; 2]> = backend::outputs(&mut wire).collect();
-                    if let Some(ring) = st.backend.ring() {
-                        ring.finish(&mut st.tracker, frame, &mut outputs);
-                    }
-                    // The domain's own time in the call, read from its deadline: no clock read for a fast call.
-                    st.symbols[sym].times.record(deadline.counted());
-                    return Outcome::Done(Value::from_regs(ret, regs));
-                }
+                Ok(Step::Done(regs)) => return Ok(regs),
                 Ok(Step::Callback { token, slot, regs }) => {
                     if !g.borrow().lent_callbacks.contains_key(&slot) {
-                        abandon(g, frame);
-                        return Outcome::Failed(FaultKind::Protocol {
+                        return Err(RingEnd::Outcome(Outcome::Failed(FaultKind::Protocol {
                             what: format!("call of callback slot {slot}, which this domain was never given"),
-                        });
+                        })));
                     }
                     // No borrow is held while host code runs: it may call this domain again.
                     // Fixes the deadline if no wait has yet, so an extension that calls back at once, in a loop,
@@ -903,29 +962,53 @@ impl Domain {
                     };
                     deadline.extend(host_started.elapsed());
                     if g.borrow().incarnation != incarnation {
-                        abandon(g, frame);
-                        return Outcome::Stale;
+                        return Err(RingEnd::Outcome(Outcome::Stale));
                     }
                     let Some(answer) = answer else {
-                        abandon(g, frame);
-                        return Outcome::Failed(FaultKind::Protocol {
+                        return Err(RingEnd::Outcome(Outcome::Failed(FaultKind::Protocol {
                             what: format!("call of callback slot {slot}, which is no longer registered"),
-                        });
+                        })));
                     };
                     let answered = match g.borrow_mut().backend.ring() {
                         Some(ring) => ring.answer_callback(token, answer),
                         None => Err(BackendError::Closed),
                     };
-                    if let Err(e) = answered {
-                        abandon(g, frame);
-                        return self.outcome_of(&g.borrow(), e, Some(sym), timeout);
-                    }
+                    answered.map_err(RingEnd::Backend)?;
                 }
-                Err(e) => {
-                    abandon(g, frame);
-                    return self.outcome_of(&g.borrow(), e, Some(sym), timeout);
-                }
+                Err(e) => return Err(RingEnd::Backend(e)),
             }
+        }
+    }
+
+    /// A ring call returned `regs`: its outputs copied into the host's buffers among `wire`, its loans released,
+    /// the domain's own time in it (`deadline`) learned.
+    #[allow(clippy::too_many_arguments)]
+    fn finish_ring(
+        &self,
+        g: &Guard<'_>,
+        sym: usize,
+        frame: crate::backend::Frame,
+        wire: &mut Wire<'_>,
+        ret: RetType,
+        regs: ward_abi::RegRet,
+        deadline: &Deadline,
+    ) -> Outcome {
+        let mut st = g.borrow_mut();
+        let st = &mut *st;
+        let mut outputs: SmallVec<[&mut [u8]; 2]> = backend::outputs(wire).collect();
+        if let Some(ring) = st.backend.ring() {
+            ring.finish(&mut st.tracker, frame, &mut outputs);
+        }
+        // The domain's own time in the call, read from its deadline: no clock read for a fast call.
+        st.symbols[sym].times.record(deadline.counted());
+        Outcome::Done(Value::from_regs(ret, regs))
+    }
+
+    /// What a ring call of `sym` with deadline `timeout` that ended in `end` comes to.
+    fn ring_outcome(&self, g: &Guard<'_>, end: RingEnd, sym: usize, timeout: Duration) -> Outcome {
+        match end {
+            RingEnd::Outcome(outcome) => outcome,
+            RingEnd::Backend(e) => self.outcome_of(&g.borrow(), e, Some(sym), timeout),
         }
     }
 
@@ -1151,7 +1234,8 @@ impl Domain {
         let Some(mut g) = self.lock.try_lock() else {
             return;
         };
-        if g.borrow().disabled.is_some() || g.borrow().recovering {
+        // A real-time call running late is in the domain: it is busy.
+        if g.borrow().disabled.is_some() || g.borrow().recovering || self.late_now.load(Ordering::Acquire) {
             return;
         }
         let pinged = g.borrow_mut().backend.ring().map(|ring| ring.ping(&mut Deadline::after(interval)));

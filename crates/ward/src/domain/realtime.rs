@@ -2,25 +2,77 @@
 //! wait for a recovery. A fault in its call fails the call at once (the class bypasses that block) and the domain is
 //! recovered on a thread of its own; its calls meanwhile fail at once too. Its deadline is the learned one without
 //! the floor, but never below one period (eight times that for a new incarnation's first calls, which fault their
-//! pages in): a hang costs the periods the plugin's own slowest blocks would, not the floor made for calls of any
-//! kind. The domain's process gets the caller's real-time scheduling, so the audio thread does not wait for a
-//! process the scheduler ranks below every ordinary one. And checkpoints: a state the class read from the extension (a plugin's saved
-//! state), logged as the call that restores it, in place of the instance's earlier one.
+//! pages in). A call that misses it is late, not yet hung: its caller gets an error at once (the block is bypassed)
+//! and the call, still in the domain, is handed over to a thread of its own that waits for it with the function's
+//! normal deadline, the one a call from any other thread gets. Returned in time, it is done as a success is (the
+//! shadow log's history keeps it, from copies of its inputs taken before its caller returned; its duration is
+//! learned) but its outputs are dropped; past that deadline it is a hang, recovered there. Until then the domain's
+//! real-time calls fail at once, and any other thread that takes the domain waits for the late call first. A
+//! domain whose functions run on the caller's own thread (mpk) cannot hand a call over: its real-time deadline is
+//! a hang's, as before. The domain's process gets the caller's real-time scheduling, so the audio thread does not
+//! wait for a process the scheduler ranks below every ordinary one. And checkpoints: a state the class read from the
+//! extension (a plugin's saved state), logged as the call that restores it, in place of the instance's earlier one.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::{call_name, learn, Domain, Guard, Outcome};
+use ward_xpc::Deadline;
+
+use super::{abandon, call_name, learn, Domain, Guard, Outcome, RingEnd, Wire};
 use crate::backend::process::placement;
+use crate::backend::{BackendError, Callable, Frame};
 use crate::call::{Arg, RetType, Value};
 use crate::error::Error;
+use crate::events::Event;
 use crate::fault::{Fault, FaultKind};
+use crate::policy::FunctionPolicy;
 use crate::shadow::{OwnedArg, ShadowEntry};
 
 /// Real-time calls of a new incarnation whose deadline is [`WARM_SLACK`] times the learned one.
 const WARM_CALLS: u32 = 16;
 const WARM_SLACK: u32 = 8;
+
+/// A real-time call that missed its real-time deadline, still in the domain (see the module's comment). It owns what
+/// it needs: its pool loans stay allocated until it returns or its incarnation ends, and its arguments are copies.
+pub(super) struct LateCall {
+    sym: usize,
+    frame: Frame,
+    ret: RetType,
+    incarnation: u64,
+    /// Its arguments as a success logs them (outputs as their lengths), copied before its caller returned.
+    args: Vec<OwnedArg>,
+    policy: FunctionPolicy,
+    /// The real-time deadline it missed.
+    missed: Duration,
+    /// The function's normal deadline: the domain's own time it may take in all.
+    deadline: Duration,
+    /// The domain's own time in it when it was handed over, and when that was.
+    counted: Duration,
+    handed: Instant,
+}
+
+/// `args` as a call's arguments: buffers taken as they are (an input is moved into the history, not copied), an
+/// output given a buffer of its length from `outputs` (in order).
+fn borrow_owned<'a>(args: &'a mut [OwnedArg], outputs: &'a mut [Vec<u8>]) -> Vec<Arg<'a>> {
+    let mut outputs = outputs.iter_mut();
+    args.iter_mut()
+        .map(|a| match a {
+            OwnedArg::I64(v) => Arg::I64(*v),
+            OwnedArg::U64(v) => Arg::U64(*v),
+            OwnedArg::F64(v) => Arg::F64(*v),
+            OwnedArg::F32(v) => Arg::F32(*v),
+            OwnedArg::Ptr(v) => Arg::Ptr(*v),
+            OwnedArg::In(b) => Arg::InVec(b),
+            OwnedArg::Out(_) => Arg::Out(outputs.next().map(|v| v.as_mut_slice()).unwrap_or_default()),
+            OwnedArg::InOut(b) => Arg::InOut(b),
+            OwnedArg::Scratch(b) => Arg::Scratch(b),
+            OwnedArg::Str(s) => Arg::Str(s),
+            OwnedArg::Handle(h) => Arg::Handle(*h),
+            OwnedArg::Callback(c) => Arg::Callback(c),
+        })
+        .collect()
+}
 
 impl Domain {
     /// Give the domain's process, once per incarnation, the real-time scheduling of the calling thread when it has
@@ -50,15 +102,23 @@ impl Domain {
         period: Duration,
     ) -> Result<Value, Error> {
         let recovering = || Error::Recovering { domain: self.name.clone() };
+        let busy = || Error::Busy { domain: self.name.clone() };
         if self.recovering_now.load(Ordering::Acquire) {
             return Err(recovering());
+        }
+        // Whoever waits for the late call holds the domain: this call would wait for it.
+        if self.late_now.load(Ordering::Acquire) {
+            return Err(busy());
         }
         // Another thread's call (a worker's, a state save) may hold the domain for a while: wait at most a period.
         let Some(mut g) = self.lock.try_lock_for(period) else { return Err(recovering()) };
         if self.recovering_now.load(Ordering::Acquire) {
             return Err(recovering());
         }
-        let (fpolicy, timeout) = {
+        if self.late_now.load(Ordering::Acquire) {
+            return Err(busy());
+        }
+        let (fpolicy, timeout, normal) = {
             let mut st = g.borrow_mut();
             if let Some(e) = self.disabled_error(&st) {
                 return Err(e);
@@ -82,10 +142,21 @@ impl Domain {
                 (learn::DeadlineSource::Learned, Some(learned)) => (learned.max(period) * slack).min(normal),
                 _ => normal,
             };
-            (s.policy.clone(), timeout)
+            (s.policy.clone(), timeout, normal)
         };
         self.schedule_like_caller(&mut g);
-        let kind = match self.attempt(&mut g, sym, args, ret, timeout, false) {
+        // A call whose real-time deadline is shorter than its normal one, through rings (its domain serves it on a
+        // thread of its own), is handed over when it misses the first; one on this thread (mpk) cannot be.
+        let outcome = match self.resolved(&g, sym) {
+            Ok(Callable::Ring(func)) if timeout < normal => {
+                match self.attempt_ring_realtime(&mut g, sym, func, args, ret, timeout, normal, &fpolicy) {
+                    Ok(outcome) => outcome,
+                    Err(late) => return Err(self.hand_over(g, late)),
+                }
+            }
+            _ => self.attempt(&mut g, sym, args, ret, timeout, false),
+        };
+        let kind = match outcome {
             Outcome::Done(value) => {
                 let value = self.after_success(&g, sym, &fpolicy, args, ret, value);
                 let mut st = g.borrow_mut();
@@ -98,9 +169,19 @@ impl Domain {
             // Recovered under this call by another thread: nothing left to do but skip this block.
             Outcome::Stale => return Err(self.disabled_error(&g.borrow()).unwrap_or_else(recovering)),
         };
+        let (fault, in_row) = self.realtime_fault(&g, sym, kind);
+        self.recover_apart(g, fault.clone(), in_row);
+        Err(Error::Fault(fault))
+    }
+
+    /// A real-time call of `sym` failed with `kind`: the fault, counted in a row. Failing again right after a
+    /// recovery that replayed the history: the history may be what brings the fault back (a plugin that fails at
+    /// its Nth block), so the next incarnation gets the configuration only, as a normal call's retry would (see
+    /// `call_locked`).
+    fn realtime_fault(&self, g: &Guard<'_>, sym: usize, kind: FaultKind) -> (Fault, u32) {
         let fault = {
             let st = g.borrow();
-            Fault { kind, domain: self.name.clone(), call: Some(call_name(&g, sym)), incarnation: st.incarnation }
+            Fault { kind, domain: self.name.clone(), call: Some(call_name(g, sym)), incarnation: st.incarnation }
         };
         let in_row = {
             let mut st = g.borrow_mut();
@@ -109,15 +190,156 @@ impl Domain {
             s.ok_since_failure = 0;
             s.failures_in_row
         };
-        // Failing again right after a recovery that replayed the history: the history may be what brings the fault
-        // back (a plugin that fails at its Nth block), so the next incarnation gets the configuration only, as a
-        // normal call's retry would (see `call_locked`).
         if in_row > 1 && g.borrow().shadow.replayed_history() {
             g.borrow_mut().shadow.drop_history();
             tracing::info!(domain = %self.name, "failed again after the history was replayed: history dropped");
         }
-        self.recover_apart(g, fault.clone(), in_row);
-        Err(Error::Fault(fault))
+        (fault, in_row)
+    }
+
+    /// A real-time ring call of `sym` with real-time deadline `timeout`: its outcome, or, when the deadline passed
+    /// with the call still in the domain, the call as it is to be handed over. Its buffers are copied through the
+    /// pools, never lent in place: the call may outlive its caller's buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn attempt_ring_realtime(
+        &self,
+        g: &mut Guard<'_>,
+        sym: usize,
+        func: u32,
+        args: &mut [Arg<'_>],
+        ret: RetType,
+        timeout: Duration,
+        normal: Duration,
+        policy: &FunctionPolicy,
+    ) -> Result<Outcome, Box<LateCall>> {
+        let (incarnation, rewrite) = {
+            let st = g.borrow();
+            (st.incarnation, st.rewrite_for(sym))
+        };
+        let mut wire = Wire::new();
+        if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, false, &rewrite, &mut wire) {
+            return Ok(Outcome::Error(e));
+        }
+        let frame = match self.start_ring(g, sym, func, &wire, ret, timeout, false) {
+            Ok(frame) => frame,
+            Err(outcome) => return Ok(outcome),
+        };
+        let mut deadline = Deadline::after(timeout);
+        match self.wait_ring(g, &frame, &mut deadline, incarnation) {
+            Ok(regs) => Ok(self.finish_ring(g, sym, frame, &mut wire, ret, regs, &deadline)),
+            Err(RingEnd::Backend(BackendError::TimedOut)) => {
+                drop(wire);
+                // Taken now: the caller's buffers are its own again once it returns.
+                let args = args.iter().map(OwnedArg::from_arg).collect();
+                Err(Box::new(LateCall {
+                    sym,
+                    frame,
+                    ret,
+                    incarnation,
+                    args,
+                    policy: policy.clone(),
+                    missed: timeout,
+                    deadline: normal,
+                    counted: deadline.counted(),
+                    handed: Instant::now(),
+                }))
+            }
+            Err(end) => {
+                abandon(g, frame);
+                Ok(self.ring_outcome(g, end, sym, timeout))
+            }
+        }
+    }
+
+    /// Hand the call `late` over, letting go of the domain: a thread of its own waits for it (where none can be
+    /// started, this one). What its caller gets.
+    fn hand_over(self: &Arc<Self>, g: Guard<'_>, late: Box<LateCall>) -> Error {
+        let error = Error::Late { domain: self.name.clone(), call: call_name(&g, late.sym), deadline: late.missed };
+        g.borrow_mut().late = Some(late);
+        self.late_now.store(true, Ordering::Release);
+        drop(g);
+        let domain = Arc::clone(self);
+        let spawned = std::thread::Builder::new().name("ward-late".into()).spawn(move || {
+            let mut g = domain.lock.lock();
+            domain.settle_late(&mut g);
+        });
+        if spawned.is_err() {
+            let mut g = self.lock.lock();
+            self.settle_late(&mut g);
+        }
+        error
+    }
+
+    /// Wait for the real-time call running late in the domain, if one is, until it returns or its normal deadline
+    /// passes: returned, it is done as a success is, its outputs dropped; else it is a fault of its function,
+    /// recovered here. Every thread that takes the domain to send it something does this first.
+    pub(super) fn settle_late(&self, g: &mut Guard<'_>) {
+        if !self.late_now.load(Ordering::Acquire) {
+            return;
+        }
+        // None: this thread is waiting for it already, and calls the domain from a callback of it.
+        let Some(late) = g.borrow_mut().late.take() else { return };
+        self.wait_late(g, late);
+        // No call was handed over meanwhile: that takes the domain, held here.
+        self.late_now.store(false, Ordering::Release);
+    }
+
+    fn wait_late(&self, g: &mut Guard<'_>, late: Box<LateCall>) {
+        let LateCall { sym, frame, ret, incarnation, mut args, policy, missed, deadline: normal, counted, handed } =
+            *late;
+        if g.borrow().incarnation != incarnation {
+            // It ended with its incarnation (recovery drops it; this is only a second guard).
+            return;
+        }
+        // What is left of the normal deadline, counted from the hand-over.
+        let gap = handed.elapsed();
+        let mut deadline = Deadline::after(normal.saturating_sub(counted).saturating_sub(gap));
+        deadline.instant();
+        let regs = match self.wait_ring(g, &frame, &mut deadline, incarnation) {
+            Ok(regs) => regs,
+            Err(end) => {
+                abandon(g, frame);
+                match self.ring_outcome(g, end, sym, normal) {
+                    Outcome::Failed(kind) => {
+                        let (fault, in_row) = self.realtime_fault(g, sym, kind);
+                        // An error here is the domain disabled: its calls say so from now on.
+                        let _ = self.recover_counted(g, fault, in_row);
+                    }
+                    // Recovered under it by a nested call.
+                    Outcome::Stale | Outcome::Done(_) => {}
+                    Outcome::Error(e) => tracing::debug!(domain = %self.name, error = %e, "a late call ended"),
+                }
+                return;
+            }
+        };
+        let took = counted + gap + deadline.counted();
+        {
+            let mut st = g.borrow_mut();
+            let st = &mut *st;
+            // Its outputs go nowhere: the caller went on without them.
+            if let Some(ring) = st.backend.ring() {
+                ring.finish(&mut st.tracker, frame, &mut []);
+            }
+            let s = &mut st.symbols[sym];
+            s.times.record(took);
+            s.realtime_calls = s.realtime_calls.saturating_add(1);
+        }
+        // Logged from the copies taken before its caller returned: a replay gives the extension what it really got.
+        let mut outputs: Vec<Vec<u8>> = args
+            .iter()
+            .filter_map(|a| match a {
+                OwnedArg::Out(n) => Some(vec![0u8; *n]),
+                _ => None,
+            })
+            .collect();
+        let mut borrowed = borrow_owned(&mut args, &mut outputs);
+        // Its history entry is charged at most the deadline it missed: past that it mostly waited (for a processor,
+        // say), which a replay does not, and charged all of it, one late block could push the whole history out.
+        let replay = Some(took.min(missed));
+        let value = Value::from_regs(ret, regs);
+        let _ = self.after_success_charged(g, sym, &policy, &mut borrowed, ret, value, replay);
+        let call = call_name(g, sym);
+        self.events.emit(Event::Late { domain: self.name.clone(), call, deadline: missed, took });
     }
 
     /// Recover from `fault` (of a call that failed `in_row` times in a row) on a thread of its own, letting go of

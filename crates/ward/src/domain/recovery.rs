@@ -45,6 +45,10 @@ impl Domain {
                 let mut st = g.borrow_mut();
                 st.stats.faults += 1;
                 st.backend.stop();
+                // A real-time call running late ended with the incarnation (its loans go with the rest).
+                if st.late.take().is_some() {
+                    self.late_now.store(false, std::sync::atomic::Ordering::Release);
+                }
                 let released = st.tracker.release_all();
                 st.instances.clear();
                 st.lent_callbacks.clear();

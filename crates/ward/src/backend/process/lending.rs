@@ -215,12 +215,14 @@ impl ProcessBackend {
         }
     }
 
-    /// The wire form of a call's arguments, lending each buffer (in place or through a pool) into `loans`.
+    /// The wire form of a call's arguments, lending each buffer (in place where `in_place` allows, else through a
+    /// pool) into `loans`.
     pub(super) fn wire_args(
         &mut self,
         tracker: &mut Tracker,
         args: &[WireValue<'_>],
         loans: &mut Loans,
+        in_place: bool,
     ) -> Result<SmallVec<[WireArg; 6]>, BackendError> {
         if args.len() > ward_xpc::wire::MAX_ARGS {
             return Err(BackendError::Usage("too many arguments (at most 14)".into()));
@@ -231,13 +233,14 @@ impl ProcessBackend {
                 list.push(scalar);
                 continue;
             }
-            let in_place = match a {
+            let lent = match a {
+                _ if !in_place => None,
                 WireValue::In(b) => self.lend_in_place(b, ArgKind::BufIn, false),
                 WireValue::Scratch(b) => self.lend_in_place(b, ArgKind::BufScratch, false),
                 WireValue::InOut(b) => self.lend_in_place(b, ArgKind::BufInOut, true),
                 _ => None,
             };
-            if let Some((wire, loan)) = in_place {
+            if let Some((wire, loan)) = lent {
                 loans.push(loan);
                 list.push(wire);
                 continue;

@@ -333,11 +333,12 @@ impl Ring for ProcessBackend {
         func: u32,
         args: &[WireValue<'_>],
         ret: RetType,
+        in_place: bool,
     ) -> Result<Frame, BackendError> {
         self.fault_if_dead()?;
         self.activity.began();
         let mut loans = crate::backend::Loans::new();
-        let list = match self.wire_args(tracker, args, &mut loans) {
+        let list = match self.wire_args(tracker, args, &mut loans, in_place) {
             Ok(l) => l,
             Err(e) => {
                 for loan in loans {
