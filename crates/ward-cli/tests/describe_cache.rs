@@ -82,15 +82,15 @@ fn entries(cache: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The cache entry of the file `library` (the one whose identity names its inode).
+/// The cache entry of the file `library` (the one whose identity names its inode; entries a test damaged are
+/// passed over).
 fn entry_of(cache: &Path, library: &Path) -> PathBuf {
     let inode = std::fs::metadata(library).expect("the library").ino();
     entries(cache)
         .into_iter()
         .find(|e| {
-            let entry: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(e).expect("read an entry")).expect("JSON");
-            entry["identity"]["inode"].as_u64() == Some(inode)
+            let entry = serde_json::from_slice::<serde_json::Value>(&std::fs::read(e).expect("read an entry"));
+            entry.is_ok_and(|entry| entry["identity"]["inode"].as_u64() == Some(inode))
         })
         .unwrap_or_else(|| panic!("no cache entry of {}", library.display()))
 }
