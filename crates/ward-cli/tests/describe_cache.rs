@@ -378,3 +378,26 @@ fn ffmpeg_gets_a_frei0r_description_from_the_cache_the_second_time_and_the_nativ
         assert!(err.contains("invert0r.so: frei0r plugin under ward (isolation process"), "{run}: {err}");
     }
 }
+
+/// A library whose description failed (its constructor crashes in the describer) is never kept: every scan
+/// describes it again and refuses it as before, while the library beside it comes from the cache.
+#[test]
+fn a_library_that_failed_to_be_described_is_never_kept() {
+    let s = Scratch::new("describe-cache", "failed");
+    let dir = s.path("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let builtin = ward_extensions::extracted().expect("extract the built-in extensions");
+    std::fs::copy(builtin.join("bad_ladspa_ctor_crash.so"), dir.join("bad_ladspa_ctor_crash.so")).expect("copy");
+    std::fs::copy(Path::new(LADSPA_DIR).join("amp.so"), dir.join("zz_amp.so")).expect("copy amp.so");
+    let cache = s.path("cache");
+    for run in ["first", "second"] {
+        let (listing, err) = listplugins(&dir, &cache, None);
+        assert!(listing.contains("amp_mono"), "{run}: {listing}");
+        assert_eq!(describer_starts(&err), 1, "{run}: the crashing library is described every time: {err}");
+        let refused = err.lines().filter(|l| l.contains("bad_ladspa_ctor_crash.so: not loaded: ")).count();
+        assert_eq!(refused, 1, "{run}: {err}");
+        assert_eq!(entries(&cache).len(), 1, "{run}: only zz_amp.so is kept");
+        assert_eq!(from_cache(&err).len(), usize::from(run == "second"), "{run}: {err}");
+    }
+    assert!(entry_of(&cache, &dir.join("zz_amp.so")).is_file());
+}
