@@ -32,8 +32,8 @@ impl Class {
         }
     }
 
-    /// The functions a library of the class may export for its host, the first ones of which make it one of the
-    /// class (what a proxy standing in for it exports, where the library does).
+    /// The functions a library of the class may export for its host: what a proxy standing in for it exports, where
+    /// the library does (which of them make a library one of the class, `classify_exports` says).
     pub fn entry_points(self) -> &'static [&'static str] {
         match self {
             Class::Ladspa => &["ladspa_descriptor"],
