@@ -25,6 +25,11 @@ static ADAPTERS: EmbeddedSet = EmbeddedSet::new(
     ],
 );
 
+/// The bytes of the adapter called `name` (empty for no such adapter): what a description's format depends on.
+pub(crate) fn bytes_of(name: &str) -> &'static [u8] {
+    ADAPTERS.get(name).map_or(&[], |a| a.bytes)
+}
+
 /// The path of the adapter called `name`, extracted if need be.
 pub(crate) fn path(name: &str) -> Result<PathBuf, ClassError> {
     ADAPTERS.path_of(name).map_err(|e| ClassError::Adapter { name: name.to_string(), reason: e.to_string() })

@@ -31,6 +31,27 @@ impl Class {
             Class::Lv2 => "LV2",
         }
     }
+
+    /// The functions a library of the class may export for its host: what a proxy standing in for it exports, where
+    /// the library does (which of them make a library one of the class, `classify_exports` says).
+    pub fn entry_points(self) -> &'static [&'static str] {
+        match self {
+            Class::Ladspa => &["ladspa_descriptor"],
+            Class::Lv2 => &["lv2_descriptor", "lv2_lib_descriptor"],
+            Class::Frei0r => &[
+                "f0r_init",
+                "f0r_deinit",
+                "f0r_get_plugin_info",
+                "f0r_get_param_info",
+                "f0r_construct",
+                "f0r_destruct",
+                "f0r_set_param_value",
+                "f0r_get_param_value",
+                "f0r_update",
+                "f0r_update2",
+            ],
+        }
+    }
 }
 
 /// What a readable ELF file is, as far as plugins go.
@@ -155,7 +176,7 @@ pub fn class_of_bytes(bytes: &[u8]) -> Option<Class> {
 }
 
 /// Which class the exported names make a library.
-fn classify_exports(exports: &[String]) -> Classification {
+pub(crate) fn classify_exports(exports: &[String]) -> Classification {
     let exported = |name: &str| exports.iter().any(|e| e == name);
     if exported("ladspa_descriptor") {
         return Classification::Plugin(Class::Ladspa);

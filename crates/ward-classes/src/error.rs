@@ -48,6 +48,9 @@ pub enum DescriptionError {
     /// Text no plugin writes.
     #[error("{what} {value:?} has the control character {code:#04x} at byte {at}")]
     ControlCharacter { what: String, value: String, code: u32, at: usize },
+    /// A library's descriptions (kept in the cache) that name no plugin.
+    #[error("no plugin is described")]
+    NoPlugins,
     #[error("plugin {index} claims {count} ports")]
     TooManyPorts { index: usize, count: u64 },
     #[error("port {port} ({name}) of {label} has flags {flags:#x}: not one direction and kind")]

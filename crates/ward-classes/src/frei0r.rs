@@ -22,12 +22,13 @@ use ward::policy::FunctionPolicy;
 use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
 use crate::adapters::ADAPTER_ERROR_BELOW;
+use crate::cache::Wire;
 use crate::error::{DescribeError, DescriptionError};
 use crate::plausible::{self, Text};
 use crate::reader::Reader;
 use crate::{adapters, ClassError, Processed};
 
-const ADAPTER: &str = "ward_frei0r_adapter";
+pub(crate) const ADAPTER: &str = "ward_frei0r_adapter";
 const CLASS: &str = "frei0r";
 
 /// The bypass of a disabled plugin (see `Instance::update`), as the message that disables it says.
@@ -240,7 +241,8 @@ pub struct PluginInfo {
 }
 
 impl PluginInfo {
-    fn parse(bytes: &[u8]) -> Result<PluginInfo, DescriptionError> {
+    /// What the adapter wrote (in a domain, or kept in the cache of descriptions), checked.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<PluginInfo, DescriptionError> {
         let mut r = Reader::new(bytes);
         let (name, author) = (r.string()?, r.string()?);
         let plugin_type = PluginType::from_raw(r.i32()?);
@@ -567,10 +569,16 @@ impl Describer {
     /// What the plugin at `path` says about itself, as [`Library::open`] would read it in a domain of its own. Any
     /// failure drops the describer's domain (the next call starts a fresh one).
     pub fn describe(&self, path: &Path) -> Result<PluginInfo, ClassError> {
+        self.describe_with_wire(path).map(|(info, _)| info)
+    }
+
+    /// As [`Describer::describe`], with the description as the adapter wrote it, for the cache of descriptions.
+    pub fn describe_with_wire(&self, path: &Path) -> Result<(PluginInfo, Wire), ClassError> {
         self.0.describe(path, |calls, library, path| {
             let bad_plugin = |reason: String| ClassError::BadPlugin { path: path.to_path_buf(), reason };
             let bytes = describe_plugin(&calls[0], library).map_err(|e| bad_plugin(e.to_string()))?;
-            PluginInfo::parse(&bytes).map_err(|e| bad_plugin(format!("its description: {e}")))
+            let info = PluginInfo::parse(&bytes).map_err(|e| bad_plugin(format!("its description: {e}")))?;
+            Ok((info, Wire(vec![bytes])))
         })
     }
 }

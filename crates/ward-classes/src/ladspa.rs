@@ -16,6 +16,7 @@ use ward::policy::FunctionPolicy;
 use ward::{Arg, Extension, FaultKind, Function, Isolation, RetType, Supervisor};
 
 use crate::adapters::ADAPTER_ERROR_BELOW;
+use crate::cache::Wire;
 use crate::error::{DescribeError, DescriptionError};
 use crate::plausible::{self, Text};
 use crate::reader::Reader;
@@ -61,7 +62,7 @@ pub(crate) const MAX_PORTS: u32 = 4096;
 /// rather than given it (the number comes from the domain).
 const MAX_DESCRIPTION: u64 = 4 << 20;
 
-const ADAPTER: &str = "ward_ladspa_adapter";
+pub(crate) const ADAPTER: &str = "ward_ladspa_adapter";
 
 /// The bypass of a disabled plugin (see `Instance::bypass`), as the message that disables it says.
 const WHEN_DISABLED: &str = "audio passes through unchanged (outputs with no input of their own are silent)";
@@ -293,16 +294,17 @@ impl std::fmt::Debug for Library {
 fn describe_all(ext: &Extension, library: u64, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
     let count = ext.function_as("ward_ladspa_count", "ladspa_descriptor")?;
     let describe = ext.function_as("ward_ladspa_describe", "ladspa_descriptor")?;
-    describe_with(&count, &describe, library, path)
+    describe_with(&count, &describe, library, path).map(|(plugins, _)| plugins)
 }
 
-/// Every plugin descriptor of the opened library `library`, through the adapter's `count` and `describe`.
+/// Every plugin descriptor of the opened library `library`, through the adapter's `count` and `describe`, with the
+/// descriptions as the adapter wrote them.
 fn describe_with(
     count: &Function,
     describe: &Function,
     library: u64,
     path: &Path,
-) -> Result<Vec<Arc<Descriptor>>, ClassError> {
+) -> Result<(Vec<Arc<Descriptor>>, Wire), ClassError> {
     let count = count.call(&mut [Arg::Handle(library)], RetType::I64)?;
     let count = count.as_i64().filter(|&c| c >= 0).unwrap_or(0) as usize;
     if count == 0 {
@@ -313,6 +315,7 @@ fn describe_with(
         });
     }
     let mut plugins = Vec::with_capacity(count);
+    let mut wire = Vec::with_capacity(count);
     for index in 0..count {
         let bytes = describe_one(describe, library, index)
             .map_err(|e| ClassError::BadPlugin { path: path.to_path_buf(), reason: e.to_string() })?;
@@ -321,8 +324,18 @@ fn describe_with(
             reason: format!("plugin {index}: {reason}"),
         })?;
         plugins.push(Arc::new(d));
+        wire.push(bytes);
     }
-    Ok(plugins)
+    Ok((plugins, Wire(wire)))
+}
+
+/// A library's descriptions as the adapter wrote them (kept in the cache of descriptions), checked as
+/// [`describe_with`] checks them: at least one plugin, each description believable.
+pub(crate) fn parse_described(wire: &[Vec<u8>]) -> Result<Vec<Arc<Descriptor>>, DescriptionError> {
+    if wire.is_empty() {
+        return Err(DescriptionError::NoPlugins);
+    }
+    wire.iter().enumerate().map(|(index, bytes)| Descriptor::parse(index, bytes).map(Arc::new)).collect()
 }
 
 impl Library {
@@ -516,6 +529,11 @@ impl Describer {
     /// The descriptions of the library at `path`, as [`Library::open`] would read them in a domain of its own.
     /// Any failure drops the describer's domain (the next call starts a fresh one).
     pub fn describe(&self, path: &Path) -> Result<Vec<Arc<Descriptor>>, ClassError> {
+        self.describe_with_wire(path).map(|(plugins, _)| plugins)
+    }
+
+    /// As [`Describer::describe`], with the descriptions as the adapter wrote them, for the cache of descriptions.
+    pub fn describe_with_wire(&self, path: &Path) -> Result<(Vec<Arc<Descriptor>>, Wire), ClassError> {
         self.0.describe(path, |calls, library, path| describe_with(&calls[0], &calls[1], library, path))
     }
 }

@@ -19,6 +19,7 @@
 #[allow(unsafe_code)]
 pub mod abi;
 mod adapters;
+pub mod cache;
 pub mod detect;
 mod error;
 pub mod frei0r;

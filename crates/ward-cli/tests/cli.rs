@@ -14,7 +14,9 @@ mod common;
 use common::require_pku;
 
 fn ward() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ward"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ward"));
+    cmd.env("WARD_CACHE_DIR", common::fresh_cache_dir());
+    cmd
 }
 
 /// Fail with instructions, not with a puzzling domain error, when ward-domain was not built.

@@ -184,7 +184,7 @@ enum Expect {
 /// file `policy`, if any); gives sox's process id too (`ward run` becomes sox).
 fn sox(s: &Scratch, attack: u32, token: &str, port: u16, policy: Option<&Path>) -> (Output, u32) {
     let mut ward = Command::new(env!("CARGO_BIN_EXE_ward"));
-    ward.args(["run", "--isolation", "process"]);
+    ward.args(["run", "--isolation", "process"]).env("WARD_CACHE_DIR", common::fresh_cache_dir());
     if let Some(policy) = policy {
         ward.arg("--policy").arg(policy);
     }
@@ -436,6 +436,7 @@ fn a_host_that_exits_leaves_no_cgroup_of_its_domains() {
     let s = Scratch::new("hostile", "cgroups");
     sine_wav(&s.path("in.wav"));
     let child = Command::new(env!("CARGO_BIN_EXE_ward"))
+        .env("WARD_CACHE_DIR", common::fresh_cache_dir())
         .args(["run", "--isolation", "process", "--", host("sox"), "-D"])
         .arg(s.path("in.wav"))
         .args(["-t", "wav", "-", "ladspa", INNOCENT, "amp", "-6"])

@@ -733,6 +733,7 @@ fn shim_env(cmd: &mut Command) -> &mut Command {
     cmd.env("LD_PRELOAD", ward.with_file_name("libward_preload.so"))
         .env("WARD_DOMAIN", ward.with_file_name("ward-domain"))
         .env("WARD_ISOLATION", "process")
+        .env("WARD_CACHE_DIR", common::fresh_cache_dir())
 }
 
 #[test]

@@ -206,15 +206,18 @@ fn write_atomically(dest: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
-/// Whether `dir` is a real directory (not a symlink) owned by `uid` and writable by nobody else.
-fn private_to(dir: &Path, uid: u32) -> io::Result<bool> {
+/// Whether `dir` is a real directory (not a symlink) owned by `uid` and writable by nobody else: what a directory
+/// must be before this user's processes take anything from it (the extraction directory here, ward's cache of
+/// descriptions).
+pub fn private_to(dir: &Path, uid: u32) -> io::Result<bool> {
     let meta = fs::symlink_metadata(dir)?;
     Ok(meta.file_type().is_dir() && meta.uid() == uid && meta.mode() & 0o022 == 0)
 }
 
+/// The effective user id of this process.
 // The crate's one system call without a safe wrapper in its dependencies.
 #[allow(unsafe_code)]
-fn euid() -> u32 {
+pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() }
 }

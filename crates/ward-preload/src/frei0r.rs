@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ward::{Isolation, Supervisor};
+use ward_classes::cache::Wire;
 use ward_classes::frei0r::{Describer, Instance, Library, ParamKind, ParamValue, PluginInfo};
 use ward_classes::ClassError;
 
@@ -49,15 +50,22 @@ impl ProxyLibrary {
         Ok(ProxyLibrary::of(path, isolation, info, OnceLock::from(Ok(library))))
     }
 
-    /// The plugin described by `describer`; its own domain starts when the host first constructs an instance.
+    /// The plugin described by `describer`, with the description as the adapter wrote it (for the cache); its own
+    /// domain starts when the host first constructs an instance.
     pub(crate) fn described(
         describer: &Describer,
         path: &Path,
         isolation: Option<Isolation>,
-    ) -> Result<ProxyLibrary, ClassError> {
-        let info = describer.describe(path)?;
+    ) -> Result<(ProxyLibrary, Wire), ClassError> {
+        let (info, wire) = describer.describe_with_wire(path)?;
+        Ok((ProxyLibrary::with_description(path, isolation, info), wire))
+    }
+
+    /// The plugin at `path` with the description `info` (a describer's, or the cache's); its own domain starts when
+    /// the host first constructs an instance, and must read the same.
+    pub(crate) fn with_description(path: &Path, isolation: Option<Isolation>, info: PluginInfo) -> ProxyLibrary {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-        Ok(ProxyLibrary::of(path, isolation, info, OnceLock::new()))
+        ProxyLibrary::of(path, isolation, info, OnceLock::new())
     }
 
     fn of(

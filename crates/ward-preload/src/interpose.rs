@@ -185,3 +185,9 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     drop(copy);
     closed
 }
+
+/// Have `f` called when the host exits (it calls `exit`, or returns from `main`).
+pub(crate) fn at_exit(f: extern "C" fn()) {
+    // SAFETY: `f` is a function of this library, which is preloaded and so stays loaded until the process ends.
+    unsafe { libc::atexit(f) };
+}

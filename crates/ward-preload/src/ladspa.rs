@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use ward::{Isolation, Supervisor};
 use ward_classes::abi::{LadspaDescriptor, LadspaPortRangeHint};
+use ward_classes::cache::Wire;
 use ward_classes::ladspa::{Describer, Descriptor, Instance, Library, Placement, PortBuffer};
 use ward_classes::ClassError;
 
@@ -101,20 +102,31 @@ impl ProxyLibrary {
         Ok(ProxyLibrary::of(source, &plugins))
     }
 
-    /// The library described by `describer`; its own domain starts when the host first instantiates from it.
+    /// The library described by `describer`, with the descriptions as the adapter wrote them (for the cache); its
+    /// own domain starts when the host first instantiates from it.
     pub(crate) fn described(
         describer: &Describer,
         path: &Path,
         isolation: Option<Isolation>,
-    ) -> Result<ProxyLibrary, ClassError> {
-        let plugins = describer.describe(path)?;
+    ) -> Result<(ProxyLibrary, Wire), ClassError> {
+        let (plugins, wire) = describer.describe_with_wire(path)?;
+        Ok((ProxyLibrary::with_descriptions(path, isolation, plugins), wire))
+    }
+
+    /// The library at `path` with the descriptions `plugins` (a describer's, or the cache's); its own domain starts
+    /// when the host first instantiates from it, and must read the same.
+    pub(crate) fn with_descriptions(
+        path: &Path,
+        isolation: Option<Isolation>,
+        plugins: Vec<Arc<Descriptor>>,
+    ) -> ProxyLibrary {
         let source = LibrarySource {
             path: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
             isolation,
             described: Some(plugins.clone()),
             opened: OnceLock::new(),
         };
-        Ok(ProxyLibrary::of(source, &plugins))
+        ProxyLibrary::of(source, &plugins)
     }
 
     fn of(source: LibrarySource, plugins: &[Arc<Descriptor>]) -> ProxyLibrary {

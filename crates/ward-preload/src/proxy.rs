@@ -15,22 +15,6 @@ static LV2_PROXY: Embedded = embedded!("ward_proxy_lv2", "LV2 proxy");
 
 type BindFn = unsafe extern "C" fn(u64);
 
-/// Entry points of each class's proxy, which a copy keeps only where the plugin exports them too.
-const LADSPA_ENTRIES: &[&str] = &["ladspa_descriptor"];
-const LV2_ENTRIES: &[&str] = &["lv2_descriptor", "lv2_lib_descriptor"];
-const FREI0R_ENTRIES: &[&str] = &[
-    "f0r_init",
-    "f0r_deinit",
-    "f0r_get_plugin_info",
-    "f0r_get_param_info",
-    "f0r_construct",
-    "f0r_destruct",
-    "f0r_set_param_value",
-    "f0r_get_param_value",
-    "f0r_update",
-    "f0r_update2",
-];
-
 /// Why the host could not be given a proxy: a bug in the embedded proxies, or a process out of resources.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ProxyError {
@@ -65,11 +49,13 @@ pub(crate) enum ProxyError {
 /// object again for a name it already has, so a later copy loaded under the number of a closed descriptor would be
 /// this one (its entry points, its binding) rather than a copy of its own.
 pub(crate) fn load(class: Class, id: u64, exports: &[String]) -> Result<(*mut c_void, OwnedFd), ProxyError> {
-    let (proxy, entries) = match class {
-        Class::Ladspa => (&LADSPA_PROXY, LADSPA_ENTRIES),
-        Class::Frei0r => (&FREI0R_PROXY, FREI0R_ENTRIES),
-        Class::Lv2 => (&LV2_PROXY, LV2_ENTRIES),
+    let proxy = match class {
+        Class::Ladspa => &LADSPA_PROXY,
+        Class::Frei0r => &FREI0R_PROXY,
+        Class::Lv2 => &LV2_PROXY,
     };
+    // Each class's proxy defines every entry point of the class; a copy keeps those the plugin exports too.
+    let entries = class.entry_points();
     let missing: Vec<&str> = entries.iter().copied().filter(|e| !exports.iter().any(|x| x == e)).collect();
     let mut bytes = proxy.bytes.to_vec();
     hide_definitions(&mut bytes, &missing)?;

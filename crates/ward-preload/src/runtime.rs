@@ -5,11 +5,12 @@ use std::ffi::c_void;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ward::{Event, Isolation, Policy, Supervisor};
+use ward_classes::cache::{Described, DescriptionCache, FileIdentity, Wire};
 use ward_classes::{inspect, Class, ClassError, Classification, ClassifyError};
 
 use crate::{frei0r, ladspa, lv2, proxy};
@@ -40,6 +41,12 @@ pub(crate) struct Runtime {
     /// first of its class.
     ladspa_describer: ward_classes::ladspa::Describer,
     frei0r_describer: ward_classes::frei0r::Describer,
+    /// The user's cache of descriptions (its directory made and checked at first use).
+    cache: DescriptionCache,
+    /// How many LADSPA libraries and frei0r plugins were described from the cache (said at exit, `--verbose`).
+    from_cache: [AtomicU64; 2],
+    /// Whether a problem of the cache (a directory not used, an entry not written) was said (`--verbose`, once).
+    cache_said: AtomicBool,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, EnvironmentError>> = OnceLock::new();
@@ -92,6 +99,10 @@ impl Runtime {
         let ladspa_describer = ward_classes::ladspa::Describer::new(policy.clone());
         let frei0r_describer = ward_classes::frei0r::Describer::new(policy.clone());
         let events = Mutex::new(supervisor.subscribe());
+        let verbose = std::env::var_os("WARD_VERBOSE").is_some_and(|v| v == "1");
+        if verbose {
+            crate::interpose::at_exit(say_what_came_from_the_cache);
+        }
         Ok(Runtime {
             supervisor,
             policy,
@@ -101,9 +112,12 @@ impl Runtime {
             next_id: AtomicU64::new(1),
             events,
             log,
-            verbose: std::env::var_os("WARD_VERBOSE").is_some_and(|v| v == "1"),
+            verbose,
             ladspa_describer,
             frei0r_describer,
+            cache: DescriptionCache::from_env(),
+            from_cache: [AtomicU64::new(0), AtomicU64::new(0)],
+            cache_said: AtomicBool::new(false),
         })
     }
 
@@ -116,13 +130,77 @@ impl Runtime {
     /// domain, with nothing in its policy that acts on the library's loading (a restart image, a library fault,
     /// poisoning), which are left as they were (DECISIONS.md).
     fn describes_apart(&self, path: &Path) -> bool {
-        let policy = self.policy.for_extension(&ward::extension_name(path));
+        self.describes_apart_under(&self.policy.for_extension(&ward::extension_name(path)))
+    }
+
+    fn describes_apart_under(&self, policy: &ward::policy::ExtensionPolicy) -> bool {
         let process = match self.isolation.unwrap_or(policy.isolation) {
             Isolation::Process => true,
             Isolation::Auto => !ward::mpk_available(),
             _ => false,
         };
         process && policy.restart_from.is_none() && policy.library_fault.is_none() && !policy.poison
+    }
+
+    /// The cache of descriptions, where it applies to the library at `path`: a library described apart whose policy
+    /// keeps its descriptions (`describe_cache`), with a cache directory that can be used (if not, said once).
+    fn cache_for(&self, path: &Path) -> Option<&DescriptionCache> {
+        let policy = self.policy.for_extension(&ward::extension_name(path));
+        if !policy.describe_cache || !self.describes_apart_under(&policy) {
+            return None;
+        }
+        match self.cache.usable() {
+            Ok(()) => Some(&self.cache),
+            Err(why) => {
+                self.say_once_about_the_cache(&format!("the cache of descriptions is not used: {why}"));
+                None
+            }
+        }
+    }
+
+    fn say_once_about_the_cache(&self, what: &str) {
+        if self.verbose && !self.cache_said.swap(true, Ordering::Relaxed) {
+            self.say(what);
+        }
+    }
+
+    /// The library the host opened as `path`, whose file has `identity`, as the cache holds it (described before
+    /// and unchanged since): its class, its entry points and a proxy library of its descriptions, no describer
+    /// started and nothing of the file read. `None` for a miss, or where the cache does not apply to it.
+    fn described_from_cache(&self, path: &Path, identity: &FileIdentity) -> Option<(Class, Vec<String>, Plugin)> {
+        let cached = self.cache_for(path)?.get(path, identity)?;
+        let plugin = match cached.described {
+            Described::Ladspa(plugins) => {
+                Plugin::Ladspa(Arc::new(ladspa::ProxyLibrary::with_descriptions(path, self.isolation, plugins)))
+            }
+            Described::Frei0r(info) => {
+                Plugin::Frei0r(Arc::new(frei0r::ProxyLibrary::with_description(path, self.isolation, info)))
+            }
+        };
+        let counter = if cached.class == Class::Ladspa { 0 } else { 1 };
+        self.from_cache[counter].fetch_add(1, Ordering::Relaxed);
+        if self.verbose {
+            self.say(&format!(
+                "{}: {} plugin described under ward, from the cache (its domain starts when the host first {})",
+                path.display(),
+                cached.class.name(),
+                first_use(cached.class),
+            ));
+        }
+        Some((cached.class, cached.entry_points, plugin))
+    }
+
+    /// Keep what the describer read (`wire`) of the library at `path`, which exports `exports`, in the cache, if the
+    /// cache applies to it and its file still has `identity` (the one it had before it was described).
+    fn remember(&self, path: &Path, identity: Option<&FileIdentity>, class: Class, exports: &[String], wire: &Wire) {
+        let Some(identity) = identity else { return };
+        let Some(cache) = self.cache_for(path) else { return };
+        if FileIdentity::of(path).ok().as_ref() != Some(identity) {
+            return;
+        }
+        if let Err(e) = cache.put(path, identity, class, exports, wire) {
+            self.say_once_about_the_cache(&format!("cannot keep descriptions in the cache: {e}"));
+        }
     }
 
     /// A plugin library got its domain (`ward run --verbose` says so).
@@ -135,19 +213,26 @@ impl Runtime {
 
     /// A plugin library described in its class's describer domain, or, where that fails, opened in a domain of its
     /// own (which fails as it always did, with its own events, if the library is at fault).
-    fn describe(&self, class: Class, path: &Path) -> Result<Plugin, ClassError> {
+    /// What it read is kept in the cache of descriptions (see [`Runtime::remember`]), never what failed.
+    fn describe(
+        &self,
+        class: Class,
+        path: &Path,
+        identity: Option<&FileIdentity>,
+        exports: &[String],
+    ) -> Result<Plugin, ClassError> {
         let (before, described) = match class {
             // Hosts of LV2 read descriptions from the bundle and open a binary only to instantiate from it.
             Class::Lv2 => return self.open_at_once(class, path),
             Class::Ladspa => (
                 self.ladspa_describer.domains_started(),
                 ladspa::ProxyLibrary::described(&self.ladspa_describer, path, self.isolation)
-                    .map(|l| Plugin::Ladspa(Arc::new(l))),
+                    .map(|(l, wire)| (Plugin::Ladspa(Arc::new(l)), wire)),
             ),
             Class::Frei0r => (
                 self.frei0r_describer.domains_started(),
                 frei0r::ProxyLibrary::described(&self.frei0r_describer, path, self.isolation)
-                    .map(|l| Plugin::Frei0r(Arc::new(l))),
+                    .map(|(l, wire)| (Plugin::Frei0r(Arc::new(l)), wire)),
             ),
         };
         if self.verbose {
@@ -165,16 +250,14 @@ impl Runtime {
             }
         }
         match described {
-            Ok(plugin) => {
+            Ok((plugin, wire)) => {
+                self.remember(path, identity, class, exports, &wire);
                 if self.verbose {
-                    let first = match class {
-                        Class::Ladspa | Class::Lv2 => "instantiates one of its plugins",
-                        Class::Frei0r => "constructs an instance",
-                    };
                     self.say(&format!(
-                        "{}: {} plugin described under ward (its domain starts when the host first {first})",
+                        "{}: {} plugin described under ward (its domain starts when the host first {})",
                         path.display(),
                         class.name(),
+                        first_use(class),
                     ));
                 }
                 Ok(plugin)
@@ -245,6 +328,28 @@ impl Runtime {
     }
 }
 
+/// What a host does first with a library of `class` that starts its domain.
+fn first_use(class: Class) -> &'static str {
+    match class {
+        Class::Ladspa | Class::Lv2 => "instantiates one of its plugins",
+        Class::Frei0r => "constructs an instance",
+    }
+}
+
+/// At exit under `ward run --verbose`: how many libraries were described from the cache, if any.
+extern "C" fn say_what_came_from_the_cache() {
+    let Some(Ok(rt)) = RUNTIME.get() else { return };
+    let [ladspa, frei0r] = [0, 1].map(|i| rt.from_cache[i].load(Ordering::Relaxed));
+    if ladspa + frei0r == 0 {
+        return;
+    }
+    let dir = rt.cache.dir().map(|d| d.display().to_string()).unwrap_or_default();
+    rt.say(&format!(
+        "{ladspa} LADSPA libraries and {frei0r} frei0r plugins were described from the cache in {dir}, with no \
+         describer and none of their code loaded"
+    ));
+}
+
 /// What becomes of a file the host opens.
 pub(crate) enum Opened {
     /// Not ours: the real dlopen takes it.
@@ -266,6 +371,14 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
     let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     if let Some(reason) = REFUSED.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|r| r.get(&key)) {
         return Opened::Refused(dlerror_text(path, reason));
+    }
+    // Described before and unchanged since: its class, entry points and descriptions come from the cache, and
+    // nothing of the file is read (not even to classify it).
+    let identity = FileIdentity::of(path).ok();
+    if let (Some(identity), Ok(rt)) = (&identity, runtime_or_why()) {
+        if let Some((class, entry_points, plugin)) = rt.described_from_cache(path, identity) {
+            return hand_over(rt, path, &key, class, Ok(plugin), &entry_points);
+        }
     }
     let (class, exports) = match inspect(path).map(|i| (i.classification, i.exports)) {
         Ok((Classification::Plugin(class), exports)) => (class, exports),
@@ -294,19 +407,36 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
         Ok(rt) => rt,
         Err(why) => return refuse(path, &key, None, &why.to_string()),
     };
+    let plugin = if rt.describes_apart(path) {
+        rt.describe(class, path, identity.as_ref(), &exports)
+    } else {
+        rt.open_at_once(class, path)
+    };
+    hand_over(rt, path, &key, class, plugin, &exports)
+}
+
+/// The host gets a proxy for `plugin`, the library at `path` (`key` canonical), which exports `exports`; or, where
+/// opening it failed, a load error.
+fn hand_over(
+    rt: &Runtime,
+    path: &Path,
+    key: &Path,
+    class: Class,
+    plugin: Result<Plugin, ClassError>,
+    exports: &[String],
+) -> Opened {
     let id = rt.next_id.fetch_add(1, Ordering::Relaxed);
-    let plugin = if rt.describes_apart(path) { rt.describe(class, path) } else { rt.open_at_once(class, path) };
     // The events of a failed open (faults, restarts) come first, then why it is refused.
     rt.report();
     let plugin = match plugin {
         Ok(p) => p,
         Err(e) => {
             let reason = format!("the {} plugin failed under ward, so it is not loaded at all: {e}", class.name());
-            return refuse(path, &key, Some(rt), &reason);
+            return refuse(path, key, Some(rt), &reason);
         }
     };
     rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(id, plugin);
-    match proxy::load(class, id, &exports) {
+    match proxy::load(class, id, exports) {
         Ok((handle, fd)) => {
             rt.proxies.lock().unwrap_or_else(|e| e.into_inner()).insert(handle as usize, (id, fd));
             rt.report();
@@ -314,7 +444,7 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
         }
         Err(e) => {
             rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-            refuse(path, &key, Some(rt), &format!("ward cannot give the host a proxy for it ({e})"))
+            refuse(path, key, Some(rt), &format!("ward cannot give the host a proxy for it ({e})"))
         }
     }
 }

@@ -10,9 +10,31 @@ pub mod bounded;
 pub mod jack;
 pub mod wav;
 
-/// The `ward` program this crate built.
+/// The `ward` program this crate built, with a cache of descriptions of its own (`WARD_CACHE_DIR`, see
+/// [`fresh_cache_dir`]): a test never finds descriptions an earlier run kept. A test of the cache sets its own.
 pub fn ward() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ward"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ward"));
+    cmd.env("WARD_CACHE_DIR", fresh_cache_dir());
+    cmd
+}
+
+/// A cache directory no run used yet (not made: ward makes it when it keeps something), beneath a directory of this
+/// test process's own; the directories of test processes that ended are removed on the way.
+pub fn fresh_cache_dir() -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let tmp = std::env::temp_dir();
+    let prefix = "ward-cli-caches-";
+    if NEXT.load(Ordering::Relaxed) == 0 {
+        for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix(prefix) else { continue };
+            if pid.parse::<u32>().is_ok() && !std::path::Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    tmp.join(format!("{prefix}{}", std::process::id())).join(NEXT.fetch_add(1, Ordering::Relaxed).to_string())
 }
 
 /// What `cmd` did; the test fails when it cannot be started.

@@ -144,6 +144,13 @@ policy_section! {
         /// never loaded without ward, whatever this says: once it failed under ward, the host gets a load error.
         native_fallback: bool = true;
             "native_fallback", Extension, set Option<bool> => flag();
+        /// Whether the preload shim of `ward run` keeps what the describer read of a LADSPA library or frei0r plugin
+        /// in the user's cache of descriptions, and takes it from there while the file is unchanged (same device,
+        /// inode, size, modification and change times), so a host that scans it again starts no describer and
+        /// loads none of its code; `false`: every scan describes it anew. What the cache holds is checked as a
+        /// description read from a domain is.
+        describe_cache: bool = true;
+            "describe_cache", Extension, set Option<bool> => flag();
         /// Resource limits of the domain.
         limits: Limits = Limits::default();
             "limits", Domain, nested LimitsOverride => table();

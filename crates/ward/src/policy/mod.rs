@@ -46,6 +46,7 @@
 //! checkpoint_ms = 1000       # stream time between saves of a plugin that can save its state (LV2; 0 = never)
 //! library_fault = "none"     # fault testing: see below
 //! native_fallback = true     # `ward run`: a file that looks like a plugin ward cannot take loads without ward
+//! describe_cache = true      # `ward run`: descriptions of unchanged LADSPA/frei0r libraries from the user's cache
 //! [defaults.limits]
 //! address_space_mb = 1024    # 0 = unlimited, else at least 16
 //! cpu_s = 0                  # 0 = unlimited

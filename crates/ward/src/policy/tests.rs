@@ -585,6 +585,18 @@ fn native_fallback_defaults_to_true_and_is_set_per_extension() {
 }
 
 #[test]
+fn describe_cache_defaults_to_true_and_is_set_per_extension() {
+    assert!(Policy::default().for_extension("x").describe_cache);
+    let policy = parse("[defaults]\ndescribe_cache = false\n[extension.cached]\ndescribe_cache = true\n");
+    assert!(!policy.for_extension("x").describe_cache);
+    assert!(policy.for_extension("cached").describe_cache);
+    let (_, _, reason) = refused("[defaults]\ndescribe_cache = 0\n");
+    assert!(reason.contains("describe_cache must be true or false"), "{reason}");
+    let (_, _, reason) = refused("[group.g]\ndescribe_cache = false\n");
+    assert!(reason.contains("`describe_cache` is set per extension"), "{reason}");
+}
+
+#[test]
 fn an_address_space_too_small_for_any_domain_is_refused() {
     for mb in [1, 15] {
         let (_, _, reason) = refused(&format!("[defaults.limits]\naddress_space_mb = {mb}\n"));
@@ -685,6 +697,7 @@ checkpoint_ms = 125
 library_fault = "leak"
 restart_from = "/lib/e2.so"
 native_fallback = false
+describe_cache = false
 [extension.e.limits]
 address_space_mb = 512
 cpu_s = 9
@@ -748,6 +761,7 @@ history = true
         library_fault: Some("leak".parse().expect("a library fault")),
         restart_from: Some("/lib/e2.so".into()),
         native_fallback: false,
+        describe_cache: false,
         limits: Limits {
             address_space_mb: 512,
             cpu_s: 9,
