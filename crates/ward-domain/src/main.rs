@@ -101,8 +101,8 @@ pub(crate) fn start(argv: Vec<String>) -> ExitCode {
 
 /// The start-up of a domain whose process a spare made ahead (`template.rs`): tied to the host's life, other
 /// descriptors closed and the PID namespace entered (`entered`) before its command line came. The cgroup is joined
-/// now, by the domain proper and the namespace's init (the host moves the waiter, which it knows by its pid), before
-/// any extension code runs; the rest is [`start`]'s.
+/// now, by the domain proper and the namespace's init, before any extension code runs (the waiter, outside the
+/// namespace, runs none and stays where the spare was made); the rest is [`start`]'s.
 pub(crate) fn start_entered(argv: Vec<String>, entered: sandbox::namespace::Outcome) -> ExitCode {
     let Some(args) = parse(argv) else { return ExitCode::from(2) };
     let inside = matches!(entered, sandbox::namespace::Outcome::Inside { .. });

@@ -153,10 +153,6 @@ impl DomainChild {
         DomainChild { pid, pidfd, status: None }
     }
 
-    pub(super) fn pid(&self) -> i32 {
-        self.pid
-    }
-
     pub(super) fn pidfd(&self) -> BorrowedFd<'_> {
         self.pidfd.as_fd()
     }

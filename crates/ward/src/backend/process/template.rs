@@ -21,9 +21,9 @@
 //! After each domain it forks, the template is asked for a **spare** (`spare`), which it forks while the host goes
 //! on: a process that ties its life to the host's and enters its PID namespace (two more forks and a `/proc` mount)
 //! before any domain exists, then waits for a setup on its own control socket. The next domain that asks for a PID
-//! namespace is handed to it: its setup is queued there, and the spare's waiter (the host's child, outside the
-//! namespace) is moved into the domain's cgroup by the host, the domain proper and init joining it themselves; the
-//! rest of the start-up is unchanged. One spare per template at most; it is killed and reaped with the template,
+//! namespace is handed to it: its setup is queued there, the domain proper and init join the domain's cgroup, and
+//! the rest of the start-up is unchanged (the waiter, outside the namespace, stays where the spare was made: see
+//! `ward-domain`'s `template.rs`). One spare per template at most; it is killed and reaped with the template,
 //! and dies with the host. `WARD_DOMAIN_SPARE=off` turns spares off.
 //!
 //! The template lives in a thread-local of the monitor thread, which starts every domain process: the death signal
@@ -31,7 +31,7 @@
 //! template goes when the thread does. A fork of the host never reaches it (the process id is checked).
 
 use std::cell::RefCell;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -290,24 +290,15 @@ impl Template {
 }
 
 impl Spare {
-    /// Hand the spare a domain's setup (`line`, `shared`; its cgroup directories `cgroups`): queued on its control
-    /// socket, and its waiter, which entered the namespace before the domain's cgroup existed, moved into that cgroup
-    /// (the domain proper and init join it themselves). The spare is killed when this fails.
-    fn hand(
-        mut self,
-        line: &str,
-        shared: [BorrowedFd<'_>; 3],
-        cgroups: &[&OsStr],
-    ) -> Result<(DomainChild, ControlSocket), String> {
-        let handed = queue_setup(&self.control, line, shared)
-            .map_err(|e| format!("cannot queue a domain's setup for it: {e}"))
-            .and_then(|()| move_into_cgroups(self.child.pid(), cgroups));
-        match handed {
+    /// Hand the spare a domain's setup (`line`, `shared`), queued on its control socket. The spare is killed when
+    /// this fails.
+    fn hand(mut self, line: &str, shared: [BorrowedFd<'_>; 3]) -> Result<(DomainChild, ControlSocket), String> {
+        match queue_setup(&self.control, line, shared) {
             Ok(()) => Ok((self.child, self.control)),
-            Err(why) => {
+            Err(e) => {
                 self.child.kill();
                 let _ = self.child.wait();
-                Err(why)
+                Err(format!("cannot queue a domain's setup for it: {e}"))
             }
         }
     }
@@ -319,20 +310,6 @@ fn queue_setup(control: &ControlSocket, line: &str, shared: [BorrowedFd<'_>; 3])
         .send(line, Some(shared[0]))
         .and_then(|()| control.send("pool-in", Some(shared[1])))
         .and_then(|()| control.send("pool-out", Some(shared[2])))
-}
-
-/// Move process `pid` into the cgroup whose directories (one per hierarchy) are `cgroups`.
-fn move_into_cgroups(pid: i32, cgroups: &[&OsStr]) -> Result<(), String> {
-    use std::io::Write;
-    for dir in cgroups {
-        let procs = Path::new(dir).join("cgroup.procs");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&procs)
-            .and_then(|mut f| f.write_all(pid.to_string().as_bytes()))
-            .map_err(|e| format!("cannot move its process into {}: {e}", procs.display()))?;
-    }
-    Ok(())
 }
 
 impl Drop for Template {
@@ -425,9 +402,7 @@ pub(crate) fn start(
             true => None,
         };
         if let Some(spare) = spare {
-            let cgroups: Vec<&OsStr> =
-                args.windows(2).filter(|w| w[0] == "--cgroup").map(|w| w[1].as_os_str()).collect();
-            match spare.hand(&line, shared, &cgroups) {
+            match spare.hand(&line, shared) {
                 Ok(started) => {
                     SPARES_TAKEN.fetch_add(1, Ordering::Relaxed);
                     t.ask_spare();
