@@ -318,10 +318,9 @@ impl Drop for Template {
         // its descriptors is all).
         if self.host == std::process::id() {
             // A spare asked for is known only from the answer: read it first, so that the spare is killed and reaped
-            // with the template, not left behind.
-            if matches!(self.spare, SpareState::Asked(_)) && self.alive() {
-                let _ = self.settle_spare();
-            }
+            // with the template, not left behind. A dead template's answer, if it gave one, is still in the socket
+            // (and its closed end makes the read return at once otherwise).
+            let _ = self.settle_spare();
             if let SpareState::Made(mut spare) = std::mem::replace(&mut self.spare, SpareState::None) {
                 spare.child.kill();
                 let _ = spare.child.wait();
