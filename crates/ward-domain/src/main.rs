@@ -26,7 +26,9 @@
 //! (see [`zygote`]).
 //!
 //! In `template` mode (`--mode template --parent PID`, fd 3 only) it does none of this: it stays as exec'd and forks
-//! a process for each domain the host starts, which then runs the start-up above as if exec'd (see [`template`]).
+//! a process for each domain the host starts, which then runs the start-up above as if exec'd (see [`template`]), or
+//! a spare ahead of the next domain, which runs the steps up to the PID namespace before the domain's command line
+//! comes and the rest after it.
 
 #![deny(unsafe_code)]
 
@@ -84,35 +86,56 @@ fn main() -> ExitCode {
 /// Everything a domain process runs from its command line on, whether the host exec'd it or the template forked it
 /// (which then put the descriptors where an exec'd one finds them): one start-up for both.
 pub(crate) fn start(argv: Vec<String>) -> ExitCode {
-    let args = match Args::parse(argv.into_iter()) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("ward-domain: {e}");
-            eprintln!("ward-domain is started by the ward library, not by hand; see `ward --help`.");
-            return ExitCode::from(2);
-        }
-    };
+    let Some(args) = parse(argv) else { return ExitCode::from(2) };
     if !die_with(args.parent) {
         eprintln!("ward-domain: its host (process {}) is gone; nothing to serve", args.parent);
         return ExitCode::from(2);
     }
     // First of all, so that the waiter, init and the domain (and a zygote's incarnations) are all in it.
-    let joined = join_cgroups(&args.cgroups);
+    let joined = join_cgroups(&args.cgroups, false);
     close_other_descriptors();
     // Before anything else: the waiter and init this starts return only as the domain proper, in the namespace.
+    let entered = args.sandbox.pid_namespace.then(|| sandbox::namespace::enter(None));
+    finish_start(args, joined, entered)
+}
+
+/// The start-up of a domain whose process a spare made ahead (`template.rs`): tied to the host's life, other
+/// descriptors closed and the PID namespace entered (`entered`) before its command line came. The cgroup is joined
+/// now, by the domain proper and the namespace's init, before any extension code runs (the waiter, outside the
+/// namespace, runs none and stays where the spare was made); the rest is [`start`]'s.
+pub(crate) fn start_entered(argv: Vec<String>, entered: sandbox::namespace::Outcome) -> ExitCode {
+    let Some(args) = parse(argv) else { return ExitCode::from(2) };
+    let inside = matches!(entered, sandbox::namespace::Outcome::Inside { .. });
+    let joined = join_cgroups(&args.cgroups, inside);
+    finish_start(args, joined, Some(entered))
+}
+
+fn parse(argv: Vec<String>) -> Option<Args> {
+    match Args::parse(argv.into_iter()) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            eprintln!("ward-domain: {e}");
+            eprintln!("ward-domain is started by the ward library, not by hand; see `ward --help`.");
+            None
+        }
+    }
+}
+
+/// The start-up from the namespace on: `entered` is what entering the PID namespace gave (None: not asked for).
+fn finish_start(args: Args, joined: Result<(), SetupError>, entered: Option<sandbox::namespace::Outcome>) -> ExitCode {
     // What the host is told with `ready` about a namespace it asked for and did not get.
     let mut without = None;
-    let namespace = args.sandbox.pid_namespace
-        && match sandbox::namespace::enter() {
-            sandbox::namespace::Outcome::Inside { proc } => {
-                without = proc.map(|why| format!("{why}: /proc lists the host's processes (still out of reach)"));
-                true
-            }
-            sandbox::namespace::Outcome::Refused(why) => {
-                without = Some(format!("no PID namespace: {why}"));
-                false
-            }
-        };
+    let namespace = match entered {
+        Some(sandbox::namespace::Outcome::Inside { proc }) => {
+            without = proc.map(|why| format!("{why}: /proc lists the host's processes (still out of reach)"));
+            true
+        }
+        Some(sandbox::namespace::Outcome::Refused(why)) => {
+            without = Some(format!("no PID namespace: {why}"));
+            false
+        }
+        None => false,
+    };
     let Some(inherited) = Inherited::take() else {
         eprintln!("ward-domain: the host's descriptors were taken twice");
         return ExitCode::from(2);
@@ -190,18 +213,23 @@ fn setup(
     Ok(Setup { region, pool_in, pool_out, arena, library, args })
 }
 
-/// Move this process into the domain's cgroup, one directory per hierarchy. First, before the sandbox forbids
-/// writing files and before any extension code runs; the zygote's forks inherit it.
-fn join_cgroups(dirs: &[std::path::PathBuf]) -> Result<(), SetupError> {
+/// Move this process into the domain's cgroup, one directory per hierarchy, and with `init_too` the init of its PID
+/// namespace (pid 1 here). First, before the sandbox forbids writing files and before any extension code runs; the
+/// zygote's forks inherit it.
+fn join_cgroups(dirs: &[std::path::PathBuf], init_too: bool) -> Result<(), SetupError> {
     use std::io::Write;
     let own = std::process::id().to_string();
+    let pids: &[&str] = if init_too { &[own.as_str(), "1"] } else { &[own.as_str()] };
     for dir in dirs {
         let procs = dir.join("cgroup.procs");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&procs)
-            .and_then(|mut f| f.write_all(own.as_bytes()))
-            .map_err(|source| SetupError::Cgroup { procs: procs.clone(), source })?;
+        for pid in pids {
+            // One pid a write: the kernel moves one process (or thread group) for each.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&procs)
+                .and_then(|mut f| f.write_all(pid.as_bytes()))
+                .map_err(|source| SetupError::Cgroup { procs: procs.clone(), source })?;
+        }
     }
     Ok(())
 }

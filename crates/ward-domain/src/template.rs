@@ -13,17 +13,23 @@
 //! domain. The forked process then moves the descriptors to 3 to 6 and runs [`crate::start`], the same start-up an
 //! exec'd `ward-domain` runs from its command line on (cgroup, namespaces, sandbox, loading): the two cannot drift.
 //!
+//! A `spare` message (with a control socket too) forks a spare instead: a process that runs, ahead of any domain,
+//! the start-up steps that depend on no domain (up to and with the PID namespace), then waits on that socket for the
+//! setup of whichever domain the host hands it next ([`become_spare`]).
+//!
 //! The forked process has a glibc whose thread descriptor still names the template's thread id unless the kernel
 //! rewrites it at the fork, as glibc's own `fork` has it do (`CLONE_CHILD_SETTID` on the address the kernel knows
 //! as the thread's `clear_child_tid`, which glibc set to that field). The template finds that address at start
 //! (`PR_GET_TID_ADDRESS`); a kernel that cannot say it makes the template refuse every start, and the host execs.
 
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use ward_xpc::control::ControlSocket;
 
+use crate::sandbox::namespace;
 use crate::startup::{close_other_descriptors, die_with};
 
 /// The command line of the template: `--mode template --parent PID`. Its parent's id, or None for any other.
@@ -60,14 +66,16 @@ pub fn run(parent: i32) -> ExitCode {
     // differs compiles its own. A failure here is the fork's to report, when it compiles them itself.
     let _ = crate::sandbox::prepare(&crate::sandbox::Config::strict());
     crate::fault_handler::find_main_stack();
+    let own_name = own_name();
     loop {
         let message = match control.recv(None) {
             Ok(Some(m)) => m,
             // The host closed the socket or is gone: no more domains to start.
             _ => return ExitCode::SUCCESS,
         };
-        let domain = match (message.text.as_str(), message.fd) {
-            ("start", Some(fd)) => fd,
+        let (domain, spare) = match (message.text.as_str(), message.fd) {
+            ("start", Some(fd)) => (fd, false),
+            ("spare", Some(fd)) => (fd, true),
             (text, _) => {
                 let mut answer = format!("error unknown template request `{text}`");
                 ward_xpc::control::fit(&mut answer);
@@ -79,9 +87,22 @@ pub fn run(parent: i32) -> ExitCode {
             let _ = control.send("error the kernel does not say where glibc keeps the thread id", None);
             continue;
         };
-        match fork_sibling(tid_field) {
+        // A spare is named so from its birth (the name is taken at the fork), until its domain's setup comes: what
+        // tells it from the template among the host's children.
+        if spare {
+            crate::sandbox::namespace::set_name(Some(SPARE_NAME));
+        }
+        let forked = fork_sibling(tid_field);
+        if spare {
+            crate::sandbox::namespace::set_name(Some(&own_name));
+        }
+        match forked {
             Err(e) => {
                 let _ = control.send(&format!("error fork failed: {e}"), None);
+            }
+            Ok(0) if spare => {
+                drop(control);
+                return become_spare(domain, parent, &own_name);
             }
             Ok(0) => {
                 drop(control);
@@ -104,6 +125,18 @@ pub fn run(parent: i32) -> ExitCode {
             }
         }
     }
+}
+
+/// The name (`comm`) a spare has until its domain's setup comes.
+const SPARE_NAME: &CStr = c"ward-spare";
+
+/// This process's name (`comm`), as the kernel took it from the program's file at exec: what a domain exec'd from
+/// the same program is named.
+fn own_name() -> CString {
+    let mut name = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the 17-byte buffer given.
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    CStr::from_bytes_until_nul(&name).map(CStr::to_owned).unwrap_or_else(|_| c"ward-domain".to_owned())
 }
 
 /// Where glibc keeps this thread's id (the address the kernel clears when the thread ends), checked to hold it.
@@ -162,8 +195,8 @@ enum SetupError {
     Descriptors(#[source] std::io::Error),
 }
 
-fn receive_setup(control: &ControlSocket) -> Result<Setup, SetupError> {
-    let next = |expected: &'static str| match control.recv(Some(SETUP_TIMEOUT)) {
+fn receive_setup(control: &ControlSocket, timeout: Option<Duration>) -> Result<Setup, SetupError> {
+    let next = |expected: &'static str| match control.recv(timeout) {
         Ok(Some(ward_xpc::control::ControlMessage { text, fd: Some(fd) })) if text.starts_with(expected) => {
             Ok((text, fd))
         }
@@ -188,7 +221,7 @@ fn become_domain(domain: OwnedFd) -> ExitCode {
         }
     };
     drop(domain);
-    let placed = receive_setup(&control).and_then(|setup| place(control.as_fd(), setup));
+    let placed = receive_setup(&control, Some(SETUP_TIMEOUT)).and_then(|setup| place(control.as_fd(), setup));
     let args = match placed {
         Ok(args) => args,
         Err(why) => {
@@ -206,6 +239,86 @@ fn become_domain(domain: OwnedFd) -> ExitCode {
         libc::setpgid(0, 0);
     }
     crate::start(args)
+}
+
+/// The spare: a process forked ahead, before any domain asks for it, that does at once what does not depend on the
+/// domain (tie its life to the host's, a process group of its own, every other descriptor closed, the PID namespace
+/// with its waiter, init and `/proc`), then waits, named [`SPARE_NAME`], for a domain's setup on its control socket
+/// (`domain`), which it keeps on descriptor 3. Whatever is per domain (cgroup, sandbox, limits, loading) runs after
+/// the setup comes, in the same start-up code as an exec'd domain's ([`crate::start_entered`]). The host hands it a
+/// domain only when that domain asks for a PID namespace; it ends with the host (its death signal, and the host
+/// closing or killing it), and when its control socket closes before a setup comes.
+fn become_spare(domain: OwnedFd, host: i32, own_name: &CStr) -> ExitCode {
+    // SAFETY: dup2 onto 3, which this process no longer uses (the template's control socket there was closed just
+    // before; `domain` came while it was open, so it is another number), makes it the domain's control socket where
+    // an exec'd domain has it; `domain` is closed just after, so 3 has one owner.
+    if unsafe { libc::dup2(domain.as_raw_fd(), 3) } < 0 {
+        let why = std::io::Error::last_os_error();
+        let _ = ControlSocket::from_fd(domain).send(&format!("unstarted cannot move its control socket: {why}"), None);
+        return ExitCode::from(2);
+    }
+    drop(domain);
+    // As an exec'd domain starts: dumpable (the template is not; a user namespace's id maps need it), in a process
+    // group of its own.
+    // SAFETY: prctl(PR_SET_DUMPABLE) and setpgid take numbers, no pointers.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+        libc::setpgid(0, 0);
+    }
+    if !die_with(host) {
+        return ExitCode::from(2);
+    }
+    close_other_descriptors();
+    let entered = namespace::enter(Some(own_name));
+    // SAFETY: descriptor 3 is the domain's control socket (moved there above), and nothing else in this process owns
+    // it: the waiter and init, which closed their copies, never return here.
+    let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(3) });
+    let setup = match receive_setup(&control, None) {
+        Ok(setup) => setup,
+        // The host closed the socket (its template went) or sent something else: nothing to start.
+        Err(why) => {
+            let mut text = format!("unstarted {why}");
+            ward_xpc::control::fit(&mut text);
+            let _ = control.send(&text, None);
+            return ExitCode::from(2);
+        }
+    };
+    // The namespace is entered already: a domain that asks for none is not one a spare can serve.
+    if setup.args.iter().any(|a| a == "--no-pid-namespace") {
+        let _ = control.send("unstarted a spare is in a PID namespace, and this domain asks for none", None);
+        return ExitCode::from(2);
+    }
+    // The waiter and init took the template's name back at their forks; the domain proper takes it now.
+    namespace::set_name(Some(own_name));
+    let args = match place_shared(setup) {
+        Ok(args) => args,
+        Err(why) => {
+            let mut text = format!("unstarted {why}");
+            ward_xpc::control::fit(&mut text);
+            let _ = control.send(&text, None);
+            return ExitCode::from(2);
+        }
+    };
+    // Left open on 3, unowned, where the start-up takes it (`Inherited`) as an exec'd domain's.
+    std::mem::forget(control);
+    crate::start_entered(args, entered)
+}
+
+/// Put the setup's shared memory on 4, 5 and 6 (where the host puts it for an exec'd domain), closing every other
+/// copy; the command line.
+fn place_shared(setup: Setup) -> Result<Vec<String>, SetupError> {
+    let sources = [setup.region.as_fd(), setup.pool_in.as_fd(), setup.pool_out.as_fd()];
+    let copies = sources.into_iter().map(copy_above_six).collect::<Result<Vec<_>, _>>()?;
+    let Setup { args, region, pool_in, pool_out } = setup;
+    drop((region, pool_in, pool_out));
+    for (i, copy) in copies.iter().enumerate() {
+        // SAFETY: dup2 onto 4 + i replaces whatever that number held: nothing this process owns (every descriptor
+        // above 3 was closed before the setup came; the setup's own are owned above 6).
+        if unsafe { libc::dup2(copy.as_raw_fd(), 4 + i as RawFd) } < 0 {
+            return Err(SetupError::Descriptors(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(args)
 }
 
 /// Duplicate the control socket and the setup's descriptors onto 3, 4, 5 and 6 (where the host puts them for an

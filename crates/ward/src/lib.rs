@@ -51,6 +51,13 @@ pub fn mpk_available() -> bool {
 
 pub use supervisor::{domain_program, extension_name, AdapterLoad, Extension, Function, Supervisor};
 
+/// How many process domains this process started from a spare made ahead: a process the domain template forked, and
+/// that entered its PID namespace, before the domain asked for it (`WARD_DOMAIN_SPARE=off` turns spares off). For
+/// tests and diagnosis: a later domain's start should take one.
+pub fn domains_started_from_spares() -> u64 {
+    backend::process::domains_started_from_spares()
+}
+
 /// `sigaction` as a host should see it in a process with mpk domains: what `ward-preload` puts in place of libc's.
 ///
 /// Once ward's signal handlers are installed, a handler the host installs for one of the signals ward handles

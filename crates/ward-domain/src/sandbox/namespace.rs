@@ -19,6 +19,7 @@
 //! to themselves) gives the right to it; where neither works, the domain goes on in the host's namespace and the
 //! host says this protection is missing (`ward::sandbox::missing`).
 
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -37,7 +38,10 @@ pub enum Outcome {
 /// waiter and init this creates never return from here. Must run while the process is single-threaded (a user
 /// namespace requires it, and forking requires it to be safe), after the descriptors the domain keeps are the only
 /// ones open: the waiter and init close all of them, so that a dead domain's control socket reads as closed.
-pub fn enter() -> Outcome {
+///
+/// `rename`: a process name (`comm`) the waiter and init take once each has forked the next process, which keeps the
+/// caller's (a spare, named so until its domain's setup comes, see `template.rs`).
+pub fn enter(rename: Option<&CStr>) -> Outcome {
     let user = match unshare_pid_and_mounts() {
         Ok(user) => user,
         Err(why) => return Outcome::Refused(why.to_string()),
@@ -68,12 +72,21 @@ pub fn enter() -> Outcome {
         fatal(&format!("cannot start the PID namespace's init: {}", io::Error::last_os_error()));
     }
     if init > 0 {
+        set_name(rename);
         drop(status_write);
         close_all_but(status_read.as_raw_fd());
         wait_and_mirror(init, status_read);
     }
     drop(status_read);
-    run_init(status_write, user, private_error)
+    run_init(status_write, user, private_error, rename)
+}
+
+/// Set this process's name (`comm`), if one is given.
+pub(crate) fn set_name(name: Option<&CStr>) {
+    if let Some(name) = name {
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string (at most 16 bytes taken), valid for the call.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+    }
 }
 
 /// Why the domain has no PID namespace of its own, or no fresh `/proc` in it.
@@ -121,7 +134,7 @@ fn unshare_pid_and_mounts() -> Result<bool, NamespaceError> {
 
 /// pid 1 of the namespace: die with the waiter, mount the fresh `/proc`, start the domain proper, reap everything,
 /// and hand the domain's status to the waiter. Returns in the domain proper only.
-fn run_init(status: OwnedFd, user: bool, private_error: Option<String>) -> Outcome {
+fn run_init(status: OwnedFd, user: bool, private_error: Option<String>, rename: Option<&CStr>) -> Outcome {
     // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number, no pointers.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     if !reader_alive(&status) {
@@ -157,6 +170,7 @@ fn run_init(status: OwnedFd, user: bool, private_error: Option<String>) -> Outco
         }
         return Outcome::Inside { proc };
     }
+    set_name(rename);
     close_all_but(status.as_raw_fd());
     loop {
         let mut raw = 0;

@@ -34,6 +34,8 @@ mod spawn;
 mod template;
 mod zygote;
 
+pub(crate) use template::spares_taken as domains_started_from_spares;
+
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::path::PathBuf;

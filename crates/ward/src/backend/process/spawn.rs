@@ -207,10 +207,12 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, SpawnError> {
     let env = environment(launch);
     // A domain with a preload of its own needs the dynamic linker to run for it: an exec.
     if launch.preload.is_none() {
-        let (ours, theirs) = ControlSocket::pair().map_err(SpawnError::ControlSocket)?;
         let shared = [launch.region, launch.pool_in, launch.pool_out];
-        if let Some(child) = super::template::start(launch.program, &args, &env, &ours, theirs, shared) {
-            match wait_ready(child, ours) {
+        if let Some((child, ours)) = super::template::start(launch.program, &args, &env, shared) {
+            let started = wait_ready(child, ours);
+            // The spare asked for meanwhile is known from here on (and ends with the template).
+            super::template::settle();
+            match started {
                 Err(SpawnError::Unstarted(why)) => super::template::bypass(&format!("its fork could not start: {why}")),
                 started => return started,
             }

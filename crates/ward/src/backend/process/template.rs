@@ -18,6 +18,14 @@
 //! to [`GIVE_UP_AFTER`] failures in a row, after which domains start by exec.
 //! `WARD_DOMAIN_TEMPLATE=off` in the host's environment execs every domain.
 //!
+//! After each domain it forks, the template is asked for a **spare** (`spare`), which it forks while the host goes
+//! on: a process that ties its life to the host's and enters its PID namespace (two more forks and a `/proc` mount)
+//! before any domain exists, then waits for a setup on its own control socket. The next domain that asks for a PID
+//! namespace is handed to it: its setup is queued there, the domain proper and init join the domain's cgroup, and
+//! the rest of the start-up is unchanged (the waiter, outside the namespace, stays where the spare was made: see
+//! `ward-domain`'s `template.rs`). One spare per template at most; it is killed and reaped with the template,
+//! and dies with the host. `WARD_DOMAIN_SPARE=off` turns spares off.
+//!
 //! The template lives in a thread-local of the monitor thread, which starts every domain process: the death signal
 //! of the template and of every process forked from it follows that thread, as a spawned domain's does, and the
 //! template goes when the thread does. A fork of the host never reaches it (the process id is checked).
@@ -27,7 +35,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ward_xpc::control::{ControlSocket, MAX_CONTROL_MESSAGE};
@@ -39,6 +47,17 @@ pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The host's environment variable that turns the template off (`off`): every domain is exec'd.
 pub const ENV_VAR: &str = "WARD_DOMAIN_TEMPLATE";
+
+/// The host's environment variable that turns the template's spare off (`off`): every domain is forked on request.
+pub const SPARE_ENV_VAR: &str = "WARD_DOMAIN_SPARE";
+
+/// Domains this process handed to a spare made ahead (for tests and diagnosis).
+static SPARES_TAKEN: AtomicU64 = AtomicU64::new(0);
+
+/// How many domains this process started from a spare the template made ahead.
+pub(crate) fn spares_taken() -> u64 {
+    SPARES_TAKEN.load(Ordering::Relaxed)
+}
 
 /// What a process started by exec inherits from the thread that starts it and `ward-domain` does not set itself:
 /// a template serves only domains that would inherit the same.
@@ -148,6 +167,22 @@ struct Template {
     child: DomainChild,
     control: ControlSocket,
     inherits: Inheritance,
+    spare: SpareState,
+}
+
+/// The template's spare: a process it forked ahead that waits, already in its PID namespace, for a domain's setup.
+enum SpareState {
+    None,
+    /// Asked for: the template's answer (`started` with its pidfd) is still to be read, before any other answer.
+    Asked(ControlSocket),
+    Made(Spare),
+}
+
+/// A spare made ahead: its process (the host's child, the waiter of its namespace) and its control socket, on which
+/// the host queues a domain's setup.
+struct Spare {
+    child: DomainChild,
+    control: ControlSocket,
 }
 
 impl Template {
@@ -174,7 +209,7 @@ impl Template {
                 return Err(e);
             }
         };
-        Ok(Template { host, child: DomainChild::adopt(pid, pidfd), control: ours, inherits })
+        Ok(Template { host, child: DomainChild::adopt(pid, pidfd), control: ours, inherits, spare: SpareState::None })
     }
 
     fn alive(&self) -> bool {
@@ -186,6 +221,11 @@ impl Template {
         self.control.send("start", Some(theirs.as_fd())).map_err(|e| format!("its control socket failed: {e}"))?;
         // The template closes its copy once it has forked; ours goes now.
         drop(theirs);
+        self.answer()
+    }
+
+    /// The template's answer to a `start` or `spare`: the process it forked, checked to be a child of this one.
+    fn answer(&self) -> Result<DomainChild, String> {
         let answer = match self.control.recv(Some(ANSWER_TIMEOUT)) {
             Ok(Some(m)) => m,
             Ok(None) if self.alive() => return Err(format!("it did not answer within {ANSWER_TIMEOUT:?}")),
@@ -204,6 +244,72 @@ impl Template {
         }
         Ok(DomainChild::adopt(pid, pidfd))
     }
+
+    /// Ask the template for a spare, unless it has one or spares are off: the template forks it while the host goes
+    /// on (the answer is read by [`Template::settle_spare`]).
+    fn ask_spare(&mut self) {
+        if !matches!(self.spare, SpareState::None) || std::env::var_os(SPARE_ENV_VAR).is_some_and(|v| v == "off") {
+            return;
+        }
+        let Ok((ours, theirs)) = ControlSocket::pair() else { return };
+        if self.control.send("spare", Some(theirs.as_fd())).is_ok() {
+            self.spare = SpareState::Asked(ours);
+        }
+    }
+
+    /// Read the template's answer to a spare asked for, if any: Err when the template failed to give it (the answers
+    /// that follow could not be told apart from it: the template is replaced); a spare it could not make is said once.
+    fn settle_spare(&mut self) -> Result<(), String> {
+        if !matches!(self.spare, SpareState::Asked(_)) {
+            return Ok(());
+        }
+        let answer = self.answer();
+        let SpareState::Asked(control) = std::mem::replace(&mut self.spare, SpareState::None) else { return Ok(()) };
+        match answer {
+            Ok(child) => self.spare = SpareState::Made(Spare { child, control }),
+            Err(why) if why.starts_with("it answered `error") => say_once(&format!("no spare domain: {why}")),
+            Err(why) => return Err(why),
+        }
+        Ok(())
+    }
+
+    /// The spare, if one is made and alive (a dead one is reaped).
+    fn take_spare(&mut self) -> Option<Spare> {
+        match std::mem::replace(&mut self.spare, SpareState::None) {
+            SpareState::Made(spare) if !spawn::wait_dead(spare.child.pidfd(), Duration::ZERO) => Some(spare),
+            SpareState::Made(mut dead) => {
+                let _ = dead.child.wait();
+                None
+            }
+            other => {
+                self.spare = other;
+                None
+            }
+        }
+    }
+}
+
+impl Spare {
+    /// Hand the spare a domain's setup (`line`, `shared`), queued on its control socket. The spare is killed when
+    /// this fails.
+    fn hand(mut self, line: &str, shared: [BorrowedFd<'_>; 3]) -> Result<(DomainChild, ControlSocket), String> {
+        match queue_setup(&self.control, line, shared) {
+            Ok(()) => Ok((self.child, self.control)),
+            Err(e) => {
+                self.child.kill();
+                let _ = self.child.wait();
+                Err(format!("cannot queue a domain's setup for it: {e}"))
+            }
+        }
+    }
+}
+
+/// Queue a domain's command line and shared memory on its control socket, for the process forked for it.
+fn queue_setup(control: &ControlSocket, line: &str, shared: [BorrowedFd<'_>; 3]) -> std::io::Result<()> {
+    control
+        .send(line, Some(shared[0]))
+        .and_then(|()| control.send("pool-in", Some(shared[1])))
+        .and_then(|()| control.send("pool-out", Some(shared[2])))
 }
 
 impl Drop for Template {
@@ -211,6 +317,14 @@ impl Drop for Template {
         // In a fork of the host the process is the original host's child: leave it alone (closing our copies of
         // its descriptors is all).
         if self.host == std::process::id() {
+            // A spare asked for is known only from the answer: read it first, so that the spare is killed and reaped
+            // with the template, not left behind. A dead template's answer, if it gave one, is still in the socket
+            // (and its closed end makes the read return at once otherwise).
+            let _ = self.settle_spare();
+            if let SpareState::Made(mut spare) = std::mem::replace(&mut self.spare, SpareState::None) {
+                spare.child.kill();
+                let _ = spare.child.wait();
+            }
             self.child.kill();
             let _ = self.child.wait();
         }
@@ -229,16 +343,16 @@ thread_local! {
 }
 
 /// Start a domain process from the template (starting or replacing it as needed): `args` is the command line
-/// (the program's name first), `env` its environment, `shared` the region and the two pools, `ours` and `theirs`
-/// the two ends of its control socket. None when the template cannot serve this domain, which is then exec'd.
+/// (the program's name first), `env` its environment, `shared` the region and the two pools. The process (a child of
+/// this one) and the host's end of its control socket; None when the template cannot serve this domain, which is
+/// then exec'd. A domain that asks for a PID namespace takes the template's spare where one is made; either way, the
+/// template is then asked for the next spare, which it makes while the host goes on.
 pub(crate) fn start(
     program: &Path,
     args: &[OsString],
     env: &[OsString],
-    ours: &ControlSocket,
-    theirs: ControlSocket,
     shared: [BorrowedFd<'_>; 3],
-) -> Option<DomainChild> {
+) -> Option<(DomainChild, ControlSocket)> {
     if std::env::var_os(ENV_VAR).is_some_and(|v| v == "off") || FAILURES.load(Ordering::Relaxed) >= GIVE_UP_AFTER {
         return None;
     }
@@ -265,6 +379,11 @@ pub(crate) fn start(
             say_once(&format!("the domain template {why}: it is replaced"));
             *template = None;
         }
+        if let Some(Err(why)) = template.as_mut().map(Template::settle_spare) {
+            say_once(&format!("the domain template failed ({why}): it is replaced"));
+            FAILURES.fetch_add(1, Ordering::Relaxed);
+            *template = None;
+        }
         if template.is_none() {
             match Template::start(inherits) {
                 Ok(t) => *template = Some(t),
@@ -275,20 +394,36 @@ pub(crate) fn start(
                 }
             }
         }
-        let t = template.as_ref()?;
+        let t = template.as_mut()?;
+        // A spare has entered its PID namespace already: only a domain that asks for one can take it.
+        let spare = match args.iter().any(|a| a == "--no-pid-namespace") {
+            false => t.take_spare(),
+            true => None,
+        };
+        if let Some(spare) = spare {
+            match spare.hand(&line, shared) {
+                Ok(started) => {
+                    SPARES_TAKEN.fetch_add(1, Ordering::Relaxed);
+                    t.ask_spare();
+                    return Some(started);
+                }
+                Err(why) => say_once(&format!("the domain template's spare failed ({why}): the domain is forked")),
+            }
+        }
+        let Ok((ours, theirs)) = ControlSocket::pair() else {
+            say_once("cannot create a control socket for a domain forked from the template: it starts by exec");
+            return None;
+        };
         // Queued for the forked process before the socket is handed over: the template never sees them.
-        let queued = ours
-            .send(&line, Some(shared[0]))
-            .and_then(|()| ours.send("pool-in", Some(shared[1])))
-            .and_then(|()| ours.send("pool-out", Some(shared[2])));
-        if let Err(e) = queued {
+        if let Err(e) = queue_setup(&ours, &line, shared) {
             say_once(&format!("cannot queue a domain's setup for the template ({e}): it starts by exec"));
             return None;
         }
         match t.fork(theirs) {
             Ok(child) => {
                 FAILURES.store(0, Ordering::Relaxed);
-                Some(child)
+                t.ask_spare();
+                Some((child, ours))
             }
             Err(why) => {
                 say_once(&format!("the domain template failed ({why}): it is killed, the domain starts by exec"));
@@ -296,6 +431,20 @@ pub(crate) fn start(
                 *template = None;
                 None
             }
+        }
+    })
+}
+
+/// Read the template's answer to the spare it was asked for last, if it has not been read: called once a domain's
+/// start is over, so that the spare is known (and ends with the template) from then on. A template that fails to
+/// answer is replaced at the next start.
+pub(crate) fn settle() {
+    TEMPLATE.with(|cell| {
+        let Ok(mut template) = cell.try_borrow_mut() else { return };
+        if let Some(Err(why)) = template.as_mut().filter(|t| t.host == std::process::id()).map(Template::settle_spare) {
+            say_once(&format!("the domain template failed ({why}): it is replaced"));
+            FAILURES.fetch_add(1, Ordering::Relaxed);
+            *template = None;
         }
     })
 }
