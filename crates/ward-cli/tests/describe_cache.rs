@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{host, output, stderr, ward, Scratch};
+use common::{host, output, scan_host, stderr, ward, Scratch};
 
 const LADSPA_DIR: &str = "/usr/lib/ladspa";
 
@@ -265,23 +265,6 @@ fn a_cache_directory_owned_by_someone_else_is_not_used() {
     std::os::unix::fs::chown(&cache, Some(65534), Some(65534))
         .unwrap_or_else(|e| panic!("this test gives a directory to uid 65534, which needs root: {e}"));
     refused(&cache, &dir, &native_listing(&dir), &cache);
-}
-
-/// The scanning test host, built with the workspace's LADSPA declarations.
-fn scan_host(s: &Scratch) -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let exe = s.path("scan_host");
-    let built = output(
-        Command::new("cc")
-            .args(["-O2", "-Wall", "-o"])
-            .arg(&exe)
-            .arg("-I")
-            .arg(manifest.join("../../include"))
-            .arg(manifest.join("hosts/scan_host.c"))
-            .args(["-ldl", "-lm"]),
-    );
-    assert!(built.status.success(), "cc scan_host.c: {}", stderr(&built));
-    exe
 }
 
 /// A host that scans every Debian library then processes a second of audio: the second time every description

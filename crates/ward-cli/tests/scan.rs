@@ -3,11 +3,11 @@
 //! `listplugins` and a scanning test host of ours (`hosts/scan_host.c`), natively and under ward: the same output,
 //! and no domain for a library only scanned. The hosts and plugins come from scripts/deps.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{host, output, stderr, ward, Scratch};
+use common::{host, output, scan_host, stderr, ward, Scratch};
 
 const LADSPA_DIR: &str = "/usr/lib/ladspa";
 
@@ -27,23 +27,6 @@ fn plugin_domains(err: &str) -> Vec<&str> {
 
 fn describer_starts(err: &str) -> usize {
     err.lines().filter(|l| l.starts_with("ward: LADSPA describer started")).count()
-}
-
-/// The scanning test host, built with the workspace's LADSPA declarations.
-fn scan_host(s: &Scratch) -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let exe = s.path("scan_host");
-    let built = output(
-        Command::new("cc")
-            .args(["-O2", "-Wall", "-o"])
-            .arg(&exe)
-            .arg("-I")
-            .arg(manifest.join("../../include"))
-            .arg(manifest.join("hosts/scan_host.c"))
-            .args(["-ldl", "-lm"]),
-    );
-    assert!(built.status.success(), "cc scan_host.c: {}", stderr(&built));
-    exe
 }
 
 #[test]

@@ -309,16 +309,7 @@ fn become_spare(domain: OwnedFd, host: i32, own_name: &CStr) -> ExitCode {
 fn place_shared(setup: Setup) -> Result<Vec<String>, SetupError> {
     let sources = [setup.region.as_fd(), setup.pool_in.as_fd(), setup.pool_out.as_fd()];
     let copies = sources.into_iter().map(copy_above_six).collect::<Result<Vec<_>, _>>()?;
-    let Setup { args, region, pool_in, pool_out } = setup;
-    drop((region, pool_in, pool_out));
-    for (i, copy) in copies.iter().enumerate() {
-        // SAFETY: dup2 onto 4 + i replaces whatever that number held: nothing this process owns (every descriptor
-        // above 3 was closed before the setup came; the setup's own are owned above 6).
-        if unsafe { libc::dup2(copy.as_raw_fd(), 4 + i as RawFd) } < 0 {
-            return Err(SetupError::Descriptors(std::io::Error::last_os_error()));
-        }
-    }
-    Ok(args)
+    put_from(4, copies, setup)
 }
 
 /// Duplicate the control socket and the setup's descriptors onto 3, 4, 5 and 6 (where the host puts them for an
@@ -327,13 +318,19 @@ fn place(control: std::os::fd::BorrowedFd<'_>, setup: Setup) -> Result<Vec<Strin
     let sources = [control, setup.region.as_fd(), setup.pool_in.as_fd(), setup.pool_out.as_fd()];
     // Copies above 6 first, so that no dup2 onto 3..6 overwrites a source not yet moved.
     let copies = sources.into_iter().map(copy_above_six).collect::<Result<Vec<_>, _>>()?;
+    put_from(3, copies, setup)
+}
+
+/// The setup's own descriptors closed, then `copies` (all above 6) duplicated onto `first`, `first + 1`, ...; the
+/// command line.
+fn put_from(first: RawFd, copies: Vec<OwnedFd>, setup: Setup) -> Result<Vec<String>, SetupError> {
     let Setup { args, region, pool_in, pool_out } = setup;
     drop((region, pool_in, pool_out));
     for (i, copy) in copies.iter().enumerate() {
-        // SAFETY: dup2 onto 3 + i replaces whatever that number held: nothing this process still owns (the
-        // template's control socket was closed before the setup came, the setup's descriptors just above, and the
-        // domain's control socket is owned above 6).
-        if unsafe { libc::dup2(copy.as_raw_fd(), 3 + i as RawFd) } < 0 {
+        // SAFETY: dup2 onto `first + i` (3 to 6) replaces whatever that number held, which is nothing this process
+        // still uses: every source was copied above 6 before the first dup2, the setup's own descriptors were
+        // closed just above, and the template's control socket was closed before the setup came.
+        if unsafe { libc::dup2(copy.as_raw_fd(), first + i as RawFd) } < 0 {
             return Err(SetupError::Descriptors(std::io::Error::last_os_error()));
         }
     }

@@ -3,7 +3,7 @@
 // Each suite uses a part of it.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub mod bounded;
@@ -90,4 +90,21 @@ pub fn require_pku() {
         ward::mpk_available(),
         "this test needs memory protection keys (PKU), which this machine does not have: run it under scripts/pku-vm"
     );
+}
+
+/// The scanning test host, built with the workspace's LADSPA declarations.
+pub fn scan_host(s: &Scratch) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = s.path("scan_host");
+    let built = output(
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&exe)
+            .arg("-I")
+            .arg(manifest.join("../../include"))
+            .arg(manifest.join("hosts/scan_host.c"))
+            .args(["-ldl", "-lm"]),
+    );
+    assert!(built.status.success(), "cc scan_host.c: {}", stderr(&built));
+    exe
 }
