@@ -224,21 +224,30 @@ fn become_domain(domain: OwnedFd) -> ExitCode {
     let placed = receive_setup(&control, Some(SETUP_TIMEOUT)).and_then(|setup| place(control.as_fd(), setup));
     let args = match placed {
         Ok(args) => args,
-        Err(why) => {
-            let mut text = format!("unstarted {why}");
-            ward_xpc::control::fit(&mut text);
-            let _ = control.send(&text, None);
-            return ExitCode::from(2);
-        }
+        Err(why) => return unstarted(&control, &why),
     };
     drop(control);
-    // As an exec'd domain starts: dumpable (the template is not), in a process group of its own.
+    as_an_execd_domain_starts();
+    crate::start(args)
+}
+
+/// Tell the host, on `control`, that the forked process cannot take its setup (`why`); the host starts the domain
+/// by exec instead.
+fn unstarted(control: &ControlSocket, why: &dyn std::fmt::Display) -> ExitCode {
+    let mut text = format!("unstarted {why}");
+    ward_xpc::control::fit(&mut text);
+    let _ = control.send(&text, None);
+    ExitCode::from(2)
+}
+
+/// What an exec'd domain is at its start and a fork of the template is not yet: dumpable (the template is not; a
+/// user namespace's id maps need it), in a process group of its own.
+fn as_an_execd_domain_starts() {
     // SAFETY: prctl(PR_SET_DUMPABLE) and setpgid take numbers, no pointers.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
         libc::setpgid(0, 0);
     }
-    crate::start(args)
 }
 
 /// The spare: a process forked ahead, before any domain asks for it, that does at once what does not depend on the
@@ -258,13 +267,7 @@ fn become_spare(domain: OwnedFd, host: i32, own_name: &CStr) -> ExitCode {
         return ExitCode::from(2);
     }
     drop(domain);
-    // As an exec'd domain starts: dumpable (the template is not; a user namespace's id maps need it), in a process
-    // group of its own.
-    // SAFETY: prctl(PR_SET_DUMPABLE) and setpgid take numbers, no pointers.
-    unsafe {
-        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-        libc::setpgid(0, 0);
-    }
+    as_an_execd_domain_starts();
     if !die_with(host) {
         return ExitCode::from(2);
     }
@@ -276,12 +279,7 @@ fn become_spare(domain: OwnedFd, host: i32, own_name: &CStr) -> ExitCode {
     let setup = match receive_setup(&control, None) {
         Ok(setup) => setup,
         // The host closed the socket (its template went) or sent something else: nothing to start.
-        Err(why) => {
-            let mut text = format!("unstarted {why}");
-            ward_xpc::control::fit(&mut text);
-            let _ = control.send(&text, None);
-            return ExitCode::from(2);
-        }
+        Err(why) => return unstarted(&control, &why),
     };
     // The namespace is entered already: a domain that asks for none is not one a spare can serve.
     if setup.args.iter().any(|a| a == "--no-pid-namespace") {
@@ -292,12 +290,7 @@ fn become_spare(domain: OwnedFd, host: i32, own_name: &CStr) -> ExitCode {
     namespace::set_name(Some(own_name));
     let args = match place_shared(setup) {
         Ok(args) => args,
-        Err(why) => {
-            let mut text = format!("unstarted {why}");
-            ward_xpc::control::fit(&mut text);
-            let _ = control.send(&text, None);
-            return ExitCode::from(2);
-        }
+        Err(why) => return unstarted(&control, &why),
     };
     // Left open on 3, unowned, where the start-up takes it (`Inherited`) as an exec'd domain's.
     std::mem::forget(control);
