@@ -569,16 +569,6 @@ fn describe_one(describe: &Function, library: u64, index: usize) -> Result<Vec<u
 const REGION_RETURNS: u32 = 0x1;
 const REGION_ZEROS: u32 = 0x2;
 
-/// Whether every float of `s` is +0.0 (every bit clear, so the adapter's cleared copy is the same bytes). Sixteen
-/// at a time, so the common cases cost little: a buffer of audio stops at its first chunk, a cleared one is read
-/// at the speed of memory.
-fn only_zeros(s: &[f32]) -> bool {
-    let chunks = s.chunks_exact(16);
-    let rest = chunks.remainder();
-    chunks.into_iter().all(|c| c.iter().fold(0u32, |a, x| a | x.to_bits()) == 0)
-        && rest.iter().all(|x| x.to_bits() == 0)
-}
-
 /// The data of one port for one block: a control port's slice holds its one value. In [`Instance::run_placed`], one
 /// region of memory ports lie in: `Input` when it holds inputs only, `Output` when it holds an output.
 #[derive(Debug)]
@@ -850,7 +840,8 @@ impl Instance {
                     (&s[..len], REGION_RETURNS)
                 }
             };
-            let zeros = only_zeros(s);
+            // Every float +0.0 (every bit clear), so the adapter's cleared copy is the same bytes.
+            let zeros = crate::samples::without_trailing_zeros(s) == 0;
             if zeros {
                 flags |= REGION_ZEROS;
             }
@@ -893,9 +884,7 @@ impl Instance {
             }
             let at = self.output_at[place.region] + place.offset * 4;
             let bytes = &self.output[at..at + samples * 4];
-            if let Some(i) =
-                bytes.chunks_exact(4).position(|c| !f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).is_finite())
-            {
+            if let Some(i) = crate::samples::first_non_finite(bytes) {
                 return Some(format!("{} wrote a NaN or infinity to {} at sample {i}", self.plugin.label, port.name));
             }
         }

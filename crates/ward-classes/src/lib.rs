@@ -30,6 +30,7 @@ pub mod native_calls;
 mod plausible;
 mod reader;
 pub mod runtime;
+mod samples;
 
 pub use detect::{class_of, classify, inspect, Class, Classification, ClassifyError, Inspected};
 pub use error::{ClassError, DescriptionError, NativeCallError};

@@ -569,9 +569,7 @@ impl Instance {
                 continue;
             }
             let bytes = &packing.output[at..at + samples * 4];
-            if let Some(s) =
-                bytes.chunks_exact(4).position(|c| !f32::from_ne_bytes([c[0], c[1], c[2], c[3]]).is_finite())
-            {
+            if let Some(s) = crate::samples::first_non_finite(bytes) {
                 return Some(format!("{} wrote a NaN or infinity to port {i} at sample {s}", self.plugin.uri));
             }
         }
@@ -935,7 +933,7 @@ fn pack(packing: &mut Packing, ports: &[PortBuffer<'_>], sizes: &[(usize, usize)
             _ => return None,
         };
         let s = &s[..sent / 4];
-        Some(s.iter().rposition(|v| v.to_bits() != 0).map_or(0, |last| last + 1))
+        Some(crate::samples::without_trailing_zeros(s))
     };
     for (buf, &(bytes, sent)) in ports.iter().zip(sizes) {
         let sent = floats(buf, sent).map_or(sent, |n| n * 4);

@@ -342,9 +342,13 @@ enum Plan {
 /// A block of at least `size` bytes aligned to `align` (a power of two), or None: the caller then allocates
 /// elsewhere. Its contents are whatever the pages held (zero when fresh).
 pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
+    // Every allocation of the host passes here: the common answer (a small block) first, before anything else.
+    if size < MIN_BLOCK {
+        return None;
+    }
     let page = page_size();
     let align = align.max(MIN_ALIGN);
-    if size < MIN_BLOCK || align > page || !align.is_power_of_two() || !ALLOCATING.load(Ordering::Acquire) {
+    if align > page || !align.is_power_of_two() || !ALLOCATING.load(Ordering::Acquire) {
         return None;
     }
     let len = size.checked_add(page - 1)? / page * page;
