@@ -158,6 +158,17 @@ impl DescriptionCache {
         self.ready.get_or_init(|| self.prepare()).as_ref().map(|_| ())
     }
 
+    /// Whether entries may be read, without making the directory: one that is not there holds none (a host that
+    /// opens no plugin library leaves no directory behind). One that is there is checked as [`Self::usable`]
+    /// checks it.
+    pub fn readable(&self) -> Result<bool, &CacheRefused> {
+        let missing = || self.dir.as_deref().is_some_and(|dir| fs::symlink_metadata(dir).is_err());
+        if self.ready.get().is_none() && missing() {
+            return Ok(false);
+        }
+        self.usable().map(|()| true)
+    }
+
     fn prepare(&self) -> Result<(), CacheRefused> {
         let dir = self.dir.as_deref().ok_or(CacheRefused::NoPlace)?;
         // Missing parents (`~/.cache` itself) are made private too, as the XDG specification asks.
@@ -184,7 +195,9 @@ impl DescriptionCache {
     /// The library the host opened as `path`, whose file has `identity`, as the cache holds it; `None` for a miss:
     /// no usable cache or entry, or an entry that is not of this file, of this version, or believable.
     pub fn get(&self, path: &Path, identity: &FileIdentity) -> Option<Cached> {
-        self.usable().ok()?;
+        if !matches!(self.readable(), Ok(true)) {
+            return None;
+        }
         let file = fs::File::open(self.entry_path(path)?).ok()?;
         let mut bytes = Vec::new();
         file.take(MAX_ENTRY + 1).read_to_end(&mut bytes).ok()?;

@@ -124,6 +124,24 @@ fn a_second_scan_gets_every_description_from_the_cache_with_no_describer_and_the
     assert!(said[0].starts_with(&format!("ward: {} LADSPA libraries and 0 frei0r plugins", LIBRARIES.len())), "{err}");
 }
 
+/// A host that opens only libraries that are no plugins (by path, as hosts scanning a directory do) leaves no cache
+/// directory behind: looking an entry up makes none, only keeping one does.
+#[test]
+fn a_host_that_opens_no_plugin_makes_no_cache_directory() {
+    let s = Scratch::new("describe-cache", "no-plugin");
+    let dir = s.path("not-plugins");
+    std::fs::create_dir_all(&dir).expect("make the directory");
+    let library = ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("zlib, which every Debian system has");
+    std::fs::copy(library, dir.join("notaplugin.so")).expect("copy a library that is no plugin");
+    let cache = s.path("cache");
+    let (_, err) = listplugins(&dir, &cache, None);
+    assert!(!err.contains("plugin described under ward"), "nothing was a plugin: {err}");
+    assert!(std::fs::symlink_metadata(&cache).is_err(), "{} was made: {err}", cache.display());
+}
+
 /// Changing one library (here only its times, its modification time even set back to what it was: the change
 /// time, which no process sets, still differs) makes that one miss, and only that one.
 #[test]

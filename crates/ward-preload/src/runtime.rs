@@ -146,19 +146,16 @@ impl Runtime {
     }
 
     /// The cache of descriptions, where it applies to the library at `path`: a library described apart whose policy
-    /// keeps its descriptions (`describe_cache`), with a cache directory that can be used (if not, said once).
+    /// keeps its descriptions (`describe_cache`). Whether its directory can be used is asked apart (reading makes
+    /// no directory, writing does).
     fn cache_for(&self, path: &Path) -> Option<&DescriptionCache> {
         let policy = self.policy.for_extension(&ward::extension_name(path));
-        if !policy.describe_cache || !self.describes_apart_under(&policy) {
-            return None;
-        }
-        match self.cache.usable() {
-            Ok(()) => Some(&self.cache),
-            Err(why) => {
-                self.say_once_about_the_cache(&format!("the cache of descriptions is not used: {why}"));
-                None
-            }
-        }
+        (policy.describe_cache && self.describes_apart_under(&policy)).then_some(&self.cache)
+    }
+
+    /// Say once (`--verbose`) why the cache's directory is not used.
+    fn cache_refused(&self, why: &ward_classes::cache::CacheRefused) {
+        self.say_once_about_the_cache(&format!("the cache of descriptions is not used: {why}"));
     }
 
     fn say_once_about_the_cache(&self, what: &str) {
@@ -180,7 +177,16 @@ impl Runtime {
     /// and unchanged since): its class, its entry points and a proxy library of its descriptions, no describer
     /// started and nothing of the file read. `None` for a miss, or where the cache does not apply to it.
     fn described_from_cache(&self, path: &Path, identity: &FileIdentity) -> Option<(Class, Vec<String>, Plugin)> {
-        let cached = self.cache_for(path)?.get(path, identity)?;
+        let cache = self.cache_for(path)?;
+        match cache.readable() {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(why) => {
+                self.cache_refused(why);
+                return None;
+            }
+        }
+        let cached = cache.get(path, identity)?;
         let plugin = match cached.described {
             Described::Ladspa(plugins) => {
                 Plugin::Ladspa(Arc::new(ladspa::ProxyLibrary::with_descriptions(path, self.isolation, plugins)))
@@ -208,6 +214,10 @@ impl Runtime {
     fn remember(&self, path: &Path, identity: Option<&FileIdentity>, class: Class, exports: &[String], wire: &Wire) {
         let Some(identity) = identity else { return };
         let Some(cache) = self.cache_for(path) else { return };
+        if let Err(why) = cache.usable() {
+            self.cache_refused(why);
+            return;
+        }
         if FileIdentity::of(path).ok().as_ref() != Some(identity) {
             return;
         }
