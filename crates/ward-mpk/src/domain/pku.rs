@@ -16,13 +16,19 @@ pub const HOST_KEY: u32 = 0;
 /// Whether this processor has protection keys and the kernel has enabled them: CPUID leaf 7's OSPKE bit, which the
 /// processor sets only once the kernel has turned PKU on (CR4.PKE). pkey_alloc's refusal cannot tell: a kernel
 /// without PKU support in use answers EINVAL or ENOSPC.
+///
+/// Asked once per process: CPUID traps to the hypervisor in a virtual machine (microseconds each), and a host under
+/// `ward run` asks for every library it opens.
 pub fn available() -> bool {
-    const OSPKE: u32 = 1 << 4;
-    if std::arch::x86_64::__cpuid(0).eax < 7 {
-        return false;
-    }
-    let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
-    leaf7.ecx & OSPKE != 0
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        const OSPKE: u32 = 1 << 4;
+        if std::arch::x86_64::__cpuid(0).eax < 7 {
+            return false;
+        }
+        let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+        leaf7.ecx & OSPKE != 0
+    })
 }
 
 /// One protection key of this process, freed on drop. Pages still tagged with it keep the tag; the kernel may hand
