@@ -199,7 +199,13 @@ impl DescriptionCache {
             return None;
         }
         let file = fs::File::open(self.entry_path(path)?).ok()?;
-        let mut bytes = Vec::new();
+        // Room for the whole entry as it is now, so that it is read in one call (growing from nothing took eight for
+        // a small library); a file that grows meanwhile still stops at the limit.
+        let len = file.metadata().ok()?.len();
+        if len > MAX_ENTRY {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(len as usize + 1);
         file.take(MAX_ENTRY + 1).read_to_end(&mut bytes).ok()?;
         if bytes.len() as u64 > MAX_ENTRY {
             return None;
