@@ -274,3 +274,79 @@ fn a_real_time_block_that_never_returns_is_a_hang_at_its_normal_deadline_and_rec
     });
     assert_eq!(g.restarts(), 1);
 }
+
+#[test]
+fn while_a_block_runs_late_the_domains_counters_process_and_reports_answer_at_once() {
+    // A normal deadline of a minute: the late block returns long before it. Had the calls below waited for it with
+    // the gate shut, they would have returned only once it was a hang, its domain recovered.
+    let policy = "[defaults]\ndeadline_floor_ms = 60000\ndeadline_ceiling_ms = 60000\nhistory_replay_ms = 600000\n";
+    let g = Gated::new("late-counters", policy);
+    g.run_up_to_the_gate();
+    let ext = g.lib.extension();
+    let pid = ext.pid().expect("a process domain");
+    let ran = ext.stats().shadow_log;
+    g.gated_block(25.0);
+    // The thread that waits for the late block takes the domain a moment after the block is handed over: asked over
+    // and over for a while, they are surely asked while it holds the domain (a bound, not a timing claim).
+    let until = Instant::now() + Duration::from_secs(1);
+    let mut asked = 0u64;
+    while asked == 0 || Instant::now() < until {
+        let stats = ext.stats();
+        assert_eq!((stats.incarnation, stats.restarts, stats.faults), (1, 0, 0), "{stats:?}");
+        assert!(stats.shadow_log >= ran, "{stats:?}");
+        assert_eq!(ext.pid(), Some(pid));
+        asked += 1;
+        std::thread::yield_now();
+    }
+    // A report the class makes meanwhile is said once the late block is over, not waited for.
+    ext.report_own_output("ward_lv2_run", "a report made while a block ran late");
+    assert!(!g.look_at_events(), "the late block returned before its gate opened");
+    assert!(!g.seen.borrow().iter().any(|e| matches!(e, Event::Fault { .. } | Event::OwnOutput { .. })));
+    std::fs::OpenOptions::new().write(true).open(&g.fifo).unwrap().write_all(&[1]).unwrap();
+    std::fs::remove_file(&g.fifo).unwrap();
+    g.block_when_back(1000.0, |reason| reason.contains("still running a late real-time call"));
+    g.look_at_events();
+    let seen = g.seen.borrow().clone();
+    let late = seen.iter().position(|e| matches!(e, Event::Late { .. })).expect("the late block returned");
+    let report = seen.iter().position(|e| matches!(e, Event::OwnOutput { call, .. } if call == "run"));
+    assert!(report.is_some_and(|r| r > late), "the report comes after the late block: {seen:?}");
+    assert!(!seen.iter().any(|e| matches!(e, Event::Fault { .. })), "{seen:?}");
+    assert_eq!(ext.stats().restarts, 0);
+}
+
+#[test]
+fn a_fault_declared_while_a_block_runs_late_is_recovered_once_it_returns_without_waiting_for_it() {
+    let policy = "[defaults]\ndeadline_floor_ms = 60000\ndeadline_ceiling_ms = 60000\nhistory_replay_ms = 600000\n";
+    let g = Gated::new("late-declared", policy);
+    g.run_up_to_the_gate();
+    let ext = g.lib.extension();
+    g.gated_block(25.0);
+    let until = Instant::now() + Duration::from_secs(1);
+    let mut declared = false;
+    while !declared || Instant::now() < until {
+        if !declared {
+            let kind = ward::FaultKind::BadOutput { what: "declared while a block ran late".into() };
+            ext.declare_fault_apart("ward_lv2_run", kind).unwrap();
+            declared = true;
+        }
+        // Not recovered under the late block, nor waited for: it is still at its gate.
+        assert_eq!(ext.stats().restarts, 0);
+        std::thread::yield_now();
+    }
+    assert!(!g.look_at_events(), "the late block returned before its gate opened");
+    std::fs::OpenOptions::new().write(true).open(&g.fifo).unwrap().write_all(&[1]).unwrap();
+    std::fs::remove_file(&g.fifo).unwrap();
+    // The late block returns, then the declared fault is recovered.
+    let fault = g.next_fault();
+    assert!(matches!(fault.kind, ward::FaultKind::BadOutput { .. }), "{fault}");
+    assert_eq!(fault.incarnation, 1);
+    assert!(g.seen.borrow().iter().any(|e| matches!(e, Event::Late { .. })), "the late block returned first");
+    // The recovered plugin has the late block (history), not the one before it, whose result the fault was
+    // declared of (the last before the gate, of 24): dropped from the history as the class's declaration asks.
+    assert_eq!(g.late.take(), Some(25.0));
+    g.total.set(g.total.get() + 25.0 - gated::BEFORE_GATE as f32);
+    g.block_when_back(1000.0, |reason| {
+        reason.contains("still running a late real-time call") || reason.contains("being recovered")
+    });
+    assert_eq!(g.restarts(), 1);
+}
