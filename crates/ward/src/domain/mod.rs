@@ -22,7 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
@@ -194,6 +194,8 @@ pub(crate) struct Domain {
     late_view: Mutex<(DomainStats, Option<i32>)>,
     /// What was asked of the domain while a late call held it and needs no answer now: done when that call ends.
     deferred: Mutex<Vec<realtime::Deferred>>,
+    /// The queue of the domain's thread that waits for its late calls, once it has one (`realtime`).
+    late_waiter: Mutex<Option<mpsc::Sender<Arc<Domain>>>>,
 }
 
 /// Host callbacks the thread holding a domain's lock is in now: how deeply nested, and how many have begun or
@@ -301,6 +303,7 @@ impl Domain {
             late_now: AtomicBool::new(false),
             late_view: Mutex::new((DomainStats::default(), None)),
             deferred: Mutex::new(Vec::new()),
+            late_waiter: Mutex::new(None),
         }
     }
 

@@ -3,7 +3,8 @@
 //! recovered on a thread of its own; its calls meanwhile fail at once too. Its deadline is the learned one without
 //! the floor, but never below one period (eight times that for a new incarnation's first calls, which fault their
 //! pages in). A call that misses it is late, not yet hung: its caller gets an error at once (the block is bypassed)
-//! and the call, still in the domain, is handed over to a thread of its own that waits for it with the function's
+//! and the call, still in the domain, is handed over to the domain's late-call thread (one for the domain's life,
+//! started at its first late call, taking them from a queue), which waits for it with the function's
 //! normal deadline, the one a call from any other thread gets. Returned in time, it is done as a success is (the
 //! shadow log's history keeps it, from copies of its inputs taken before its caller returned; its duration is
 //! learned) but its outputs are dropped; past that deadline it is a hang, recovered there. Until then the domain's
@@ -17,7 +18,7 @@
 //! extension (a plugin's saved state), logged as the call that restores it, in place of the instance's earlier one.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use ward_xpc::Deadline;
@@ -272,8 +273,8 @@ impl Domain {
         }
     }
 
-    /// Hand the call `late` over, letting go of the domain: a thread of its own waits for it (where none can be
-    /// started, this one). What its caller gets.
+    /// Hand the call `late` over, letting go of the domain: the domain's late-call thread waits for it (where that
+    /// thread cannot be started, this one). What its caller gets.
     fn hand_over(self: &Arc<Self>, g: Guard<'_>, late: Box<LateCall>) -> Error {
         let error = Error::Late { domain: self.name.clone(), call: call_name(&g, late.sym), deadline: late.missed };
         {
@@ -284,16 +285,40 @@ impl Domain {
         g.borrow_mut().late = Some(late);
         self.late_now.store(true, Ordering::Release);
         drop(g);
-        let domain = Arc::clone(self);
-        let spawned = std::thread::Builder::new().name("ward-late".into()).spawn(move || {
-            let mut g = domain.lock.lock();
-            domain.settle_late(&mut g);
-        });
-        if spawned.is_err() {
+        if !self.queue_late() {
             let mut g = self.lock.lock();
             self.settle_late(&mut g);
         }
         error
+    }
+
+    /// Give the late call just handed over to the domain's late-call thread, starting it on first need: one thread
+    /// for the domain's life, not one per late call (a plugin late at every block would start one per block).
+    /// False when there is no such thread and none can be started.
+    fn queue_late(self: &Arc<Self>) -> bool {
+        let mut waiter = self.late_waiter.lock().unwrap_or_else(|e| e.into_inner());
+        // The thread is gone only if it panicked: a new one is started.
+        if let Some(sender) = waiter.as_ref() {
+            if sender.send(Arc::clone(self)).is_ok() {
+                return true;
+            }
+        }
+        let (sender, queue) = mpsc::channel::<Arc<Domain>>();
+        // It holds no domain between calls: each comes with the domain it is late in, let go once settled. The
+        // domain holds the queue's sender: when the domain goes, so does the thread.
+        let started = std::thread::Builder::new().name("ward-late".into()).spawn(move || {
+            for domain in queue {
+                let mut g = domain.lock.lock();
+                domain.settle_late(&mut g);
+            }
+        });
+        if started.is_err() {
+            *waiter = None;
+            return false;
+        }
+        let queued = sender.send(Arc::clone(self)).is_ok();
+        *waiter = Some(sender);
+        queued
     }
 
     /// Wait for the real-time call running late in the domain, if one is, until it returns or its normal deadline
