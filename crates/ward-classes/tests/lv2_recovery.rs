@@ -5,6 +5,7 @@
 //! run; and without either, visibly not.
 
 use std::io::Write as _;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -349,4 +350,117 @@ fn a_fault_declared_while_a_block_runs_late_is_recovered_once_it_returns_without
         reason.contains("still running a late real-time call") || reason.contains("being recovered")
     });
     assert_eq!(g.restarts(), 1);
+}
+
+/// A tracing subscriber, for the thread running a real-time block, that stops the domain process `pid` (SIGSTOP) at
+/// the block's report that its wrong output is the plugin's own: after the block's run returned, before the class
+/// fetches the worker requests that run queued, so that fetch runs late.
+struct StopAtOwnOutput {
+    pid: i32,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for StopAtOwnOutput {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        if message.0.contains("wrong output again after recovery") && !self.stopped.swap(true, Ordering::SeqCst) {
+            // SAFETY: kill(2) with a pid and a signal number; the pid is the domain process this test started.
+            assert_eq!(unsafe { libc::kill(self.pid, libc::SIGSTOP) }, 0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn worker_requests_whose_fetch_ran_late_are_fetched_again_not_lost() {
+    // `lv2_worker` schedules a request numbered N at each block N that is a multiple of 16. A normal deadline of a
+    // minute: the late fetch returns long before it.
+    let policy = "[defaults]\ndeadline_floor_ms = 60000\ndeadline_ceiling_ms = 60000\nhistory_replay_ms = 600000\n";
+    let sup = Supervisor::new(Policy::from_toml_str(policy, "test policy").unwrap());
+    let events = sup.subscribe();
+    let (name, uri) = ("lv2_worker", "urn:ward:lv2:worker");
+    let bundle_dir = ward_extensions::lv2_bundle_of(name).unwrap();
+    let binary = bundle_dir.join(format!("{name}.so"));
+    let info = bundle::plugins_of_binary(&binary).unwrap().into_iter().find(|i| i.uri == uri).unwrap();
+    let lib = Library::open(&sup, &binary, Some(Isolation::Process)).unwrap();
+    let setup = Setup {
+        sample_rate: RATE,
+        bundle: bundle_dir,
+        ports: info.ports.iter().map(PortSpec::from).collect(),
+        features: Features { urid_map: true, worker_schedule: true, ..Features::default() },
+        host: Arc::new(UridMap::new()),
+        realtime: true,
+    };
+    let inst = lib.instantiate(0, setup).unwrap();
+    assert_eq!(inst.activate().unwrap(), Processed::Ran);
+    let requests = std::cell::RefCell::new(Vec::<u32>::new());
+    let block = |v: f32| {
+        let input = vec![v; BLOCK];
+        let mut out = vec![0f32; BLOCK];
+        let mut ports = [PortBuffer::Input(&input), PortBuffer::Output(&mut out)];
+        let processed = inst.run(BLOCK, &mut ports).unwrap();
+        for request in inst.take_work() {
+            requests.borrow_mut().push(u32::from_ne_bytes(request.as_slice().try_into().expect("a block number")));
+        }
+        processed
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    let when_back = |v: f32| loop {
+        assert!(Instant::now() < until, "the plugin did not come back");
+        match block(v) {
+            Processed::Ran => return,
+            Processed::Bypassed { .. } => std::thread::yield_now(),
+        }
+    };
+    // Past the fetch's learned deadline (eight fetches, one each 16 blocks) and a new incarnation's first calls:
+    // its real-time deadline is then shorter than its normal one, and a fetch that misses it runs late.
+    const GATED: u32 = 16 * 12;
+    for _ in 0..GATED {
+        when_back(1.0);
+    }
+    // Block GATED, of NaN: its output is declared wrong, the block bypassed and the domain recovered, the block
+    // dropped from the history: the recovered plugin is at block GATED again.
+    let Processed::Bypassed { reason } = block(f32::NAN) else { panic!("a NaN block passed its check") };
+    assert!(reason.contains("output check failed"), "{reason}");
+    let until_recovered = Instant::now() + Duration::from_secs(120);
+    while !events.try_iter().any(|e| matches!(e, Event::Recovered { .. })) {
+        assert!(Instant::now() < until_recovered, "no recovery");
+        std::thread::yield_now();
+    }
+    let pid = lib.extension().pid().expect("a process domain");
+    // Block GATED again, of NaN again: the plugin's own output, passed on, and the request it queued is fetched
+    // after that is said, with the domain stopped: the fetch runs late.
+    let stop = Arc::new(StopAtOwnOutput { pid, stopped: Default::default() });
+    tracing::subscriber::with_default(Arc::clone(&stop), || when_back(f32::NAN));
+    assert!(stop.stopped.load(Ordering::SeqCst), "the block reported no output of its own");
+    // SAFETY: kill(2) with a pid and a signal number; the pid is the domain process this test stopped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    for _ in 0..40 {
+        when_back(1.0);
+    }
+    let seen: Vec<Event> = events.try_iter().collect();
+    assert!(seen.iter().any(|e| matches!(e, Event::Late { call, .. } if call == "schedule_work")), "{seen:?}");
+    // Every request the plugin queued reached the host once: the late fetch's too.
+    let expected: Vec<u32> = (0..=GATED + 32).step_by(16).collect();
+    assert_eq!(*requests.borrow(), expected);
 }
