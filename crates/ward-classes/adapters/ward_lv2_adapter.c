@@ -26,6 +26,9 @@
 /* The most bytes of worker requests (or of responses to one request) queued at once; more is LV2_WORKER_ERR_NO_SPACE,
  * as from a host whose ring is full. */
 #define WORK_QUEUE_BYTES (64u * 1024u)
+/* The worker requests a queue holds at most: those not yet handed to the class (WORK_QUEUE_BYTES) and those handed
+ * out but not yet acknowledged (see ward_lv2_take_work). */
+#define WORK_QUEUE_HELD_BYTES (2u * WORK_QUEUE_BYTES)
 /* Log messages: longer ones are cut; more than LOG_BURST within a second are dropped and counted. */
 #define LOG_MESSAGE_BYTES 512
 #define LOG_BURST 20
@@ -103,6 +106,10 @@ struct uri_slot {
 struct queue {
     unsigned char *bytes;
     size_t len;
+    /* The first `held` bytes were handed out by the take numbered `handed` (0: none since the last acknowledgement)
+     * and are kept until the class says it received them (the work queue's only). */
+    size_t held;
+    uint64_t handed;
 };
 
 struct instance {
@@ -542,11 +549,13 @@ static int log_printf(LV2_Log_Handle handle, LV2_URID type, const char *fmt, ...
     return n;
 }
 
-/* Append `size` bytes of `data`, prefixed by their size, to `q`; false when the queue would pass its bound. */
+/* Append `size` bytes of `data`, prefixed by their size, to `q`; false when the queue would pass its bound (bytes
+ * handed out and held until acknowledged do not count against it, up to as many again). */
 static int enqueue(struct queue *q, uint32_t size, const void *data) {
-    if (q->len + 4 + (size_t)size > WORK_QUEUE_BYTES)
+    size_t record = 4 + (size_t)size;
+    if (q->len - q->held + record > WORK_QUEUE_BYTES || q->len + record > WORK_QUEUE_HELD_BYTES)
         return 0;
-    if (q->bytes == NULL && (q->bytes = malloc(WORK_QUEUE_BYTES)) == NULL)
+    if (q->bytes == NULL && (q->bytes = malloc(WORK_QUEUE_HELD_BYTES)) == NULL)
         return 0;
     memcpy(q->bytes + q->len, &size, 4);
     memcpy(q->bytes + q->len + 4, data, size);
@@ -810,8 +819,8 @@ static int64_t restore_now(struct instance *inst, const unsigned char *in, uint6
 /* Run one block of `samples` samples. `in` holds, per port, u32 bytes of its buffer (0: not connected) and u32 bytes
  * sent (at most those), then the bytes sent of each port in port order: an input's data, an output's present
  * contents (an atom output's header only, the capacity in its size). `out` receives every connected output's whole
- * buffer, in port order, as the plugin left it. Returns 0, the bytes of worker requests the block queued when there
- * are any (the class fetches them with ward_lv2_take_work), or an error code. */
+ * buffer, in port order, as the plugin left it. Returns 0, the bytes of worker requests queued and not yet handed
+ * out when there are any (the class fetches them with ward_lv2_take_work), or an error code. */
 WARD_ADAPTER_EXPORT int64_t ward_lv2_run(struct instance *inst, uint64_t samples, const unsigned char *in,
                                          uint64_t in_len, unsigned char *out, uint64_t out_len) {
     const LV2_Descriptor *d = inst->desc;
@@ -900,23 +909,39 @@ WARD_ADAPTER_EXPORT int64_t ward_lv2_run(struct instance *inst, uint64_t samples
         at_out += bytes;
     }
     lock(&inst->work_lock);
-    size_t queued = inst->work.len;
+    size_t queued = inst->work.len - inst->work.held;
     unlock(&inst->work_lock);
     return (int64_t)queued;
 }
 
-/* Move the worker requests queued so far into `out` (each a u32 size and its bytes); the bytes written, or minus the
- * bytes needed (nothing taken) when `cap` is too small. */
-WARD_ADAPTER_EXPORT int64_t ward_lv2_take_work(struct instance *inst, unsigned char *out, uint64_t cap) {
+/* Copy the worker requests queued so far into `out` (each a u32 size and its bytes), as the take numbered `take`
+ * (numbers the class gives its takes, never 0, never the same twice for an instance); the bytes written, or minus the
+ * bytes needed (nothing handed out) when `cap` is too small. What a take hands out stays queued until the class
+ * acknowledges it: `received`, the number of the last take whose bytes it got (0: none), drops the bytes that take
+ * handed out when it was the last here. A take whose bytes never reached the class (its call ran late, its output
+ * dropped) is not acknowledged, and the next hands them out again, with whatever came since: none is lost, none is
+ * handed twice. A restarted domain has handed out nothing, or only what its replayed takes did (the same, numbered
+ * the same), so an acknowledgement of the incarnation before cannot drop what the class never got. */
+WARD_ADAPTER_EXPORT int64_t ward_lv2_take_work(struct instance *inst, unsigned char *out, uint64_t cap,
+                                               uint64_t received, uint64_t take) {
+    struct queue *q = &inst->work;
     lock(&inst->work_lock);
-    size_t len = inst->work.len;
+    if (received != 0 && received == q->handed) {
+        if (q->held != 0)
+            memmove(q->bytes, q->bytes + q->held, q->len - q->held);
+        q->len -= q->held;
+        q->held = 0;
+        q->handed = 0;
+    }
+    size_t len = q->len;
     if (len > cap) {
         unlock(&inst->work_lock);
         return -(int64_t)len;
     }
     if (len != 0)
-        memcpy(out, inst->work.bytes, len);
-    inst->work.len = 0;
+        memcpy(out, q->bytes, len);
+    q->held = len;
+    q->handed = take;
     unlock(&inst->work_lock);
     return (int64_t)len;
 }

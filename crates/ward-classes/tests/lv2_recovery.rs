@@ -4,11 +4,8 @@
 //! `lv2_counter` (state but no `state:interface`) through its history alone. Output identical to the fault-free
 //! run; and without either, visibly not.
 
-use std::cell::{Cell, RefCell};
-use std::ffi::CString;
 use std::io::Write as _;
-use std::path::PathBuf;
-use std::sync::mpsc::Receiver;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +15,9 @@ use ward_classes::lv2::{Features, Library, PortBuffer, PortSpec, Setup, UridMap}
 use ward_classes::Processed;
 
 mod common;
+mod gated;
+
+use gated::Gated;
 
 const RATE: f64 = 48000.0;
 const BLOCK: usize = 256;
@@ -219,157 +219,6 @@ fn a_real_time_instance_bypasses_blocks_while_its_domain_is_recovered_apart_then
     assert!(!lib.extension().stats().disabled);
 }
 
-const GATE: (&str, &str) = ("lv2_gate", "urn:ward:lv2:gate");
-/// Blocks `lv2_gate` runs before the one gated in the tests below: past a new incarnation's first real-time calls
-/// (16), so the block's real-time deadline is the learned one, shorter than its normal deadline.
-const BEFORE_GATE: usize = 24;
-/// Bounds of waits for what the tests wait for: generous, not timing claims.
-const BOUND: Duration = Duration::from_secs(120);
-
-/// Every sample of `out` is `expected` (bit for bit), or the first that is not is said.
-fn every_sample_is(out: &[f32], expected: f32, what: &str) {
-    let wrong = out.iter().position(|s| s.to_bits() != expected.to_bits());
-    assert_eq!(wrong.map(|i| (i, out[i])), None, "{what}: expected {expected} everywhere");
-}
-
-/// A real-time instance of `lv2_gate` whose bundle directory is a scratch directory holding the FIFO `gate`, and
-/// the sum of the inputs of the blocks it ran, as the plugin keeps it.
-struct Gated {
-    _sup: Supervisor,
-    lib: Library,
-    inst: ward_classes::lv2::Instance,
-    events: Receiver<Event>,
-    /// Every event so far, in order.
-    seen: RefCell<Vec<Event>>,
-    fifo: PathBuf,
-    _scratch: common::Scratch,
-    /// The sum of the first input sample of every block the plugin ran.
-    total: Cell<f32>,
-    /// The input of the block last bypassed because it missed its real-time deadline: the plugin runs it if it
-    /// returns late ([`Event::Late`]), not if its domain is recovered first.
-    late: Cell<Option<f32>>,
-}
-
-impl Gated {
-    fn new(test: &str, policy: &str) -> Gated {
-        let scratch = common::Scratch::new("lv2-recovery", test);
-        let fifo = scratch.path("gate");
-        let c_fifo = CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: mkfifo(3) with a NUL-terminated path this test owns and a mode.
-        assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0, "mkfifo {}", fifo.display());
-        let sup = Supervisor::new(Policy::from_toml_str(policy, "test policy").unwrap());
-        let events = sup.subscribe();
-        let (name, uri) = GATE;
-        let binary = ward_extensions::lv2_bundle_of(name).unwrap().join(format!("{name}.so"));
-        let info = bundle::plugins_of_binary(&binary).unwrap().into_iter().find(|i| i.uri == uri).unwrap();
-        let lib = Library::open(&sup, &binary, Some(Isolation::Process)).unwrap();
-        let setup = Setup {
-            sample_rate: RATE,
-            // The plugin reads nothing else there: its bundle directory is where its gate is.
-            bundle: scratch.path(""),
-            ports: info.ports.iter().map(PortSpec::from).collect(),
-            features: Features::default(),
-            host: Arc::new(UridMap::new()),
-            realtime: true,
-        };
-        let inst = lib.instantiate(0, setup).unwrap();
-        assert_eq!(inst.activate().unwrap(), Processed::Ran);
-        let (seen, total, late) = (RefCell::new(Vec::new()), Cell::new(0.0), Cell::new(None));
-        Gated { _sup: sup, lib, inst, events, seen, fifo, _scratch: scratch, total, late }
-    }
-
-    /// One block whose every input sample is `v`, waiting at the gate if `wait`: what became of it, its output.
-    fn raw_block(&self, v: f32, wait: bool) -> (Processed, Vec<f32>) {
-        let input = vec![v; BLOCK];
-        let mut out = vec![f32::NAN; BLOCK];
-        let wait = [if wait { 1.0 } else { 0.0 }];
-        let mut ports = [PortBuffer::Input(&input), PortBuffer::Output(&mut out), PortBuffer::Input(&wait)];
-        let processed = self.inst.run(BLOCK, &mut ports).unwrap();
-        (processed, out)
-    }
-
-    /// The events since the last look, kept; whether a late call returned among them.
-    fn look_at_events(&self) -> bool {
-        let fresh: Vec<Event> = self.events.try_iter().collect();
-        let returned = fresh.iter().any(|e| matches!(e, Event::Late { .. }));
-        self.seen.borrow_mut().extend(fresh);
-        returned
-    }
-
-    /// The block bypassed as late last has returned or was dropped (a block ran since, or another went late: either
-    /// comes only after): the sum has it if it returned.
-    fn settle_late(&self) {
-        let returned = self.look_at_events();
-        if let Some(v) = self.late.take().filter(|_| returned) {
-            self.total.set(self.total.get() + v);
-        }
-    }
-
-    /// A block of `v` that does not wait, its output checked against the sum: `Ok` if it ran, else why it was
-    /// bypassed. A block that misses its real-time deadline (on a loaded machine) is counted once it returns.
-    fn block(&self, v: f32, wait: bool) -> Result<(), String> {
-        let (processed, out) = self.raw_block(v, wait);
-        match processed {
-            Processed::Ran => {
-                self.settle_late();
-                self.total.set(self.total.get() + v);
-                every_sample_is(&out, v + self.total.get(), "a block that ran");
-                Ok(())
-            }
-            Processed::Bypassed { reason } => {
-                every_sample_is(&out, v, "a bypassed block passes its input through");
-                if reason.contains("missed its deadline") {
-                    self.settle_late();
-                    self.late.set(Some(v));
-                }
-                Err(reason)
-            }
-        }
-    }
-
-    /// Blocks of `v` until one runs; those before it bypassed, each late or for a reason `bypassed` accepts.
-    fn block_when_back(&self, v: f32, bypassed: impl Fn(&str) -> bool) {
-        let until = Instant::now() + BOUND;
-        while let Err(reason) = self.block(v, false) {
-            assert!(reason.contains("missed its deadline") || bypassed(&reason), "{reason}");
-            assert!(Instant::now() < until, "the plugin did not come back");
-            std::thread::yield_now();
-        }
-    }
-
-    /// [`BEFORE_GATE`] blocks that ran, inputs 1, 2, ...
-    fn run_up_to_the_gate(&self) {
-        for b in 0..BEFORE_GATE {
-            self.block_when_back((b + 1) as f32, |reason| reason.contains("still running a late real-time call"));
-        }
-    }
-
-    /// The gated block, of `v`: its caller gets it back at its real-time deadline while the plugin still waits at
-    /// the gate (nothing has opened it yet), bypassed.
-    fn gated_block(&self, v: f32) {
-        let reason = self.block(v, true).expect_err("the gated block ran before its gate opened");
-        assert!(reason.contains("missed its deadline"), "{reason}");
-    }
-
-    /// The next fault reported.
-    fn next_fault(&self) -> ward::Fault {
-        let until = Instant::now() + BOUND;
-        loop {
-            assert!(Instant::now() < until, "no fault");
-            if let Ok(e) = self.events.recv_timeout(Duration::from_secs(1)) {
-                self.seen.borrow_mut().push(e.clone());
-                if let Event::Fault { fault } = e {
-                    return fault;
-                }
-            }
-        }
-    }
-
-    fn restarts(&self) -> u64 {
-        self.lib.extension().stats().restarts
-    }
-}
-
 #[test]
 fn a_real_time_block_that_misses_its_period_is_late_not_hung_and_is_replayed_as_the_plugin_ran_it() {
     // A normal deadline of a minute: the gate is opened long before it. A history that holds every block however
@@ -378,8 +227,6 @@ fn a_real_time_block_that_misses_its_period_is_late_not_hung_and_is_replayed_as_
     let g = Gated::new("late", policy);
     g.run_up_to_the_gate();
     g.gated_block(25.0);
-    // (Nothing here may read the domain's counters before the gate opens: the thread waiting for the late block
-    // holds the domain, as a call in progress does.)
     // Open the gate: opening the FIFO for writing waits until the plugin has it open for reading.
     std::fs::OpenOptions::new().write(true).open(&g.fifo).unwrap().write_all(&[1]).unwrap();
     // From now on no block waits (a replay runs the gated one again).
@@ -427,4 +274,198 @@ fn a_real_time_block_that_never_returns_is_a_hang_at_its_normal_deadline_and_rec
         reason.contains("still running a late real-time call") || reason.contains("being recovered")
     });
     assert_eq!(g.restarts(), 1);
+}
+
+#[test]
+fn while_a_block_runs_late_the_domains_counters_process_and_reports_answer_at_once() {
+    // A normal deadline of a minute: the late block returns long before it. Had the calls below waited for it with
+    // the gate shut, they would have returned only once it was a hang, its domain recovered.
+    let policy = "[defaults]\ndeadline_floor_ms = 60000\ndeadline_ceiling_ms = 60000\nhistory_replay_ms = 600000\n";
+    let g = Gated::new("late-counters", policy);
+    g.run_up_to_the_gate();
+    let ext = g.lib.extension();
+    let pid = ext.pid().expect("a process domain");
+    let ran = ext.stats().shadow_log;
+    g.gated_block(25.0);
+    // The thread that waits for the late block takes the domain a moment after the block is handed over: asked over
+    // and over for a while, they are surely asked while it holds the domain (a bound, not a timing claim).
+    let until = Instant::now() + Duration::from_secs(1);
+    let mut asked = 0u64;
+    while asked == 0 || Instant::now() < until {
+        let stats = ext.stats();
+        assert_eq!((stats.incarnation, stats.restarts, stats.faults), (1, 0, 0), "{stats:?}");
+        assert!(stats.shadow_log >= ran, "{stats:?}");
+        assert_eq!(ext.pid(), Some(pid));
+        asked += 1;
+        std::thread::yield_now();
+    }
+    // A report the class makes meanwhile is said once the late block is over, not waited for.
+    ext.report_own_output("ward_lv2_run", "a report made while a block ran late");
+    assert!(!g.look_at_events(), "the late block returned before its gate opened");
+    assert!(!g.seen.borrow().iter().any(|e| matches!(e, Event::Fault { .. } | Event::OwnOutput { .. })));
+    std::fs::OpenOptions::new().write(true).open(&g.fifo).unwrap().write_all(&[1]).unwrap();
+    std::fs::remove_file(&g.fifo).unwrap();
+    g.block_when_back(1000.0, |reason| reason.contains("still running a late real-time call"));
+    g.look_at_events();
+    let seen = g.seen.borrow().clone();
+    let late = seen.iter().position(|e| matches!(e, Event::Late { .. })).expect("the late block returned");
+    let report = seen.iter().position(|e| matches!(e, Event::OwnOutput { call, .. } if call == "run"));
+    assert!(report.is_some_and(|r| r > late), "the report comes after the late block: {seen:?}");
+    assert!(!seen.iter().any(|e| matches!(e, Event::Fault { .. })), "{seen:?}");
+    assert_eq!(ext.stats().restarts, 0);
+}
+
+#[test]
+fn a_fault_declared_while_a_block_runs_late_is_recovered_once_it_returns_without_waiting_for_it() {
+    let policy = "[defaults]\ndeadline_floor_ms = 60000\ndeadline_ceiling_ms = 60000\nhistory_replay_ms = 600000\n";
+    let g = Gated::new("late-declared", policy);
+    g.run_up_to_the_gate();
+    let ext = g.lib.extension();
+    g.gated_block(25.0);
+    let until = Instant::now() + Duration::from_secs(1);
+    let mut declared = false;
+    while !declared || Instant::now() < until {
+        if !declared {
+            let kind = ward::FaultKind::BadOutput { what: "declared while a block ran late".into() };
+            ext.declare_fault_apart("ward_lv2_run", kind).unwrap();
+            declared = true;
+        }
+        // Not recovered under the late block, nor waited for: it is still at its gate.
+        assert_eq!(ext.stats().restarts, 0);
+        std::thread::yield_now();
+    }
+    assert!(!g.look_at_events(), "the late block returned before its gate opened");
+    std::fs::OpenOptions::new().write(true).open(&g.fifo).unwrap().write_all(&[1]).unwrap();
+    std::fs::remove_file(&g.fifo).unwrap();
+    // The late block returns, then the declared fault is recovered.
+    let fault = g.next_fault();
+    assert!(matches!(fault.kind, ward::FaultKind::BadOutput { .. }), "{fault}");
+    assert_eq!(fault.incarnation, 1);
+    assert!(g.seen.borrow().iter().any(|e| matches!(e, Event::Late { .. })), "the late block returned first");
+    // The recovered plugin has the late block (history), not the one before it, whose result the fault was
+    // declared of (the last before the gate, of 24): dropped from the history as the class's declaration asks.
+    assert_eq!(g.late.take(), Some(25.0));
+    g.total.set(g.total.get() + 25.0 - gated::BEFORE_GATE as f32);
+    g.block_when_back(1000.0, |reason| {
+        reason.contains("still running a late real-time call") || reason.contains("being recovered")
+    });
+    assert_eq!(g.restarts(), 1);
+}
+
+/// A tracing subscriber, for the thread running a real-time block, that stops the domain process `pid` (SIGSTOP) at
+/// the block's report that its wrong output is the plugin's own: after the block's run returned, before the class
+/// fetches the worker requests that run queued, so that fetch runs late.
+struct StopAtOwnOutput {
+    pid: i32,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for StopAtOwnOutput {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        if message.0.contains("wrong output again after recovery") && !self.stopped.swap(true, Ordering::SeqCst) {
+            // SAFETY: kill(2) with a pid and a signal number; the pid is the domain process this test started.
+            assert_eq!(unsafe { libc::kill(self.pid, libc::SIGSTOP) }, 0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn worker_requests_whose_fetch_ran_late_are_fetched_again_not_lost() {
+    // `lv2_worker` schedules a request numbered N at each block N that is a multiple of 16. A normal deadline of a
+    // minute: the late fetch returns long before it. Blocks of 128 ms (256 samples at 2 kHz): their real-time
+    // deadline is at least that, so the blocks before the one stopped are not late even on a loaded machine (a
+    // late one would still run, but shift the plugin's count of blocks off the loop's).
+    let policy = "[defaults]\ndeadline_floor_ms = 60000\ndeadline_ceiling_ms = 60000\nhistory_replay_ms = 600000\n";
+    let sup = Supervisor::new(Policy::from_toml_str(policy, "test policy").unwrap());
+    let events = sup.subscribe();
+    let (name, uri) = ("lv2_worker", "urn:ward:lv2:worker");
+    let bundle_dir = ward_extensions::lv2_bundle_of(name).unwrap();
+    let binary = bundle_dir.join(format!("{name}.so"));
+    let info = bundle::plugins_of_binary(&binary).unwrap().into_iter().find(|i| i.uri == uri).unwrap();
+    let lib = Library::open(&sup, &binary, Some(Isolation::Process)).unwrap();
+    let setup = Setup {
+        sample_rate: 2000.0,
+        bundle: bundle_dir,
+        ports: info.ports.iter().map(PortSpec::from).collect(),
+        features: Features { urid_map: true, worker_schedule: true, ..Features::default() },
+        host: Arc::new(UridMap::new()),
+        realtime: true,
+    };
+    let inst = lib.instantiate(0, setup).unwrap();
+    assert_eq!(inst.activate().unwrap(), Processed::Ran);
+    let requests = std::cell::RefCell::new(Vec::<u32>::new());
+    let block = |v: f32| {
+        let input = vec![v; BLOCK];
+        let mut out = vec![0f32; BLOCK];
+        let mut ports = [PortBuffer::Input(&input), PortBuffer::Output(&mut out)];
+        let processed = inst.run(BLOCK, &mut ports).unwrap();
+        for request in inst.take_work() {
+            requests.borrow_mut().push(u32::from_ne_bytes(request.as_slice().try_into().expect("a block number")));
+        }
+        processed
+    };
+    let until = Instant::now() + Duration::from_secs(120);
+    let when_back = |v: f32| loop {
+        assert!(Instant::now() < until, "the plugin did not come back");
+        match block(v) {
+            Processed::Ran => return,
+            Processed::Bypassed { .. } => std::thread::yield_now(),
+        }
+    };
+    // Past the fetch's learned deadline (eight fetches, one each 16 blocks) and a new incarnation's first calls:
+    // its real-time deadline is then shorter than its normal one, and a fetch that misses it runs late.
+    const GATED: u32 = 16 * 12;
+    for _ in 0..GATED {
+        when_back(1.0);
+    }
+    // Block GATED, of NaN: its output is declared wrong, the block bypassed and the domain recovered, the block
+    // dropped from the history: the recovered plugin is at block GATED again.
+    let Processed::Bypassed { reason } = block(f32::NAN) else { panic!("a NaN block passed its check") };
+    assert!(reason.contains("output check failed"), "{reason}");
+    let until_recovered = Instant::now() + Duration::from_secs(120);
+    while !events.try_iter().any(|e| matches!(e, Event::Recovered { .. })) {
+        assert!(Instant::now() < until_recovered, "no recovery");
+        std::thread::yield_now();
+    }
+    let pid = lib.extension().pid().expect("a process domain");
+    // Block GATED again, of NaN again: the plugin's own output, passed on, and the request it queued is fetched
+    // after that is said, with the domain stopped: the fetch runs late.
+    let stop = Arc::new(StopAtOwnOutput { pid, stopped: Default::default() });
+    tracing::subscriber::with_default(Arc::clone(&stop), || when_back(f32::NAN));
+    assert!(stop.stopped.load(Ordering::SeqCst), "the block reported no output of its own");
+    // SAFETY: kill(2) with a pid and a signal number; the pid is the domain process this test stopped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    for _ in 0..40 {
+        when_back(1.0);
+    }
+    let seen: Vec<Event> = events.try_iter().collect();
+    assert!(seen.iter().any(|e| matches!(e, Event::Late { call, .. } if call == "schedule_work")), "{seen:?}");
+    // Every request the plugin queued reached the host once: the late fetch's too (GATED's, when no block before
+    // it ran late).
+    let requests = requests.into_inner();
+    let last = requests.last().copied().unwrap_or_default();
+    assert!(last >= GATED + 16, "{requests:?}");
+    assert_eq!(requests, (0..=last).step_by(16).collect::<Vec<u32>>());
 }

@@ -14,6 +14,9 @@ use crate::{ClassError, Processed};
 
 /// Bytes of worker requests or of one request's responses the adapter queues at most (its WORK_QUEUE_BYTES).
 const WORK_QUEUE_BYTES: usize = 64 * 1024;
+/// Bytes of worker requests the adapter holds at most, those handed out and not yet acknowledged included (its
+/// WORK_QUEUE_HELD_BYTES): what one take may hand out.
+const WORK_QUEUE_HELD_BYTES: usize = 2 * WORK_QUEUE_BYTES;
 /// The largest state believed from a plugin's save.
 const MAX_STATE: u64 = 256 << 20;
 /// More ports than any plugin has (the adapter's MAX_PORTS).
@@ -59,6 +62,18 @@ pub enum PortBuffer<'a> {
     AtomOutput(&'a mut [u8]),
 }
 
+/// The class's side of the worker requests' hand-over: the adapter keeps what a take handed out until a later take
+/// acknowledges it, so a take whose output never came back (late) loses nothing.
+struct WorkTakes {
+    /// The number the next take gets: from 1, never reused for the instance (so never one a restarted domain's
+    /// adapter handed out under, but for the takes its history replays, numbered as they were).
+    next: u64,
+    /// The number of the last take whose requests came back (0: none).
+    received: u64,
+    /// A take's requests did not come back: they wait in the domain, taken at the next block even if it queued none.
+    owed: bool,
+}
+
 /// The packing buffers of a block, kept between blocks (see the adapter's `ward_lv2_run`).
 #[derive(Default)]
 struct Packing {
@@ -80,6 +95,8 @@ pub struct Instance {
     packing: Mutex<Packing>,
     /// Worker requests the plugin scheduled, fetched from the domain, not yet taken by the host.
     scheduled: Mutex<Vec<Vec<u8>>>,
+    /// The hand-over of those requests (see the adapter's `ward_lv2_take_work`).
+    work_takes: Mutex<WorkTakes>,
     /// Blocks come from a real-time thread (see [`Setup::realtime`], [`Instance::set_realtime`]).
     realtime: AtomicBool,
     sample_rate: f64,
@@ -318,6 +335,7 @@ impl Instance {
             _callback: callback,
             packing: Mutex::new(Packing::default()),
             scheduled: Mutex::new(Vec::new()),
+            work_takes: Mutex::new(WorkTakes { next: 1, received: 0, owed: false }),
             realtime: AtomicBool::new(setup.realtime),
             sample_rate: setup.sample_rate,
             checkpoint_every,
@@ -480,7 +498,7 @@ impl Instance {
                 self.bypass(samples, ports);
                 return Ok(Processed::Bypassed { reason: format!("output check failed: {what}") });
             }
-            if code > 0 {
+            if code > 0 || self.work_takes.lock().unwrap_or_else(|e| e.into_inner()).owed {
                 self.fetch_work(code as usize);
             }
             unpack(&packing, ports, &sizes);
@@ -576,22 +594,41 @@ impl Instance {
         None
     }
 
-    /// Fetch the `queued` bytes of worker requests the block left in the domain.
+    /// Fetch the worker requests the block left in the domain (`queued` bytes of them new), and any an earlier take
+    /// handed out whose output never came back.
     fn fetch_work(&self, queued: usize) {
-        let mut buf = vec![0u8; queued.min(WORK_QUEUE_BYTES)];
+        let mut takes = self.work_takes.lock().unwrap_or_else(|e| e.into_inner());
+        let take = takes.next;
+        takes.next += 1;
+        // Owed: what the lost take handed out comes again with the new ones.
+        let mut buf = vec![0u8; if takes.owed { WORK_QUEUE_HELD_BYTES } else { queued.min(WORK_QUEUE_BYTES) }];
         let cap = buf.len() as u64;
         let taken = self.audio_thread_call(
             &self.lib.functions.take_work,
-            &mut [Arg::Handle(self.handle), Arg::Out(&mut buf), Arg::U64(cap)],
+            &mut [
+                Arg::Handle(self.handle),
+                Arg::Out(&mut buf),
+                Arg::U64(cap),
+                Arg::U64(takes.received),
+                Arg::U64(take),
+            ],
         );
         let n = match taken.map(|v| v.as_i64()) {
             Ok(Some(n)) if n >= 0 && n as usize <= buf.len() => n as usize,
-            Ok(_) => return,
+            Ok(_) => {
+                // More than this buffer holds (the lost take's and new ones): all of them at the next block.
+                takes.owed = true;
+                return;
+            }
             Err(e) => {
-                tracing::debug!(plugin = %self.plugin.uri, error = %e, "worker requests lost");
+                takes.owed = true;
+                tracing::debug!(plugin = %self.plugin.uri, error = %e, "worker requests left in the domain for now");
                 return;
             }
         };
+        takes.received = take;
+        takes.owed = false;
+        drop(takes);
         match records(&buf[..n]) {
             Ok(requests) => self.scheduled.lock().unwrap_or_else(|e| e.into_inner()).extend(requests),
             Err(what) => {

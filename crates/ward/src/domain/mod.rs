@@ -22,7 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
@@ -186,8 +186,16 @@ pub(crate) struct Domain {
     /// That the domain could not be given a real-time caller's scheduling was said.
     realtime_said: AtomicBool,
     /// A real-time call is running late in the domain (`realtime`): real-time calls fail at once meanwhile, and
-    /// the next thread to take the domain waits for that call first.
+    /// the next thread to take the domain waits for that call first. Set with the domain held; cleared only with
+    /// `deferred` held too ([`Domain::end_late`]), so nothing deferred while it is set is left behind.
     late_now: AtomicBool,
+    /// The domain's counters and process id as they were when the late call was handed over: what
+    /// [`Domain::stats`] and [`Domain::pid`] answer while the thread waiting for it holds the domain.
+    late_view: Mutex<(DomainStats, Option<i32>)>,
+    /// What was asked of the domain while a late call held it and needs no answer now: done when that call ends.
+    deferred: Mutex<Vec<realtime::Deferred>>,
+    /// The queue of the domain's thread that waits for its late calls, once it has one (`realtime`).
+    late_waiter: Mutex<Option<mpsc::Sender<Arc<Domain>>>>,
 }
 
 /// Host callbacks the thread holding a domain's lock is in now: how deeply nested, and how many have begun or
@@ -293,6 +301,9 @@ impl Domain {
             realtime_scheduled: AtomicU64::new(0),
             realtime_said: AtomicBool::new(false),
             late_now: AtomicBool::new(false),
+            late_view: Mutex::new((DomainStats::default(), None)),
+            deferred: Mutex::new(Vec::new()),
+            late_waiter: Mutex::new(None),
         }
     }
 
@@ -307,7 +318,12 @@ impl Domain {
     fn lock_for(&self, symbol: &str, call: &str) -> Result<Guard<'_>, Error> {
         let mut g = match self.lock.try_lock() {
             Some(g) => g,
-            None => self.lock_contended(symbol, call)?,
+            None => loop {
+                // Given `false`, it returns only with the lock (or the error).
+                if let Some(g) = self.lock_contended(symbol, call, false)? {
+                    break g;
+                }
+            },
         };
         if self.late_now.load(Ordering::Acquire) {
             self.settle_late(&mut g);
@@ -315,12 +331,17 @@ impl Domain {
         Ok(g)
     }
 
+    /// The waiting of [`Domain::lock_for`] for a held domain; with `unless_late`, `None` as soon as a late call
+    /// is found holding it (or about to).
     #[cold]
-    fn lock_contended(&self, symbol: &str, call: &str) -> Result<Guard<'_>, Error> {
+    fn lock_contended(&self, symbol: &str, call: &str, unless_late: bool) -> Result<Option<Guard<'_>>, Error> {
         let deadline = self.policy.deadline_for(symbol);
         // The holder's callback this thread has seen, and since when.
         let mut seen: Option<(u64, Instant)> = None;
         loop {
+            if unless_late && self.late_now.load(Ordering::Acquire) {
+                return Ok(None);
+            }
             let now = Instant::now();
             seen = match (self.callbacks.current(), seen) {
                 (Some(now_in), Some((was_in, since))) if now_in == was_in => Some((was_in, since)),
@@ -338,11 +359,11 @@ impl Domain {
                     self.events.emit(Event::Fault { fault: fault.clone() });
                     return Err(Error::Fault(fault));
                 }
-                Some((_, since)) => since + deadline,
+                Some((_, since)) => (since + deadline).min(now + if unless_late { TURN_LOOK } else { deadline }),
                 None => now + TURN_LOOK.min(deadline),
             };
             if let Some(g) = self.lock.try_lock_until(until) {
-                return Ok(g);
+                return Ok(Some(g));
             }
         }
     }
@@ -496,23 +517,38 @@ impl Domain {
         }
     }
 
+    /// The domain's counters; while a late call holds the domain, as they were when it was handed over (nothing
+    /// but that call changes them until it ends), at once.
     pub fn stats(&self) -> DomainStats {
-        let g = self.lock.lock();
-        let st = g.borrow();
-        let mut s = st.stats.clone();
-        s.shadow_log = st.shadow.len();
-        (s.history_bytes, s.history_replay) = st.shadow.history_held();
-        s.tracked = st.tracker.len();
-        s.handles = st.handles.lock().map(|h| h.len()).unwrap_or(0);
-        s.disabled = st.disabled.is_some();
-        s.lent_in_place = st.backend.lent_in_place();
-        s
+        match self.lock_unless_late() {
+            Some(g) => stats_of(&g.borrow()),
+            None => self.late_view.lock().unwrap_or_else(|e| e.into_inner()).0.clone(),
+        }
     }
 
+    /// The process id of the running incarnation; while a late call holds the domain, that call's, at once.
     pub fn pid(&self) -> Option<i32> {
-        let g = self.lock.lock();
-        let st = g.borrow();
-        st.backend.pid()
+        match self.lock_unless_late() {
+            Some(g) => g.borrow().backend.pid(),
+            None => self.late_view.lock().unwrap_or_else(|e| e.into_inner()).1,
+        }
+    }
+
+    /// The domain's lock, for a look at its state that sends the domain nothing: it waits for a call in progress
+    /// as long as that takes, but not for a late one (`realtime`), which may take the function's whole deadline:
+    /// `None` then, as soon as that is found.
+    fn lock_unless_late(&self) -> Option<Guard<'_>> {
+        loop {
+            if let Some(g) = self.lock.try_lock() {
+                return Some(g);
+            }
+            if self.late_now.load(Ordering::Acquire) {
+                return None;
+            }
+            if let Some(g) = self.lock.try_lock_for(TURN_LOOK) {
+                return Some(g);
+            }
+        }
     }
 
     /// Resolve a symbol for the current incarnation if needed.
@@ -721,34 +757,56 @@ impl Domain {
     /// or becomes disabled.
     pub fn declare_fault(&self, ext: usize, symbol: &str, kind: FaultKind) -> Result<(), Error> {
         let mut g = self.lock_for(symbol, symbol)?;
-        let fault = self.declared_fault(&g, ext, symbol, kind)?;
+        let fault = self.declared_fault(&g, ext, symbol, kind, true)?;
         self.recover(&mut g, fault)
     }
 
-    /// See [`crate::Extension::report_own_output`].
+    /// See [`crate::Extension::report_own_output`]. Said once a late call holding the domain ends, not waited for.
     pub fn report_own_output(&self, ext: usize, symbol: &str, what: &str) {
-        let call = match self.lock_for(symbol, symbol) {
-            Ok(g) => {
-                let st = g.borrow();
-                let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
-                index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string())
+        let mut report = realtime::Deferred::OwnOutput { ext, symbol: symbol.to_string(), what: what.to_string() };
+        loop {
+            let taken = match self.lock.try_lock() {
+                Some(g) => Ok(Some(g)),
+                None => self.lock_contended(symbol, symbol, true),
+            };
+            // Taken before the late call's thread took it, the domain is held here with the late state set, which
+            // only a holder changes: the report is deferred all the same, said after the late call as ever.
+            match taken {
+                Ok(held) => match (self.defer_while_late(report), held) {
+                    (Ok(()), _) => return,
+                    (Err(back), Some(mut g)) => return self.run_deferred(&mut g, vec![back]),
+                    // It ended meanwhile: the domain is free again.
+                    (Err(back), None) => report = back,
+                },
+                Err(_) => {
+                    let call = symbol.to_string();
+                    self.events.emit(Event::OwnOutput { domain: self.name.clone(), call, what: what.to_string() });
+                    return;
+                }
             }
-            Err(_) => symbol.to_string(),
-        };
-        self.events.emit(Event::OwnOutput { domain: self.name.clone(), call, what: what.to_string() });
+        }
     }
 
-    /// The fault a class declares for a call of `symbol` whose result was wrong (see [`Domain::declare_fault`]); an
-    /// error when the domain is disabled.
-    fn declared_fault(&self, g: &Guard<'_>, ext: usize, symbol: &str, kind: FaultKind) -> Result<Fault, Error> {
+    /// The fault a class declares for a call of `symbol` whose result was wrong (see [`Domain::declare_fault`]), its
+    /// result dropped from the history when `drop_result` (else it was already); an error when the domain is
+    /// disabled.
+    fn declared_fault(
+        &self,
+        g: &Guard<'_>,
+        ext: usize,
+        symbol: &str,
+        kind: FaultKind,
+        drop_result: bool,
+    ) -> Result<Fault, Error> {
         if let Some(e) = self.disabled_error(&g.borrow()) {
             return Err(e);
         }
         let mut st = g.borrow_mut();
         // The call's wrong result must not be replayed as history: the caller retries the call itself.
-        let st = &mut *st;
+        if drop_result {
+            realtime::drop_declared_result(&mut st, ext, symbol);
+        }
         let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
-        st.shadow.drop_last_history(|s| Some(s) == index);
         let call = index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string());
         Ok(Fault { kind, domain: self.name.clone(), call: Some(call), incarnation: st.incarnation })
     }
@@ -1255,6 +1313,18 @@ impl Domain {
     fn make_fault(&self, g: &Guard<'_>, kind: FaultKind, call: Option<String>) -> Fault {
         Fault { kind, domain: self.name.clone(), call, incarnation: g.borrow().incarnation }
     }
+}
+
+/// The domain's counters, read from its state.
+fn stats_of(st: &State) -> DomainStats {
+    let mut s = st.stats.clone();
+    s.shadow_log = st.shadow.len();
+    (s.history_bytes, s.history_replay) = st.shadow.history_held();
+    s.tracked = st.tracker.len();
+    s.handles = st.handles.lock().map(|h| h.len()).unwrap_or(0);
+    s.disabled = st.disabled.is_some();
+    s.lent_in_place = st.backend.lent_in_place();
+    s
 }
 
 /// The call of function `sym` as faults, events and messages name it.

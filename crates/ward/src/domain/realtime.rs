@@ -3,23 +3,27 @@
 //! recovered on a thread of its own; its calls meanwhile fail at once too. Its deadline is the learned one without
 //! the floor, but never below one period (eight times that for a new incarnation's first calls, which fault their
 //! pages in). A call that misses it is late, not yet hung: its caller gets an error at once (the block is bypassed)
-//! and the call, still in the domain, is handed over to a thread of its own that waits for it with the function's
+//! and the call, still in the domain, is handed over to the domain's late-call thread (one for the domain's life,
+//! started at its first late call, taking them from a queue), which waits for it with the function's
 //! normal deadline, the one a call from any other thread gets. Returned in time, it is done as a success is (the
 //! shadow log's history keeps it, from copies of its inputs taken before its caller returned; its duration is
 //! learned) but its outputs are dropped; past that deadline it is a hang, recovered there. Until then the domain's
-//! real-time calls fail at once, and any other thread that takes the domain waits for the late call first. A
+//! real-time calls fail at once, and any other thread that takes the domain waits for the late call first; but a
+//! look that sends the domain nothing does not wait for it: `stats` and `pid` answer what they were at the hand-over
+//! (only the late call changes them until it ends), and a fault declared or an output reported meanwhile is deferred
+//! to the end of the late call, done there by whoever waited for it, the domain still held. A
 //! domain whose functions run on the caller's own thread (mpk) cannot hand a call over: its real-time deadline is
 //! a hang's, as before. The domain's process gets the caller's real-time scheduling, so the audio thread does not
 //! wait for a process the scheduler ranks below every ordinary one. And checkpoints: a state the class read from the
 //! extension (a plugin's saved state), logged as the call that restores it, in place of the instance's earlier one.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use ward_xpc::Deadline;
 
-use super::{abandon, call_name, learn, Domain, Guard, Outcome, RingEnd, Wire};
+use super::{abandon, call_name, learn, stats_of, Domain, Guard, Outcome, RingEnd, State, Wire};
 use crate::backend::process::placement;
 use crate::backend::{BackendError, Callable, Frame};
 use crate::call::{Arg, RetType, Value};
@@ -50,6 +54,24 @@ pub(super) struct LateCall {
     /// The domain's own time in it when it was handed over, and when that was.
     counted: Duration,
     handed: Instant,
+}
+
+/// What a thread asked of the domain while a late call held it, done once that call ends (by whoever waited for it,
+/// with the domain still held), so the asker does not wait for it.
+pub(super) enum Deferred {
+    /// [`Domain::declare_fault_apart`] of incarnation `incarnation`: recovered then if that incarnation still runs;
+    /// if a recovery ended it first (the late call hung), that recovery drops the call's wrong result from the
+    /// history as the declaration would have.
+    /// `history_dropped`: its result was dropped from the history already, before the late call was logged.
+    Fault { ext: usize, symbol: String, kind: FaultKind, incarnation: u64, history_dropped: bool },
+    /// [`Domain::report_own_output`].
+    OwnOutput { ext: usize, symbol: String, what: String },
+}
+
+/// Drop from the history the wrong result a class declared of `symbol` (of extension `ext`): its last call's.
+pub(super) fn drop_declared_result(st: &mut State, ext: usize, symbol: &str) {
+    let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
+    st.shadow.drop_last_history(|s| Some(s) == index);
 }
 
 /// `args` as a call's arguments: buffers taken as they are (an input is moved into the history, not copied), an
@@ -251,45 +273,149 @@ impl Domain {
         }
     }
 
-    /// Hand the call `late` over, letting go of the domain: a thread of its own waits for it (where none can be
-    /// started, this one). What its caller gets.
+    /// Hand the call `late` over, letting go of the domain: the domain's late-call thread waits for it (where that
+    /// thread cannot be started, this one). What its caller gets.
     fn hand_over(self: &Arc<Self>, g: Guard<'_>, late: Box<LateCall>) -> Error {
         let error = Error::Late { domain: self.name.clone(), call: call_name(&g, late.sym), deadline: late.missed };
+        {
+            // What `stats` and `pid` answer until it ends: the thread waiting for it holds the domain.
+            let st = g.borrow();
+            *self.late_view.lock().unwrap_or_else(|e| e.into_inner()) = (stats_of(&st), st.backend.pid());
+        }
         g.borrow_mut().late = Some(late);
         self.late_now.store(true, Ordering::Release);
         drop(g);
-        let domain = Arc::clone(self);
-        let spawned = std::thread::Builder::new().name("ward-late".into()).spawn(move || {
-            let mut g = domain.lock.lock();
-            domain.settle_late(&mut g);
-        });
-        if spawned.is_err() {
+        if !self.queue_late() {
             let mut g = self.lock.lock();
             self.settle_late(&mut g);
         }
         error
     }
 
+    /// Give the late call just handed over to the domain's late-call thread, starting it on first need: one thread
+    /// for the domain's life, not one per late call (a plugin late at every block would start one per block).
+    /// False when there is no such thread and none can be started.
+    fn queue_late(self: &Arc<Self>) -> bool {
+        let mut waiter = self.late_waiter.lock().unwrap_or_else(|e| e.into_inner());
+        // The thread is gone only if it panicked: a new one is started.
+        if let Some(sender) = waiter.as_ref() {
+            if sender.send(Arc::clone(self)).is_ok() {
+                return true;
+            }
+        }
+        let (sender, queue) = mpsc::channel::<Arc<Domain>>();
+        // It holds no domain between calls: each comes with the domain it is late in, let go once settled. The
+        // domain holds the queue's sender: when the domain goes, so does the thread.
+        let started = std::thread::Builder::new().name("ward-late".into()).spawn(move || {
+            for domain in queue {
+                let mut g = domain.lock.lock();
+                domain.settle_late(&mut g);
+            }
+        });
+        if started.is_err() {
+            *waiter = None;
+            return false;
+        }
+        let queued = sender.send(Arc::clone(self)).is_ok();
+        *waiter = Some(sender);
+        queued
+    }
+
     /// Wait for the real-time call running late in the domain, if one is, until it returns or its normal deadline
     /// passes: returned, it is done as a success is, its outputs dropped; else it is a fault of its function,
-    /// recovered here. Every thread that takes the domain to send it something does this first.
+    /// recovered here. Then what was deferred while it ran. Every thread that takes the domain to send it something
+    /// does this first.
     pub(super) fn settle_late(&self, g: &mut Guard<'_>) {
         if !self.late_now.load(Ordering::Acquire) {
             return;
         }
         // None: this thread is waiting for it already, and calls the domain from a callback of it.
         let Some(late) = g.borrow_mut().late.take() else { return };
-        self.wait_late(g, late);
-        // No call was handed over meanwhile: that takes the domain, held here.
-        self.late_now.store(false, Ordering::Release);
+        let deferred = self.wait_late(g, late);
+        self.run_deferred(g, deferred);
     }
 
-    fn wait_late(&self, g: &mut Guard<'_>, late: Box<LateCall>) {
+    /// No late call holds the domain any more: what was deferred meanwhile, to be done now.
+    pub(super) fn end_late(&self) -> Vec<Deferred> {
+        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        self.late_now.store(false, Ordering::Release);
+        std::mem::take(&mut *deferred)
+    }
+
+    /// Defer `what` until the late call holding the domain ends; given back when none does any more.
+    pub(super) fn defer_while_late(&self, what: Deferred) -> Result<(), Deferred> {
+        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        // Read with `deferred` held: it is cleared only so (`end_late`), which then takes this.
+        if !self.late_now.load(Ordering::Acquire) {
+            return Err(what);
+        }
+        deferred.push(what);
+        Ok(())
+    }
+
+    /// Do what was deferred, with the domain held.
+    pub(super) fn run_deferred(&self, g: &mut Guard<'_>, deferred: Vec<Deferred>) {
+        for what in deferred {
+            match what {
+                Deferred::OwnOutput { ext, symbol, what } => self.own_output(&g.borrow(), ext, &symbol, what),
+                Deferred::Fault { ext, symbol, kind, incarnation, history_dropped } => {
+                    if g.borrow().incarnation != incarnation {
+                        // Recovered meanwhile: the result it was about is gone with its incarnation.
+                        continue;
+                    }
+                    // An error is the domain disabled: its calls say so from now on.
+                    if let Ok(fault) = self.declared_fault(g, ext, &symbol, kind, !history_dropped) {
+                        let _ = self.recover_counted(g, fault, 0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The late call's incarnation ends in a recovery: what was deferred while it ran, done as far as it still
+    /// means something. A declared fault of that incarnation has its wrong result dropped from the history (the
+    /// recovery it asked for is this one).
+    pub(super) fn deferred_at_restart(&self, st: &mut State, deferred: Vec<Deferred>) {
+        for what in deferred {
+            match what {
+                Deferred::OwnOutput { ext, symbol, what } => self.own_output(st, ext, &symbol, what),
+                Deferred::Fault { ext, symbol, incarnation, history_dropped: false, .. }
+                    if incarnation == st.incarnation =>
+                {
+                    drop_declared_result(st, ext, &symbol);
+                }
+                Deferred::Fault { .. } => {}
+            }
+        }
+    }
+
+    /// The late call returned and is about to be logged: the wrong results that faults declared meanwhile are about
+    /// came before it, and are dropped from the history first (after it, each would be the late call's own).
+    fn drop_declared_before_late(&self, st: &mut State, deferred: &mut [Deferred]) {
+        for what in deferred {
+            if let Deferred::Fault { ext, symbol, incarnation, history_dropped, .. } = what {
+                if *incarnation == st.incarnation && !*history_dropped {
+                    drop_declared_result(st, *ext, symbol);
+                    *history_dropped = true;
+                }
+            }
+        }
+    }
+
+    /// Say that the output of `symbol` (of extension `ext`) is its own ([`Event::OwnOutput`]).
+    pub(super) fn own_output(&self, st: &State, ext: usize, symbol: &str, what: String) {
+        let index = st.symbol_index.get(ext).and_then(|m| m.get(symbol)).copied();
+        let call = index.and_then(|i| st.symbols.get(i)).map_or_else(|| symbol.to_string(), |s| s.call.to_string());
+        self.events.emit(Event::OwnOutput { domain: self.name.clone(), call, what });
+    }
+
+    /// [`Domain::settle_late`]'s wait, which ends the late state: what was deferred meanwhile.
+    fn wait_late(&self, g: &mut Guard<'_>, late: Box<LateCall>) -> Vec<Deferred> {
         let LateCall { sym, frame, ret, incarnation, mut args, policy, missed, deadline: normal, counted, handed } =
             *late;
         if g.borrow().incarnation != incarnation {
             // It ended with its incarnation (recovery drops it; this is only a second guard).
-            return;
+            return self.end_late();
         }
         // What is left of the normal deadline, counted from the hand-over.
         let gap = handed.elapsed();
@@ -309,7 +435,7 @@ impl Domain {
                     Outcome::Stale | Outcome::Done(_) => {}
                     Outcome::Error(e) => tracing::debug!(domain = %self.name, error = %e, "a late call ended"),
                 }
-                return;
+                return self.end_late();
             }
         };
         let took = counted + gap + deadline.counted();
@@ -337,9 +463,17 @@ impl Domain {
         // say), which a replay does not, and charged all of it, one late block could push the whole history out.
         let replay = Some(took.min(missed));
         let value = Value::from_regs(ret, regs);
-        let _ = self.after_success_charged(g, sym, &policy, &mut borrowed, ret, value, replay);
+        let deferred = {
+            // Held until the late state ends: a fault declared meanwhile is about a result before this call's.
+            let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+            self.drop_declared_before_late(&mut g.borrow_mut(), &mut deferred);
+            let _ = self.after_success_charged(g, sym, &policy, &mut borrowed, ret, value, replay);
+            self.late_now.store(false, Ordering::Release);
+            std::mem::take(&mut *deferred)
+        };
         let call = call_name(g, sym);
         self.events.emit(Event::Late { domain: self.name.clone(), call, deadline: missed, took });
+        deferred
     }
 
     /// Recover from `fault` (of a call that failed `in_row` times in a row) on a thread of its own, letting go of
@@ -365,17 +499,32 @@ impl Domain {
     }
 
     /// A class found the result of a real-time call of `symbol` wrong: recover as [`Domain::declare_fault`] does,
-    /// but on a thread of its own.
+    /// but on a thread of its own. While a late call holds the domain, the declaration waits for it to end, on the
+    /// thread that waits for it: the caller does not.
     pub(crate) fn declare_fault_apart(
         self: &Arc<Self>,
         ext: usize,
         symbol: &str,
         kind: FaultKind,
     ) -> Result<(), Error> {
-        let g = self.lock.lock();
-        let fault = self.declared_fault(&g, ext, symbol, kind)?;
-        self.recover_apart(g, fault, 0);
-        Ok(())
+        let incarnation = self.incarnation.load(Ordering::Acquire);
+        let mut declared =
+            Deferred::Fault { ext, symbol: symbol.to_string(), kind, incarnation, history_dropped: false };
+        loop {
+            // Taken before the late call's thread took it, the domain is held here with the late state set, which
+            // only a holder changes: the declaration is deferred all the same.
+            let g = self.lock_unless_late();
+            declared = match self.defer_while_late(declared) {
+                Ok(()) => return Ok(()),
+                Err(back) => back,
+            };
+            // It ended meanwhile: the domain is free again.
+            let Some(g) = g else { continue };
+            let Deferred::Fault { kind, .. } = declared else { return Ok(()) };
+            let fault = self.declared_fault(&g, ext, symbol, kind, true)?;
+            self.recover_apart(g, fault, 0);
+            return Ok(());
+        }
     }
 
     /// Run `f` holding the domain for this thread: other threads' calls wait (real-time ones at most a period, then

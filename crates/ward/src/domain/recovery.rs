@@ -45,9 +45,12 @@ impl Domain {
                 let mut st = g.borrow_mut();
                 st.stats.faults += 1;
                 st.backend.stop();
-                // A real-time call running late ended with the incarnation (its loans go with the rest).
-                if st.late.take().is_some() {
-                    self.late_now.store(false, std::sync::atomic::Ordering::Release);
+                // A real-time call running late ended with the incarnation (its loans go with the rest), and so
+                // does one this recovery is under (taken out by the thread waiting for it): what was deferred
+                // while it ran is done now.
+                if st.late.take().is_some() || self.late_now.load(std::sync::atomic::Ordering::Acquire) {
+                    let deferred = self.end_late();
+                    self.deferred_at_restart(&mut st, deferred);
                 }
                 let released = st.tracker.release_all();
                 st.instances.clear();
