@@ -394,9 +394,9 @@ impl tracing::Subscriber for StopAtOwnOutput {
 #[test]
 fn worker_requests_whose_fetch_ran_late_are_fetched_again_not_lost() {
     // `lv2_worker` schedules a request numbered N at each block N that is a multiple of 16. A normal deadline of a
-    // minute: the late fetch returns long before it. Blocks of 128 ms (256 samples at 2 kHz): their real-time
-    // deadline is at least that, so the blocks before the one stopped are not late even on a loaded machine (a
-    // late one would still run, but shift the plugin's count of blocks off the loop's).
+    // minute: the late fetch returns long before it. Blocks of about a second (256 samples at 250 Hz): their
+    // real-time deadline is at least that, so the blocks before the one stopped are not late even on a loaded
+    // machine (a late one would still run, but shift the plugin's count of blocks off the loop's).
     let policy = "[defaults]\ndeadline_floor_ms = 60000\ndeadline_ceiling_ms = 60000\nhistory_replay_ms = 600000\n";
     let sup = Supervisor::new(Policy::from_toml_str(policy, "test policy").unwrap());
     let events = sup.subscribe();
@@ -406,7 +406,7 @@ fn worker_requests_whose_fetch_ran_late_are_fetched_again_not_lost() {
     let info = bundle::plugins_of_binary(&binary).unwrap().into_iter().find(|i| i.uri == uri).unwrap();
     let lib = Library::open(&sup, &binary, Some(Isolation::Process)).unwrap();
     let setup = Setup {
-        sample_rate: 2000.0,
+        sample_rate: 250.0,
         bundle: bundle_dir,
         ports: info.ports.iter().map(PortSpec::from).collect(),
         features: Features { urid_map: true, worker_schedule: true, ..Features::default() },
