@@ -27,7 +27,8 @@
 //!
 //! In `template` mode (`--mode template --parent PID`, fd 3 only) it does none of this: it stays as exec'd and forks
 //! a process for each domain the host starts, which then runs the start-up above as if exec'd (see [`template`]), or
-//! a spare ahead of the next domain, which runs the steps up to the PID namespace before the domain's command line
+//! a spare ahead of the next domain, which runs the steps up to the PID namespace, and the sandbox's steps that depend
+//! on no domain (standard output, `no_new_privs`, not dumpable, capabilities), before the domain's command line
 //! comes and the rest after it.
 
 #![deny(unsafe_code)]
@@ -96,18 +97,23 @@ pub(crate) fn start(argv: Vec<String>) -> ExitCode {
     close_other_descriptors();
     // Before anything else: the waiter and init this starts return only as the domain proper, in the namespace.
     let entered = args.sandbox.pid_namespace.then(|| sandbox::namespace::enter(None));
-    finish_start(args, joined, entered)
+    finish_start(args, joined, entered, None)
 }
 
 /// The start-up of a domain whose process a spare made ahead (`template.rs`): tied to the host's life, other
-/// descriptors closed and the PID namespace entered (`entered`) before its command line came. The cgroup is joined
-/// now, by the domain proper and the namespace's init, before any extension code runs (the waiter, outside the
-/// namespace, runs none and stays where the spare was made); the rest is [`start`]'s.
-pub(crate) fn start_entered(argv: Vec<String>, entered: sandbox::namespace::Outcome) -> ExitCode {
+/// descriptors closed, the PID namespace entered (`entered`) and the sandbox's first steps taken (`first_steps`,
+/// which depend on no domain) before its command line came. The cgroup is joined now, by the domain proper and the
+/// namespace's init, before any extension code runs (the waiter, outside the namespace, runs none and stays where
+/// the spare was made); the rest is [`start`]'s, the first steps' outcome reported where [`start`] takes them.
+pub(crate) fn start_entered(
+    argv: Vec<String>,
+    entered: sandbox::namespace::Outcome,
+    first_steps: Result<(), sandbox::SandboxError>,
+) -> ExitCode {
     let Some(args) = parse(argv) else { return ExitCode::from(2) };
     let inside = matches!(entered, sandbox::namespace::Outcome::Inside { .. });
     let joined = join_cgroups(&args.cgroups, inside);
-    finish_start(args, joined, Some(entered))
+    finish_start(args, joined, Some(entered), Some(first_steps))
 }
 
 fn parse(argv: Vec<String>) -> Option<Args> {
@@ -121,8 +127,14 @@ fn parse(argv: Vec<String>) -> Option<Args> {
     }
 }
 
-/// The start-up from the namespace on: `entered` is what entering the PID namespace gave (None: not asked for).
-fn finish_start(args: Args, joined: Result<(), SetupError>, entered: Option<sandbox::namespace::Outcome>) -> ExitCode {
+/// The start-up from the namespace on: `entered` is what entering the PID namespace gave (None: not asked for),
+/// `first_steps` the outcome of the sandbox's first steps where taken already (None: [`setup`] takes them).
+fn finish_start(
+    args: Args,
+    joined: Result<(), SetupError>,
+    entered: Option<sandbox::namespace::Outcome>,
+    first_steps: Option<Result<(), sandbox::SandboxError>>,
+) -> ExitCode {
     // What the host is told with `ready` about a namespace it asked for and did not get.
     let mut without = None;
     let namespace = match entered {
@@ -153,7 +165,7 @@ fn finish_start(args: Args, joined: Result<(), SetupError>, entered: Option<sand
             return ExitCode::from(2);
         }
     };
-    match setup(args, namespace, inherited.region, inherited.pool_in, inherited.pool_out) {
+    match setup(args, namespace, inherited.region, inherited.pool_in, inherited.pool_out, first_steps) {
         Ok(setup) => {
             let mut ready = match &without {
                 Some(why) => format!("ready\n{why}"),
@@ -187,6 +199,7 @@ fn setup(
     region_fd: OwnedFd,
     in_fd: OwnedFd,
     out_fd: OwnedFd,
+    first_steps: Option<Result<(), sandbox::SandboxError>>,
 ) -> Result<Setup, SetupError> {
     let region = Region::open_domain(region_fd).map_err(SetupError::Region)?;
     // Before the pools: finding the main thread's stack reads /proc/self/maps, longer with every mapping.
@@ -205,7 +218,8 @@ fn setup(
         Job::Serve => sandbox::Role::Serving { own },
         Job::Zygote => sandbox::Role::Zygote { host: (!namespace).then_some(args.parent) },
     };
-    sandbox::apply(&args.sandbox, role)?;
+    first_steps.unwrap_or_else(sandbox::first_steps)?;
+    sandbox::confine(&args.sandbox, role)?;
     let library = loader::Library::load(&args.extensions)?;
     // After loading: the limits hold the extensions' calls (and the zygote's incarnations inherit them), not the
     // dynamic linker's start-up.

@@ -14,8 +14,8 @@
 //! exec'd `ward-domain` runs from its command line on (cgroup, namespaces, sandbox, loading): the two cannot drift.
 //!
 //! A `spare` message (with a control socket too) forks a spare instead: a process that runs, ahead of any domain,
-//! the start-up steps that depend on no domain (up to and with the PID namespace), then waits on that socket for the
-//! setup of whichever domain the host hands it next ([`become_spare`]).
+//! the start-up steps that depend on no domain (up to and with the PID namespace, and the sandbox's first steps),
+//! then waits on that socket for the setup of whichever domain the host hands it next ([`become_spare`]).
 //!
 //! The forked process has a glibc whose thread descriptor still names the template's thread id unless the kernel
 //! rewrites it at the fork, as glibc's own `fork` has it do (`CLONE_CHILD_SETTID` on the address the kernel knows
@@ -252,9 +252,10 @@ fn as_an_execd_domain_starts() {
 
 /// The spare: a process forked ahead, before any domain asks for it, that does at once what does not depend on the
 /// domain (tie its life to the host's, a process group of its own, every other descriptor closed, the PID namespace
-/// with its waiter, init and `/proc`), then waits, named [`SPARE_NAME`], for a domain's setup on its control socket
-/// (`domain`), which it keeps on descriptor 3. Whatever is per domain (cgroup, sandbox, limits, loading) runs after
-/// the setup comes, in the same start-up code as an exec'd domain's ([`crate::start_entered`]). The host hands it a
+/// with its waiter, init and `/proc`, the sandbox's first steps: `sandbox::first_steps`), then waits, named
+/// [`SPARE_NAME`], for a domain's setup on its control socket (`domain`), which it keeps on descriptor 3. Whatever is
+/// per domain (cgroup, the sandbox's configured steps, limits, loading) runs after the setup comes, in the same
+/// start-up code as an exec'd domain's ([`crate::start_entered`]). The host hands it a
 /// domain only when that domain asks for a PID namespace; it ends with the host (its death signal, and the host
 /// closing or killing it), and when its control socket closes before a setup comes.
 fn become_spare(domain: OwnedFd, host: i32, own_name: &CStr) -> ExitCode {
@@ -273,6 +274,9 @@ fn become_spare(domain: OwnedFd, host: i32, own_name: &CStr) -> ExitCode {
     }
     close_other_descriptors();
     let entered = namespace::enter(Some(own_name));
+    // What every domain's sandbox starts with, whatever its setup says: taken now, its outcome reported where an
+    // exec'd domain takes these steps.
+    let first_steps = crate::sandbox::first_steps();
     // SAFETY: descriptor 3 is the domain's control socket (moved there above), and nothing else in this process owns
     // it: the waiter and init, which closed their copies, never return here.
     let control = ControlSocket::from_fd(unsafe { OwnedFd::from_raw_fd(3) });
@@ -294,7 +298,7 @@ fn become_spare(domain: OwnedFd, host: i32, own_name: &CStr) -> ExitCode {
     };
     // Left open on 3, unowned, where the start-up takes it (`Inherited`) as an exec'd domain's.
     std::mem::forget(control);
-    crate::start_entered(args, entered)
+    crate::start_entered(args, entered, first_steps)
 }
 
 /// Put the setup's shared memory on 4, 5 and 6 (where the host puts it for an exec'd domain), closing every other

@@ -86,8 +86,10 @@ pub enum SandboxError {
     Filter(String),
 }
 
-/// Steps 1 to 6, for the zygote or a serving process.
-pub fn apply(config: &Config, role: Role) -> Result<(), SandboxError> {
+/// Steps 1 to 4, which every domain takes whatever its configuration says (with the run queue opened first): a
+/// spare takes them before its domain's setup comes (`template.rs`), any other domain process just before
+/// [`confine`].
+pub fn first_steps() -> Result<(), SandboxError> {
     // First, while files can still be opened: the waits for requests read the machine's run queue through a
     // descriptor kept open (`ward_xpc::runqueue`, with `pread`, which the filter allows). Where it cannot be
     // opened they spin briefly only, and say so in their statistics, which the host reports.
@@ -95,7 +97,11 @@ pub fn apply(config: &Config, role: Role) -> Result<(), SandboxError> {
     detach_stdout()?;
     prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(SandboxError::NoNewPrivs)?;
     prctl(libc::PR_SET_DUMPABLE, 0).map_err(SandboxError::Dumpable)?;
-    drop_capabilities().map_err(SandboxError::Capabilities)?;
+    drop_capabilities().map_err(SandboxError::Capabilities)
+}
+
+/// Steps 5 and 6 as `config` says, for the zygote or a serving process, after [`first_steps`].
+pub fn confine(config: &Config, role: Role) -> Result<(), SandboxError> {
     if config.landlock {
         landlock(config)?;
     }

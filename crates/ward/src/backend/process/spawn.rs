@@ -137,6 +137,30 @@ pub(crate) struct Started {
     pub control: ControlSocket,
     /// What of its sandbox the domain could not have, as it said with `ready` (a PID namespace the kernel refused).
     pub without: Option<String>,
+    /// A zygote's first fork request, sent before it was ready (None: not sent, or not a zygote).
+    pub first_fork: Option<FirstFork>,
+}
+
+/// A fork request queued on a zygote's control socket with its start, behind its setup: the zygote reads it as soon
+/// as it has said `ready`, and forks without waiting for the host to read `ready` and ask. Its answer (`forked`)
+/// follows `ready`, read as any fork request's is.
+pub(crate) struct FirstFork {
+    /// This side's end of the incarnation's own control socket (with an arena), whose other end went with it.
+    pub channel: Option<ControlSocket>,
+}
+
+/// Queue the first fork request on a zygote's control socket (`control`), for `launch` with the zygote role; None
+/// where it is not one, or the request could not be queued (the host then asks once the zygote is ready).
+fn ask_first_fork(launch: &Launch<'_>, control: &ControlSocket) -> Option<FirstFork> {
+    if launch.role != Role::Zygote {
+        return None;
+    }
+    let (channel, theirs) = match launch.arena {
+        true => ControlSocket::pair().ok().map(|(ours, theirs)| (Some(ours), Some(theirs)))?,
+        false => (None, None),
+    };
+    control.send("fork", theirs.as_ref().map(|t| t.as_fd())).ok()?;
+    Some(FirstFork { channel })
 }
 
 /// A domain process this process started: its id and pidfd, and its exit status once waited for.
@@ -209,7 +233,8 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, SpawnError> {
     if launch.preload.is_none() {
         let shared = [launch.region, launch.pool_in, launch.pool_out];
         if let Some((child, ours)) = super::template::start(launch.program, &args, &env, shared) {
-            let started = wait_ready(child, ours);
+            let first_fork = ask_first_fork(launch, &ours);
+            let started = wait_ready(child, ours, first_fork);
             // The spare asked for meanwhile is known from here on (and ends with the template).
             super::template::settle();
             match started {
@@ -235,7 +260,8 @@ pub(crate) fn spawn(launch: &Launch<'_>) -> Result<Started, SpawnError> {
             return Err(SpawnError::PidfdOpen(e));
         }
     };
-    wait_ready(child, ours)
+    let first_fork = ask_first_fork(launch, &ours);
+    wait_ready(child, ours, first_fork)
 }
 
 /// `ward-domain`'s command line for `launch`, its name first.
@@ -297,15 +323,26 @@ pub(crate) fn base_environment() -> Vec<OsString> {
 }
 
 /// Wait until the domain process `child` (this process's child) says `ready` on `ours`, its control socket.
-fn wait_ready(mut child: DomainChild, ours: ControlSocket) -> Result<Started, SpawnError> {
+/// `first_fork`: the fork request queued behind the setup, if any.
+fn wait_ready(
+    mut child: DomainChild,
+    ours: ControlSocket,
+    first_fork: Option<FirstFork>,
+) -> Result<Started, SpawnError> {
     let pid = child.pid;
-    match ours.recv(Some(START_TIMEOUT)) {
+    let said = match ours.recv(Some(START_TIMEOUT)) {
+        // A domain that ended with a message of ours unread (the first fork request, queued behind its setup): the
+        // kernel reports that before what the domain said, which the next read gives.
+        Err(e) if e.raw_os_error() == Some(libc::ECONNRESET) => ours.try_recv(),
+        said => said,
+    };
+    match said {
         Ok(Some(m)) if m.text == "ready" || m.text.starts_with("ready\n") => {
             let domain = m.fd.ok_or(SpawnError::ReadyWithoutPidfd);
             match domain.and_then(|fd| Ok((the_domain_proper(&fd, pid)?, fd))) {
                 Ok((domain, pidfd)) => {
                     let without = m.text.strip_prefix("ready\n").map(str::to_string);
-                    Ok(Started { child, pid: domain, pidfd, control: ours, without })
+                    Ok(Started { child, pid: domain, pidfd, control: ours, without, first_fork })
                 }
                 Err(why) => {
                     child.kill();

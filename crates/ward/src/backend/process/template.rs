@@ -19,8 +19,9 @@
 //! `WARD_DOMAIN_TEMPLATE=off` in the host's environment execs every domain.
 //!
 //! After each domain it forks, the template is asked for a **spare** (`spare`), which it forks while the host goes
-//! on: a process that ties its life to the host's and enters its PID namespace (two more forks and a `/proc` mount)
-//! before any domain exists, then waits for a setup on its own control socket. The next domain that asks for a PID
+//! on: a process that ties its life to the host's, enters its PID namespace (two more forks and a `/proc` mount) and
+//! takes the sandbox's steps that no domain's policy changes (`ward-domain`'s `sandbox::first_steps`) before any
+//! domain exists, then waits for a setup on its own control socket. The next domain that asks for a PID
 //! namespace is handed to it: its setup is queued there, the domain proper and init join the domain's cgroup, and
 //! the rest of the start-up is unchanged (the waiter, outside the namespace, stays where the spare was made: see
 //! `ward-domain`'s `template.rs`). One spare per template at most; it is killed and reaped with the template,

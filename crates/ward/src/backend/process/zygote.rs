@@ -77,8 +77,11 @@ impl ProcessBackend {
             // It died since the last fork (nothing of ours kills a zygote without dropping it).
             self.zygote_failed(FaultKind::Vanished);
         }
+        // A fork request sent with a zygote started here: its answer follows `ready`.
+        let mut asked = None;
         if self.zygote.is_none() {
             let started = self.launch(spawn::Role::Zygote)?;
+            asked = started.first_fork;
             self.zygote = Some(Zygote {
                 child: started.child,
                 pid: started.pid,
@@ -89,17 +92,23 @@ impl ProcessBackend {
         }
         let deadline = self.cfg.deadline;
         let z = self.zygote.as_ref().ok_or(ForkError::NoZygote)?;
-        let channel = match self.arena {
-            true => Some(ControlSocket::pair().map_err(ForkError::ControlSocket)?),
-            false => None,
-        };
-        let (ours, theirs) = match channel {
-            Some((ours, theirs)) => (Some(ours), Some(theirs)),
-            None => (None, None),
-        };
-        let answer = match z.control.send("fork", theirs.as_ref().map(|t| t.as_fd())) {
-            Ok(()) => z.control.recv(Some(deadline)),
-            Err(e) => Err(e),
+        let (ours, answer) = match asked {
+            Some(first) => (first.channel, z.control.recv(Some(deadline))),
+            None => {
+                let channel = match self.arena {
+                    true => Some(ControlSocket::pair().map_err(ForkError::ControlSocket)?),
+                    false => None,
+                };
+                let (ours, theirs) = match channel {
+                    Some((ours, theirs)) => (Some(ours), Some(theirs)),
+                    None => (None, None),
+                };
+                let answer = match z.control.send("fork", theirs.as_ref().map(|t| t.as_fd())) {
+                    Ok(()) => z.control.recv(Some(deadline)),
+                    Err(e) => Err(e),
+                };
+                (ours, answer)
+            }
         };
         let how = match answer {
             // The pid in the text is the zygote's namespace's: the pidfd says which process it is here.
