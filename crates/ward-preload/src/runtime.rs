@@ -47,8 +47,6 @@ pub(crate) struct Runtime {
     from_cache: [AtomicU64; 2],
     /// Whether a problem of the cache (a directory not used, an entry not written) was said (`--verbose`, once).
     cache_said: AtomicBool,
-    /// Whether the supervisor was asked to prepare its first process domain (see [`Runtime::prepare_for_a_domain`]).
-    prepared: AtomicBool,
 }
 
 static RUNTIME: OnceLock<Result<Runtime, EnvironmentError>> = OnceLock::new();
@@ -120,7 +118,6 @@ impl Runtime {
             cache: DescriptionCache::from_env(),
             from_cache: [AtomicU64::new(0), AtomicU64::new(0)],
             cache_said: AtomicBool::new(false),
-            prepared: AtomicBool::new(false),
         })
     }
 
@@ -164,15 +161,6 @@ impl Runtime {
         }
     }
 
-    /// A library described apart gets its domain when the host first instantiates from it, often soon (sox) but
-    /// often only after the host has scanned the rest (a host's start, a menu of effects): the first time, the
-    /// template that domain will be forked from starts now, beside the host, instead of on that domain's start.
-    fn prepare_for_a_domain(&self) {
-        if !self.prepared.swap(true, Ordering::Relaxed) {
-            self.supervisor.prepare_process_domains();
-        }
-    }
-
     /// The library the host opened as `path`, whose file has `identity`, as the cache holds it (described before
     /// and unchanged since): its class, its entry points and a proxy library of its descriptions, no describer
     /// started and nothing of the file read. `None` for a miss, or where the cache does not apply to it.
@@ -195,7 +183,6 @@ impl Runtime {
                 Plugin::Frei0r(Arc::new(frei0r::ProxyLibrary::with_description(path, self.isolation, info)))
             }
         };
-        self.prepare_for_a_domain();
         let counter = if cached.class == Class::Ladspa { 0 } else { 1 };
         self.from_cache[counter].fetch_add(1, Ordering::Relaxed);
         if self.verbose {
@@ -274,7 +261,6 @@ impl Runtime {
         }
         match described {
             Ok((plugin, wire)) => {
-                self.prepare_for_a_domain();
                 self.remember(path, identity, class, exports, &wire);
                 if self.verbose {
                     self.say(&format!(

@@ -181,16 +181,6 @@ impl Supervisor {
         monitor_of(&self.inner)
     }
 
-    /// A process domain is likely to start soon (a host opened a plugin library it has not used yet): start now,
-    /// beside the caller, what this supervisor's process domains start from (its monitor thread, the domain
-    /// template and the template's spare), so that the next domain's start does not wait for them. Returns at
-    /// once. Nothing happens where that cannot be started (no `ward-domain` program: the domain's own start says
-    /// so), and nothing is lost where no domain follows: the template and its spare end with the host.
-    pub fn prepare_process_domains(&self) {
-        let (Ok(monitor), Ok(program)) = (self.monitor(), find_program()) else { return };
-        monitor.soon(move || crate::backend::process::warm_template(&program));
-    }
-
     fn start_domain(
         &self,
         name: String,

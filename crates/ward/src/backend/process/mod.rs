@@ -35,7 +35,6 @@ mod template;
 mod zygote;
 
 pub(crate) use template::spares_taken as domains_started_from_spares;
-pub(crate) use template::warm as warm_template;
 
 use std::collections::VecDeque;
 use std::os::fd::AsFd;

@@ -156,12 +156,6 @@ impl Monitor {
         PeriodicGuard { shared: self.shared.clone(), token }
     }
 
-    /// Run `job` on the monitor thread, after the jobs queued before it, without waiting for it.
-    pub fn soon(&self, job: impl FnOnce() + Send + 'static) {
-        self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(job));
-        kick(&self.shared.wake);
-    }
-
     /// Run `f` on the monitor thread and return its result.
     pub fn on_thread<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> std::io::Result<R> {
         let (tx, rx) = mpsc::channel();

@@ -303,7 +303,11 @@ fn command_line(launch: &Launch<'_>) -> Vec<OsString> {
 
 /// The domain's environment (`KEY=VALUE` each): the host's, without the host's preload, with the domain's own.
 fn environment(launch: &Launch<'_>) -> Vec<OsString> {
-    let mut env = base_environment();
+    // A preload shim (`ward run`) belongs to the host: the domain must load the plugin itself, not a proxy.
+    let mut env: Vec<OsString> = std::env::vars_os()
+        .filter(|(k, _)| k != "LD_PRELOAD" && k != crate::libfault::ENV_VAR)
+        .map(|(k, v)| env_entry(&k, &v))
+        .collect();
     if let Some(preload) = launch.preload {
         // The domain's own preload, not the host's: it injects the library fault policy asks for into the calls of
         // one object.
@@ -311,15 +315,6 @@ fn environment(launch: &Launch<'_>) -> Vec<OsString> {
         env.push(env_entry(crate::libfault::ENV_VAR.as_ref(), preload.config.as_ref()));
     }
     env
-}
-
-/// The environment of a domain without a preload of its own: the host's, less the host's preloads.
-pub(crate) fn base_environment() -> Vec<OsString> {
-    // A preload shim (`ward run`) belongs to the host: the domain must load the plugin itself, not a proxy.
-    std::env::vars_os()
-        .filter(|(k, _)| k != "LD_PRELOAD" && k != crate::libfault::ENV_VAR)
-        .map(|(k, v)| env_entry(&k, &v))
-        .collect()
 }
 
 /// Wait until the domain process `child` (this process's child) says `ready` on `ours`, its control socket.

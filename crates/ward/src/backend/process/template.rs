@@ -436,36 +436,6 @@ pub(crate) fn start(
     })
 }
 
-/// Start the template for domains of `program` (with the environment every domain without a preload of its own
-/// gets) and ask it for a spare, unless one that serves them runs already: for a host that will likely start a
-/// domain soon (it opened a plugin library it has not instantiated from yet), so that the exec of the template and
-/// the spare's making run beside the host instead of on the first domain's start. Neither is waited for here: a
-/// domain's start reads the template's answers. On the monitor thread, as [`start`].
-pub(crate) fn warm(program: &Path) {
-    if std::env::var_os(ENV_VAR).is_some_and(|v| v == "off") || FAILURES.load(Ordering::Relaxed) >= GIVE_UP_AFTER {
-        return;
-    }
-    let inherits = Inheritance::now(program, &spawn::base_environment());
-    TEMPLATE.with(|cell| {
-        let Ok(mut template) = cell.try_borrow_mut() else { return };
-        let serves = template.as_ref().is_some_and(|t| t.host == std::process::id() && t.inherits == inherits);
-        if serves {
-            return;
-        }
-        // One that does not serve these domains is replaced by the next start anyway.
-        match Template::start(inherits) {
-            Ok(mut t) => {
-                t.ask_spare();
-                *template = Some(t);
-            }
-            Err(e) => {
-                say_once(&format!("the domain template could not be started ({e}): the domain starts by exec"));
-                FAILURES.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    })
-}
-
 /// Read the template's answer to the spare it was asked for last, if it has not been read: called once a domain's
 /// start is over, so that the spare is known (and ends with the template) from then on. A template that fails to
 /// answer is replaced at the next start.
