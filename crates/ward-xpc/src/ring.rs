@@ -1318,9 +1318,13 @@ mod tests {
             assert_eq!(c.wait(2000, None, &stop).unwrap(), WaitOutcome::Stopped);
             trimmed
         });
+        let empty = p.free_space();
         for seq in 0..waits {
-            // Each record well after the consumer went to sleep: its spin ran out, and the sleep was long.
-            while p.ring.waiting().load(Ordering::SeqCst) == 0 {
+            // Each record well after the consumer went to sleep for it: its spin ran out, and the sleep was long. The
+            // consumer has taken every record before (it publishes that as its wait begins) and says it sleeps again:
+            // a `waiting` left over from its sleep for the record before, not yet cleared by a consumer slow to wake
+            // on a loaded machine, would start this sleep too early.
+            while p.free_space() != empty || p.ring.waiting().load(Ordering::SeqCst) == 0 {
                 std::thread::yield_now();
             }
             std::thread::sleep(LONG_SLEEP * 2);
