@@ -244,6 +244,21 @@ enum RingEnd {
     Outcome(Outcome),
 }
 
+/// How a ring call's run ended: with what the call comes to, or still in the domain.
+enum RingRun {
+    Done(Outcome),
+    Unfinished(Box<UnfinishedRing>),
+}
+
+/// A ring call whose wait ended short of its return: the frame (still out in the domain), why the wait ended, the
+/// incarnation it went to, and its deadline as it stood.
+struct UnfinishedRing {
+    frame: crate::backend::Frame,
+    end: RingEnd,
+    incarnation: u64,
+    deadline: Deadline,
+}
+
 /// What one attempt of a call came to.
 enum Outcome {
     Done(Value),
@@ -939,6 +954,29 @@ impl Domain {
         timeout: Duration,
         replaying: bool,
     ) -> Outcome {
+        match self.run_ring(g, sym, func, args, ret, timeout, replaying, true) {
+            RingRun::Done(outcome) => outcome,
+            RingRun::Unfinished(unfinished) => {
+                abandon(g, unfinished.frame);
+                self.ring_outcome(g, unfinished.end, sym, timeout)
+            }
+        }
+    }
+
+    /// Translate, start and await a ring call of `func` (its buffers lent in place where `in_place` allows). A wait
+    /// that ends short of the return leaves the frame with the caller, to abandon or to hand over.
+    #[allow(clippy::too_many_arguments)]
+    fn run_ring(
+        &self,
+        g: &mut Guard<'_>,
+        sym: usize,
+        func: u32,
+        args: &mut [Arg<'_>],
+        ret: RetType,
+        timeout: Duration,
+        replaying: bool,
+        in_place: bool,
+    ) -> RingRun {
         let (incarnation, rewrite) = {
             let st = g.borrow();
             (st.incarnation, st.rewrite_for(sym))
@@ -946,11 +984,11 @@ impl Domain {
         // Filled in place: the list is a few hundred bytes, and returning it would copy it on every call.
         let mut wire = Wire::new();
         if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, replaying, &rewrite, &mut wire) {
-            return Outcome::Error(e);
+            return RingRun::Done(Outcome::Error(e));
         }
-        let frame = match self.start_ring(g, sym, func, &wire, ret, timeout, true) {
+        let frame = match self.start_ring(g, sym, func, &wire, ret, timeout, in_place) {
             Ok(frame) => frame,
-            Err(outcome) => return outcome,
+            Err(outcome) => return RingRun::Done(outcome),
         };
         // The deadline bounds the domain's own time in this call: time the host spends serving a callback (which
         // may include nested calls) moves it later by as much, and nothing else does. An extension that keeps
@@ -958,11 +996,8 @@ impl Domain {
         // Fixed at the first look (most replies come before it): a clock read is a tenth of a polling round trip.
         let mut deadline = Deadline::after(timeout);
         match self.wait_ring(g, &frame, &mut deadline, incarnation) {
-            Ok(regs) => self.finish_ring(g, sym, frame, &mut wire, ret, regs, &deadline),
-            Err(end) => {
-                abandon(g, frame);
-                self.ring_outcome(g, end, sym, timeout)
-            }
+            Ok(regs) => RingRun::Done(self.finish_ring(g, sym, frame, &mut wire, ret, regs, &deadline)),
+            Err(end) => RingRun::Unfinished(Box::new(UnfinishedRing { frame, end, incarnation, deadline })),
         }
     }
 

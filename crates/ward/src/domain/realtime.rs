@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use ward_xpc::Deadline;
 
-use super::{abandon, call_name, learn, stats_of, Domain, Guard, Outcome, RingEnd, State, Wire};
+use super::{abandon, call_name, learn, stats_of, Domain, Guard, Outcome, RingEnd, RingRun, State, UnfinishedRing};
 use crate::backend::process::placement;
 use crate::backend::{BackendError, Callable, Frame};
 use crate::call::{Arg, RetType, Value};
@@ -234,23 +234,13 @@ impl Domain {
         normal: Duration,
         policy: &FunctionPolicy,
     ) -> Result<Outcome, Box<LateCall>> {
-        let (incarnation, rewrite) = {
-            let st = g.borrow();
-            (st.incarnation, st.rewrite_for(sym))
+        let unfinished = match self.run_ring(g, sym, func, args, ret, timeout, false, false) {
+            RingRun::Done(outcome) => return Ok(outcome),
+            RingRun::Unfinished(unfinished) => unfinished,
         };
-        let mut wire = Wire::new();
-        if let Err(e) = self.translate(&mut g.borrow_mut(), args, sym, false, &rewrite, &mut wire) {
-            return Ok(Outcome::Error(e));
-        }
-        let frame = match self.start_ring(g, sym, func, &wire, ret, timeout, false) {
-            Ok(frame) => frame,
-            Err(outcome) => return Ok(outcome),
-        };
-        let mut deadline = Deadline::after(timeout);
-        match self.wait_ring(g, &frame, &mut deadline, incarnation) {
-            Ok(regs) => Ok(self.finish_ring(g, sym, frame, &mut wire, ret, regs, &deadline)),
-            Err(RingEnd::Backend(BackendError::TimedOut)) => {
-                drop(wire);
+        let UnfinishedRing { frame, end, incarnation, deadline } = *unfinished;
+        match end {
+            RingEnd::Backend(BackendError::TimedOut) => {
                 // Taken now: the caller's buffers are its own again once it returns.
                 let args = args.iter().map(OwnedArg::from_arg).collect();
                 Err(Box::new(LateCall {
@@ -266,7 +256,7 @@ impl Domain {
                     handed: Instant::now(),
                 }))
             }
-            Err(end) => {
+            end => {
                 abandon(g, frame);
                 Ok(self.ring_outcome(g, end, sym, timeout))
             }
