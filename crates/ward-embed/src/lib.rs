@@ -15,6 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use ward_xpc::mix::Fnv1a;
 
@@ -55,7 +56,14 @@ pub struct EmbeddedSet {
     /// The private directory this process extracted the members into because the shared one was not safe to use
     /// (see [`EmbeddedSet::extracted`]); once there, it stays there.
     private: Mutex<Option<PathBuf>>,
+    /// The shared directory as last found safe and complete, and when: a host that opens a hundred plugins in a
+    /// scan checks it once, not once per plugin (a dozen system calls each).
+    checked: Mutex<Option<(PathBuf, Instant)>>,
 }
+
+/// How long a shared directory found safe and complete is taken as it is without a new look. Short beside what
+/// removes files from a temporary directory (cleaners that work by the day), long beside a host's scan.
+const CHECKED_FOR: Duration = Duration::from_secs(10);
 
 /// Mode of the extracted shared objects.
 const FILE_MODE: u32 = 0o755;
@@ -64,7 +72,7 @@ const DIR_MODE: u32 = 0o700;
 
 impl EmbeddedSet {
     pub const fn new(prefix: &'static str, members: &'static [Embedded]) -> EmbeddedSet {
-        EmbeddedSet { prefix, members, hash: OnceLock::new(), private: Mutex::new(None) }
+        EmbeddedSet { prefix, members, hash: OnceLock::new(), private: Mutex::new(None), checked: Mutex::new(None) }
     }
 
     /// The member called `name` (its file stem), if any.
@@ -104,24 +112,33 @@ impl EmbeddedSet {
     /// it, and nothing is taken from it. The members then go to a fresh directory of this process's own (created
     /// with mode 0700 by this call, so nobody else can have made it or written to it), which later calls return too.
     pub fn extracted(&self) -> io::Result<PathBuf> {
-        self.extracted_under(&std::env::temp_dir())
+        self.extracted_under(&std::env::temp_dir(), Instant::now())
     }
 
-    /// As [`EmbeddedSet::extracted`], under `base` instead of the temporary directory.
-    fn extracted_under(&self, base: &Path) -> io::Result<PathBuf> {
+    /// As [`EmbeddedSet::extracted`], under `base` instead of the temporary directory, at `now`.
+    fn extracted_under(&self, base: &Path, now: Instant) -> io::Result<PathBuf> {
         let mut private = self.private.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(dir) = private.as_ref() {
             return Ok(dir.clone());
         }
         let uid = euid();
         let shared = base.join(format!("{}-{uid}-{:016x}", self.prefix, self.content_hash()));
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((dir, at)) = checked.as_ref() {
+            if *dir == shared && now.saturating_duration_since(*at) < CHECKED_FOR {
+                return Ok(shared);
+            }
+        }
+        *checked = None;
         match DirBuilder::new().mode(DIR_MODE).create(&shared) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
         if private_to(&shared, uid)? {
-            return self.complete(&shared);
+            let dir = self.complete(&shared)?;
+            *checked = Some((dir.clone(), now));
+            return Ok(dir);
         }
         // Squatted: a directory nobody else can have touched, made now.
         let dir = self.fresh_private_dir(&shared, uid)?;
@@ -261,22 +278,36 @@ mod tests {
     /// member in it, and keeps it.
     fn avoids_the_shared_directory(set: &EmbeddedSet, base: &Path) {
         let shared = shared_dir(set, base);
-        let dir = set.extracted_under(base).unwrap();
+        let dir = set.extracted_under(base, Instant::now()).unwrap();
         assert_ne!(dir, shared);
         let meta = fs::symlink_metadata(&dir).unwrap();
         assert!(meta.file_type().is_dir() && meta.uid() == euid() && meta.mode() & 0o077 == 0, "{meta:?}");
         assert_eq!(fs::read(dir.join("member.so")).unwrap(), MEMBERS[0].bytes);
-        assert_eq!(set.extracted_under(base).unwrap(), dir, "the private directory is kept");
+        assert_eq!(set.extracted_under(base, Instant::now()).unwrap(), dir, "the private directory is kept");
     }
 
     #[test]
     fn an_unsquatted_directory_is_shared() {
         let base = Base::new("shared");
         let set = EmbeddedSet::new("t", MEMBERS);
-        let dir = set.extracted_under(&base.0).unwrap();
+        let dir = set.extracted_under(&base.0, Instant::now()).unwrap();
         assert_eq!(dir, shared_dir(&set, &base.0));
         assert_eq!(fs::read(dir.join("member.so")).unwrap(), MEMBERS[0].bytes);
         assert_eq!(fs::symlink_metadata(&dir).unwrap().mode() & 0o777, DIR_MODE);
+    }
+
+    #[test]
+    fn a_shared_directory_is_looked_at_again_only_after_a_while() {
+        let base = Base::new("checked");
+        let set = EmbeddedSet::new("t", MEMBERS);
+        let start = Instant::now();
+        let dir = set.extracted_under(&base.0, start).unwrap();
+        let member = dir.join("member.so");
+        fs::remove_file(&member).unwrap();
+        assert_eq!(set.extracted_under(&base.0, start + CHECKED_FOR / 2).unwrap(), dir);
+        assert!(!member.exists(), "within the while, the directory is taken as it was found");
+        assert_eq!(set.extracted_under(&base.0, start + CHECKED_FOR).unwrap(), dir);
+        assert_eq!(fs::read(&member).unwrap(), MEMBERS[0].bytes, "after it, a missing member is extracted again");
     }
 
     #[test]
@@ -324,7 +355,7 @@ mod tests {
         } else {
             // Not root: this user's own directory, with the planted file of the right size, is used as it is (the
             // squatting cases are the others).
-            assert_eq!(set.extracted_under(&base.0).unwrap(), shared);
+            assert_eq!(set.extracted_under(&base.0, Instant::now()).unwrap(), shared);
         }
     }
 }
