@@ -935,31 +935,17 @@ impl Domain {
             Ok(Callable::OnThread(function)) => {
                 self.attempt_on_thread(g, sym, &*function, args, ret, timeout, replaying)
             }
-            Ok(Callable::Ring(func)) => self.attempt_ring(g, sym, func, args, ret, timeout, replaying),
+            // Through the rings of a domain in another process: started, then each step awaited; a callback is
+            // served with nothing borrowed (it may call this domain again) and answered.
+            Ok(Callable::Ring(func)) => match self.run_ring(g, sym, func, args, ret, timeout, replaying, true) {
+                RingRun::Done(outcome) => outcome,
+                RingRun::Unfinished(unfinished) => {
+                    abandon(g, unfinished.frame);
+                    self.ring_outcome(g, unfinished.end, sym, timeout)
+                }
+            },
             Err(Error::Fault(f)) => Outcome::Failed(f.kind),
             Err(e) => Outcome::Error(e),
-        }
-    }
-
-    /// A call through the rings of a domain in another process: started, then each step awaited; a callback is
-    /// served here with nothing borrowed (it may call this domain again) and answered.
-    #[allow(clippy::too_many_arguments)]
-    fn attempt_ring(
-        &self,
-        g: &mut Guard<'_>,
-        sym: usize,
-        func: u32,
-        args: &mut [Arg<'_>],
-        ret: RetType,
-        timeout: Duration,
-        replaying: bool,
-    ) -> Outcome {
-        match self.run_ring(g, sym, func, args, ret, timeout, replaying, true) {
-            RingRun::Done(outcome) => outcome,
-            RingRun::Unfinished(unfinished) => {
-                abandon(g, unfinished.frame);
-                self.ring_outcome(g, unfinished.end, sym, timeout)
-            }
         }
     }
 
