@@ -373,21 +373,33 @@ pub(crate) enum Opened {
 /// Plugins refused so far, by canonical path, with the reason: each is refused again at once, and reported once.
 static REFUSED: Mutex<Option<HashMap<PathBuf, String>>> = Mutex::new(None);
 
+/// Why `path` was refused before, if it was. Its canonical path is looked for only when something was refused: a
+/// host's scan opens a hundred libraries, and canonicalizing each costs a system call per component of its path.
+fn refused_before(path: &Path) -> Option<String> {
+    let refused = REFUSED.lock().unwrap_or_else(|e| e.into_inner());
+    let refused = refused.as_ref().filter(|r| !r.is_empty())?;
+    refused.get(&refusal_key(path)).cloned()
+}
+
+/// What a refusal is remembered by: the canonical path, so that another name of the same file is refused too.
+fn refusal_key(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 /// The host opens `path`. A plugin of a known class is opened under ward and the host gets a proxy; if that fails
 /// for any reason the host gets a load error, never the plugin loaded without ward. A file ward cannot take (one it
 /// cannot classify, a plugin of an ABI it has no class for) loads without ward unless the policy's
 /// `native_fallback` says no; anything else is not ours.
 pub(crate) fn open_plugin(path: &Path) -> Opened {
-    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    if let Some(reason) = REFUSED.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|r| r.get(&key)) {
-        return Opened::Refused(dlerror_text(path, reason));
+    if let Some(reason) = refused_before(path) {
+        return Opened::Refused(dlerror_text(path, &reason));
     }
     // Described before and unchanged since: its class, entry points and descriptions come from the cache, and
     // nothing of the file is read (not even to classify it).
     let identity = FileIdentity::of(path).ok();
     if let (Some(identity), Ok(rt)) = (&identity, runtime_or_why()) {
         if let Some((class, entry_points, plugin)) = rt.described_from_cache(path, identity) {
-            return hand_over(rt, path, &key, class, Ok(plugin), &entry_points);
+            return hand_over(rt, path, class, Ok(plugin), &entry_points);
         }
     }
     let (class, exports) = match inspect(path).map(|i| (i.classification, i.exports)) {
@@ -402,7 +414,7 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
             return Opened::Native;
         }
         Ok((Classification::OtherPlugin { abi }, _)) => {
-            return unless_fallback(path, &key, &format!("a {abi} plugin, which ward has no class for"))
+            return unless_fallback(path, &format!("a {abi} plugin, which ward has no class for"))
         }
         // No file there (hosts try each directory of a search path in turn): nothing is loaded, with ward or
         // without, and the real dlopen fails as it would natively. Nothing to say.
@@ -411,26 +423,25 @@ pub(crate) fn open_plugin(path: &Path) -> Opened {
         {
             return Opened::Native
         }
-        Err(e) => return unless_fallback(path, &key, &format!("ward cannot tell what it is ({e})")),
+        Err(e) => return unless_fallback(path, &format!("ward cannot tell what it is ({e})")),
     };
     let rt = match runtime_or_why() {
         Ok(rt) => rt,
-        Err(why) => return refuse(path, &key, None, &why.to_string()),
+        Err(why) => return refuse(path, None, &why.to_string()),
     };
     let plugin = if rt.describes_apart(path) {
         rt.describe(class, path, identity.as_ref(), &exports)
     } else {
         rt.open_at_once(class, path)
     };
-    hand_over(rt, path, &key, class, plugin, &exports)
+    hand_over(rt, path, class, plugin, &exports)
 }
 
-/// The host gets a proxy for `plugin`, the library at `path` (`key` canonical), which exports `exports`; or, where
-/// opening it failed, a load error.
+/// The host gets a proxy for `plugin`, the library at `path`, which exports `exports`; or, where opening it failed,
+/// a load error.
 fn hand_over(
     rt: &Runtime,
     path: &Path,
-    key: &Path,
     class: Class,
     plugin: Result<Plugin, ClassError>,
     exports: &[String],
@@ -442,7 +453,7 @@ fn hand_over(
         Ok(p) => p,
         Err(e) => {
             let reason = format!("the {} plugin failed under ward, so it is not loaded at all: {e}", class.name());
-            return refuse(path, key, Some(rt), &reason);
+            return refuse(path, Some(rt), &reason);
         }
     };
     rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).insert(id, plugin);
@@ -454,14 +465,14 @@ fn hand_over(
         }
         Err(e) => {
             rt.plugins.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-            refuse(path, key, Some(rt), &format!("ward cannot give the host a proxy for it ({e})"))
+            refuse(path, Some(rt), &format!("ward cannot give the host a proxy for it ({e})"))
         }
     }
 }
 
 /// `path`, which ward cannot take for `reason`: loaded without ward, or refused where the policy's
 /// `native_fallback` for it is false.
-fn unless_fallback(path: &Path, key: &Path, reason: &str) -> Opened {
+fn unless_fallback(path: &Path, reason: &str) -> Opened {
     let rt = runtime_or_why().ok();
     let fallback = rt.is_none_or(|rt| rt.policy.for_extension(&ward::extension_name(path)).native_fallback);
     if fallback {
@@ -470,16 +481,16 @@ fn unless_fallback(path: &Path, key: &Path, reason: &str) -> Opened {
         }
         return Opened::Native;
     }
-    refuse(path, key, rt, &format!("{reason}; the policy says native_fallback = false"))
+    refuse(path, rt, &format!("{reason}; the policy says native_fallback = false"))
 }
 
 /// Refuse `path` for `reason`: said on standard error (and in the log) the first time, remembered for next time.
-fn refuse(path: &Path, key: &Path, rt: Option<&Runtime>, reason: &str) -> Opened {
+fn refuse(path: &Path, rt: Option<&Runtime>, reason: &str) -> Opened {
     let first = REFUSED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
-        .insert(key.to_path_buf(), reason.to_string())
+        .insert(refusal_key(path), reason.to_string())
         .is_none();
     if first {
         let line = format!("{}: not loaded: {reason}", path.display());
