@@ -435,9 +435,23 @@ fn failure(status: ExitStatus, stderr: &str) -> String {
 
 /// The last lines of standard error that are not ward's, joined: lv2bench's reason for skipping a plugin, or the
 /// plugin's own complaint.
+///
+/// A Rust panic's first two lines (where, and its message) come first: the last lines of its backtrace name only
+/// the thread's start, and without them a run that aborted says nothing of why.
 pub(crate) fn plugin_lines(stderr: &str) -> String {
     let own: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("ward: ") && !l.trim().is_empty()).collect();
-    tail(&own.join("\n"), 3).replace('\n', " / ")
+    let last = tail(&own.join("\n"), 3).replace('\n', " / ");
+    match own.iter().position(|l| l.contains("panicked at")) {
+        Some(at) => {
+            let panic = own[at..(at + 2).min(own.len())].join(" / ");
+            if last.contains(&panic) {
+                last
+            } else {
+                format!("{panic} / ... / {last}")
+            }
+        }
+        None => last,
+    }
 }
 
 /// lv2bench's time for `uri`: its line `SECONDS URI` (the form without `-f`).
@@ -1011,6 +1025,22 @@ struct JsonUnreadable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_is_named_before_the_last_lines_of_its_backtrace() {
+        let stderr = "jalv starting\nthread '<unnamed>' panicked at crates/x/src/y.rs:10:5:\nindex out of bounds\n\
+                      stack backtrace:\n   0: f\n   1: g\n  at clone3.S:81:0\nnote: omitted\n\
+                      thread caused non-unwinding panic. aborting.\nward: something ward said\n";
+        let lines = plugin_lines(stderr);
+        assert!(
+            lines.starts_with("thread '<unnamed>' panicked at crates/x/src/y.rs:10:5: / index out of bounds / ... / "),
+            "{lines}"
+        );
+        assert!(lines.ends_with("thread caused non-unwinding panic. aborting."), "{lines}");
+        assert_eq!(plugin_lines("a\nb\nc\nd\nward: e\n"), "b / c / d");
+        let short = "thread 'm' panicked at a.rs:1:1:\nboom\n";
+        assert_eq!(plugin_lines(short), "thread 'm' panicked at a.rs:1:1: / boom");
+    }
 
     #[test]
     fn lv2bench_time_is_read_from_its_line_for_the_uri() {
