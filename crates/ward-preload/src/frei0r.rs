@@ -11,6 +11,7 @@ use ward_classes::frei0r::{Describer, Instance, Library, ParamKind, ParamValue, 
 use ward_classes::ClassError;
 
 use crate::c_string;
+use crate::guard::guarded;
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
@@ -360,6 +361,15 @@ pub unsafe extern "C" fn ward_preload_f0r_update(
     in_frame: *const u32,
     out_frame: *mut u32,
 ) {
+    // SAFETY: per this function's contract, which `update_frame`'s is.
+    guarded("a frei0r update", || unsafe { update_frame(instance_ptr, time, in_frame, out_frame) });
+}
+
+/// The work of `ward_preload_f0r_update`.
+///
+/// # Safety
+/// As `ward_preload_f0r_update`.
+unsafe fn update_frame(instance_ptr: *mut c_void, time: f64, in_frame: *const u32, out_frame: *mut u32) {
     // SAFETY: the host passes an instance of ours (frei0r contract).
     let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
     if out_frame.is_null() {
@@ -384,6 +394,22 @@ pub unsafe extern "C" fn ward_preload_f0r_update(
 /// Every non-null frame points to width × height pixels (frei0r contract).
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_update2(
+    instance_ptr: *mut c_void,
+    time: f64,
+    in1: *const u32,
+    in2: *const u32,
+    in3: *const u32,
+    out_frame: *mut u32,
+) {
+    // SAFETY: per this function's contract, which `update2_frame`'s is.
+    guarded("a frei0r update2", || unsafe { update2_frame(instance_ptr, time, in1, in2, in3, out_frame) });
+}
+
+/// The work of `ward_preload_f0r_update2`.
+///
+/// # Safety
+/// As `ward_preload_f0r_update2`.
+unsafe fn update2_frame(
     instance_ptr: *mut c_void,
     time: f64,
     in1: *const u32,

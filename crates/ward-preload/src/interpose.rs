@@ -38,12 +38,22 @@ static REAL_DLOPEN: OnceLock<Option<DlopenFn>> = OnceLock::new();
 static REAL_DLCLOSE: OnceLock<Option<DlcloseFn>> = OnceLock::new();
 static REAL_DLERROR: OnceLock<Option<DlerrorFn>> = OnceLock::new();
 
-/// Runs `f` with this thread's `dlopen` calls passed straight through.
+/// Whether this thread is inside ward now.
+#[cfg(test)]
+pub(crate) fn is_inside_ward() -> bool {
+    INSIDE_WARD.with(Cell::get)
+}
+
+/// Runs `f` with this thread's `dlopen` calls passed straight through (until `f` returns or unwinds).
 pub(crate) fn inside_ward<T>(f: impl FnOnce() -> T) -> T {
-    let was = INSIDE_WARD.with(|c| c.replace(true));
-    let result = f();
-    INSIDE_WARD.with(|c| c.set(was));
-    result
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INSIDE_WARD.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(INSIDE_WARD.with(|c| c.replace(true)));
+    f()
 }
 
 fn real<T: Copy>(cell: &OnceLock<Option<T>>, name: &CStr) -> Option<T> {

@@ -12,6 +12,7 @@ use ward_classes::ladspa::{Describer, Descriptor, Instance, Library, Placement, 
 use ward_classes::ClassError;
 
 use crate::c_string;
+use crate::guard::guarded;
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
@@ -302,13 +303,13 @@ unsafe extern "C" fn cleanup(handle: *mut c_void) {
 unsafe extern "C" fn run(handle: *mut c_void, samples: c_ulong) {
     // SAFETY: the host passes an instance of ours (LADSPA contract), and has connected every port to a buffer of
     // at least `samples` values (one for a control port).
-    unsafe { block(handle, samples as usize, false) }
+    guarded("a LADSPA run", || unsafe { block(handle, samples as usize, false) });
 }
 
 unsafe extern "C" fn run_adding(handle: *mut c_void, samples: c_ulong) {
     // SAFETY: the host passes an instance of ours (LADSPA contract), and has connected every port to a buffer of
     // at least `samples` values (one for a control port).
-    unsafe { block(handle, samples as usize, true) }
+    guarded("a LADSPA run_adding", || unsafe { block(handle, samples as usize, true) });
 }
 
 /// The host's port buffers as the class takes them: the memory the connected ports lie in, as disjoint regions

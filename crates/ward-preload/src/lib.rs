@@ -31,6 +31,7 @@
 
 #[allow(unsafe_code)]
 mod frei0r;
+mod guard;
 #[allow(unsafe_code)]
 mod heap;
 #[allow(unsafe_code)]

@@ -15,6 +15,7 @@ use ward_classes::lv2::{
 };
 use ward_classes::{ClassError, Processed};
 
+use crate::guard::guarded;
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
@@ -737,6 +738,15 @@ fn thread_is_realtime() -> bool {
 }
 
 unsafe extern "C" fn run(handle: *mut c_void, samples: u32) {
+    // SAFETY: the host passes an instance of ours with its ports connected (LV2 contract), as `run_block` needs.
+    guarded("an LV2 run", || unsafe { run_block(handle, samples) });
+}
+
+/// The work of `run`.
+///
+/// # Safety
+/// `handle` is an instance of ours whose connected ports each hold at least `samples` values (LV2 contract).
+unsafe fn run_block(handle: *mut c_void, samples: u32) {
     // SAFETY: the host passes an instance of ours (LV2 contract).
     let Some(inst) = (unsafe { instance(handle) }) else { return };
     let n = samples as usize;
