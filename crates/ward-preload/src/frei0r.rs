@@ -402,21 +402,15 @@ pub unsafe extern "C" fn ward_preload_f0r_update2(
     out_frame: *mut u32,
 ) {
     // SAFETY: per this function's contract, which `update2_frame`'s is.
-    guarded("a frei0r update2", || unsafe { update2_frame(instance_ptr, time, in1, in2, in3, out_frame) });
+    guarded("a frei0r update2", || unsafe { update2_frame(instance_ptr, time, [in1, in2, in3], out_frame) });
 }
 
-/// The work of `ward_preload_f0r_update2`.
+/// The work of `ward_preload_f0r_update2`, its three input frames together.
 ///
 /// # Safety
 /// As `ward_preload_f0r_update2`.
-unsafe fn update2_frame(
-    instance_ptr: *mut c_void,
-    time: f64,
-    in1: *const u32,
-    in2: *const u32,
-    in3: *const u32,
-    out_frame: *mut u32,
-) {
+unsafe fn update2_frame(instance_ptr: *mut c_void, time: f64, inputs: [*const u32; 3], out_frame: *mut u32) {
+    let [in1, in2, in3] = inputs;
     // SAFETY: the host passes an instance of ours (frei0r contract).
     let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
     if out_frame.is_null() {
