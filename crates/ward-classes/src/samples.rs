@@ -37,8 +37,13 @@ fn non_finite_top(bits: u32) -> u32 {
     (bits & EXPONENT).wrapping_add(EXPONENT_LOW)
 }
 
+/// Whether the sample with these bits is a NaN or an infinity.
+fn is_non_finite(bits: u32) -> bool {
+    non_finite_top(bits) & TOP != 0
+}
+
 fn first_non_finite_word(words: &[u32]) -> Option<usize> {
-    let is_non_finite = |w: &u32| non_finite_top(*w) & TOP != 0;
+    let is_non_finite = |w: &u32| is_non_finite(*w);
     let mut chunks = words.chunks_exact(CHUNK);
     for (k, chunk) in chunks.by_ref().enumerate() {
         if chunk.iter().fold(0u32, |acc, w| acc | non_finite_top(*w)) & TOP != 0 {
@@ -56,9 +61,7 @@ pub(crate) fn first_non_finite(bytes: &[u8]) -> Option<usize> {
         Ok(words) => first_non_finite_word(words),
         // Out of a word's alignment (packing buffers hold samples at multiples of four from an allocation's
         // start, so only odd layouts come here): a sample at a time.
-        Err(_) => {
-            whole.chunks_exact(4).position(|c| non_finite_top(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])) & TOP != 0)
-        }
+        Err(_) => whole.chunks_exact(4).position(|c| is_non_finite(u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))),
     }
 }
 
