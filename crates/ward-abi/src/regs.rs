@@ -194,6 +194,13 @@ impl ArgPacker {
         self.args
     }
 
+    /// The register image as [`ArgPacker::finish`] gives it, in place: a caller that only passes it on to
+    /// [`crate::call_native`] saves a copy of it.
+    #[inline]
+    pub fn regs(&self) -> &RegArgs {
+        &self.args
+    }
+
     /// The register image for [`crate::call_native_poisoned`]: pushed arguments in order, [`crate::POISON`] in
     /// every argument register not pushed and in the upper half of each `float` (where a native caller's `movss`
     /// leaves whatever was there).
@@ -234,7 +241,9 @@ mod tests {
         p.push_f64(2.5).unwrap();
         p.push_int((-3i64) as u64).unwrap();
         p.push_f32(-1.5).unwrap();
+        let in_place = *p.regs();
         let a = p.finish();
+        assert_eq!(in_place, a, "the image in place is the finished one");
         assert_eq!(a.ints, [1, (-3i64) as u64, 0, 0, 0, 0]);
         assert_eq!(a.floats, [2.5f64.to_bits(), u64::from((-1.5f32).to_bits()), 0, 0, 0, 0, 0, 0]);
     }

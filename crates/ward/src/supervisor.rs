@@ -584,12 +584,20 @@ impl Function {
         &self.call
     }
 
+    // Inlined into the host's code, so a plain call (isolation `none`) is as short as the call it stands for; the
+    // full path stays out of line.
+    #[inline]
     pub fn call(&self, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
         if let Some(plain) = self.plain {
             if let Some(value) = self.domain.call_plain(plain, args, ret) {
                 return Ok(value);
             }
         }
+        self.call_full(args, ret)
+    }
+
+    #[inline(never)]
+    fn call_full(&self, args: &mut [Arg<'_>], ret: RetType) -> Result<Value, Error> {
         self.domain.call(self.sym, &self.name, &self.call, args, ret)
     }
 

@@ -76,6 +76,6 @@ impl Domain {
             };
             packed.ok()?;
         }
-        Some(Value::from_regs(ret, f.0.call(&regs.finish())))
+        Some(Value::from_regs(ret, f.0.call(regs.regs())))
     }
 }
