@@ -9,6 +9,9 @@ const FD_CONTROL: i32 = 3;
 const FD_REGION: i32 = 4;
 const FD_POOL_IN: i32 = 5;
 const FD_POOL_OUT: i32 = 6;
+/// The first descriptor number above those the host hands over: where a domain keeps what it opens before they
+/// are all in place (a spare, before its domain's setup comes).
+pub(crate) const FIRST_OWN_FD: i32 = FD_POOL_OUT + 1;
 
 /// The descriptors the host started this process with.
 pub(crate) struct Inherited {
@@ -70,7 +73,7 @@ pub(crate) fn die_with(parent: i32) -> bool {
 
 /// Close every descriptor the host did not give us (a host may leak descriptors without `O_CLOEXEC`).
 pub(crate) fn close_other_descriptors() {
-    let first = FD_POOL_OUT + 1;
+    let first = FIRST_OWN_FD;
     // SAFETY: close_range only closes descriptors; none from `first` on is owned by anything in this process yet.
     let rc = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
     if rc != 0 {

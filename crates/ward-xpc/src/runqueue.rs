@@ -16,9 +16,11 @@
 //! spun a while, at most once per [`SAMPLE_EVERY`] in the whole process ([`crowding`]: the last sample and its time
 //! are atomics every waiter shares, and one waiter at a time takes a new one), through a descriptor opened once
 //! and read with `pread`. A process that will lose the right to open files (a sandboxed domain) opens it first
-//! ([`open`]). Where it cannot be read at all the answer is [`Crowding::Unknown`], and the waits spin briefly only.
+//! ([`open_above`]), on a number above those it will yet place descriptors on. Where it cannot be read at all the
+//! answer is [`Crowding::Unknown`], and the waits spin briefly only.
 
 use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -76,7 +78,8 @@ static LAST: AtomicU32 = AtomicU32::new(0);
 const UNREAD: u32 = u32::MAX;
 
 impl Gauge {
-    fn open() -> Gauge {
+    /// The gauge, its descriptor numbered `lowest` or above.
+    fn open(lowest: RawFd) -> Gauge {
         let opened_at = Instant::now();
         // SAFETY: sysconf takes a name and reads system state only.
         let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
@@ -86,10 +89,30 @@ impl Gauge {
         } else {
             File::open("/proc/loadavg")
                 .map_err(|e| format!("cannot open /proc/loadavg: {e}"))
+                .and_then(|file| above(file, lowest))
                 .and_then(|file| read_running(&file).map(|_| file))
         };
         Gauge { loadavg, cpus, opened_at }
     }
+}
+
+/// `file` on a descriptor numbered `lowest` or above (moved there if it is below).
+fn above(file: File, lowest: RawFd) -> Result<File, String> {
+    if file.as_raw_fd() >= lowest {
+        return Ok(file);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC takes a descriptor this process owns (`file`, open for the call) and a number; it
+    // returns a new descriptor or -1, and touches no memory.
+    let moved = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, lowest) };
+    if moved < 0 {
+        return Err(format!(
+            "cannot move /proc/loadavg to a descriptor from {lowest} on: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: `moved` was just returned by fcntl, so it is open and owned by nothing else; `file` (the old number)
+    // closes when dropped here.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(moved) }))
 }
 
 fn read_running(file: &File) -> Result<u32, String> {
@@ -98,22 +121,25 @@ fn read_running(file: &File) -> Result<u32, String> {
     parse_running(&buf[..n]).ok_or_else(|| "/proc/loadavg does not say how many tasks are runnable".to_string())
 }
 
-/// Open the gauge now, if not yet done: for a process that cannot open files later (the domain, before its
-/// sandbox). Waits open it on first use otherwise. Why it cannot be read, if it cannot.
-pub fn open() -> Option<&'static str> {
-    unavailable()
+/// Open the gauge now, if not yet done, on a descriptor numbered `lowest` or above: for a process that cannot
+/// open files later (the domain, before its sandbox) and that will yet put descriptors of its own on numbers below
+/// `lowest` (a spare: its domain's shared memory comes later, onto 4, 5 and 6, where a descriptor opened before
+/// would be closed from under the gauge and the number reused). Waits open it on first use otherwise. Why it
+/// cannot be read, if it cannot.
+pub fn open_above(lowest: RawFd) -> Option<&'static str> {
+    GAUGE.get_or_init(|| Gauge::open(lowest)).loadavg.as_ref().err().map(String::as_str)
 }
 
 /// Why the run queue cannot be read in this process, if it cannot (opening the gauge if not yet done).
 pub fn unavailable() -> Option<&'static str> {
-    GAUGE.get_or_init(Gauge::open).loadavg.as_ref().err().map(String::as_str)
+    open_above(0)
 }
 
 /// The run queue as last sampled, with `uncounted` more runnable tasks than the kernel counted (a partner being
 /// woken): sampled afresh when the last sample is older than [`SAMPLE_EVERY`] and no other waiter is already
 /// taking one (it then answers from the sample before).
 pub fn crowding(uncounted: u32) -> Crowding {
-    let gauge = GAUGE.get_or_init(Gauge::open);
+    let gauge = GAUGE.get_or_init(|| Gauge::open(0));
     let Ok(file) = &gauge.loadavg else {
         return Crowding::Unknown;
     };
@@ -170,6 +196,19 @@ mod tests {
         assert_ne!(crowding(0), Crowding::Unknown);
         // However many tasks the last sample counted, one more than there are processors crowds them.
         assert_eq!(crowding(gauge.cpus + 1), Crowding::Crowded);
+    }
+
+    #[test]
+    fn the_gauge_moves_above_the_numbers_a_spare_fills_later() {
+        let low = File::open("/proc/loadavg").expect("open");
+        let low_fd = low.as_raw_fd();
+        let moved = above(low, low_fd + 50).expect("moved");
+        assert!(moved.as_raw_fd() >= low_fd + 50, "on {}", moved.as_raw_fd());
+        assert!(read_running(&moved).expect("still the run queue") >= 1);
+        let other = File::open("/proc/loadavg").expect("open");
+        let other_fd = other.as_raw_fd();
+        let kept = above(other, 0).expect("already above 0");
+        assert_eq!(kept.as_raw_fd(), other_fd, "a descriptor already high enough stays where it is");
     }
 
     #[test]

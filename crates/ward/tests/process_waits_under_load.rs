@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::process::{Child, Command, Stdio};
 
 use common::*;
-use ward::{Arg, Extension, Isolation, RetType};
+use ward::{Arg, Extension, Isolation, Policy, RetType, Supervisor};
 use ward_xpc::layout::{wait_stats, WaitStats, REP_CTRL_OFF, REQ_CTRL_OFF, WAIT_FLAG_NO_RUNQUEUE};
 use ward_xpc::{Protection, SharedMemory};
 
@@ -103,9 +103,16 @@ fn add(ext: &Extension, d: i64) -> i64 {
 }
 
 /// What the two sides' waits did over `CALLS` calls of a domain waiting as `policy` says, and the processors the
-/// domain may run on at the end.
+/// domain may run on at the end. The domain measured is the host's second, started from the spare its template made
+/// after the first, as every later domain of a host is: a spare opens the run queue before its domain's setup
+/// comes, and that setup must not take the descriptor from under it.
 fn waits_over_calls(policy: &str) -> (WaitStats, WaitStats, Vec<usize>) {
-    let (_sup, ext, _events) = faulty(Isolation::Process, policy);
+    let policy = FAULTY_POLICY.replacen("[extension.faulty]\n", &format!("[extension.faulty]\n{policy}\n"), 1);
+    let sup = Supervisor::new(Policy::from_toml_str(&policy, "test policy").expect("the test's policy"));
+    let _first = sup.load_with(builtin("well"), Some(Isolation::Process)).expect("the host's first domain");
+    let spares_before = ward::domains_started_from_spares();
+    let ext = sup.load_with(builtin("faulty"), Some(Isolation::Process)).expect("the domain measured");
+    assert_eq!(ward::domains_started_from_spares(), spares_before + 1, "the domain measured took the spare");
     // The first call starts nothing more; the statistics count from the incarnation's start.
     add(&ext, 0);
     let pid = ext.pid().expect("a process domain has a process");

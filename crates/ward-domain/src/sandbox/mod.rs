@@ -91,9 +91,10 @@ pub enum SandboxError {
 /// [`confine`].
 pub fn first_steps() -> Result<(), SandboxError> {
     // First, while files can still be opened: the waits for requests read the machine's run queue through a
-    // descriptor kept open (`ward_xpc::runqueue`, with `pread`, which the filter allows). Where it cannot be
-    // opened they spin briefly only, and say so in their statistics, which the host reports.
-    let _ = ward_xpc::runqueue::open();
+    // descriptor kept open (`ward_xpc::runqueue`, with `pread`, which the filter allows), above the numbers a
+    // spare's setup puts the shared memory on later. Where it cannot be opened they spin briefly only, and say so
+    // in their statistics, which the host reports.
+    let _ = ward_xpc::runqueue::open_above(crate::startup::FIRST_OWN_FD);
     detach_stdout()?;
     prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(SandboxError::NoNewPrivs)?;
     prctl(libc::PR_SET_DUMPABLE, 0).map_err(SandboxError::Dumpable)?;
