@@ -11,7 +11,7 @@ use ward_classes::frei0r::{Describer, Instance, Library, ParamKind, ParamValue, 
 use ward_classes::ClassError;
 
 use crate::c_string;
-use crate::guard::guarded;
+use crate::guard::{guarded, guarded_or};
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
@@ -141,7 +141,7 @@ fn report() {
 /// once); its own domain initialises it again when it starts.
 #[no_mangle]
 pub extern "C" fn ward_preload_f0r_init(library_id: u64) -> c_int {
-    c_int::from(library(library_id).is_some())
+    guarded_or("a frei0r f0r_init", "failure", 0, || c_int::from(library(library_id).is_some()))
 }
 
 /// Nothing to do: the plugin's domain goes when the host closes the library.
@@ -152,42 +152,49 @@ pub extern "C" fn ward_preload_f0r_deinit(_library_id: u64) {}
 /// `info` points to a writable `f0r_plugin_info_t` (frei0r contract).
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_get_plugin_info(library_id: u64, info: *mut c_void) {
-    let Some(lib) = library(library_id) else { return };
-    let i = &lib.info;
-    let raw = RawPluginInfo {
-        name: lib.name.as_ptr(),
-        author: lib.author.as_ptr(),
-        plugin_type: i.plugin_type.raw(),
-        color_model: i.color_model.raw(),
-        frei0r_version: i.frei0r_version,
-        major_version: i.major_version,
-        minor_version: i.minor_version,
-        num_params: lib.params.len() as c_int,
-        explanation: lib.explanation.as_ptr(),
-    };
-    if !info.is_null() {
-        // SAFETY: a non-null `info` points to a writable f0r_plugin_info_t (frei0r contract), which RawPluginInfo
-        // lays out; the strings live as long as the library (the host must not use them after dlclose, as with any
-        // plugin).
-        unsafe { (info as *mut RawPluginInfo).write(raw) };
-    }
+    guarded_or("a frei0r f0r_get_plugin_info", "with the information unwritten", (), || {
+        let Some(lib) = library(library_id) else { return };
+        let i = &lib.info;
+        let raw = RawPluginInfo {
+            name: lib.name.as_ptr(),
+            author: lib.author.as_ptr(),
+            plugin_type: i.plugin_type.raw(),
+            color_model: i.color_model.raw(),
+            frei0r_version: i.frei0r_version,
+            major_version: i.major_version,
+            minor_version: i.minor_version,
+            num_params: lib.params.len() as c_int,
+            explanation: lib.explanation.as_ptr(),
+        };
+        if !info.is_null() {
+            // SAFETY: a non-null `info` points to a writable f0r_plugin_info_t (frei0r contract), which RawPluginInfo
+            // lays out; the strings live as long as the library (the host must not use them after dlclose, as with any
+            // plugin).
+            unsafe { (info as *mut RawPluginInfo).write(raw) };
+        }
+    })
 }
 
 /// # Safety
 /// `info` points to a writable `f0r_param_info_t` (frei0r contract).
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_get_param_info(library_id: u64, info: *mut c_void, index: c_int) {
-    let Some(lib) = library(library_id) else { return };
-    let (Some(names), Some(param)) = (lib.params.get(index as usize), lib.info.params.get(index as usize)) else {
-        return;
-    };
-    if !info.is_null() {
-        let raw =
-            RawParamInfo { name: names.name.as_ptr(), kind: param.kind.raw(), explanation: names.explanation.as_ptr() };
-        // SAFETY: a non-null `info` points to a writable f0r_param_info_t (frei0r contract), which RawParamInfo lays
-        // out; the strings live as long as the library.
-        unsafe { (info as *mut RawParamInfo).write(raw) };
-    }
+    guarded_or("a frei0r f0r_get_param_info", "with the information unwritten", (), || {
+        let Some(lib) = library(library_id) else { return };
+        let (Some(names), Some(param)) = (lib.params.get(index as usize), lib.info.params.get(index as usize)) else {
+            return;
+        };
+        if !info.is_null() {
+            let raw = RawParamInfo {
+                name: names.name.as_ptr(),
+                kind: param.kind.raw(),
+                explanation: names.explanation.as_ptr(),
+            };
+            // SAFETY: a non-null `info` points to a writable f0r_param_info_t (frei0r contract), which RawParamInfo lays
+            // out; the strings live as long as the library.
+            unsafe { (info as *mut RawParamInfo).write(raw) };
+        }
+    })
 }
 
 /// One instance as the host holds it.
@@ -203,27 +210,29 @@ struct ProxyInstance {
 
 #[no_mangle]
 pub extern "C" fn ward_preload_f0r_construct(library_id: u64, width: c_uint, height: c_uint) -> *mut c_void {
-    let Some(lib) = library(library_id) else { return std::ptr::null_mut() };
-    let result = inside_ward(|| lib.library().map(|library| library.construct(width, height)));
-    report();
-    // Said once, when its opening failed.
-    let Ok(result) = result else { return std::ptr::null_mut() };
-    match result {
-        Ok(instance) => {
-            let params = lib.params.len();
-            Box::into_raw(Box::new(ProxyInstance {
-                instance,
-                library: lib,
-                pixels: width as usize * height as usize,
-                strings: vec![None; params],
-                scratch: Default::default(),
-            })) as *mut c_void
+    guarded_or("a frei0r f0r_construct", "no instance", std::ptr::null_mut(), || {
+        let Some(lib) = library(library_id) else { return std::ptr::null_mut() };
+        let result = inside_ward(|| lib.library().map(|library| library.construct(width, height)));
+        report();
+        // Said once, when its opening failed.
+        let Ok(result) = result else { return std::ptr::null_mut() };
+        match result {
+            Ok(instance) => {
+                let params = lib.params.len();
+                Box::into_raw(Box::new(ProxyInstance {
+                    instance,
+                    library: lib,
+                    pixels: width as usize * height as usize,
+                    strings: vec![None; params],
+                    scratch: Default::default(),
+                })) as *mut c_void
+            }
+            Err(e) => {
+                eprintln!("ward: {e}");
+                std::ptr::null_mut()
+            }
         }
-        Err(e) => {
-            eprintln!("ward: {e}");
-            std::ptr::null_mut()
-        }
-    }
+    })
 }
 
 /// # Safety
@@ -237,14 +246,16 @@ unsafe fn instance<'a>(instance: *mut c_void) -> Option<&'a mut ProxyInstance> {
 /// `instance` came from our construct and is not used again (frei0r contract).
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_destruct(instance: *mut c_void) {
-    if instance.is_null() {
-        return;
-    }
-    // SAFETY: the host passes an instance our construct returned (from Box::into_raw) and never uses it again
-    // (frei0r contract), so the box is taken back once.
-    let boxed = unsafe { Box::from_raw(instance as *mut ProxyInstance) };
-    inside_ward(|| drop(boxed));
-    report();
+    guarded_or("a frei0r f0r_destruct", "with the instance left behind", (), || {
+        if instance.is_null() {
+            return;
+        }
+        // SAFETY: the host passes an instance our construct returned (from Box::into_raw) and never uses it again
+        // (frei0r contract), so the box is taken back once.
+        let boxed = unsafe { Box::from_raw(instance as *mut ProxyInstance) };
+        inside_ward(|| drop(boxed));
+        report();
+    })
 }
 
 /// # Safety
@@ -252,78 +263,82 @@ pub unsafe extern "C" fn ward_preload_f0r_destruct(instance: *mut c_void) {
 /// pointer to a C string).
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_set_param_value(instance_ptr: *mut c_void, param: *mut c_void, index: c_int) {
-    // SAFETY: the host passes an instance of ours (frei0r contract).
-    let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
-    let Some(info) = inst.library.info.params.get(index as usize) else { return };
-    if param.is_null() {
-        return;
-    }
-    // SAFETY: param points to a value of the parameter's declared type (contract): a double, three floats, two
-    // doubles, or a pointer to a NUL-terminated string (checked for null before it is read).
-    let value = unsafe {
-        match info.kind {
-            ParamKind::Bool => ParamValue::Bool(*(param as *const f64)),
-            ParamKind::Double => ParamValue::Double(*(param as *const f64)),
-            ParamKind::Color => {
-                let c = std::slice::from_raw_parts(param as *const f32, 3);
-                ParamValue::Color { r: c[0], g: c[1], b: c[2] }
-            }
-            ParamKind::Position => {
-                let p = std::slice::from_raw_parts(param as *const f64, 2);
-                ParamValue::Position { x: p[0], y: p[1] }
-            }
-            ParamKind::String => {
-                let s = *(param as *const *const c_char);
-                if s.is_null() {
-                    return;
-                }
-                ParamValue::String(CStr::from_ptr(s).to_string_lossy().into_owned())
-            }
-            ParamKind::Other(_) => return,
+    guarded_or("a frei0r f0r_set_param_value", "without the value set", (), || {
+        // SAFETY: the host passes an instance of ours (frei0r contract).
+        let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
+        let Some(info) = inst.library.info.params.get(index as usize) else { return };
+        if param.is_null() {
+            return;
         }
-    };
-    let _ = inside_ward(|| inst.instance.set_param(index as usize, &value));
-    report();
+        // SAFETY: param points to a value of the parameter's declared type (contract): a double, three floats, two
+        // doubles, or a pointer to a NUL-terminated string (checked for null before it is read).
+        let value = unsafe {
+            match info.kind {
+                ParamKind::Bool => ParamValue::Bool(*(param as *const f64)),
+                ParamKind::Double => ParamValue::Double(*(param as *const f64)),
+                ParamKind::Color => {
+                    let c = std::slice::from_raw_parts(param as *const f32, 3);
+                    ParamValue::Color { r: c[0], g: c[1], b: c[2] }
+                }
+                ParamKind::Position => {
+                    let p = std::slice::from_raw_parts(param as *const f64, 2);
+                    ParamValue::Position { x: p[0], y: p[1] }
+                }
+                ParamKind::String => {
+                    let s = *(param as *const *const c_char);
+                    if s.is_null() {
+                        return;
+                    }
+                    ParamValue::String(CStr::from_ptr(s).to_string_lossy().into_owned())
+                }
+                ParamKind::Other(_) => return,
+            }
+        };
+        let _ = inside_ward(|| inst.instance.set_param(index as usize, &value));
+        report();
+    })
 }
 
 /// # Safety
 /// `param` points to writable storage for the parameter's type (frei0r contract).
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_get_param_value(instance_ptr: *mut c_void, param: *mut c_void, index: c_int) {
-    // SAFETY: the host passes an instance of ours (frei0r contract).
-    let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
-    if param.is_null() {
-        return;
-    }
-    let result = inside_ward(|| inst.instance.get_param(index as usize));
-    report();
-    let Ok(value) = result else { return };
-    match value {
-        // SAFETY: param points to storage for the parameter's declared type (contract), which the class checked
-        // the value against: one double, three floats or two doubles.
-        ParamValue::Bool(v) | ParamValue::Double(v) => unsafe { *(param as *mut f64) = v },
-        // SAFETY: param points to storage for the parameter's declared type (contract), as which the class decoded
-        // the value: a colour, three floats.
-        ParamValue::Color { r, g, b } => unsafe {
-            let c = param as *mut f32;
-            c.write(r);
-            c.add(1).write(g);
-            c.add(2).write(b);
-        },
-        // SAFETY: param points to storage for the parameter's declared type (contract), as which the class decoded
-        // the value: a position, two doubles.
-        ParamValue::Position { x, y } => unsafe {
-            let p = param as *mut f64;
-            p.write(x);
-            p.add(1).write(y);
-        },
-        ParamValue::String(s) => {
-            let Some(slot) = inst.strings.get_mut(index as usize) else { return };
-            let c = slot.insert(c_string(&s));
-            // SAFETY: the string lives in the instance until the next get for this parameter.
-            unsafe { *(param as *mut *const c_char) = c.as_ptr() };
+    guarded_or("a frei0r f0r_get_param_value", "without the value written", (), || {
+        // SAFETY: the host passes an instance of ours (frei0r contract).
+        let Some(inst) = (unsafe { instance(instance_ptr) }) else { return };
+        if param.is_null() {
+            return;
         }
-    }
+        let result = inside_ward(|| inst.instance.get_param(index as usize));
+        report();
+        let Ok(value) = result else { return };
+        match value {
+            // SAFETY: param points to storage for the parameter's declared type (contract), which the class checked
+            // the value against: one double, three floats or two doubles.
+            ParamValue::Bool(v) | ParamValue::Double(v) => unsafe { *(param as *mut f64) = v },
+            // SAFETY: param points to storage for the parameter's declared type (contract), as which the class decoded
+            // the value: a colour, three floats.
+            ParamValue::Color { r, g, b } => unsafe {
+                let c = param as *mut f32;
+                c.write(r);
+                c.add(1).write(g);
+                c.add(2).write(b);
+            },
+            // SAFETY: param points to storage for the parameter's declared type (contract), as which the class decoded
+            // the value: a position, two doubles.
+            ParamValue::Position { x, y } => unsafe {
+                let p = param as *mut f64;
+                p.write(x);
+                p.add(1).write(y);
+            },
+            ParamValue::String(s) => {
+                let Some(slot) = inst.strings.get_mut(index as usize) else { return };
+                let c = slot.insert(c_string(&s));
+                // SAFETY: the string lives in the instance until the next get for this parameter.
+                unsafe { *(param as *mut *const c_char) = c.as_ptr() };
+            }
+        }
+    })
 }
 
 /// An input frame as bytes the wrapper may read while the output frame is written: copied when it overlaps the

@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use crate::guard::guarded_or;
 use crate::runtime;
 
 type DlopenFn = unsafe extern "C" fn(*const c_char, c_int) -> *mut c_void;
@@ -167,7 +168,17 @@ unsafe extern "C" fn dlopen_from(filename: *const c_char, flags: c_int, caller: 
         };
     }
     let path = Path::new(OsStr::from_bytes(name.to_bytes()));
-    match inside_ward(|| runtime::open_plugin(path)) {
+    // A panic while opening refuses the plugin (fails closed): the host's dlopen fails and its dlerror says why.
+    let refused = || {
+        runtime::Opened::Refused(format!(
+            "{}: ward failed inside while opening it (a bug in ward: please report it); the plugin is not loaded",
+            path.display()
+        ))
+    };
+    let opened = guarded_or("a dlopen", "no handle (the plugin is not loaded)", None, || {
+        Some(inside_ward(|| runtime::open_plugin(path)))
+    });
+    match opened.unwrap_or_else(refused) {
         runtime::Opened::Proxy(handle) => {
             clear_refusal();
             handle
@@ -190,7 +201,11 @@ unsafe extern "C" fn dlopen_from(filename: *const c_char, flags: c_int, caller: 
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     // A proxy's copy keeps its descriptor (and so its name) until it is unloaded.
-    let copy = if INSIDE_WARD.with(Cell::get) { None } else { inside_ward(|| runtime::closing(handle)) };
+    let copy = if INSIDE_WARD.with(Cell::get) {
+        None
+    } else {
+        guarded_or("a dlclose", "after closing the library alone", None, || inside_ward(|| runtime::closing(handle)))
+    };
     let closed = real_dlclose(handle);
     drop(copy);
     closed

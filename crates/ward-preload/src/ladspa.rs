@@ -12,7 +12,7 @@ use ward_classes::ladspa::{Describer, Descriptor, Instance, Library, Placement, 
 use ward_classes::ClassError;
 
 use crate::c_string;
-use crate::guard::guarded;
+use crate::guard::{guarded, guarded_or};
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
@@ -193,14 +193,16 @@ impl ProxyLibrary {
 /// `ladspa_descriptor` of the proxy bound to library `library`.
 #[no_mangle]
 pub extern "C" fn ward_preload_ladspa_descriptor(library: u64, index: c_ulong) -> *const c_void {
-    let Some(rt) = runtime::get() else { return std::ptr::null() };
-    match rt.plugin(library) {
-        Some(Plugin::Ladspa(lib)) => lib
-            .descriptors
-            .get(index as usize)
-            .map_or(std::ptr::null(), |d| &d.raw as *const RawDescriptor as *const c_void),
-        _ => std::ptr::null(),
-    }
+    guarded_or("a LADSPA ladspa_descriptor", "no descriptor", std::ptr::null(), || {
+        let Some(rt) = runtime::get() else { return std::ptr::null() };
+        match rt.plugin(library) {
+            Some(Plugin::Ladspa(lib)) => lib
+                .descriptors
+                .get(index as usize)
+                .map_or(std::ptr::null(), |d| &d.raw as *const RawDescriptor as *const c_void),
+            _ => std::ptr::null(),
+        }
+    })
 }
 
 /// One instance as the host holds it: the wrapper's instance, where the host connected each port, and the
@@ -215,35 +217,37 @@ struct ProxyInstance {
 /// # Safety
 /// `descriptor` is one of ours (the host got it from our `ladspa_descriptor`).
 unsafe extern "C" fn instantiate(descriptor: *const RawDescriptor, sample_rate: c_ulong) -> *mut c_void {
-    if descriptor.is_null() {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: our descriptors are the `raw` field, first in a repr(C) ProxyDescriptor that lives as long as its
-    // library (the host must not use a descriptor after dlclose).
-    let proxy = unsafe { &*(descriptor as *const ProxyDescriptor) };
-    let result = inside_ward(|| match proxy.source.library() {
-        Ok(library) => Ok(library.instantiate(proxy.index, sample_rate)),
-        // Said once, when its opening failed.
-        Err(_) => Err(()),
-    });
-    report();
-    let Ok(result) = result else { return std::ptr::null_mut() };
-    match result {
-        Ok(instance) => {
-            let ports = instance.descriptor().ports.len();
-            let boxed = Box::new(ProxyInstance {
-                instance,
-                connected: vec![std::ptr::null_mut(); ports],
-                scratch: vec![Vec::new(); ports],
-                warned: false,
-            });
-            Box::into_raw(boxed) as *mut c_void
+    guarded_or("a LADSPA instantiate", "no instance", std::ptr::null_mut(), || {
+        if descriptor.is_null() {
+            return std::ptr::null_mut();
         }
-        Err(e) => {
-            eprintln!("ward: {e}");
-            std::ptr::null_mut()
+        // SAFETY: our descriptors are the `raw` field, first in a repr(C) ProxyDescriptor that lives as long as its
+        // library (the host must not use a descriptor after dlclose).
+        let proxy = unsafe { &*(descriptor as *const ProxyDescriptor) };
+        let result = inside_ward(|| match proxy.source.library() {
+            Ok(library) => Ok(library.instantiate(proxy.index, sample_rate)),
+            // Said once, when its opening failed.
+            Err(_) => Err(()),
+        });
+        report();
+        let Ok(result) = result else { return std::ptr::null_mut() };
+        match result {
+            Ok(instance) => {
+                let ports = instance.descriptor().ports.len();
+                let boxed = Box::new(ProxyInstance {
+                    instance,
+                    connected: vec![std::ptr::null_mut(); ports],
+                    scratch: vec![Vec::new(); ports],
+                    warned: false,
+                });
+                Box::into_raw(boxed) as *mut c_void
+            }
+            Err(e) => {
+                eprintln!("ward: {e}");
+                std::ptr::null_mut()
+            }
         }
-    }
+    })
 }
 
 fn report() {
@@ -269,35 +273,43 @@ unsafe extern "C" fn connect_port(handle: *mut c_void, port: c_ulong, location: 
 }
 
 unsafe extern "C" fn activate(handle: *mut c_void) {
-    // SAFETY: the host passes an instance of ours (LADSPA contract).
-    let Some(inst) = (unsafe { instance(handle) }) else { return };
-    let _ = inside_ward(|| inst.instance.activate());
-    report();
+    guarded_or("a LADSPA activate", "without the instance activated", (), || {
+        // SAFETY: the host passes an instance of ours (LADSPA contract).
+        let Some(inst) = (unsafe { instance(handle) }) else { return };
+        let _ = inside_ward(|| inst.instance.activate());
+        report();
+    })
 }
 
 unsafe extern "C" fn deactivate(handle: *mut c_void) {
-    // SAFETY: the host passes an instance of ours (LADSPA contract).
-    let Some(inst) = (unsafe { instance(handle) }) else { return };
-    let _ = inside_ward(|| inst.instance.deactivate());
-    report();
+    guarded_or("a LADSPA deactivate", "without the instance deactivated", (), || {
+        // SAFETY: the host passes an instance of ours (LADSPA contract).
+        let Some(inst) = (unsafe { instance(handle) }) else { return };
+        let _ = inside_ward(|| inst.instance.deactivate());
+        report();
+    })
 }
 
 unsafe extern "C" fn set_run_adding_gain(handle: *mut c_void, gain: f32) {
-    // SAFETY: the host passes an instance of ours (LADSPA contract).
-    let Some(inst) = (unsafe { instance(handle) }) else { return };
-    let _ = inside_ward(|| inst.instance.set_run_adding_gain(gain));
-    report();
+    guarded_or("a LADSPA set_run_adding_gain", "without the gain set", (), || {
+        // SAFETY: the host passes an instance of ours (LADSPA contract).
+        let Some(inst) = (unsafe { instance(handle) }) else { return };
+        let _ = inside_ward(|| inst.instance.set_run_adding_gain(gain));
+        report();
+    })
 }
 
 unsafe extern "C" fn cleanup(handle: *mut c_void) {
-    if handle.is_null() {
-        return;
-    }
-    // SAFETY: the host passes an instance of ours and never uses it again (LADSPA contract); it came from
-    // Box::into_raw.
-    let boxed = unsafe { Box::from_raw(handle as *mut ProxyInstance) };
-    inside_ward(|| drop(boxed));
-    report();
+    guarded_or("a LADSPA cleanup", "with the instance left behind", (), || {
+        if handle.is_null() {
+            return;
+        }
+        // SAFETY: the host passes an instance of ours and never uses it again (LADSPA contract); it came from
+        // Box::into_raw.
+        let boxed = unsafe { Box::from_raw(handle as *mut ProxyInstance) };
+        inside_ward(|| drop(boxed));
+        report();
+    })
 }
 
 unsafe extern "C" fn run(handle: *mut c_void, samples: c_ulong) {

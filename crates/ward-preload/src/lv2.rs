@@ -15,7 +15,7 @@ use ward_classes::lv2::{
 };
 use ward_classes::{ClassError, Processed};
 
-use crate::guard::guarded;
+use crate::guard::{guarded, guarded_or};
 use crate::interpose::inside_ward;
 use crate::runtime::{self, Plugin};
 
@@ -264,22 +264,26 @@ fn library(id: u64) -> Option<Arc<ProxyLibrary>> {
 /// `lv2_descriptor` of the proxy bound to library `id`.
 #[no_mangle]
 pub extern "C" fn ward_preload_lv2_descriptor(id: u64, index: u32) -> *const c_void {
-    library(id).map_or(std::ptr::null(), |l| l.descriptor(index))
+    guarded_or("an LV2 lv2_descriptor", "no descriptor", std::ptr::null(), || {
+        library(id).map_or(std::ptr::null(), |l| l.descriptor(index))
+    })
 }
 
 /// `lv2_lib_descriptor` of the proxy bound to library `id`: the features given here are the library's, not an
 /// instance's; the binary in its domain was given none, which plugins that export it accept.
 #[no_mangle]
 pub extern "C" fn ward_preload_lv2_lib_descriptor(id: u64) -> *const c_void {
-    let Some(l) = library(id) else { return std::ptr::null() };
-    let d = l.lib_descriptor.get_or_init(|| RawLibDescriptor {
-        handle: id as usize as *mut c_void,
-        size: std::mem::size_of::<RawLibDescriptor>() as u32,
-        cleanup: Some(lib_cleanup),
-        get_plugin: Some(lib_get_plugin),
-    });
-    // The library stays in the runtime (in an Arc that does not move it) until the host closes the binary.
-    d as *const RawLibDescriptor as *const c_void
+    guarded_or("an LV2 lv2_lib_descriptor", "no library descriptor", std::ptr::null(), || {
+        let Some(l) = library(id) else { return std::ptr::null() };
+        let d = l.lib_descriptor.get_or_init(|| RawLibDescriptor {
+            handle: id as usize as *mut c_void,
+            size: std::mem::size_of::<RawLibDescriptor>() as u32,
+            cleanup: Some(lib_cleanup),
+            get_plugin: Some(lib_get_plugin),
+        });
+        // The library stays in the runtime (in an Arc that does not move it) until the host closes the binary.
+        d as *const RawLibDescriptor as *const c_void
+    })
 }
 
 unsafe extern "C" fn lib_get_plugin(handle: *mut c_void, index: u32) -> *const RawDescriptor {
@@ -606,65 +610,67 @@ unsafe extern "C" fn instantiate(
     bundle_path: *const c_char,
     features: *const *const Feature,
 ) -> *mut c_void {
-    if descriptor.is_null() {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: our descriptors are the `raw` field, first in a repr(C) ProxyDescriptor that lives as long as its
-    // library (the host must not use a descriptor after dlclose).
-    let proxy = unsafe { &*(descriptor as *const ProxyDescriptor) };
-    // SAFETY: per the function's contract.
-    let offered = unsafe { offered(features) };
-    let bundle = if bundle_path.is_null() {
-        proxy.info.bundle.clone()
-    } else {
-        // SAFETY: a C string per the function's contract.
-        PathBuf::from(unsafe { CStr::from_ptr(bundle_path) }.to_string_lossy().into_owned())
-    };
-    if !offered.unknown.is_empty() {
-        report_unknown(&proxy.info.uri, &offered.unknown);
-    }
-    let specs: Vec<PortSpec> = proxy.info.ports.iter().map(PortSpec::from).collect();
-    let realtime = offered.features.flags.iter().any(|f| f == class::uri::IS_LIVE);
-    if let (Some(rt), true) = (runtime::get(), realtime) {
-        rt.verbose_say(&format!("{}: instantiated by a real-time host (it offers lv2:isLive)", proxy.info.uri));
-    }
-    let host = Arc::new(offered.host);
-    let setup = class::Setup {
-        realtime,
-        sample_rate,
-        bundle,
-        ports: specs.clone(),
-        features: offered.features,
-        host: Arc::clone(&host) as Arc<dyn Host>,
-    };
-    let result = inside_ward(|| proxy.library.instantiate(proxy.index, setup));
-    report();
-    match result {
-        Ok(instance) => {
-            let n = specs.len();
-            let boxed = Box::new(ProxyInstance {
-                instance,
-                uri: proxy.info.uri.clone(),
-                specs,
-                connected: vec![std::ptr::null_mut(); n],
-                samples: vec![Vec::new(); n],
-                atoms: vec![Vec::new(); n],
-                extents: Vec::with_capacity(n),
-                extents_sorted: Vec::with_capacity(n),
-                schedule: offered.schedule,
-                state_keys: Arc::clone(&proxy.state_keys),
-                host,
-                option_values: Mutex::new(Vec::new()),
-            });
-            Box::into_raw(boxed) as *mut c_void
+    guarded_or("an LV2 instantiate", "no instance", std::ptr::null_mut(), || {
+        if descriptor.is_null() {
+            return std::ptr::null_mut();
         }
-        Err(e) => {
-            if let Some(rt) = runtime::get() {
-                rt.say(&format!("{}: not instantiated: {e}", proxy.info.uri));
+        // SAFETY: our descriptors are the `raw` field, first in a repr(C) ProxyDescriptor that lives as long as its
+        // library (the host must not use a descriptor after dlclose).
+        let proxy = unsafe { &*(descriptor as *const ProxyDescriptor) };
+        // SAFETY: per the function's contract.
+        let offered = unsafe { offered(features) };
+        let bundle = if bundle_path.is_null() {
+            proxy.info.bundle.clone()
+        } else {
+            // SAFETY: a C string per the function's contract.
+            PathBuf::from(unsafe { CStr::from_ptr(bundle_path) }.to_string_lossy().into_owned())
+        };
+        if !offered.unknown.is_empty() {
+            report_unknown(&proxy.info.uri, &offered.unknown);
+        }
+        let specs: Vec<PortSpec> = proxy.info.ports.iter().map(PortSpec::from).collect();
+        let realtime = offered.features.flags.iter().any(|f| f == class::uri::IS_LIVE);
+        if let (Some(rt), true) = (runtime::get(), realtime) {
+            rt.verbose_say(&format!("{}: instantiated by a real-time host (it offers lv2:isLive)", proxy.info.uri));
+        }
+        let host = Arc::new(offered.host);
+        let setup = class::Setup {
+            realtime,
+            sample_rate,
+            bundle,
+            ports: specs.clone(),
+            features: offered.features,
+            host: Arc::clone(&host) as Arc<dyn Host>,
+        };
+        let result = inside_ward(|| proxy.library.instantiate(proxy.index, setup));
+        report();
+        match result {
+            Ok(instance) => {
+                let n = specs.len();
+                let boxed = Box::new(ProxyInstance {
+                    instance,
+                    uri: proxy.info.uri.clone(),
+                    specs,
+                    connected: vec![std::ptr::null_mut(); n],
+                    samples: vec![Vec::new(); n],
+                    atoms: vec![Vec::new(); n],
+                    extents: Vec::with_capacity(n),
+                    extents_sorted: Vec::with_capacity(n),
+                    schedule: offered.schedule,
+                    state_keys: Arc::clone(&proxy.state_keys),
+                    host,
+                    option_values: Mutex::new(Vec::new()),
+                });
+                Box::into_raw(boxed) as *mut c_void
             }
-            std::ptr::null_mut()
+            Err(e) => {
+                if let Some(rt) = runtime::get() {
+                    rt.say(&format!("{}: not instantiated: {e}", proxy.info.uri));
+                }
+                std::ptr::null_mut()
+            }
         }
-    }
+    })
 }
 
 fn report_unknown(uri: &str, unknown: &[String]) {
@@ -702,27 +708,33 @@ unsafe extern "C" fn connect_port(handle: *mut c_void, port: u32, location: *mut
 }
 
 unsafe extern "C" fn activate(handle: *mut c_void) {
-    // SAFETY: the host passes an instance of ours (LV2 contract).
-    let Some(inst) = (unsafe { instance(handle) }) else { return };
-    let _ = inside_ward(|| inst.instance.activate());
-    report();
+    guarded_or("an LV2 activate", "without the instance activated", (), || {
+        // SAFETY: the host passes an instance of ours (LV2 contract).
+        let Some(inst) = (unsafe { instance(handle) }) else { return };
+        let _ = inside_ward(|| inst.instance.activate());
+        report();
+    })
 }
 
 unsafe extern "C" fn deactivate(handle: *mut c_void) {
-    // SAFETY: the host passes an instance of ours (LV2 contract).
-    let Some(inst) = (unsafe { instance(handle) }) else { return };
-    let _ = inside_ward(|| inst.instance.deactivate());
-    report();
+    guarded_or("an LV2 deactivate", "without the instance deactivated", (), || {
+        // SAFETY: the host passes an instance of ours (LV2 contract).
+        let Some(inst) = (unsafe { instance(handle) }) else { return };
+        let _ = inside_ward(|| inst.instance.deactivate());
+        report();
+    })
 }
 
 unsafe extern "C" fn cleanup(handle: *mut c_void) {
-    if handle.is_null() {
-        return;
-    }
-    // SAFETY: the host passes an instance of ours and never uses it again (LV2 contract); it came from Box::into_raw.
-    let boxed = unsafe { Box::from_raw(handle as *mut ProxyInstance) };
-    inside_ward(|| drop(boxed));
-    report();
+    guarded_or("an LV2 cleanup", "with the instance left behind", (), || {
+        if handle.is_null() {
+            return;
+        }
+        // SAFETY: the host passes an instance of ours and never uses it again (LV2 contract); it came from Box::into_raw.
+        let boxed = unsafe { Box::from_raw(handle as *mut ProxyInstance) };
+        inside_ward(|| drop(boxed));
+        report();
+    })
 }
 
 /// The largest atom buffer taken from a host (its capacity is the host's word; the class's bound).
@@ -934,21 +946,23 @@ static OPTIONS: OptionsInterface = OptionsInterface { get: options_get, set: opt
 unsafe extern "C" fn ext_lookup<const STATE_: bool, const WORKER_: bool, const OPTIONS_: bool>(
     uri: *const c_char,
 ) -> *const c_void {
-    if uri.is_null() {
-        return std::ptr::null();
-    }
-    // SAFETY: per the function's contract.
-    let uri = unsafe { CStr::from_ptr(uri) }.to_bytes();
-    if STATE_ && uri == class::uri::STATE_INTERFACE.as_bytes() {
-        return &STATE as *const StateInterface as *const c_void;
-    }
-    if WORKER_ && uri == class::uri::WORKER_INTERFACE.as_bytes() {
-        return &WORKER as *const WorkerInterface as *const c_void;
-    }
-    if OPTIONS_ && uri == class::uri::OPTIONS_INTERFACE.as_bytes() {
-        return &OPTIONS as *const OptionsInterface as *const c_void;
-    }
-    std::ptr::null()
+    guarded_or("an LV2 extension_data", "no extension", std::ptr::null(), || {
+        if uri.is_null() {
+            return std::ptr::null();
+        }
+        // SAFETY: per the function's contract.
+        let uri = unsafe { CStr::from_ptr(uri) }.to_bytes();
+        if STATE_ && uri == class::uri::STATE_INTERFACE.as_bytes() {
+            return &STATE as *const StateInterface as *const c_void;
+        }
+        if WORKER_ && uri == class::uri::WORKER_INTERFACE.as_bytes() {
+            return &WORKER as *const WorkerInterface as *const c_void;
+        }
+        if OPTIONS_ && uri == class::uri::OPTIONS_INTERFACE.as_bytes() {
+            return &OPTIONS as *const OptionsInterface as *const c_void;
+        }
+        std::ptr::null()
+    })
 }
 
 fn extension_data_for(state: bool, worker: bool, options: bool) -> ExtensionDataFn {
@@ -984,65 +998,69 @@ unsafe fn option_list<'a>(list: *const RawOption) -> Vec<&'a RawOption> {
 /// options:interface's get: the options asked answered through the domain. The values stay where they are put
 /// until the instance's next get.
 unsafe extern "C" fn options_get(handle: *mut c_void, list: *mut RawOption) -> u32 {
-    // SAFETY: the host passes an instance of ours.
-    let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return OPTIONS_ERR_UNKNOWN };
-    // SAFETY: the host passes a terminated option list (LV2 contract).
-    let asked: Vec<OptionKey> = unsafe { option_list(list) }
-        .iter()
-        .map(|o| OptionKey { context: o.context, subject: o.subject, key: o.key })
-        .collect();
-    if asked.iter().any(|k| k.key == 0) {
-        return OPTIONS_ERR_UNKNOWN;
-    }
-    let got = inside_ward(|| inst.instance.get_options(&asked));
-    report();
-    let Ok(got) = got else { return OPTIONS_ERR_UNKNOWN };
-    let mut kept = inst.option_values.lock().unwrap_or_else(|e| e.into_inner());
-    kept.clear();
-    for (i, value) in got.values.into_iter().enumerate() {
-        let Some(value) = value else { continue };
-        // The bytes stay put while the outer vector grows (each is a heap buffer of its own); one byte more, so
-        // that even an empty value has a place to point to.
-        let mut bytes = value.value;
-        let size = bytes.len() as u32;
-        bytes.push(0);
-        // SAFETY: `i` is within the list just walked, which the host lets the plugin fill in (LV2 contract).
-        let o = unsafe { &mut *list.add(i) };
-        o.size = size;
-        o.value_type = value.value_type;
-        o.value = bytes.as_ptr() as *const c_void;
-        kept.push(bytes);
-    }
-    got.status
+    guarded_or("an LV2 options get", "an unknown error", OPTIONS_ERR_UNKNOWN, || {
+        // SAFETY: the host passes an instance of ours.
+        let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return OPTIONS_ERR_UNKNOWN };
+        // SAFETY: the host passes a terminated option list (LV2 contract).
+        let asked: Vec<OptionKey> = unsafe { option_list(list) }
+            .iter()
+            .map(|o| OptionKey { context: o.context, subject: o.subject, key: o.key })
+            .collect();
+        if asked.iter().any(|k| k.key == 0) {
+            return OPTIONS_ERR_UNKNOWN;
+        }
+        let got = inside_ward(|| inst.instance.get_options(&asked));
+        report();
+        let Ok(got) = got else { return OPTIONS_ERR_UNKNOWN };
+        let mut kept = inst.option_values.lock().unwrap_or_else(|e| e.into_inner());
+        kept.clear();
+        for (i, value) in got.values.into_iter().enumerate() {
+            let Some(value) = value else { continue };
+            // The bytes stay put while the outer vector grows (each is a heap buffer of its own); one byte more, so
+            // that even an empty value has a place to point to.
+            let mut bytes = value.value;
+            let size = bytes.len() as u32;
+            bytes.push(0);
+            // SAFETY: `i` is within the list just walked, which the host lets the plugin fill in (LV2 contract).
+            let o = unsafe { &mut *list.add(i) };
+            o.size = size;
+            o.value_type = value.value_type;
+            o.value = bytes.as_ptr() as *const c_void;
+            kept.push(bytes);
+        }
+        got.status
+    })
 }
 
 /// options:interface's set: the options copied into the domain (and replayed after a restart).
 unsafe extern "C" fn options_set(handle: *mut c_void, list: *const RawOption) -> u32 {
-    // SAFETY: the host passes an instance of ours.
-    let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return OPTIONS_ERR_UNKNOWN };
-    let mut options = Vec::new();
-    // SAFETY: the host passes a terminated option list (LV2 contract).
-    for o in unsafe { option_list(list) } {
-        if o.key == 0 || o.size as usize > 65536 || (o.value.is_null() && o.size != 0) {
-            return OPTIONS_ERR_BAD_VALUE;
+    guarded_or("an LV2 options set", "an unknown error", OPTIONS_ERR_UNKNOWN, || {
+        // SAFETY: the host passes an instance of ours.
+        let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return OPTIONS_ERR_UNKNOWN };
+        let mut options = Vec::new();
+        // SAFETY: the host passes a terminated option list (LV2 contract).
+        for o in unsafe { option_list(list) } {
+            if o.key == 0 || o.size as usize > 65536 || (o.value.is_null() && o.size != 0) {
+                return OPTIONS_ERR_BAD_VALUE;
+            }
+            let value = if o.size == 0 {
+                Vec::new()
+            } else {
+                // SAFETY: an option's value points to `size` bytes (LV2 contract).
+                unsafe { std::slice::from_raw_parts(o.value as *const u8, o.size as usize) }.to_vec()
+            };
+            options.push(OptionValue {
+                context: o.context,
+                subject: o.subject,
+                key: o.key,
+                value_type: o.value_type,
+                value,
+            });
         }
-        let value = if o.size == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: an option's value points to `size` bytes (LV2 contract).
-            unsafe { std::slice::from_raw_parts(o.value as *const u8, o.size as usize) }.to_vec()
-        };
-        options.push(OptionValue {
-            context: o.context,
-            subject: o.subject,
-            key: o.key,
-            value_type: o.value_type,
-            value,
-        });
-    }
-    let status = inside_ward(|| inst.instance.set_options(&options));
-    report();
-    status.unwrap_or(OPTIONS_ERR_UNKNOWN)
+        let status = inside_ward(|| inst.instance.set_options(&options));
+        report();
+        status.unwrap_or(OPTIONS_ERR_UNKNOWN)
+    })
 }
 
 unsafe extern "C" fn work(
@@ -1052,37 +1070,41 @@ unsafe extern "C" fn work(
     size: u32,
     data: *const c_void,
 ) -> u32 {
-    // SAFETY: the host passes an instance of ours; the worker runs beside run, on a shared reference.
-    let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return WORKER_ERR_UNKNOWN };
-    let request = if data.is_null() || size == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the request's `size` bytes, valid for this call (LV2 contract).
-        unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) }.to_vec()
-    };
-    let responses = inside_ward(|| inst.instance.work(&request));
-    report();
-    let Ok(responses) = responses else { return WORKER_ERR_UNKNOWN };
-    let Some(respond) = respond else { return WORKER_SUCCESS };
-    for r in responses {
-        // SAFETY: the host's respond function for this request.
-        unsafe { respond(respond_handle, r.len() as u32, r.as_ptr() as *const c_void) };
-    }
-    WORKER_SUCCESS
+    guarded_or("an LV2 worker call", "an unknown error", WORKER_ERR_UNKNOWN, || {
+        // SAFETY: the host passes an instance of ours; the worker runs beside run, on a shared reference.
+        let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return WORKER_ERR_UNKNOWN };
+        let request = if data.is_null() || size == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the request's `size` bytes, valid for this call (LV2 contract).
+            unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) }.to_vec()
+        };
+        let responses = inside_ward(|| inst.instance.work(&request));
+        report();
+        let Ok(responses) = responses else { return WORKER_ERR_UNKNOWN };
+        let Some(respond) = respond else { return WORKER_SUCCESS };
+        for r in responses {
+            // SAFETY: the host's respond function for this request.
+            unsafe { respond(respond_handle, r.len() as u32, r.as_ptr() as *const c_void) };
+        }
+        WORKER_SUCCESS
+    })
 }
 
 unsafe extern "C" fn work_response(handle: *mut c_void, size: u32, body: *const c_void) -> u32 {
-    // SAFETY: the host passes an instance of ours, from the audio thread (LV2 contract).
-    let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return WORKER_ERR_UNKNOWN };
-    let response = if body.is_null() || size == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the response's `size` bytes, valid for this call.
-        unsafe { std::slice::from_raw_parts(body as *const u8, size as usize) }.to_vec()
-    };
-    let _ = inside_ward(|| inst.instance.work_response(&response));
-    report();
-    WORKER_SUCCESS
+    guarded_or("an LV2 worker response", "an unknown error", WORKER_ERR_UNKNOWN, || {
+        // SAFETY: the host passes an instance of ours, from the audio thread (LV2 contract).
+        let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return WORKER_ERR_UNKNOWN };
+        let response = if body.is_null() || size == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the response's `size` bytes, valid for this call.
+            unsafe { std::slice::from_raw_parts(body as *const u8, size as usize) }.to_vec()
+        };
+        let _ = inside_ward(|| inst.instance.work_response(&response));
+        report();
+        WORKER_SUCCESS
+    })
 }
 
 /// Done by the adapter after each run (DECISIONS.md): nothing left for the host's call.
@@ -1113,30 +1135,32 @@ unsafe extern "C" fn save(
     _flags: u32,
     features: *const *const Feature,
 ) -> u32 {
-    // SAFETY: the host passes an instance of ours.
-    let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return STATE_ERR_UNKNOWN };
-    let Some(store) = store else { return STATE_ERR_UNKNOWN };
-    // SAFETY: the host passes a NULL-terminated feature list, valid during the save (LV2 contract).
-    let paths = unsafe { HostPaths::of(features) };
-    let blob = inst.host.during(paths, || inside_ward(|| inst.instance.save_offering(paths.offered())));
-    report();
-    let Ok(blob) = blob else { return STATE_ERR_UNKNOWN };
-    let records = state_records(&blob);
-    let mut keys = inst.state_keys.lock().unwrap_or_else(|e| e.into_inner());
-    for r in &records {
-        if !keys.contains(&r.0) {
-            keys.push(r.0);
+    guarded_or("an LV2 state save", "an unknown error", STATE_ERR_UNKNOWN, || {
+        // SAFETY: the host passes an instance of ours.
+        let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return STATE_ERR_UNKNOWN };
+        let Some(store) = store else { return STATE_ERR_UNKNOWN };
+        // SAFETY: the host passes a NULL-terminated feature list, valid during the save (LV2 contract).
+        let paths = unsafe { HostPaths::of(features) };
+        let blob = inst.host.during(paths, || inside_ward(|| inst.instance.save_offering(paths.offered())));
+        report();
+        let Ok(blob) = blob else { return STATE_ERR_UNKNOWN };
+        let records = state_records(&blob);
+        let mut keys = inst.state_keys.lock().unwrap_or_else(|e| e.into_inner());
+        for r in &records {
+            if !keys.contains(&r.0) {
+                keys.push(r.0);
+            }
         }
-    }
-    drop(keys);
-    for (key, kind, flags, value) in records {
-        // SAFETY: the host's store function for this save; the value lives until it returns.
-        let status = unsafe { store(store_handle, key, value.as_ptr() as *const c_void, value.len(), kind, flags) };
-        if status != STATE_SUCCESS {
-            return status;
+        drop(keys);
+        for (key, kind, flags, value) in records {
+            // SAFETY: the host's store function for this save; the value lives until it returns.
+            let status = unsafe { store(store_handle, key, value.as_ptr() as *const c_void, value.len(), kind, flags) };
+            if status != STATE_SUCCESS {
+                return status;
+            }
         }
-    }
-    STATE_SUCCESS
+        STATE_SUCCESS
+    })
 }
 
 unsafe extern "C" fn restore(
@@ -1146,39 +1170,42 @@ unsafe extern "C" fn restore(
     _flags: u32,
     features: *const *const Feature,
 ) -> u32 {
-    // SAFETY: the host passes an instance of ours.
-    let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return STATE_ERR_UNKNOWN };
-    let Some(retrieve) = retrieve else { return STATE_ERR_UNKNOWN };
-    // SAFETY: the host passes a NULL-terminated feature list, valid during the restore (LV2 contract).
-    let paths = unsafe { HostPaths::of(features) };
-    // The keys to ask the host for: those the plugin's instances stored at their saves here, else those it stores
-    // now (a restore from a session saved by another process).
-    let mut keys = inst.state_keys.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if keys.is_empty() {
-        if let Ok(blob) = inside_ward(|| inst.instance.save_offering(PathFeatures::default())) {
-            keys = state_records(&blob).iter().map(|r| r.0).collect();
+    guarded_or("an LV2 state restore", "an unknown error", STATE_ERR_UNKNOWN, || {
+        // SAFETY: the host passes an instance of ours.
+        let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return STATE_ERR_UNKNOWN };
+        let Some(retrieve) = retrieve else { return STATE_ERR_UNKNOWN };
+        // SAFETY: the host passes a NULL-terminated feature list, valid during the restore (LV2 contract).
+        let paths = unsafe { HostPaths::of(features) };
+        // The keys to ask the host for: those the plugin's instances stored at their saves here, else those it stores
+        // now (a restore from a session saved by another process).
+        let mut keys = inst.state_keys.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if keys.is_empty() {
+            if let Ok(blob) = inside_ward(|| inst.instance.save_offering(PathFeatures::default())) {
+                keys = state_records(&blob).iter().map(|r| r.0).collect();
+            }
         }
-    }
-    let mut blob = Vec::new();
-    for key in keys {
-        let (mut size, mut kind, mut flags) = (0usize, 0u32, 0u32);
-        // SAFETY: the host's retrieve function for this restore, with valid out-pointers.
-        let value = unsafe { retrieve(retrieve_handle, key, &mut size, &mut kind, &mut flags) };
-        if value.is_null() || size > 256 << 20 {
-            continue;
+        let mut blob = Vec::new();
+        for key in keys {
+            let (mut size, mut kind, mut flags) = (0usize, 0u32, 0u32);
+            // SAFETY: the host's retrieve function for this restore, with valid out-pointers.
+            let value = unsafe { retrieve(retrieve_handle, key, &mut size, &mut kind, &mut flags) };
+            if value.is_null() || size > 256 << 20 {
+                continue;
+            }
+            // SAFETY: the host returned `size` bytes at `value`, valid until the restore returns.
+            let bytes = unsafe { std::slice::from_raw_parts(value as *const u8, size) };
+            for w in [key, kind, flags, size as u32] {
+                blob.extend_from_slice(&w.to_le_bytes());
+            }
+            blob.extend_from_slice(bytes);
+            blob.resize((blob.len() + 7) & !7, 0);
         }
-        // SAFETY: the host returned `size` bytes at `value`, valid until the restore returns.
-        let bytes = unsafe { std::slice::from_raw_parts(value as *const u8, size) };
-        for w in [key, kind, flags, size as u32] {
-            blob.extend_from_slice(&w.to_le_bytes());
+        let restored =
+            inst.host.during(paths, || inside_ward(|| inst.instance.restore_offering(&blob, paths.offered())));
+        report();
+        match restored {
+            Ok(_) => STATE_SUCCESS,
+            Err(_) => STATE_ERR_UNKNOWN,
         }
-        blob.extend_from_slice(bytes);
-        blob.resize((blob.len() + 7) & !7, 0);
-    }
-    let restored = inst.host.during(paths, || inside_ward(|| inst.instance.restore_offering(&blob, paths.offered())));
-    report();
-    match restored {
-        Ok(_) => STATE_SUCCESS,
-        Err(_) => STATE_ERR_UNKNOWN,
-    }
+    })
 }
