@@ -43,15 +43,14 @@ fn is_non_finite(bits: u32) -> bool {
 }
 
 fn first_non_finite_word(words: &[u32]) -> Option<usize> {
-    let is_non_finite = |w: &u32| is_non_finite(*w);
     let mut chunks = words.chunks_exact(CHUNK);
     for (k, chunk) in chunks.by_ref().enumerate() {
         if chunk.iter().fold(0u32, |acc, w| acc | non_finite_top(*w)) & TOP != 0 {
-            return chunk.iter().position(is_non_finite).map(|i| k * CHUNK + i);
+            return chunk.iter().position(|w| is_non_finite(*w)).map(|i| k * CHUNK + i);
         }
     }
     let done = words.len() / CHUNK * CHUNK;
-    chunks.remainder().iter().position(is_non_finite).map(|i| done + i)
+    chunks.remainder().iter().position(|w| is_non_finite(*w)).map(|i| done + i)
 }
 
 /// The index of the first sample in `bytes` (native-endian `f32`s, in any alignment) that is a NaN or an infinity.

@@ -12,8 +12,9 @@ use ward_classes::ClassError;
 
 use crate::c_string;
 use crate::guard::{guarded, guarded_or};
+use crate::instance;
 use crate::interpose::inside_ward;
-use crate::runtime::{self, Plugin};
+use crate::runtime::{self, report, Plugin};
 
 use ward_classes::abi::{F0rParamInfo as RawParamInfo, F0rPluginInfo as RawPluginInfo};
 
@@ -131,12 +132,6 @@ fn library(id: u64) -> Option<std::sync::Arc<ProxyLibrary>> {
     }
 }
 
-fn report() {
-    if let Some(rt) = runtime::get() {
-        rt.report();
-    }
-}
-
 /// The plugin was initialised when it was described (in the describer's domain, or in its own when it was opened at
 /// once); its own domain initialises it again when it starts.
 #[no_mangle]
@@ -246,16 +241,9 @@ unsafe fn instance<'a>(instance: *mut c_void) -> Option<&'a mut ProxyInstance> {
 /// `instance` came from our construct and is not used again (frei0r contract).
 #[no_mangle]
 pub unsafe extern "C" fn ward_preload_f0r_destruct(instance: *mut c_void) {
-    guarded_or("a frei0r f0r_destruct", "with the instance left behind", (), || {
-        if instance.is_null() {
-            return;
-        }
-        // SAFETY: the host passes an instance our construct returned (from Box::into_raw) and never uses it again
-        // (frei0r contract), so the box is taken back once.
-        let boxed = unsafe { Box::from_raw(instance as *mut ProxyInstance) };
-        inside_ward(|| drop(boxed));
-        report();
-    })
+    // SAFETY: the host passes an instance our construct returned (from Box::into_raw) and never uses it again
+    // (frei0r contract).
+    unsafe { instance::release::<ProxyInstance>("a frei0r f0r_destruct", instance) }
 }
 
 /// # Safety

@@ -13,8 +13,9 @@ use ward_classes::ClassError;
 
 use crate::c_string;
 use crate::guard::{guarded, guarded_or};
+use crate::instance;
 use crate::interpose::inside_ward;
-use crate::runtime::{self, Plugin};
+use crate::runtime::{self, report, Plugin};
 
 type RawDescriptor = LadspaDescriptor;
 type RangeHint = LadspaPortRangeHint;
@@ -250,12 +251,6 @@ unsafe extern "C" fn instantiate(descriptor: *const RawDescriptor, sample_rate: 
     })
 }
 
-fn report() {
-    if let Some(rt) = runtime::get() {
-        rt.report();
-    }
-}
-
 /// # Safety
 /// `handle` came from our `instantiate` and was not cleaned up; the host does not call into one instance from two
 /// threads at once (LADSPA's rule).
@@ -300,16 +295,8 @@ unsafe extern "C" fn set_run_adding_gain(handle: *mut c_void, gain: f32) {
 }
 
 unsafe extern "C" fn cleanup(handle: *mut c_void) {
-    guarded_or("a LADSPA cleanup", "with the instance left behind", (), || {
-        if handle.is_null() {
-            return;
-        }
-        // SAFETY: the host passes an instance of ours and never uses it again (LADSPA contract); it came from
-        // Box::into_raw.
-        let boxed = unsafe { Box::from_raw(handle as *mut ProxyInstance) };
-        inside_ward(|| drop(boxed));
-        report();
-    })
+    // SAFETY: the host passes an instance of ours (from Box::into_raw) and never uses it again (LADSPA contract).
+    unsafe { instance::release::<ProxyInstance>("a LADSPA cleanup", handle) }
 }
 
 unsafe extern "C" fn run(handle: *mut c_void, samples: c_ulong) {

@@ -35,6 +35,8 @@ mod guard;
 #[allow(unsafe_code)]
 mod heap;
 #[allow(unsafe_code)]
+mod instance;
+#[allow(unsafe_code)]
 mod interpose;
 #[allow(unsafe_code)]
 mod ladspa;

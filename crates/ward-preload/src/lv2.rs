@@ -16,8 +16,9 @@ use ward_classes::lv2::{
 use ward_classes::{ClassError, Processed};
 
 use crate::guard::{guarded, guarded_or};
+use crate::instance;
 use crate::interpose::inside_ward;
-use crate::runtime::{self, Plugin};
+use crate::runtime::{self, report, Plugin};
 
 // ---- the C layouts (include/ward_lv2_abi.h) ----
 
@@ -684,12 +685,6 @@ fn report_unknown(uri: &str, unknown: &[String]) {
     }
 }
 
-fn report() {
-    if let Some(rt) = runtime::get() {
-        rt.report();
-    }
-}
-
 /// # Safety
 /// `handle` came from our `instantiate` and was not cleaned up. LV2's threading rules let the host call `run` (and
 /// the audio-thread functions) from one thread at a time, and the worker and state functions, which take only a
@@ -726,15 +721,8 @@ unsafe extern "C" fn deactivate(handle: *mut c_void) {
 }
 
 unsafe extern "C" fn cleanup(handle: *mut c_void) {
-    guarded_or("an LV2 cleanup", "with the instance left behind", (), || {
-        if handle.is_null() {
-            return;
-        }
-        // SAFETY: the host passes an instance of ours and never uses it again (LV2 contract); it came from Box::into_raw.
-        let boxed = unsafe { Box::from_raw(handle as *mut ProxyInstance) };
-        inside_ward(|| drop(boxed));
-        report();
-    })
+    // SAFETY: the host passes an instance of ours (from Box::into_raw) and never uses it again (LV2 contract).
+    unsafe { instance::release::<ProxyInstance>("an LV2 cleanup", handle) }
 }
 
 /// The largest atom buffer taken from a host (its capacity is the host's word; the class's bound).
@@ -1073,12 +1061,8 @@ unsafe extern "C" fn work(
     guarded_or("an LV2 worker call", "an unknown error", WORKER_ERR_UNKNOWN, || {
         // SAFETY: the host passes an instance of ours; the worker runs beside run, on a shared reference.
         let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return WORKER_ERR_UNKNOWN };
-        let request = if data.is_null() || size == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: the request's `size` bytes, valid for this call (LV2 contract).
-            unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) }.to_vec()
-        };
+        // SAFETY: the request's `size` bytes, valid for this call (LV2 contract).
+        let request = unsafe { host_bytes(data, size) };
         let responses = inside_ward(|| inst.instance.work(&request));
         report();
         let Ok(responses) = responses else { return WORKER_ERR_UNKNOWN };
@@ -1091,16 +1075,24 @@ unsafe extern "C" fn work(
     })
 }
 
+/// A copy of the `size` bytes the host passes at `data` to a worker call or response (none when null or empty).
+///
+/// # Safety
+/// A non-null `data` points to `size` readable bytes for the call.
+unsafe fn host_bytes(data: *const c_void, size: u32) -> Vec<u8> {
+    if data.is_null() || size == 0 {
+        return Vec::new();
+    }
+    // SAFETY: non-null, so `size` readable bytes (the function's contract).
+    unsafe { std::slice::from_raw_parts(data as *const u8, size as usize) }.to_vec()
+}
+
 unsafe extern "C" fn work_response(handle: *mut c_void, size: u32, body: *const c_void) -> u32 {
     guarded_or("an LV2 worker response", "an unknown error", WORKER_ERR_UNKNOWN, || {
         // SAFETY: the host passes an instance of ours, from the audio thread (LV2 contract).
         let Some(inst) = (unsafe { (handle as *const ProxyInstance).as_ref() }) else { return WORKER_ERR_UNKNOWN };
-        let response = if body.is_null() || size == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: the response's `size` bytes, valid for this call.
-            unsafe { std::slice::from_raw_parts(body as *const u8, size as usize) }.to_vec()
-        };
+        // SAFETY: the response's `size` bytes, valid for this call (LV2 contract).
+        let response = unsafe { host_bytes(body, size) };
         let _ = inside_ward(|| inst.instance.work_response(&response));
         report();
         WORKER_SUCCESS

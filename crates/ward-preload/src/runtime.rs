@@ -68,6 +68,13 @@ pub(crate) fn get() -> Option<&'static Runtime> {
     runtime_or_why().ok()
 }
 
+/// Report the recovery events so far ([`Runtime::report`]), if the runtime is up: after every proxied call.
+pub(crate) fn report() {
+    if let Some(rt) = get() {
+        rt.report();
+    }
+}
+
 /// The runtime, or why the environment is unusable (a policy that cannot be read, say), in which case no plugin of
 /// a known class is loaded at all: without ward it would be unprotected, and ward cannot run it as asked.
 fn runtime_or_why() -> Result<&'static Runtime, &'static EnvironmentError> {
